@@ -1,0 +1,25 @@
+/*
+ * config_table.h - every CHORUS_* environment variable: name, default, help.
+ * The one place to add a variable; `chorus-run --help-env` prints this table and
+ * docs/ENVIRONMENT.md shows it.
+ */
+/* clang-format off */
+CHORUS_CFG(CHORUS_DEBUG, NULL, "Log level: WARN, INFO or TRACE. Lines are prefixed with host, pid and rank.")
+CHORUS_CFG(CHORUS_DEBUG_SUBSYS, "ALL", "Comma-separated subsystems to log: INIT,BOOT,COLL,TCP,SHM,ENGINE,ELASTIC or ALL.")
+CHORUS_CFG(CHORUS_DEBUG_FILE, NULL, "Write log lines to this file instead of stderr; %h is replaced by the host, %p by the pid.")
+CHORUS_CFG(CHORUS_TIMEOUT_S, "300", "Seconds any wait on a peer (rendezvous, connect, collective) may take before CHORUS_ERR_TIMEOUT.")
+CHORUS_CFG(CHORUS_RANK, NULL, "This process's rank in the job (set by chorus-run).")
+CHORUS_CFG(CHORUS_SIZE, NULL, "Number of ranks in the job (set by chorus-run).")
+CHORUS_CFG(CHORUS_LOCAL_RANK, NULL, "Rank among the ranks on this host (set by chorus-run; computed when unset).")
+CHORUS_CFG(CHORUS_LOCAL_SIZE, NULL, "Number of ranks on this host (set by chorus-run; computed when unset).")
+CHORUS_CFG(CHORUS_STORE_ADDR, NULL, "host:port of the rendezvous key-value store. chorus-run serves one; otherwise rank 0 serves it at MASTER_ADDR:MASTER_PORT.")
+CHORUS_CFG(CHORUS_JOB_ID, NULL, "Identifies the job in the store and in shared-memory names; set by chorus-run, derived from the launcher otherwise.")
+CHORUS_CFG(CHORUS_IFACE, NULL, "Network interface or IPv4 address to listen on and advertise to peers (default: the address that routes to the store, or 127.0.0.1 on one host).")
+CHORUS_CFG(CHORUS_SOCKET_BUF, "4194304", "Socket send/receive buffer size in bytes.")
+CHORUS_CFG(CHORUS_TCP_SEGMENT, "524288", "Pipeline segment in bytes for ring and chain algorithms over TCP.")
+CHORUS_CFG(CHORUS_ALGO_ALLREDUCE, NULL, "Force the allreduce algorithm: rd (recursive doubling), ring, shm.")
+CHORUS_CFG(CHORUS_ALGO_BROADCAST, NULL, "Force the broadcast algorithm: tree (binomial), chain (pipelined), shm.")
+CHORUS_CFG(CHORUS_ALLREDUCE_RD_MAX, "65536", "Largest allreduce in bytes that uses recursive doubling over TCP; larger messages use the ring.")
+CHORUS_CFG(CHORUS_BCAST_TREE_MAX, "262144", "Largest broadcast in bytes that uses the binomial tree over TCP; larger messages use the pipelined chain.")
+CHORUS_CFG(CHORUS_MAX_MESSAGE, "17179869184", "Largest message in bytes a peer may announce; a longer header is treated as corrupt.")
+/* clang-format on */

@@ -1,0 +1,54 @@
+/* util.c - clocks, aligned allocation and host identity. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+
+double chorus__now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t chorus__now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+double chorus__deadline(void)
+{
+    double t = chorus__cfg_double("CHORUS_TIMEOUT_S");
+    if (t <= 0) t = 300;
+    return chorus__now() + t;
+}
+
+void *chorus__malloc_aligned(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 64)) return NULL;
+    return p;
+}
+
+void chorus__host_id(char *out, size_t len)
+{
+    char host[256] = "unknown", boot[64] = "", *nl;
+    gethostname(host, sizeof(host) - 1);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof(boot), f)) boot[0] = 0;
+        fclose(f);
+    }
+    if ((nl = strchr(boot, '\n'))) *nl = 0;
+    /* Ranks in different network namespaces are treated as different hosts, which is what
+     * namespaces are used for (simulated hosts in tests). */
+    struct stat st;
+    unsigned long long netns = stat("/proc/self/ns/net", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+    snprintf(out, len, "%s/%s/%llu", host, boot, netns);
+}

@@ -1,0 +1,92 @@
+/*
+ * wire.h - the bytes Chorus puts on a socket. The only code that parses bytes from the
+ * network lives in wire.c: fixed-size headers, explicit little-endian encoding, every length
+ * checked against a bound before anyone allocates or copies.
+ */
+#ifndef CHORUS_WIRE_H
+#define CHORUS_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/base.h"
+
+#define CHORUS_WIRE_MAGIC 0x53524843u /* "CHRS" */
+#define CHORUS_WIRE_VERSION 1
+#define CHORUS_WIRE_HDR_LEN 48
+
+enum chorus_wire_type {
+    CHORUS_MSG_P2P = 1,   /* user send/recv: tag is the user's tag */
+    CHORUS_MSG_COLL = 2,  /* part of a collective: tag is the step/segment index */
+    CHORUS_MSG_ABORT = 3, /* the sender saw a failure: payload is chorus_wire_abort */
+    CHORUS_MSG_HELLO = 4, /* first message on a transport connection */
+    CHORUS_MSG_HELLO_ACK = 5,
+    CHORUS_MSG_PING = 6, /* keep-alive on an idle connection */
+    CHORUS_MSG_KV = 16,  /* key-value store request or response */
+    CHORUS_MSG_TYPE_MAX = 17
+};
+
+typedef struct chorus_wire_hdr {
+    uint16_t type;
+    uint64_t comm_id;
+    int32_t tag;
+    uint32_t coll;  /* collective signature: kind | dtype << 8 | op << 16 */
+    uint64_t seq;   /* collective sequence number on the communicator */
+    uint64_t count; /* element count of the whole collective (for error messages) */
+    uint64_t len;   /* payload bytes that follow */
+} chorus_wire_hdr;
+
+void chorus__wire_encode_hdr(const chorus_wire_hdr *h, unsigned char out[CHORUS_WIRE_HDR_LEN]);
+
+/* Decodes and validates a header: magic, version, known type, len <= max_len. On error the
+ * detail names what was wrong (to be logged with the peer). */
+chorus_result chorus__wire_decode_hdr(const unsigned char in[CHORUS_WIRE_HDR_LEN], uint64_t max_len,
+                                      chorus_wire_hdr *h, char *why, size_t why_len);
+
+/* HELLO payload: who is connecting. */
+#define CHORUS_WIRE_JOB_LEN 64
+typedef struct chorus_wire_hello {
+    char job[CHORUS_WIRE_JOB_LEN]; /* NUL-terminated job id */
+    int32_t rank;
+    int32_t size;
+} chorus_wire_hello;
+#define CHORUS_WIRE_HELLO_LEN (CHORUS_WIRE_JOB_LEN + 8)
+void chorus__wire_encode_hello(const chorus_wire_hello *h, unsigned char out[CHORUS_WIRE_HELLO_LEN]);
+chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, chorus_wire_hello *h);
+
+/* ABORT payload: the rank that failed (or -1) and why. */
+#define CHORUS_WIRE_ABORT_MAX 300
+typedef struct chorus_wire_abort {
+    int32_t failed_rank; /* world rank */
+    int32_t result;      /* chorus_result */
+    char why[CHORUS_WIRE_ABORT_MAX - 8 + 1];
+} chorus_wire_abort;
+size_t chorus__wire_encode_abort(const chorus_wire_abort *a, unsigned char out[CHORUS_WIRE_ABORT_MAX]);
+chorus_result chorus__wire_decode_abort(const unsigned char *in, size_t len, chorus_wire_abort *a);
+
+/* Key-value store messages (payload of CHORUS_MSG_KV). */
+enum chorus_kv_op {
+    CHORUS_KV_HELLO = 1, /* key = job id */
+    CHORUS_KV_SET = 2,
+    CHORUS_KV_GET = 3, /* waits until the key exists */
+    CHORUS_KV_ADD = 4, /* value = decimal delta; reply = new value */
+    CHORUS_KV_DEL = 5,
+    CHORUS_KV_OK = 6,  /* reply; value = result */
+    CHORUS_KV_ERR = 7, /* reply; value = message */
+    CHORUS_KV_OP_MAX = 8
+};
+#define CHORUS_KV_KEY_MAX 256
+#define CHORUS_KV_VALUE_MAX (1u << 20)
+typedef struct chorus_wire_kv {
+    uint32_t op;
+    uint32_t key_len;
+    uint32_t value_len;
+    const unsigned char *key; /* points into the decoded buffer */
+    const unsigned char *value;
+} chorus_wire_kv;
+/* Encodes into a malloc'ed payload; returns its size via *len or NULL on overflow/NOMEM. */
+unsigned char *chorus__wire_encode_kv(uint32_t op, const void *key, uint32_t key_len,
+                                      const void *value, uint32_t value_len, size_t *len);
+chorus_result chorus__wire_decode_kv(const unsigned char *in, size_t len, chorus_wire_kv *kv);
+
+#endif

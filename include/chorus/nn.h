@@ -1,0 +1,299 @@
+/*
+ * nn.h - the Chorus C neural-network library (libchorus_nn): f32 layers with forward and
+ * backward passes, softmax cross-entropy, SGD and AdamW, the IDX (MNIST-format) data reader,
+ * the distributed sampler, checkpoints and data-parallel gradient synchronisation.
+ *
+ * A model is a sequence of layers built with nn_model_create() and nn_add_*(), then
+ * nn_model_finalize(). All parameters of a model live in ONE contiguous buffer
+ * (model->params) and all gradients in another of the same layout (model->grads); each layer
+ * holds views into them. That lets the runtime allreduce, fuse or overlap the gradients of
+ * the whole model, or of any layer, without copies.
+ *
+ * Activations are row-major, batch first: an image batch is (B,C,H,W), a feature batch
+ * (B,F). Shapes in comments name those dimensions. Functions that can fail with a cause
+ * worth telling the user return 0 on success and -1 on failure, with a one-line message in
+ * the caller's buffer (err, errlen). The library never exits the process and prints nothing.
+ */
+#ifndef CHORUS_NN_H
+#define CHORUS_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chorus.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- random numbers ------------------------------------------------------------------ */
+
+/* splitmix64: small, fast, and good enough for initialisation, shuffling and dropout. Its
+ * whole state is one integer, so it is trivial to checkpoint. */
+typedef struct nn_rng {
+    uint64_t s;
+} nn_rng;
+
+void nn_rng_seed(nn_rng *r, uint64_t seed);
+uint64_t nn_rng_next(nn_rng *r);
+/* Uniform in [0, 1). */
+float nn_rng_uniform(nn_rng *r);
+/* Uniform integer in [0, n), n > 0, without modulo bias. */
+uint64_t nn_rng_below(nn_rng *r, uint64_t n);
+/* Mixes several words into one seed (for per-epoch, per-rank, per-step streams). */
+uint64_t nn_seed_mix(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+
+/* ---- layers and models --------------------------------------------------------------- */
+
+typedef enum {
+    NN_LINEAR,
+    NN_CONV2D,
+    NN_MAXPOOL2D,
+    NN_RELU,
+    NN_GELU,
+    NN_DROPOUT,
+    NN_FLATTEN,
+    NN_LAYERNORM,
+    NN_KIND_COUNT
+} nn_kind;
+
+typedef struct nn_layer {
+    nn_kind kind;
+    int in_c, in_h, in_w;    /* per-sample input shape; features are (F) = (F,1,1) */
+    int out_c, out_h, out_w; /* per-sample output shape */
+    int k, stride, pad;      /* conv2d and maxpool2d window */
+    float p;                 /* dropout probability */
+    int inplace;             /* relu/dropout write over their input */
+    size_t param_off;        /* offset of this layer's parameters in model->params */
+    size_t nparams;          /* weight count + bias count */
+    float *w, *b;            /* views into model->params: weight, bias (gamma, beta) */
+    float *dw, *db;          /* views into model->grads, same layout */
+    const float *in;         /* input of the last forward: (B, in) */
+    float *out;              /* output of the last forward: (B, out) */
+    float *buf;              /* owned output buffer (unused when in place or flatten) */
+    float *cache;            /* conv2d: im2col columns (B, C*k*k, OH*OW); layernorm: mean,
+                                rstd (B, 2); dropout: scale mask (B, F) */
+    float *scratch;          /* conv2d: column gradients (C*k*k, OH*OW) */
+    int32_t *idx;            /* maxpool2d: argmax within the input plane (B, C, OH, OW) */
+} nn_layer;
+
+typedef struct nn_model {
+    int nlayers, cap;
+    nn_layer *layers;
+    int in_c, in_h, in_w; /* per-sample input shape */
+    int max_batch;        /* largest batch forward() accepts, fixed by finalize */
+    size_t nparams;       /* total parameter count */
+    float *params;        /* (nparams) every parameter, layer after layer */
+    float *grads;         /* (nparams) gradients, same layout */
+    float *dbuf[2];       /* ping-pong buffers for gradients w.r.t. activations */
+    int training;         /* dropout active when set */
+    uint64_t seed;        /* dropout streams derive from seed, rank and step */
+    uint64_t step;        /* set by the trainer before forward() */
+    int rank;             /* set by the trainer before forward() */
+} nn_model;
+
+/* Starts an empty model taking inputs of per-sample shape (c,h,w); features are (F,1,1).
+ * Returns NULL when out of memory. */
+nn_model *nn_model_create(int c, int h, int w);
+void nn_model_destroy(nn_model *m);
+
+/* Appending layers. Each uses the output shape of the layer before as its input shape.
+ * They return 0, or -1 when the shape does not fit (the model is then unusable). */
+int nn_add_linear(nn_model *m, int out_features); /* flattens (C,H,W) to F = C*H*W */
+int nn_add_conv2d(nn_model *m, int out_channels, int k, int stride, int pad);
+int nn_add_maxpool2d(nn_model *m, int k, int stride);
+int nn_add_relu(nn_model *m);
+int nn_add_gelu(nn_model *m);
+int nn_add_dropout(nn_model *m, float p);
+int nn_add_flatten(nn_model *m);
+int nn_add_layernorm(nn_model *m); /* normalises the C*H*W features of each sample */
+
+/* Allocates the parameter, gradient and activation buffers for batches of up to max_batch
+ * samples. Returns 0, or -1 when out of memory. */
+int nn_model_finalize(nn_model *m, int max_batch);
+
+/* He-uniform weights (bound sqrt(6/fan_in)), zero biases, unit LayerNorm gain; reproducible
+ * from seed. Also stores seed as the base of the dropout streams. */
+void nn_model_init_params(nn_model *m, uint64_t seed);
+
+/* Per-sample feature counts of the input and output. */
+size_t nn_model_in_features(const nn_model *m);
+size_t nn_model_out_features(const nn_model *m);
+
+/* Runs the layers on x (B, C, H, W), B <= max_batch (B may be 0). Returns the output
+ * (B, out_features), a buffer owned by the model and valid until the next forward. */
+const float *nn_forward(nn_model *m, const float *x, int B);
+
+/* Back-propagates dout (B, out_features) through the layers of the last forward, ADDING
+ * the parameter gradients to model->grads (so several backward passes accumulate). The
+ * gradient w.r.t. the model input is not computed. dout is not modified. */
+void nn_backward(nn_model *m, const float *dout, int B);
+
+void nn_zero_grad(nn_model *m);
+
+/* Softmax cross-entropy on logits (B, C) against labels (B). Returns the SUM over the batch
+ * of -log softmax(logits)[label]; writes dlogits (B, C) = (softmax - onehot) * grad_scale
+ * when dlogits is not NULL (grad_scale = 1/global batch gives the gradient of the mean);
+ * adds the number of argmax hits to *correct when correct is not NULL. */
+double nn_xent(const float *logits, const int32_t *labels, int B, int C, float grad_scale,
+               float *dlogits, int *correct);
+
+/* A short text name of a layer kind ("linear", "conv2d", ...). */
+const char *nn_kind_name(nn_kind k);
+
+/* ---- optimizers ---------------------------------------------------------------------- */
+
+typedef enum { NN_SGD, NN_ADAMW } nn_opt_kind;
+
+typedef struct nn_optim {
+    nn_opt_kind kind;
+    size_t n;           /* parameter count */
+    float momentum;     /* SGD */
+    int nesterov;       /* SGD */
+    float weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled */
+    float beta1, beta2, eps;
+    uint64_t t; /* steps taken */
+    float *m;   /* (n) SGD momentum buffer / Adam first moment */
+    float *v;   /* (n) Adam second moment; NULL for SGD */
+} nn_optim;
+
+/* SGD as in PyTorch (dampening 0): g += wd*p; buf = momentum*buf + g;
+ * p -= lr * (nesterov ? g + momentum*buf : buf). Returns 0 or -1 (out of memory). */
+int nn_optim_init_sgd(nn_optim *o, size_t n, float momentum, int nesterov, float weight_decay);
+/* AdamW as in PyTorch: p *= 1 - lr*wd; m,v moments; p -= lr * mhat / (sqrt(vhat) + eps). */
+int nn_optim_init_adamw(nn_optim *o, size_t n, float beta1, float beta2, float eps,
+                        float weight_decay);
+void nn_optim_free(nn_optim *o);
+/* One update of params (n) from grads (n) with learning rate lr. */
+void nn_optim_step(nn_optim *o, float *params, const float *grads, float lr);
+/* Floats of optimizer state (m and v) for checkpoints: 0, n or 2n. */
+size_t nn_optim_state_count(const nn_optim *o);
+
+/* ---- data: IDX files (MNIST, Fashion-MNIST) ------------------------------------------ */
+
+typedef struct nn_dataset {
+    int n;           /* samples */
+    int c, h, w;     /* per-sample shape: 1 x 28 x 28 */
+    uint8_t *images; /* (n, c, h, w) */
+    uint8_t *labels; /* (n) */
+    int nclasses;    /* 10 */
+    float mean, std; /* normalisation applied by nn_dataset_batch */
+} nn_dataset;
+
+#define NN_FASHION_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
+
+/* Reads an IDX file, gzip-compressed or plain. dims: 3 for images, 1 for labels. On success
+ * *data (malloc'd, caller frees) holds the bytes and shape[0..dims-1] the sizes. On failure
+ * the message names the file and the byte offset (in the decompressed stream) where the
+ * problem is: bad magic, wrong dimension count, implausible size, truncation, corrupt
+ * compressed data. */
+int nn_idx_read(const char *path, int dims, uint8_t **data, int shape[3], char *err, size_t errlen);
+
+/* Loads the train (train != 0) or test split of Fashion-MNIST from dir, or from
+ * NN_FASHION_DEFAULT_DIR when dir is NULL. A missing directory or file gives a message
+ * telling how to install the data (sudo apt-get install dataset-fashion-mnist) or where to
+ * point --data. */
+int nn_fashion_load(const char *dir, int train, nn_dataset *ds, char *err, size_t errlen);
+void nn_dataset_free(nn_dataset *ds);
+
+/* Gathers samples idx[0..B-1] into x (B, c, h, w) normalised as (v/255 - mean)/std, and
+ * their labels into y (B). */
+void nn_dataset_batch(const nn_dataset *ds, const uint32_t *idx, int B, float *x, int32_t *y);
+
+/* ---- distributed sampler ------------------------------------------------------------- */
+
+/* Every epoch the n sample indices are shuffled from (seed, epoch) with the same result on
+ * every rank. Global step s covers positions [s*G, min((s+1)*G, n)) of that order; rank r
+ * takes a contiguous slice of them whose size differs by at most one between ranks. So each
+ * epoch every sample is seen exactly once across all ranks, the shards are disjoint, and
+ * the samples of a global step do not depend on the world size. The last step of an epoch
+ * may be short (uneven shards; some ranks may get none). */
+typedef struct nn_sampler {
+    size_t n;            /* dataset size */
+    size_t global_batch; /* G */
+    int rank, world;
+    uint64_t seed;
+    uint64_t epoch; /* the order in perm */
+    uint32_t *perm; /* (n) */
+} nn_sampler;
+
+int nn_sampler_init(nn_sampler *s, size_t n, size_t global_batch, int rank, int world,
+                    uint64_t seed);
+void nn_sampler_free(nn_sampler *s);
+void nn_sampler_set_epoch(nn_sampler *s, uint64_t epoch);
+/* Steps per epoch: ceil(n / G). */
+size_t nn_sampler_steps(const nn_sampler *s);
+/* This rank's indices for global step `step` of the current epoch: returns their count
+ * (<= ceil(G / world)) and sets *idx to point into the permutation. *global_count (when not
+ * NULL) gets the number of samples of the step over all ranks. */
+size_t nn_sampler_batch(const nn_sampler *s, size_t step, const uint32_t **idx,
+                        size_t *global_count);
+/* Largest count nn_sampler_batch can return. */
+size_t nn_sampler_max_local(const nn_sampler *s);
+
+/* ---- checkpoints --------------------------------------------------------------------- */
+
+/* Where training stands. Saved with the parameters and optimizer state. */
+typedef struct nn_train_state {
+    uint64_t epoch;         /* epoch to run next */
+    uint64_t step_in_epoch; /* next global step within that epoch (the sampler position) */
+    uint64_t global_step;   /* optimizer steps taken */
+    uint64_t seed;          /* base seed: init, shuffling and dropout streams derive from it */
+    uint64_t rng;           /* trainer RNG state */
+    uint64_t model_sig;     /* hash of the architecture: refuses a checkpoint of another model */
+} nn_train_state;
+
+/* Hash of the layer kinds and shapes of a finalized model. */
+uint64_t nn_model_signature(const nn_model *m);
+
+/* Writes dir/ckpt-<global_step>.chk atomically (temporary file, fsync, rename, fsync of the
+ * directory) and removes older checkpoints except the one before it. Format: magic, version,
+ * sizes, state, parameters, optimizer state, CRC32 of all of that, and an end marker. */
+int nn_ckpt_save(const char *dir, const nn_model *m, const nn_optim *o, const nn_train_state *st,
+                 char *err, size_t errlen);
+
+/* Reads one checkpoint file into m, o and st, checking magic, version, sizes, signature,
+ * CRC and end marker. Nothing is modified when it fails. */
+int nn_ckpt_load_file(const char *path, nn_model *m, nn_optim *o, nn_train_state *st, char *err,
+                      size_t errlen);
+
+/* Loads the newest valid checkpoint in dir; a newer one that is corrupt is refused and the
+ * refusal described in note (when not NULL), e.g. "refusing DIR/ckpt-20.chk: CRC mismatch;
+ * using previous DIR/ckpt-10.chk". Returns 1 when one was loaded (its path in used), 0 when
+ * dir holds none, -1 when every one is corrupt (err says why). */
+int nn_ckpt_load_latest(const char *dir, nn_model *m, nn_optim *o, nn_train_state *st, char *used,
+                        size_t usedlen, char *note, size_t notelen, char *err, size_t errlen);
+
+/* ---- data-parallel gradient synchronisation ------------------------------------------ */
+
+/* The one place where the trainer talks to the communicator about gradients. Today it calls
+ * chorus_allreduce in place, per layer or once over the whole (contiguous) gradient buffer;
+ * an overlapping runtime can replace it without touching the training loop. */
+typedef enum {
+    NN_SYNC_LAYER, /* one allreduce per layer that has parameters, last layer first */
+    NN_SYNC_FUSED  /* one allreduce over model->grads */
+} nn_sync_mode;
+
+typedef struct nn_dist {
+    chorus_comm *comm;
+    int rank, size;
+    nn_sync_mode mode;
+    double wait_s; /* seconds spent in collectives since init (comm wait time) */
+    char err[512]; /* detail of the last failure */
+} nn_dist;
+
+void nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode);
+/* Copies rank 0's parameters to every rank. 0 or -1 (d->err says why). */
+int nn_dist_broadcast_params(nn_dist *d, nn_model *m);
+/* Sums model->grads over the ranks, in place. The caller scales the loss gradient by
+ * 1/global batch, so the sum is the gradient of the global mean loss. 0 or -1. */
+int nn_dist_sync_grads(nn_dist *d, nn_model *m);
+/* Sums n doubles over the ranks, in place (loss and accuracy counters). 0 or -1. */
+int nn_dist_sum(nn_dist *d, double *v, int n);
+/* Broadcasts n bytes from rank 0. 0 or -1. */
+int nn_dist_broadcast_bytes(nn_dist *d, void *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CHORUS_NN_H */

@@ -1,0 +1,202 @@
+/*
+ * data.c - the IDX reader (the MNIST file format, gzip-compressed or plain, through zlib)
+ * and the Fashion-MNIST loader. Every failure names the file and, for bad contents, the
+ * byte offset in the decompressed stream where it was found.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "chorus/nn.h"
+#include "nn_internal.h"
+
+#define IDX_MAX_DIM   (1 << 24)
+#define IDX_MAX_BYTES ((size_t)1 << 31)
+
+/* Reads exactly n bytes at decompressed offset *off; on failure formats why into err. */
+static int read_exact(gzFile f, const char *path, void *buf, size_t n, size_t *off,
+                      const char *what, char *err, size_t errlen)
+{
+    size_t got = 0;
+    while (got < n) {
+        unsigned chunk = n - got > (1u << 30) ? (1u << 30) : (unsigned)(n - got);
+        int r = gzread(f, (char *)buf + got, chunk);
+        if (r < 0) {
+            int zerr;
+            const char *msg = gzerror(f, &zerr);
+            if (zerr == Z_ERRNO)
+                return nn__fail(err, errlen, "%s: read error at byte %zu: %s", path, *off + got,
+                                strerror(errno));
+            return nn__fail(err, errlen, "%s: corrupt compressed data near byte %zu of %s: %s",
+                            path, *off + got, what, msg);
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    if (got < n) {
+        int zerr;
+        const char *msg = gzerror(f, &zerr);
+        if (zerr != Z_OK && zerr != Z_BUF_ERROR)
+            return nn__fail(err, errlen, "%s: corrupt compressed data near byte %zu of %s: %s",
+                            path, *off + got, what, msg);
+        return nn__fail(err, errlen,
+                        "%s: truncated at byte %zu: %s needs %zu bytes from byte %zu, file has "
+                        "%zu",
+                        path, *off + got, what, n, *off, got);
+    }
+    *off += n;
+    return 0;
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+int nn_idx_read(const char *path, int dims, uint8_t **data, int shape[3], char *err, size_t errlen)
+{
+    *data = NULL;
+    if (dims < 1 || dims > 3) return nn__fail(err, errlen, "%s: bad dimension count", path);
+    gzFile f = gzopen(path, "rb");
+    if (!f) return nn__fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    gzbuffer(f, 1 << 20);
+    uint8_t hdr[16];
+    size_t off = 0;
+    uint8_t *buf = NULL;
+    if (read_exact(f, path, hdr, 4, &off, "the IDX magic", err, errlen)) goto fail;
+    uint32_t magic = be32(hdr), want = 0x0800u | (uint32_t)dims;
+    if (magic != want) {
+        nn__fail(err, errlen,
+                 "%s: bad IDX magic 0x%08x at byte 0 (expected 0x%08x: unsigned bytes, %d "
+                 "dimension%s)",
+                 path, magic, want, dims, dims > 1 ? "s" : "");
+        goto fail;
+    }
+    if (read_exact(f, path, hdr + 4, 4 * (size_t)dims, &off, "the IDX dimensions", err, errlen))
+        goto fail;
+    size_t total = 1;
+    for (int i = 0; i < dims; i++) {
+        uint32_t d = be32(hdr + 4 + 4 * i);
+        if (d == 0 || d > IDX_MAX_DIM) {
+            nn__fail(err, errlen, "%s: implausible dimension %u at byte %d", path, d, 4 + 4 * i);
+            goto fail;
+        }
+        shape[i] = (int)d;
+        total *= d;
+        if (total > IDX_MAX_BYTES) {
+            nn__fail(err, errlen, "%s: data size in the header at byte %d is too large", path,
+                     4 + 4 * i);
+            goto fail;
+        }
+    }
+    buf = malloc(total);
+    if (!buf) {
+        nn__fail(err, errlen, "%s: out of memory for %zu bytes", path, total);
+        goto fail;
+    }
+    if (read_exact(f, path, buf, total, &off, "the data", err, errlen)) goto fail;
+    /* Reading past the end checks the gzip trailer (CRC and length) and catches junk. */
+    uint8_t extra;
+    int r = gzread(f, &extra, 1);
+    if (r != 0) {
+        int zerr;
+        const char *msg = gzerror(f, &zerr);
+        if (r < 0)
+            nn__fail(err, errlen, "%s: corrupt compressed data at the end (byte %zu): %s", path,
+                     off, msg);
+        else
+            nn__fail(err, errlen, "%s: unexpected data after byte %zu (the header says %zu)", path,
+                     off, off);
+        goto fail;
+    }
+    gzclose(f);
+    *data = buf;
+    return 0;
+fail:
+    free(buf);
+    gzclose(f);
+    return -1;
+}
+
+/* Picks name.gz, or name when only the uncompressed file is there. */
+static int find_file(const char *dir, const char *name, char *path, size_t len)
+{
+    struct stat st;
+    snprintf(path, len, "%s/%s.gz", dir, name);
+    if (stat(path, &st) == 0) return 0;
+    char plain[4096];
+    snprintf(plain, sizeof(plain), "%s/%s", dir, name);
+    if (stat(plain, &st) == 0) {
+        snprintf(path, len, "%s", plain);
+        return 0;
+    }
+    return -1;
+}
+
+int nn_fashion_load(const char *dir, int train, nn_dataset *ds, char *err, size_t errlen)
+{
+    memset(ds, 0, sizeof(*ds));
+    int is_default = dir == NULL;
+    if (!dir) dir = NN_FASHION_DEFAULT_DIR;
+    const char *split = train ? "train" : "t10k";
+    char ipath[4096], lpath[4096], name[64];
+    const char *hint = is_default ? "install it with: sudo apt-get install dataset-fashion-mnist "
+                                    "(or pass --data DIR)"
+                                  : "pass --data with the directory holding the four "
+                                    "*-ubyte.gz files, or install the default copy with: sudo "
+                                    "apt-get install dataset-fashion-mnist";
+    snprintf(name, sizeof(name), "%s-images-idx3-ubyte", split);
+    if (find_file(dir, name, ipath, sizeof(ipath)))
+        return nn__fail(err, errlen, "Fashion-MNIST not found: %s does not exist; %s", ipath, hint);
+    snprintf(name, sizeof(name), "%s-labels-idx1-ubyte", split);
+    if (find_file(dir, name, lpath, sizeof(lpath)))
+        return nn__fail(err, errlen, "Fashion-MNIST not found: %s does not exist; %s", lpath, hint);
+    int ishape[3], lshape[3];
+    if (nn_idx_read(ipath, 3, &ds->images, ishape, err, errlen)) return -1;
+    if (nn_idx_read(lpath, 1, &ds->labels, lshape, err, errlen)) {
+        nn_dataset_free(ds);
+        return -1;
+    }
+    if (lshape[0] != ishape[0]) {
+        nn_dataset_free(ds);
+        return nn__fail(err, errlen, "%s has %d labels but %s has %d images", lpath, lshape[0],
+                        ipath, ishape[0]);
+    }
+    for (int i = 0; i < lshape[0]; i++)
+        if (ds->labels[i] >= 10) {
+            int v = ds->labels[i];
+            nn_dataset_free(ds);
+            return nn__fail(err, errlen, "%s: label %d at byte %d is not a class in 0..9", lpath, v,
+                            8 + i);
+        }
+    ds->n = ishape[0];
+    ds->c = 1;
+    ds->h = ishape[1];
+    ds->w = ishape[2];
+    ds->nclasses = 10;
+    /* Fashion-MNIST training-set pixel statistics. */
+    ds->mean = 0.2860f;
+    ds->std = 0.3530f;
+    return 0;
+}
+
+void nn_dataset_free(nn_dataset *ds)
+{
+    free(ds->images);
+    free(ds->labels);
+    ds->images = ds->labels = NULL;
+}
+
+void nn_dataset_batch(const nn_dataset *ds, const uint32_t *idx, int B, float *x, int32_t *y)
+{
+    size_t F = (size_t)ds->c * ds->h * ds->w;
+    float scale = 1.0f / (255.0f * ds->std), shift = -ds->mean / ds->std;
+    for (int n = 0; n < B; n++) {
+        const uint8_t *src = ds->images + (size_t)idx[n] * F;
+        float *dst = x + (size_t)n * F;
+        for (size_t i = 0; i < F; i++) dst[i] = (float)src[i] * scale + shift;
+        y[n] = ds->labels[idx[n]];
+    }
+}

@@ -1,0 +1,280 @@
+/*
+ * model.c - building a sequential model: appending layers, working out shapes, and
+ * allocating the one contiguous parameter buffer, the one gradient buffer of the same
+ * layout, and the activation buffers for a maximum batch size.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chorus/nn.h"
+#include "nn_internal.h"
+
+nn_model *nn_model_create(int c, int h, int w)
+{
+    if (c <= 0 || h <= 0 || w <= 0) return NULL;
+    nn_model *m = calloc(1, sizeof(*m));
+    if (!m) return NULL;
+    m->in_c = c;
+    m->in_h = h;
+    m->in_w = w;
+    m->training = 1;
+    return m;
+}
+
+void nn_model_destroy(nn_model *m)
+{
+    if (!m) return;
+    for (int i = 0; i < m->nlayers; i++) {
+        nn_layer *L = &m->layers[i];
+        free(L->buf);
+        free(L->cache);
+        free(L->scratch);
+        free(L->idx);
+    }
+    free(m->layers);
+    free(m->params);
+    free(m->grads);
+    free(m->dbuf[0]);
+    free(m->dbuf[1]);
+    free(m);
+}
+
+const char *nn_kind_name(nn_kind k)
+{
+    static const char *names[NN_KIND_COUNT] = {"linear", "conv2d",  "maxpool2d", "relu",
+                                               "gelu",   "dropout", "flatten",   "layernorm"};
+    return (unsigned)k < NN_KIND_COUNT ? names[k] : "unknown";
+}
+
+/* Appends a layer whose input is the current output shape; NULL when out of memory or
+ * after finalize. */
+static nn_layer *push(nn_model *m, nn_kind kind)
+{
+    if (m->params) return NULL;
+    if (m->nlayers == m->cap) {
+        int cap = m->cap ? 2 * m->cap : 8;
+        nn_layer *l = realloc(m->layers, (size_t)cap * sizeof(*l));
+        if (!l) return NULL;
+        m->layers = l;
+        m->cap = cap;
+    }
+    nn_layer *L = &m->layers[m->nlayers];
+    memset(L, 0, sizeof(*L));
+    L->kind = kind;
+    if (m->nlayers == 0) {
+        L->in_c = m->in_c;
+        L->in_h = m->in_h;
+        L->in_w = m->in_w;
+    } else {
+        nn_layer *P = &m->layers[m->nlayers - 1];
+        L->in_c = P->out_c;
+        L->in_h = P->out_h;
+        L->in_w = P->out_w;
+    }
+    L->out_c = L->in_c;
+    L->out_h = L->in_h;
+    L->out_w = L->in_w;
+    m->nlayers++;
+    return L;
+}
+
+int nn_add_linear(nn_model *m, int out_features)
+{
+    if (out_features <= 0) return -1;
+    nn_layer *L = push(m, NN_LINEAR);
+    if (!L) return -1;
+    size_t in = nn__in_features(L);
+    L->out_c = out_features;
+    L->out_h = L->out_w = 1;
+    L->nparams = in * (size_t)out_features + (size_t)out_features;
+    return 0;
+}
+
+int nn_add_conv2d(nn_model *m, int out_channels, int k, int stride, int pad)
+{
+    if (out_channels <= 0 || k <= 0 || stride <= 0 || pad < 0) return -1;
+    nn_layer *L = push(m, NN_CONV2D);
+    if (!L) return -1;
+    L->k = k;
+    L->stride = stride;
+    L->pad = pad;
+    int oh = (L->in_h + 2 * pad - k) / stride + 1;
+    int ow = (L->in_w + 2 * pad - k) / stride + 1;
+    if (L->in_h + 2 * pad < k || L->in_w + 2 * pad < k || oh <= 0 || ow <= 0) {
+        m->nlayers--;
+        return -1;
+    }
+    L->out_c = out_channels;
+    L->out_h = oh;
+    L->out_w = ow;
+    L->nparams = (size_t)out_channels * (size_t)L->in_c * (size_t)(k * k) + (size_t)out_channels;
+    return 0;
+}
+
+int nn_add_maxpool2d(nn_model *m, int k, int stride)
+{
+    if (k <= 0 || stride <= 0) return -1;
+    nn_layer *L = push(m, NN_MAXPOOL2D);
+    if (!L) return -1;
+    if (L->in_h < k || L->in_w < k) {
+        m->nlayers--;
+        return -1;
+    }
+    L->k = k;
+    L->stride = stride;
+    L->out_h = (L->in_h - k) / stride + 1;
+    L->out_w = (L->in_w - k) / stride + 1;
+    return 0;
+}
+
+int nn_add_relu(nn_model *m)
+{
+    return push(m, NN_RELU) ? 0 : -1;
+}
+
+int nn_add_gelu(nn_model *m)
+{
+    return push(m, NN_GELU) ? 0 : -1;
+}
+
+int nn_add_dropout(nn_model *m, float p)
+{
+    if (!(p >= 0.0f && p < 1.0f)) return -1;
+    nn_layer *L = push(m, NN_DROPOUT);
+    if (!L) return -1;
+    L->p = p;
+    return 0;
+}
+
+int nn_add_flatten(nn_model *m)
+{
+    nn_layer *L = push(m, NN_FLATTEN);
+    if (!L) return -1;
+    L->out_c = (int)nn__in_features(L);
+    L->out_h = L->out_w = 1;
+    return 0;
+}
+
+int nn_add_layernorm(nn_model *m)
+{
+    nn_layer *L = push(m, NN_LAYERNORM);
+    if (!L) return -1;
+    L->nparams = 2 * nn__in_features(L);
+    return 0;
+}
+
+size_t nn_model_in_features(const nn_model *m)
+{
+    return (size_t)m->in_c * (size_t)m->in_h * (size_t)m->in_w;
+}
+
+size_t nn_model_out_features(const nn_model *m)
+{
+    if (m->nlayers == 0) return nn_model_in_features(m);
+    return nn__out_features(&m->layers[m->nlayers - 1]);
+}
+
+static void *falloc(size_t n)
+{
+    return calloc(n ? n : 1, sizeof(float));
+}
+
+int nn_model_finalize(nn_model *m, int max_batch)
+{
+    if (m->params || m->nlayers == 0 || max_batch <= 0) return -1;
+    size_t B = (size_t)max_batch, total = 0, dmax = 0;
+    for (int i = 0; i < m->nlayers; i++) {
+        nn_layer *L = &m->layers[i];
+        L->param_off = total;
+        total += L->nparams;
+        size_t in = nn__in_features(L), out = nn__out_features(L);
+        if (in > dmax) dmax = in;
+        /* ReLU and dropout work in place on a buffer the model owns; only when every layer
+         * before them is a flatten can their input be the caller's x. */
+        int may_see_user_input = 1;
+        for (int j = 0; j < i; j++)
+            if (m->layers[j].kind != NN_FLATTEN) may_see_user_input = 0;
+        int needs_buf = L->kind != NN_FLATTEN;
+        if ((L->kind == NN_RELU || L->kind == NN_DROPOUT) && !may_see_user_input) needs_buf = 0;
+        if (needs_buf && !(L->buf = falloc(B * out))) return -1;
+        switch (L->kind) {
+        case NN_CONV2D: {
+            size_t rows = (size_t)L->in_c * (size_t)(L->k * L->k);
+            size_t cols = (size_t)L->out_h * (size_t)L->out_w;
+            if (!(L->cache = falloc(B * rows * cols))) return -1;
+            if (!(L->scratch = falloc(rows * cols))) return -1;
+            break;
+        }
+        case NN_MAXPOOL2D:
+            if (!(L->idx = calloc(B * out, sizeof(int32_t)))) return -1;
+            break;
+        case NN_LAYERNORM:
+            if (!(L->cache = falloc(2 * B))) return -1;
+            break;
+        case NN_DROPOUT:
+            if (!(L->cache = falloc(B * in))) return -1;
+            break;
+        default: break;
+        }
+    }
+    m->nparams = total;
+    m->params = falloc(total);
+    m->grads = falloc(total);
+    m->dbuf[0] = falloc(B * dmax);
+    m->dbuf[1] = falloc(B * dmax);
+    if (!m->params || !m->grads || !m->dbuf[0] || !m->dbuf[1]) {
+        free(m->params);
+        m->params = NULL;
+        return -1;
+    }
+    m->max_batch = max_batch;
+    for (int i = 0; i < m->nlayers; i++) {
+        nn_layer *L = &m->layers[i];
+        if (!L->nparams) continue;
+        size_t nb = nn__bias_count(L);
+        L->w = m->params + L->param_off;
+        L->dw = m->grads + L->param_off;
+        L->b = L->w + (L->nparams - nb);
+        L->db = L->dw + (L->nparams - nb);
+    }
+    return 0;
+}
+
+void nn_model_init_params(nn_model *m, uint64_t seed)
+{
+    m->seed = seed;
+    for (int i = 0; i < m->nlayers; i++) {
+        nn_layer *L = &m->layers[i];
+        if (!L->nparams) continue;
+        size_t nb = nn__bias_count(L), nw = L->nparams - nb;
+        nn_rng r;
+        nn_rng_seed(&r, nn_seed_mix(seed, 0x1a7e5, (uint64_t)i, 0));
+        if (L->kind == NN_LAYERNORM) {
+            for (size_t j = 0; j < nw; j++) L->w[j] = 1.0f;
+        } else {
+            size_t fan_in = nw / (size_t)L->out_c;
+            float bound = sqrtf(6.0f / (float)fan_in);
+            for (size_t j = 0; j < nw; j++) L->w[j] = (2.0f * nn_rng_uniform(&r) - 1.0f) * bound;
+        }
+        for (size_t j = 0; j < nb; j++) L->b[j] = 0.0f;
+    }
+}
+
+void nn_zero_grad(nn_model *m)
+{
+    memset(m->grads, 0, m->nparams * sizeof(float));
+}
+
+uint64_t nn_model_signature(const nn_model *m)
+{
+    uint64_t h = nn_seed_mix(0xc0ffee, (uint64_t)m->in_c, (uint64_t)m->in_h, (uint64_t)m->in_w);
+    for (int i = 0; i < m->nlayers; i++) {
+        const nn_layer *L = &m->layers[i];
+        uint64_t shape =
+            ((uint64_t)L->out_c << 40) ^ ((uint64_t)L->out_h << 20) ^ (uint64_t)L->out_w;
+        uint64_t win = ((uint64_t)L->k << 32) ^ ((uint64_t)L->stride << 16) ^ (uint64_t)L->pad;
+        h = nn_seed_mix(h, (uint64_t)L->kind, shape, win ^ L->nparams);
+    }
+    return h;
+}

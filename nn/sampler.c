@@ -1,0 +1,72 @@
+/*
+ * sampler.c - the distributed sampler: one shuffled order per epoch shared by all ranks,
+ * cut into global batches, each global batch cut into near-equal contiguous slices, one per
+ * rank. See nn.h for the guarantees.
+ */
+#include <stdlib.h>
+
+#include "chorus/nn.h"
+
+int nn_sampler_init(nn_sampler *s, size_t n, size_t global_batch, int rank, int world,
+                    uint64_t seed)
+{
+    if (n == 0 || n > UINT32_MAX || global_batch == 0 || world <= 0 || rank < 0 || rank >= world)
+        return -1;
+    s->n = n;
+    s->global_batch = global_batch;
+    s->rank = rank;
+    s->world = world;
+    s->seed = seed;
+    s->perm = malloc(n * sizeof(uint32_t));
+    if (!s->perm) return -1;
+    nn_sampler_set_epoch(s, 0);
+    return 0;
+}
+
+void nn_sampler_free(nn_sampler *s)
+{
+    free(s->perm);
+    s->perm = NULL;
+}
+
+void nn_sampler_set_epoch(nn_sampler *s, uint64_t epoch)
+{
+    s->epoch = epoch;
+    for (size_t i = 0; i < s->n; i++) s->perm[i] = (uint32_t)i;
+    /* Fisher-Yates from a stream that depends only on (seed, epoch). */
+    nn_rng r;
+    nn_rng_seed(&r, nn_seed_mix(s->seed, 0x5a3b1e, epoch, 0));
+    for (size_t i = s->n - 1; i > 0; i--) {
+        size_t j = (size_t)nn_rng_below(&r, (uint64_t)i + 1);
+        uint32_t t = s->perm[i];
+        s->perm[i] = s->perm[j];
+        s->perm[j] = t;
+    }
+}
+
+size_t nn_sampler_steps(const nn_sampler *s)
+{
+    return (s->n + s->global_batch - 1) / s->global_batch;
+}
+
+size_t nn_sampler_batch(const nn_sampler *s, size_t step, const uint32_t **idx,
+                        size_t *global_count)
+{
+    size_t start = step * s->global_batch;
+    size_t count = start >= s->n ? 0 : s->n - start;
+    if (count > s->global_batch) count = s->global_batch;
+    /* Rank r gets count/world samples, plus one for the first count%world ranks. */
+    size_t w = (size_t)s->world, r = (size_t)s->rank;
+    size_t base = count / w, extra = count % w;
+    size_t mine = base + (r < extra);
+    size_t off = r * base + (r < extra ? r : extra);
+    *idx = s->perm + (start < s->n ? start : s->n) + (mine ? off : 0);
+    if (global_count) *global_count = count;
+    return mine;
+}
+
+size_t nn_sampler_max_local(const nn_sampler *s)
+{
+    size_t g = s->global_batch < s->n ? s->global_batch : s->n;
+    return (g + (size_t)s->world - 1) / (size_t)s->world;
+}

@@ -158,3 +158,31 @@ chorus_result chorus__wire_decode_kv(const unsigned char *in, size_t len, chorus
     kv->value = in + 12 + kv->key_len;
     return CHORUS_OK;
 }
+
+const char *chorus__dtype_name(int dtype)
+{
+    static const char *names[] = {"int8",    "uint8",    "int32",   "int64",
+                                  "float16", "bfloat16", "float32", "float64"};
+    return dtype >= 0 && dtype < CHORUS_DTYPE_COUNT ? names[dtype] : "unknown-dtype";
+}
+
+const char *chorus__op_name(int op)
+{
+    static const char *names[] = {"sum", "prod", "min", "max", "avg"};
+    return op >= 0 && op < CHORUS_OP_COUNT ? names[op] : "unknown-op";
+}
+
+void chorus__wire_describe(const chorus_wire_hdr *h, char *out, size_t len)
+{
+    static const char *kinds[] = {"?",         "allreduce", "broadcast", "allgather",
+                                  "reduce_scatter", "alltoall",  "barrier",   "comm_split"};
+    if (h->type == CHORUS_MSG_P2P) {
+        snprintf(out, len, "send with tag %d of %llu bytes", h->tag, (unsigned long long)h->len);
+        return;
+    }
+    unsigned kind = h->coll & 0xff, dt = (h->coll >> 8) & 0xff, op = (h->coll >> 16) & 0xff;
+    snprintf(out, len, "%s #%llu (%s, %s, count %llu; message %d of %llu bytes)",
+             kind < CHORUS_COLL_KIND_MAX ? kinds[kind] : "?", (unsigned long long)h->seq,
+             chorus__dtype_name((int)dt), chorus__op_name((int)op), (unsigned long long)h->count,
+             h->tag, (unsigned long long)h->len);
+}

@@ -89,4 +89,25 @@ unsigned char *chorus__wire_encode_kv(uint32_t op, const void *key, uint32_t key
                                       const void *value, uint32_t value_len, size_t *len);
 chorus_result chorus__wire_decode_kv(const unsigned char *in, size_t len, chorus_wire_kv *kv);
 
+
+
+/* Collective kinds carried in chorus_wire_hdr.coll (low byte). */
+enum chorus_coll_kind {
+    CHORUS_COLL_ALLREDUCE = 1,
+    CHORUS_COLL_BROADCAST,
+    CHORUS_COLL_ALLGATHER,
+    CHORUS_COLL_REDUCE_SCATTER,
+    CHORUS_COLL_ALLTOALL,
+    CHORUS_COLL_BARRIER,
+    CHORUS_COLL_SPLIT,
+    CHORUS_COLL_KIND_MAX
+};
+static inline uint32_t chorus__coll_sig(int kind, int dtype, int op)
+{
+    return (uint32_t)kind | ((uint32_t)dtype << 8) | ((uint32_t)op << 16);
+}
+/* Human description of a data header, for mismatch messages. */
+void chorus__wire_describe(const chorus_wire_hdr *h, char *out, size_t len);
+const char *chorus__dtype_name(int dtype);
+const char *chorus__op_name(int op);
 #endif

@@ -1,0 +1,41 @@
+#!/bin/sh
+# compare_tcp: Chorus over TCP against Open MPI over TCP, 2 ranks on loopback, one run.
+#
+#   bench/compare_tcp.sh                 # 4 B .. 64 MiB, factor 4
+#   REPEAT=3 bench/compare_tcp.sh        # three interleaved runs each, per-size medians
+#
+# Runs, in turn (REPEAT times, interleaved so both see the same machine noise):
+#   chorus   CHORUS_SHM=0 chorus-run -np 2 -- chorus-bench -c allreduce -d float32 -o sum ...
+#   ompi     mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo -np 2
+#            bench/mpi_allreduce (built here with mpicc)
+# and prints one table: time and busbw of each, chorus/ompi busbw and time ratios.
+# Without a built chorus-bench the Open MPI baseline still runs (and the table says so).
+# Knobs (BUILD, MIN, MAX, FACTOR, REPEAT, OUT, NP, ...): see bench/common.sh.
+# Exit status 1 if any run failed or reported wrong results.
+set -eu
+# shellcheck source=bench/common.sh
+. "$(cd "$(dirname "$0")" && pwd)/common.sh"
+NP=${NP:-2}
+
+build_baselines
+describe_env >"$OUT/env.txt"
+have_chorus || say "bench: chorus-bench missing at $CHORUS_BENCH: running the Open MPI baseline only"
+
+r=1
+while [ "$r" -le "$REPEAT" ]; do
+    if have_chorus; then
+        run_chorus "chorus.$r" "$NP" CHORUS_SHM=0
+    fi
+    run_ompi "ompi.$r" "$NP" --mca btl tcp,self --mca btl_tcp_if_include lo
+    r=$((r + 1))
+done
+
+{
+    cat "$OUT/env.txt"
+    echo "# allreduce float32 sum, $NP ranks on loopback TCP; $MIN..$MAX x$FACTOR; REPEAT=$REPEAT"
+    echo "#   chorus: CHORUS_SHM=0 chorus-run -np $NP -- chorus-bench"
+    echo "#   ompi:   mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo"
+    "$PYTHON" "$BENCH_DIR/benchtab.py" --np "$NP" "$(chorus_spec chorus)" "ompi=$(files ompi)"
+} | tee "$OUT/table.txt"
+say "bench: raw outputs and table in $OUT"
+exit "$FAILED"

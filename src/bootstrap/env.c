@@ -1,0 +1,190 @@
+/* env.c - reading the job from the environment of the launcher that started us. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap/env.h"
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+/* Parses a non-negative int; -1 if the text is not one. */
+static int parse_int(const char *s)
+{
+    if (!s) return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < 0 || v > 1 << 24) return -1;
+    return (int)v;
+}
+
+static chorus_result get_int(const char *name, int *out, chorus_errbuf *e)
+{
+    const char *v = env(name);
+    *out = parse_int(v);
+    if (*out < 0)
+        return chorus__fail(e, CHORUS_ERR_ENV, "%s=%s is not a valid non-negative integer", name,
+                            v ? v : "");
+    return CHORUS_OK;
+}
+
+/* Optional integer: -1 when unset, error when set to garbage. */
+static chorus_result get_opt_int(const char *name, int *out, chorus_errbuf *e)
+{
+    if (!env(name)) {
+        *out = -1;
+        return CHORUS_OK;
+    }
+    return get_int(name, out, e);
+}
+
+/* First host of a Slurm node list: "node[03-05,9],gpu1" -> "node03". */
+static void first_slurm_host(const char *list, char *out, size_t len)
+{
+    size_t i = 0, o = 0;
+    while (list[i] && list[i] != ',' && list[i] != '[' && o + 1 < len) out[o++] = list[i++];
+    if (list[i] == '[') {
+        i++;
+        while (list[i] && list[i] != '-' && list[i] != ',' && list[i] != ']' && o + 1 < len)
+            out[o++] = list[i++];
+    }
+    out[o] = 0;
+}
+
+static chorus_result use_master(chorus_job *j, int port_offset, chorus_errbuf *e)
+{
+    const char *addr = env("MASTER_ADDR"), *port = env("MASTER_PORT");
+    if (!addr || !port)
+        return chorus__fail(e, CHORUS_ERR_ENV,
+                            "%s: MASTER_ADDR and MASTER_PORT must both be set (MASTER_ADDR=%s "
+                            "MASTER_PORT=%s)",
+                            j->launcher, addr ? addr : "(unset)", port ? port : "(unset)");
+    int p = parse_int(port);
+    if (p <= 0 || p + port_offset > 65535)
+        return chorus__fail(e, CHORUS_ERR_ENV, "MASTER_PORT=%s is not a valid port", port);
+    snprintf(j->store_addr, sizeof(j->store_addr), "%s:%d", addr, p + port_offset);
+    j->serve_store = 1;
+    return CHORUS_OK;
+}
+
+static void use_file(chorus_job *j)
+{
+    const char *dir = env("TMPDIR");
+    snprintf(j->rdzv_file, sizeof(j->rdzv_file), "%s/chorus-rdzv-%s", dir ? dir : "/tmp", j->job);
+    j->serve_store = 1;
+}
+
+chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
+{
+    memset(j, 0, sizeof(*j));
+    j->local_rank = j->local_size = -1;
+    const char *id = env("CHORUS_JOB_ID");
+    if (env("CHORUS_RANK") || env("CHORUS_SIZE")) {
+        j->launcher = "chorus-run";
+        CHORUS_CHECK(get_int("CHORUS_RANK", &j->rank, e));
+        CHORUS_CHECK(get_int("CHORUS_SIZE", &j->size, e));
+        CHORUS_CHECK(get_opt_int("CHORUS_LOCAL_RANK", &j->local_rank, e));
+        CHORUS_CHECK(get_opt_int("CHORUS_LOCAL_SIZE", &j->local_size, e));
+        snprintf(j->job, sizeof(j->job), "%s", id ? id : "chorus");
+        const char *store = env("CHORUS_STORE_ADDR");
+        if (store)
+            snprintf(j->store_addr, sizeof(j->store_addr), "%s", store);
+        else if (j->size > 1)
+            CHORUS_CHECK(use_master(j, 0, e));
+    } else if (env("OMPI_COMM_WORLD_RANK")) {
+        j->launcher = "mpirun";
+        CHORUS_CHECK(get_int("OMPI_COMM_WORLD_RANK", &j->rank, e));
+        CHORUS_CHECK(get_int("OMPI_COMM_WORLD_SIZE", &j->size, e));
+        CHORUS_CHECK(get_opt_int("OMPI_COMM_WORLD_LOCAL_RANK", &j->local_rank, e));
+        CHORUS_CHECK(get_opt_int("OMPI_COMM_WORLD_LOCAL_SIZE", &j->local_size, e));
+        const char *jid = env("OMPI_MCA_ess_base_jobid");
+        if (!jid) jid = env("PMIX_NAMESPACE");
+        snprintf(j->job, sizeof(j->job), "ompi-%s", id ? id : jid ? jid : "0");
+    } else if (env("PMI_RANK")) {
+        j->launcher = "pmi";
+        CHORUS_CHECK(get_int("PMI_RANK", &j->rank, e));
+        CHORUS_CHECK(get_int("PMI_SIZE", &j->size, e));
+        CHORUS_CHECK(get_opt_int("MPI_LOCALRANKID", &j->local_rank, e));
+        CHORUS_CHECK(get_opt_int("MPI_LOCALNRANKS", &j->local_size, e));
+        const char *jid = env("PMI_KVSNAME");
+        snprintf(j->job, sizeof(j->job), "pmi-%s", id ? id : jid ? jid : "0");
+    } else if (env("SLURM_PROCID") && env("SLURM_STEP_ID")) {
+        j->launcher = "srun";
+        CHORUS_CHECK(get_int("SLURM_PROCID", &j->rank, e));
+        CHORUS_CHECK(get_int(env("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS",
+                             &j->size, e));
+        CHORUS_CHECK(get_opt_int("SLURM_LOCALID", &j->local_rank, e));
+        int jobid = parse_int(env("SLURM_JOB_ID")), step = parse_int(env("SLURM_STEP_ID"));
+        snprintf(j->job, sizeof(j->job), "slurm-%s", id ? id : "");
+        if (!id) snprintf(j->job, sizeof(j->job), "slurm-%d.%d", jobid, step);
+        int nodes = parse_int(env("SLURM_STEP_NUM_NODES"));
+        if (nodes < 0) nodes = parse_int(env("SLURM_NNODES"));
+        if (!env("MASTER_ADDR") && !env("CHORUS_STORE_ADDR") && nodes > 1) {
+            /* Several nodes and no meeting point given: the first node of the step serves
+             * the store on a port derived from the job and step ids. */
+            const char *list = env("SLURM_STEP_NODELIST");
+            if (!list) list = env("SLURM_JOB_NODELIST");
+            if (!list)
+                return chorus__fail(e, CHORUS_ERR_ENV, "srun: SLURM_STEP_NODELIST is not set; "
+                                                       "set MASTER_ADDR and MASTER_PORT");
+            char host[200];
+            first_slurm_host(list, host, sizeof(host));
+            int port = 20000 + (int)(((unsigned)jobid * 31u + (unsigned)step) % 20000u);
+            snprintf(j->store_addr, sizeof(j->store_addr), "%s:%d", host, port);
+            j->serve_store = 1;
+        }
+    } else if (env("RANK") || env("WORLD_SIZE")) {
+        j->launcher = "torchrun";
+        CHORUS_CHECK(get_int("RANK", &j->rank, e));
+        CHORUS_CHECK(get_int("WORLD_SIZE", &j->size, e));
+        CHORUS_CHECK(get_opt_int("LOCAL_RANK", &j->local_rank, e));
+        CHORUS_CHECK(get_opt_int("LOCAL_WORLD_SIZE", &j->local_size, e));
+        const char *run = env("TORCHELASTIC_RUN_ID");
+        const char *port = env("MASTER_PORT");
+        snprintf(j->job, sizeof(j->job), "torch-%s-%s", id ? id : run ? run : "job",
+                 port ? port : "0");
+        /* Under torchrun its agent's own store already listens on MASTER_PORT; Chorus's store
+         * then uses the next port. */
+        if (j->size > 1 && !env("CHORUS_STORE_ADDR"))
+            CHORUS_CHECK(use_master(j, env("TORCHELASTIC_USE_AGENT_STORE") ? 1 : 0, e));
+    } else {
+        j->launcher = "none";
+        j->rank = 0;
+        j->size = 1;
+        snprintf(j->job, sizeof(j->job), "single-%d", (int)getpid());
+    }
+
+    if (j->size < 1)
+        return chorus__fail(e, CHORUS_ERR_ENV, "%s: the world size must be at least 1",
+                            j->launcher);
+    if (j->rank >= j->size)
+        return chorus__fail(e, CHORUS_ERR_ENV, "%s: rank %d is out of range for a world of %d",
+                            j->launcher, j->rank, j->size);
+    if (j->local_rank >= 0 && j->local_size > 0 && j->local_rank >= j->local_size)
+        return chorus__fail(e, CHORUS_ERR_ENV, "%s: local rank %d is out of range for %d local ranks",
+                            j->launcher, j->local_rank, j->local_size);
+    const char *store = env("CHORUS_STORE_ADDR");
+    if (store && strcmp(j->launcher, "chorus-run")) {
+        snprintf(j->store_addr, sizeof(j->store_addr), "%s", store);
+        j->serve_store = 1;
+    } else if (!j->store_addr[0] && j->size > 1) {
+        if (env("MASTER_ADDR") && env("MASTER_PORT")) {
+            CHORUS_CHECK(use_master(j, 0, e));
+        } else if (j->local_size == j->size || !strcmp(j->launcher, "srun")) {
+            use_file(j); /* everyone on this host: meet through a file */
+        } else {
+            return chorus__fail(e, CHORUS_ERR_ENV,
+                                "%s: ranks on several hosts need a meeting point: pass "
+                                "MASTER_ADDR=<host of rank 0> MASTER_PORT=<free port> (with "
+                                "mpirun: -x MASTER_ADDR=... -x MASTER_PORT=...)",
+                                j->launcher);
+        }
+    }
+    return CHORUS_OK;
+}

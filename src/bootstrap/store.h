@@ -1,0 +1,34 @@
+/*
+ * store.h - the rendezvous key-value store. Ranks publish their addresses and read each
+ * other's; a GET waits until the key exists. Served by chorus-run, or by rank 0 in a thread
+ * when another launcher started the job. Keys live in the namespace of a job id, so two jobs
+ * that share a store cannot see each other's keys.
+ */
+#ifndef CHORUS_STORE_H
+#define CHORUS_STORE_H
+
+#include "base/base.h"
+
+typedef struct chorus_store chorus_store;
+
+chorus_result chorus__store_connect(const char *addr, const char *job, double deadline,
+                                    chorus_store **out, chorus_errbuf *e);
+chorus_result chorus__store_set(chorus_store *s, const char *key, const void *val, size_t len,
+                                chorus_errbuf *e);
+/* Waits for the key until the deadline; *val is malloc'ed and NUL-terminated. */
+chorus_result chorus__store_get(chorus_store *s, const char *key, char **val, size_t *len,
+                                double deadline, chorus_errbuf *e);
+chorus_result chorus__store_add(chorus_store *s, const char *key, long delta, long *out,
+                                chorus_errbuf *e);
+/* The local IPv4 address this rank uses to reach the store (the one peers can reach). */
+int chorus__store_local_ip(chorus_store *s, char *ip, size_t len);
+void chorus__store_close(chorus_store *s);
+
+typedef struct chorus_store_server chorus_store_server;
+
+/* Starts a store server in a background thread on ip:port (port 0 = any). */
+chorus_result chorus__store_server_start(const char *ip, int port, chorus_store_server **out,
+                                         int *port_out, chorus_errbuf *e);
+void chorus__store_server_stop(chorus_store_server *s);
+
+#endif

@@ -1,0 +1,140 @@
+/*
+ * ring.c - the ring primitives: reduce-scatter and allgather, pipelined in segments.
+ * Rank r sends to r+1 and receives from r-1. Receives are posted ahead (into scratch for the
+ * reduce-scatter, straight into the user's buffer for the allgather), and each segment is
+ * forwarded as soon as it has arrived (and been reduced), so the network, the reduction and
+ * the next hop overlap. Every chunk is reduced along one fixed path and then copied, so all
+ * ranks hold the same bits.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/comm.h"
+
+chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, char *work, char *out,
+                                          const size_t *off, const size_t *cnt, chorus_dtype t,
+                                          chorus_op op, int tag_base)
+{
+    chorus_comm *c = x->c;
+    int n = c->size, r = c->rank;
+    int right = (r + 1) % n, left = (r + n - 1) % n;
+    size_t es = chorus_dtype_size(t), maxcnt = 0;
+    for (int i = 0; i < n; i++)
+        if (cnt[i] > maxcnt) maxcnt = cnt[i];
+    size_t segc;
+    int nseg;
+    chorus__segments(maxcnt, es, &segc, &nseg);
+    char *tmp = chorus__comm_scratch(c, 2 * maxcnt * es + 128);
+    size_t nmsg = (size_t)(n - 1) * (size_t)nseg;
+    chorus_req *sreq = malloc(sizeof(chorus_req) * nmsg), *rreq = malloc(sizeof(chorus_req) * nmsg);
+    if (!tmp || !sreq || !rreq) {
+        free(sreq);
+        free(rreq);
+        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory for a ring of %zu bytes",
+                            maxcnt * es);
+    }
+    char *tbuf[2] = {tmp, tmp + ((maxcnt * es + 63) & ~(size_t)63)};
+#define SEG_LO(i, k) ((size_t)(k) * segc < cnt[i] ? (size_t)(k) * segc : cnt[i])
+#define SEG_N(i, k) ((SEG_LO(i, (k) + 1)) - SEG_LO(i, k))
+#define POST_RECV(s)                                                                               \
+    do {                                                                                           \
+        int rc_ = chorus__mod(r - (s) - 2, n);                                                     \
+        for (int k = 0; k < nseg; k++)                                                             \
+            chorus__coll_irecv(x, &rreq[(s) * nseg + k], left, tag_base + (s) * nseg + k,          \
+                               tbuf[(s) % 2] + SEG_LO(rc_, k) * es, SEG_N(rc_, k) * es);           \
+    } while (0)
+
+    chorus_result res = CHORUS_OK;
+    POST_RECV(0);
+    int sc = chorus__mod(r - 1, n);
+    for (int k = 0; k < nseg; k++)
+        chorus__coll_isend(x, &sreq[k], right, tag_base + k, local + (off[sc] + SEG_LO(sc, k)) * es,
+                           SEG_N(sc, k) * es);
+    for (int s = 0; s < n - 1 && res == CHORUS_OK; s++) {
+        if (s + 1 < n - 1) POST_RECV(s + 1);
+        int rc = chorus__mod(r - s - 2, n);
+        char *dst = s == n - 2 ? out : work + off[rc] * es;
+        for (int k = 0; k < nseg; k++) {
+            res = chorus__coll_wait1(x, &rreq[s * nseg + k]);
+            if (res != CHORUS_OK) break;
+            size_t lo = SEG_LO(rc, k), m = SEG_N(rc, k);
+            chorus__reduce(dst + lo * es, tbuf[s % 2] + lo * es, local + (off[rc] + lo) * es, m, t,
+                           op);
+            if (s + 1 < n - 1)
+                chorus__coll_isend(x, &sreq[(s + 1) * nseg + k], right,
+                                   tag_base + (s + 1) * nseg + k, dst + lo * es, m * es);
+        }
+    }
+    if (res == CHORUS_OK) {
+        chorus_req **all = malloc(sizeof(chorus_req *) * nmsg);
+        if (!all) {
+            res = chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+        } else {
+            for (size_t i = 0; i < nmsg; i++) all[i] = &sreq[i];
+            res = chorus__coll_wait(x, all, (int)nmsg);
+            free(all);
+        }
+    }
+#undef POST_RECV
+    free(sreq);
+    free(rreq);
+    return res;
+}
+
+chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *off, const size_t *cnt,
+                                     size_t es, int tag_base)
+{
+    chorus_comm *c = x->c;
+    int n = c->size, r = c->rank;
+    int right = (r + 1) % n, left = (r + n - 1) % n;
+    size_t maxcnt = 0;
+    for (int i = 0; i < n; i++)
+        if (cnt[i] > maxcnt) maxcnt = cnt[i];
+    size_t segc;
+    int nseg;
+    chorus__segments(maxcnt, es, &segc, &nseg);
+    size_t nmsg = (size_t)(n - 1) * (size_t)nseg;
+    chorus_req *sreq = malloc(sizeof(chorus_req) * nmsg), *rreq = malloc(sizeof(chorus_req) * nmsg);
+    chorus_req **all = malloc(sizeof(chorus_req *) * nmsg);
+    if (!sreq || !rreq || !all) {
+        free(sreq);
+        free(rreq);
+        free(all);
+        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    /* every step receives a different chunk: post them all, in the order they will arrive */
+    for (int s = 0; s < n - 1; s++) {
+        int rc = chorus__mod(r - s - 1, n);
+        for (int k = 0; k < nseg; k++)
+            chorus__coll_irecv(x, &rreq[s * nseg + k], left, tag_base + s * nseg + k,
+                               buf + (off[rc] + SEG_LO(rc, k)) * es, SEG_N(rc, k) * es);
+    }
+    for (int k = 0; k < nseg; k++)
+        chorus__coll_isend(x, &sreq[k], right, tag_base + k, buf + (off[r] + SEG_LO(r, k)) * es,
+                           SEG_N(r, k) * es);
+    chorus_result res = CHORUS_OK;
+    for (int s = 0; s < n - 2 && res == CHORUS_OK; s++) {
+        int rc = chorus__mod(r - s - 1, n);
+        for (int k = 0; k < nseg && res == CHORUS_OK; k++) {
+            res = chorus__coll_wait1(x, &rreq[s * nseg + k]);
+            if (res == CHORUS_OK)
+                chorus__coll_isend(x, &sreq[(s + 1) * nseg + k], right,
+                                   tag_base + (s + 1) * nseg + k,
+                                   buf + (off[rc] + SEG_LO(rc, k)) * es, SEG_N(rc, k) * es);
+        }
+    }
+    if (res == CHORUS_OK) {
+        for (size_t i = 0; i < nmsg; i++) all[i] = &rreq[i];
+        res = chorus__coll_wait(x, all, (int)nmsg);
+    }
+    if (res == CHORUS_OK) {
+        for (size_t i = 0; i < nmsg; i++) all[i] = &sreq[i];
+        res = chorus__coll_wait(x, all, (int)nmsg);
+    }
+#undef SEG_LO
+#undef SEG_N
+    free(all);
+    free(sreq);
+    free(rreq);
+    return res;
+}

@@ -1,0 +1,685 @@
+/*
+ * net.c - TCP transport: connection mesh, epoll progress, matching of receives.
+ *
+ * Locking: one mutex per net protects the peers' queues and receive state. A thread that
+ * waits drops the mutex while it sleeps in epoll_wait, so several communicators sharing the
+ * net (comm_split) can be driven from several threads; whoever holds the mutex makes progress
+ * for everyone.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "transport/tcp/net.h"
+#include "wire/sock.h"
+
+typedef struct umsg {
+    struct umsg *next;
+    chorus_wire_hdr h;
+    char *data;
+    int complete;
+    chorus_req *waiter; /* a receive posted while the message was still arriving */
+} umsg;
+
+typedef struct peer {
+    int fd;
+    int want_out; /* EPOLLOUT registered */
+    chorus_req *sq_head, *sq_tail;
+    chorus_req *rq_head, *rq_tail;
+    umsg *uq_head, *uq_tail;
+    /* receive state: header, then payload into dst (a request's buffer or an unexpected
+     * message's) */
+    unsigned char hbuf[CHORUS_WIRE_HDR_LEN];
+    size_t hoff;
+    int in_payload;
+    chorus_wire_hdr cur;
+    char *dst;
+    size_t doff;
+    chorus_req *dreq;
+    umsg *dmsg;
+    unsigned char ctl[CHORUS_WIRE_ABORT_MAX]; /* payload of control messages */
+    char host[64];
+} peer;
+
+struct chorus_net {
+    int rank, size;
+    int refs;
+    int epfd;
+    int listen_fd;
+    char job[CHORUS_WIRE_JOB_LEN];
+    uint64_t max_msg;
+    int spin_us;
+    pthread_mutex_t mu;
+    peer *peers;
+    chorus_result broken; /* first error, CHORUS_OK while healthy */
+    char broken_msg[sizeof(((chorus_errbuf *)0)->msg)];
+};
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+static void set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static void update_epoll(chorus_net *n, int p)
+{
+    peer *pe = &n->peers[p];
+    int want = pe->sq_head != NULL;
+    if (want == pe->want_out || pe->fd < 0) return;
+    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.u32 = (uint32_t)p};
+    epoll_ctl(n->epfd, EPOLL_CTL_MOD, pe->fd, &ev);
+    pe->want_out = want;
+}
+
+const char *chorus__net_host(const chorus_net *n, int rank)
+{
+    return rank >= 0 && rank < n->size && n->peers[rank].host[0] ? n->peers[rank].host : "?";
+}
+
+static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, const char *why)
+{
+    chorus_wire_abort a = {.failed_rank = failed_rank, .result = r};
+    snprintf(a.why, sizeof(a.why), "%s", why);
+    unsigned char payload[CHORUS_WIRE_ABORT_MAX];
+    size_t plen = chorus__wire_encode_abort(&a, payload);
+    chorus_wire_hdr h = {.type = CHORUS_MSG_ABORT, .len = plen};
+    unsigned char hb[CHORUS_WIRE_HDR_LEN];
+    chorus__wire_encode_hdr(&h, hb);
+    for (int p = 0; p < n->size; p++) {
+        peer *pe = &n->peers[p];
+        if (p == n->rank || pe->fd < 0 || p == failed_rank) continue;
+        /* Best effort and never blocking: if a partial message is queued on this socket the
+         * peer could not parse our abort, so it learns from the closed socket instead. */
+        if (pe->sq_head && (pe->sq_head->hoff || pe->sq_head->off)) continue;
+        struct iovec iov[2] = {{hb, sizeof(hb)}, {payload, plen}};
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
+        if (sendmsg(pe->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* peer gone: fine */
+        }
+    }
+}
+
+/* Breaks the net with mu held. */
+static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const char *why,
+                         int notify)
+{
+    if (n->broken != CHORUS_OK) return;
+    n->broken = r;
+    snprintf(n->broken_msg, sizeof(n->broken_msg), "%s", why);
+    CHORUS_INFO(CHORUS_LOG_TCP, "communication failed: %s", why);
+    if (notify) send_abort_to_all(n, failed_rank, r, why);
+    /* Stop using the sockets: shut them down so that every peer sees the failure promptly,
+     * even one blocked on a message it will never get. */
+    for (int p = 0; p < n->size; p++)
+        if (n->peers[p].fd >= 0) shutdown(n->peers[p].fd, SHUT_RDWR);
+}
+
+void chorus__net_abort(chorus_net *n, int failed_rank, chorus_result r, const char *why)
+{
+    pthread_mutex_lock(&n->mu);
+    break_locked(n, failed_rank, r, why, 1);
+    pthread_mutex_unlock(&n->mu);
+}
+
+chorus_result chorus__net_error(chorus_net *n, chorus_errbuf *e)
+{
+    pthread_mutex_lock(&n->mu);
+    chorus_result r = n->broken;
+    if (r != CHORUS_OK && e) snprintf(e->msg, sizeof(e->msg), "%s", n->broken_msg);
+    pthread_mutex_unlock(&n->mu);
+    return r;
+}
+
+static void peer_lost(chorus_net *n, int p, const char *what)
+{
+    char why[400];
+    snprintf(why, sizeof(why), "rank %d (host %s) was lost: %s (seen by rank %d)", p,
+             chorus__net_host(n, p), what, n->rank);
+    break_locked(n, p, CHORUS_ERR_PEER_LOST, why, 1);
+}
+
+/* ---- sending ---------------------------------------------------------------------------- */
+
+/* Writes as much of peer p's send queue as the socket takes. */
+static void flush_sends(chorus_net *n, int p)
+{
+    peer *pe = &n->peers[p];
+    while (pe->sq_head && n->broken == CHORUS_OK) {
+        chorus_req *r = pe->sq_head;
+        struct iovec iov[2];
+        int cnt = 0;
+        if (r->hoff < CHORUS_WIRE_HDR_LEN)
+            iov[cnt++] = (struct iovec){r->hbytes + r->hoff, CHORUS_WIRE_HDR_LEN - r->hoff};
+        if (r->off < r->len) iov[cnt++] = (struct iovec){r->buf + r->off, r->len - r->off};
+        ssize_t w = 0;
+        if (cnt) {
+            struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+            w = sendmsg(pe->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+                peer_lost(n, p, strerror(errno));
+                return;
+            }
+        }
+        size_t hw = CHORUS_WIRE_HDR_LEN - r->hoff;
+        if ((size_t)w < hw) {
+            r->hoff += (size_t)w;
+        } else {
+            r->hoff = CHORUS_WIRE_HDR_LEN;
+            r->off += (size_t)w - hw;
+        }
+        if (r->hoff == CHORUS_WIRE_HDR_LEN && r->off == r->len) {
+            pe->sq_head = r->next;
+            if (!pe->sq_head) pe->sq_tail = NULL;
+            r->done = 1;
+        } else {
+            break; /* socket full */
+        }
+    }
+    update_epoll(n, p);
+}
+
+void chorus__net_isend(chorus_net *n, chorus_req *r, int peer_rank, const chorus_wire_hdr *h,
+                       const void *buf)
+{
+    memset(r, 0, sizeof(*r));
+    r->is_send = 1;
+    r->peer = peer_rank;
+    r->h = *h;
+    r->buf = (char *)buf;
+    r->len = h->len;
+    chorus__wire_encode_hdr(h, r->hbytes);
+    pthread_mutex_lock(&n->mu);
+    peer *pe = &n->peers[peer_rank];
+    if (n->broken != CHORUS_OK) {
+        r->done = 1;
+        r->res = n->broken;
+    } else {
+        if (pe->sq_tail)
+            pe->sq_tail->next = r;
+        else
+            pe->sq_head = r;
+        pe->sq_tail = r;
+        if (pe->sq_head == r) flush_sends(n, peer_rank); /* eager: most sends finish here */
+    }
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* ---- matching --------------------------------------------------------------------------- */
+
+/* Does a message with header h belong to the same stream as receive r? Collective messages
+ * of one communicator arrive in the order they were sent, so the first collective receive
+ * posted for that communicator is the one; point-to-point messages also match the tag. */
+static int same_stream(const chorus_wire_hdr *h, const chorus_wire_hdr *want)
+{
+    if (h->type != want->type || h->comm_id != want->comm_id) return 0;
+    return h->type == CHORUS_MSG_COLL || h->tag == want->tag;
+}
+
+/* Checks the stream head h against what receive r expects; on mismatch fails r and breaks. */
+static int check_match(chorus_net *n, int p, const chorus_wire_hdr *h, chorus_req *r)
+{
+    const chorus_wire_hdr *w = &r->h;
+    int ok = h->len == w->len;
+    if (h->type == CHORUS_MSG_COLL)
+        ok = ok && h->tag == w->tag && h->coll == w->coll && h->seq == w->seq &&
+             h->count == w->count;
+    if (ok) return 1;
+    char got[160], want[160], why[480];
+    chorus__wire_describe(h, got, sizeof(got));
+    chorus__wire_describe(w, want, sizeof(want));
+    snprintf(why, sizeof(why), "mismatched calls: rank %d sent %s, rank %d expected %s", p, got,
+             n->rank, want);
+    r->res = CHORUS_ERR_MISMATCH;
+    r->done = 1;
+    break_locked(n, -1, CHORUS_ERR_MISMATCH, why, 1);
+    return 0;
+}
+
+static void unlink_req(chorus_req **head, chorus_req **tail, chorus_req *r)
+{
+    chorus_req *prev = NULL;
+    for (chorus_req *x = *head; x; prev = x, x = x->next)
+        if (x == r) {
+            if (prev)
+                prev->next = x->next;
+            else
+                *head = x->next;
+            if (*tail == x) *tail = prev;
+            x->next = NULL;
+            return;
+        }
+}
+
+void chorus__net_irecv(chorus_net *n, chorus_req *r, int peer_rank, const chorus_wire_hdr *expect,
+                       void *buf)
+{
+    memset(r, 0, sizeof(*r));
+    r->peer = peer_rank;
+    r->h = *expect;
+    r->buf = buf;
+    r->len = expect->len;
+    pthread_mutex_lock(&n->mu);
+    peer *pe = &n->peers[peer_rank];
+    if (n->broken != CHORUS_OK) {
+        r->done = 1;
+        r->res = n->broken;
+        pthread_mutex_unlock(&n->mu);
+        return;
+    }
+    /* Something of this stream already arrived (or is arriving)? It is ours, unless an earlier
+     * receive already claimed it or an earlier receive of the same stream is still waiting. */
+    for (chorus_req *x = pe->rq_head; x; x = x->next)
+        if (same_stream(&x->h, expect)) goto post;
+    umsg *prev = NULL;
+    for (umsg *u = pe->uq_head; u; prev = u, u = u->next) {
+        if (u->waiter || !same_stream(&u->h, expect)) continue;
+        if (!check_match(n, peer_rank, &u->h, r)) break;
+        if (!u->complete) {
+            u->waiter = r;
+            pthread_mutex_unlock(&n->mu);
+            return;
+        }
+        if (r->len) memcpy(r->buf, u->data, r->len);
+        r->done = 1;
+        if (prev)
+            prev->next = u->next;
+        else
+            pe->uq_head = u->next;
+        if (pe->uq_tail == u) pe->uq_tail = prev;
+        free(u->data);
+        free(u);
+        pthread_mutex_unlock(&n->mu);
+        return;
+    }
+    if (r->done) { /* mismatch */
+        pthread_mutex_unlock(&n->mu);
+        return;
+    }
+post:
+    if (pe->rq_tail)
+        pe->rq_tail->next = r;
+    else
+        pe->rq_head = r;
+    pe->rq_tail = r;
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* ---- receiving -------------------------------------------------------------------------- */
+
+static void finish_payload(chorus_net *n, int p)
+{
+    peer *pe = &n->peers[p];
+    if (pe->dreq) {
+        pe->dreq->done = 1;
+    } else if (pe->dmsg) {
+        umsg *u = pe->dmsg;
+        u->complete = 1;
+        if (u->waiter) {
+            if (u->h.len) memcpy(u->waiter->buf, u->data, u->h.len);
+            u->waiter->done = 1;
+            umsg *prev = NULL;
+            for (umsg *x = pe->uq_head; x; prev = x, x = x->next)
+                if (x == u) {
+                    if (prev)
+                        prev->next = u->next;
+                    else
+                        pe->uq_head = u->next;
+                    if (pe->uq_tail == u) pe->uq_tail = prev;
+                    break;
+                }
+            free(u->data);
+            free(u);
+        }
+    } else if (pe->cur.type == CHORUS_MSG_ABORT) {
+        chorus_wire_abort a;
+        if (chorus__wire_decode_abort(pe->ctl, pe->cur.len, &a) != CHORUS_OK) {
+            peer_lost(n, p, "sent a malformed abort message");
+        } else {
+            char why[480];
+            snprintf(why, sizeof(why), "%s [reported to rank %d by rank %d]", a.why, n->rank, p);
+            break_locked(n, a.failed_rank, (chorus_result)a.result, why, 0);
+        }
+    }
+    pe->in_payload = 0;
+    pe->hoff = 0;
+    pe->dreq = NULL;
+    pe->dmsg = NULL;
+    pe->dst = NULL;
+}
+
+/* A complete header arrived from p: decide where its payload goes. */
+static void route_header(chorus_net *n, int p)
+{
+    peer *pe = &n->peers[p];
+    char why[200];
+    chorus_wire_hdr *h = &pe->cur;
+    if (chorus__wire_decode_hdr(pe->hbuf, n->max_msg, h, why, sizeof(why)) != CHORUS_OK) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "garbage on the connection: %s", why);
+        peer_lost(n, p, msg);
+        return;
+    }
+    pe->in_payload = 1;
+    pe->doff = 0;
+    if (h->type == CHORUS_MSG_ABORT) {
+        if (h->len > sizeof(pe->ctl)) {
+            peer_lost(n, p, "oversized abort message");
+            return;
+        }
+        pe->dst = (char *)pe->ctl;
+    } else if (h->type == CHORUS_MSG_PING) {
+        if (h->len) {
+            peer_lost(n, p, "keep-alive with a payload");
+            return;
+        }
+    } else if (h->type == CHORUS_MSG_P2P || h->type == CHORUS_MSG_COLL) {
+        chorus_req *r = NULL;
+        for (chorus_req *x = pe->rq_head; x; x = x->next)
+            if (same_stream(h, &x->h)) {
+                r = x;
+                break;
+            }
+        if (r) {
+            unlink_req(&pe->rq_head, &pe->rq_tail, r);
+            if (!check_match(n, p, h, r)) return;
+            pe->dreq = r;
+            pe->dst = r->buf;
+        } else {
+            umsg *u = calloc(1, sizeof(*u));
+            u->h = *h;
+            u->data = h->len ? malloc(h->len) : NULL;
+            if (!u || (h->len && !u->data)) {
+                free(u);
+                break_locked(n, p, CHORUS_ERR_NOMEM, "out of memory buffering a message", 1);
+                return;
+            }
+            if (pe->uq_tail)
+                pe->uq_tail->next = u;
+            else
+                pe->uq_head = u;
+            pe->uq_tail = u;
+            pe->dmsg = u;
+            pe->dst = u->data;
+        }
+    } else {
+        peer_lost(n, p, "unexpected message type on an established connection");
+        return;
+    }
+    if (h->len == 0) finish_payload(n, p);
+}
+
+static void read_peer(chorus_net *n, int p)
+{
+    peer *pe = &n->peers[p];
+    while (n->broken == CHORUS_OK) {
+        ssize_t r;
+        if (!pe->in_payload) {
+            r = recv(pe->fd, pe->hbuf + pe->hoff, CHORUS_WIRE_HDR_LEN - pe->hoff, MSG_DONTWAIT);
+        } else {
+            r = recv(pe->fd, pe->dst + pe->doff, pe->cur.len - pe->doff, MSG_DONTWAIT);
+        }
+        if (r == 0) {
+            peer_lost(n, p, "its connection closed (process exited or was killed)");
+            return;
+        }
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            if (errno == EINTR) continue;
+            peer_lost(n, p, strerror(errno));
+            return;
+        }
+        if (!pe->in_payload) {
+            pe->hoff += (size_t)r;
+            if (pe->hoff == CHORUS_WIRE_HDR_LEN) route_header(n, p);
+        } else {
+            pe->doff += (size_t)r;
+            if (pe->doff == pe->cur.len) finish_payload(n, p);
+        }
+    }
+}
+
+static void handle_events(chorus_net *n, struct epoll_event *ev, int nev)
+{
+    for (int i = 0; i < nev && n->broken == CHORUS_OK; i++) {
+        int p = (int)ev[i].data.u32;
+        if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_peer(n, p);
+        if (n->broken == CHORUS_OK && (ev[i].events & EPOLLOUT)) flush_sends(n, p);
+    }
+}
+
+chorus_result chorus__net_wait(chorus_net *n, chorus_req *const *reqs, int nreq, double deadline,
+                               chorus_errbuf *e)
+{
+    struct epoll_event ev[32];
+    double spin_until = chorus__now() + n->spin_us * 1e-6;
+    pthread_mutex_lock(&n->mu);
+    for (;;) {
+        if (n->broken != CHORUS_OK) {
+            chorus_result r = n->broken;
+            if (e) snprintf(e->msg, sizeof(e->msg), "%s", n->broken_msg);
+            pthread_mutex_unlock(&n->mu);
+            return r;
+        }
+        int pending = -1;
+        for (int i = 0; i < nreq; i++)
+            if (!reqs[i]->done) {
+                pending = i;
+                break;
+            }
+        if (pending < 0) break;
+        double now = chorus__now();
+        if (now > deadline) {
+            const chorus_req *r = reqs[pending];
+            char what[160], why[400];
+            chorus__wire_describe(&r->h, what, sizeof(what));
+            snprintf(why, sizeof(why),
+                     "rank %d timed out waiting to %s rank %d (host %s): %s; that rank is stuck "
+                     "or not calling the same collectives (CHORUS_TIMEOUT_S)",
+                     n->rank, r->is_send ? "send to" : "receive from", r->peer,
+                     chorus__net_host(n, r->peer), what);
+            break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, 1);
+            continue;
+        }
+        int ms = now < spin_until ? 0 : (int)((deadline - now) * 1000) + 1;
+        if (ms > 100) ms = 100;
+        pthread_mutex_unlock(&n->mu);
+        int nev = epoll_wait(n->epfd, ev, 32, ms);
+        pthread_mutex_lock(&n->mu);
+        if (nev > 0) handle_events(n, ev, nev);
+    }
+    pthread_mutex_unlock(&n->mu);
+    for (int i = 0; i < nreq; i++)
+        if (reqs[i]->res != CHORUS_OK) return reqs[i]->res;
+    return CHORUS_OK;
+}
+
+/* ---- set-up ----------------------------------------------------------------------------- */
+
+chorus_result chorus__net_create(int rank, int size, const char *job, const char *bind_ip,
+                                 chorus_net **out, char *addr, size_t addr_len, chorus_errbuf *e)
+{
+    chorus_net *n = calloc(1, sizeof(*n));
+    if (!n) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
+    n->peers = calloc((size_t)size, sizeof(peer));
+    if (!n->peers) {
+        free(n);
+        return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    n->rank = rank;
+    n->size = size;
+    n->refs = 1;
+    n->listen_fd = -1;
+    n->max_msg = (uint64_t)chorus__cfg_long("CHORUS_MAX_MESSAGE");
+    n->spin_us = 50;
+    snprintf(n->job, sizeof(n->job), "%s", job);
+    pthread_mutex_init(&n->mu, NULL);
+    for (int p = 0; p < size; p++) n->peers[p].fd = -1;
+    n->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (n->epfd < 0) {
+        chorus__net_release(n);
+        return chorus__fail(e, CHORUS_ERR_SYSTEM, "epoll_create1: %s", strerror(errno));
+    }
+    int port = 0;
+    if (size > 1) {
+        chorus_result r = chorus__sock_listen(bind_ip, 0, size + 16, &n->listen_fd, &port, e);
+        if (r != CHORUS_OK) {
+            chorus__net_release(n);
+            return r;
+        }
+    }
+    snprintf(addr, addr_len, "%s:%d", bind_ip && *bind_ip ? bind_ip : "127.0.0.1", port);
+    *out = n;
+    return CHORUS_OK;
+}
+
+static chorus_result connect_to(chorus_net *n, int p, const char *addr, double deadline,
+                                chorus_errbuf *e)
+{
+    int fd;
+    CHORUS_CHECK(chorus__sock_connect(addr, deadline, &fd, e));
+    chorus_wire_hello hello = {.rank = n->rank, .size = n->size};
+    snprintf(hello.job, sizeof(hello.job), "%s", n->job);
+    unsigned char payload[CHORUS_WIRE_HELLO_LEN];
+    chorus__wire_encode_hello(&hello, payload);
+    chorus_wire_hdr h = {.type = CHORUS_MSG_HELLO, .len = sizeof(payload)};
+    int rc = chorus__sock_send_msg(fd, &h, payload, deadline);
+    unsigned char *ack = NULL;
+    char why[200] = "";
+    if (rc == 0) rc = chorus__sock_recv_msg(fd, &h, &ack, 0, deadline, why, sizeof(why));
+    free(ack);
+    if (rc || h.type != CHORUS_MSG_HELLO_ACK) {
+        close(fd);
+        return chorus__fail(e, rc == -2 ? CHORUS_ERR_TIMEOUT : CHORUS_ERR_PEER_LOST,
+                            "handshake with rank %d at %s failed: %s", p, addr,
+                            rc ? why : "unexpected reply");
+    }
+    n->peers[p].fd = fd;
+    return CHORUS_OK;
+}
+
+/* Accepts one connection and checks its hello. Returns the peer's rank or -1 if the
+ * connection was refused (it is closed and logged; set-up goes on). */
+static int accept_one(chorus_net *n, double deadline, chorus_errbuf *e, chorus_result *res)
+{
+    *res = CHORUS_OK;
+    for (;;) {
+        double left = deadline - chorus__now();
+        if (left <= 0) {
+            *res = CHORUS_ERR_TIMEOUT;
+            return -1;
+        }
+        struct pollfd pfd = {.fd = n->listen_fd, .events = POLLIN};
+        int pr = poll(&pfd, 1, left > 1 ? 1000 : (int)(left * 1000) + 1);
+        if (pr <= 0) continue;
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        int fd = accept4(n->listen_fd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        char from[64];
+        inet_ntop(AF_INET, &sa.sin_addr, from, sizeof(from));
+        /* A real peer sends its hello at once; do not let a silent client hold set-up up. */
+        double hd = chorus__now() + 5.0;
+        if (hd > deadline) hd = deadline;
+        chorus_wire_hdr h;
+        unsigned char *payload = NULL;
+        char why[200] = "";
+        int rc = chorus__sock_recv_msg(fd, &h, &payload, CHORUS_WIRE_HELLO_LEN, hd, why,
+                                       sizeof(why));
+        chorus_wire_hello hello;
+        const char *bad = NULL;
+        if (rc)
+            bad = why;
+        else if (h.type != CHORUS_MSG_HELLO ||
+                 chorus__wire_decode_hello(payload, h.len, &hello) != CHORUS_OK)
+            bad = "not a valid hello";
+        else if (strcmp(hello.job, n->job))
+            bad = "belongs to another job";
+        else if (hello.size != n->size)
+            bad = "disagrees on the world size";
+        else if (hello.rank <= n->rank || n->peers[hello.rank].fd >= 0)
+            bad = "claims a rank that should not connect here";
+        free(payload);
+        if (bad) {
+            CHORUS_WARN(CHORUS_LOG_TCP, "refused a connection from %s:%d: %s", from,
+                        ntohs(sa.sin_port), bad);
+            close(fd);
+            continue;
+        }
+        chorus_wire_hdr ack = {.type = CHORUS_MSG_HELLO_ACK};
+        if (chorus__sock_send_msg(fd, &ack, NULL, deadline)) {
+            close(fd);
+            continue;
+        }
+        n->peers[hello.rank].fd = fd;
+        (void)e;
+        return hello.rank;
+    }
+}
+
+chorus_result chorus__net_connect_all(chorus_net *n, char *const *addrs, char *const *hosts,
+                                      double deadline, chorus_errbuf *e)
+{
+    for (int p = 0; p < n->size; p++)
+        snprintf(n->peers[p].host, sizeof(n->peers[p].host), "%s", hosts ? hosts[p] : "?");
+    for (int p = 0; p < n->rank; p++) CHORUS_CHECK(connect_to(n, p, addrs[p], deadline, e));
+    for (int got = n->rank + 1; got < n->size; got++) {
+        chorus_result r;
+        if (accept_one(n, deadline, e, &r) < 0) {
+            int missing = -1;
+            for (int p = n->rank + 1; p < n->size && missing < 0; p++)
+                if (n->peers[p].fd < 0) missing = p;
+            return chorus__fail(e, r, "rank %d timed out waiting for rank %d to connect", n->rank,
+                                missing);
+        }
+    }
+    if (n->listen_fd >= 0) {
+        close(n->listen_fd);
+        n->listen_fd = -1;
+    }
+    for (int p = 0; p < n->size; p++) {
+        int fd = n->peers[p].fd;
+        if (p == n->rank) continue;
+        chorus__sock_tune(fd);
+        set_nonblock(fd);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)p};
+        if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev))
+            return chorus__fail(e, CHORUS_ERR_SYSTEM, "epoll_ctl: %s", strerror(errno));
+    }
+    CHORUS_INFO(CHORUS_LOG_TCP, "rank %d connected to %d peers", n->rank, n->size - 1);
+    return CHORUS_OK;
+}
+
+void chorus__net_retain(chorus_net *n)
+{
+    __atomic_add_fetch(&n->refs, 1, __ATOMIC_ACQ_REL);
+}
+
+void chorus__net_release(chorus_net *n)
+{
+    if (!n || __atomic_sub_fetch(&n->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+    for (int p = 0; p < n->size; p++) {
+        peer *pe = &n->peers[p];
+        if (pe->fd >= 0) close(pe->fd);
+        for (umsg *u = pe->uq_head, *nx; u; u = nx) {
+            nx = u->next;
+            free(u->data);
+            free(u);
+        }
+    }
+    if (n->listen_fd >= 0) close(n->listen_fd);
+    if (n->epfd >= 0) close(n->epfd);
+    pthread_mutex_destroy(&n->mu);
+    free(n->peers);
+    free(n);
+}

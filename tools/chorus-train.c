@@ -1,0 +1,545 @@
+/*
+ * chorus-train - data-parallel training of an MLP or a small CNN on Fashion-MNIST with
+ * libchorus_nn, on one process or many (chorus-run -np N chorus-train ...).
+ *
+ * Every rank holds the whole model. Rank 0's initial parameters are broadcast; each global
+ * batch is split across the ranks by the distributed sampler; the gradients are summed
+ * (nn_dist_sync_grads, the loss gradient already scaled by 1/global batch) and every rank
+ * takes the same optimizer step, so the parameters stay bitwise identical. Rank 0 prints
+ * progress, writes metrics and checkpoints.
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chorus.h"
+#include "chorus/nn.h"
+
+typedef struct opts {
+    const char *model;
+    int epochs;
+    int batch; /* global */
+    float lr;
+    uint64_t seed;
+    int threads;
+    int accum;
+    float warmup_epochs;
+    const char *schedule;
+    int scale_lr;
+    const char *optim;
+    float momentum, wd, dropout;
+    int nesterov;
+    const char *ckpt_dir;
+    long ckpt_every;
+    int resume;
+    const char *metrics;
+    long max_steps;
+    const char *data;
+    const char *dump;
+    const char *sync;
+    int log_every;
+} opts;
+
+static int g_rank;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "chorus-train[%d]: ", g_rank);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: chorus-train [options]            (one process)\n"
+            "       chorus-run -np N chorus-train [options]\n"
+            "Trains on Fashion-MNIST with data-parallel gradient averaging.\n"
+            "  --model mlp|cnn        784-512-256-10 MLP, or 2x(conv3x3,relu,pool)+2 linear "
+            "(mlp)\n"
+            "  --epochs N             passes over the training set (mlp 10, cnn 8)\n"
+            "  --batch G              GLOBAL batch per optimizer step, split across ranks "
+            "(256)\n"
+            "  --accum K              split each rank's share into K micro-batches whose\n"
+            "                         gradients accumulate (same result, less memory) (1)\n"
+            "  --optim sgd|adamw      (sgd: momentum 0.9, Nesterov)\n"
+            "  --lr X                 peak learning rate (sgd 0.1, adamw 0.001)\n"
+            "  --scale-lr             multiply --lr by the number of ranks (linear scaling, for\n"
+            "                         when --batch grows with the ranks)\n"
+            "  --lr-schedule S        cosine|step|const after warm-up (cosine); step: x0.1 at\n"
+            "                         50%% and 75%% of training\n"
+            "  --warmup-epochs E      linear warm-up from 0 over E epochs (0)\n"
+            "  --momentum M --weight-decay W --no-nesterov --dropout P\n"
+            "  --seed S               initialisation, shuffling and dropout (1)\n"
+            "  --threads T            BLAS threads per rank (1)\n"
+            "  --data DIR             Fashion-MNIST directory (" NN_FASHION_DEFAULT_DIR ")\n"
+            "  --checkpoint-dir D     save checkpoints there (each epoch, and see below)\n"
+            "  --checkpoint-every N   also every N optimizer steps\n"
+            "  --resume               continue from the newest valid checkpoint in D\n"
+            "  --metrics FILE         JSON line per step: loss, acc, lr, samples/s, comm wait\n"
+            "  --max-steps N          stop after N optimizer steps in all\n"
+            "  --dump-params FILE     write each rank's final parameters to FILE.<rank>\n"
+            "  --grad-sync layer|fused  one allreduce per layer, or one for all (layer)\n"
+            "  --log-every N          progress line every N steps when not on a terminal "
+            "(50)\n");
+}
+
+static void parse(int argc, char **argv, opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->model = "mlp";
+    o->epochs = -1;
+    o->batch = 256;
+    o->lr = -1.0f;
+    o->seed = 1;
+    o->threads = 1;
+    o->accum = 1;
+    o->schedule = "cosine";
+    o->optim = "sgd";
+    o->momentum = 0.9f;
+    o->wd = -1.0f;
+    o->dropout = -1.0f;
+    o->nesterov = 1;
+    o->sync = "layer";
+    o->log_every = 50;
+    enum {
+        O_MODEL = 256,
+        O_EPOCHS,
+        O_BATCH,
+        O_LR,
+        O_SEED,
+        O_THREADS,
+        O_ACCUM,
+        O_WARM,
+        O_SCHED,
+        O_SCALE,
+        O_OPTIM,
+        O_MOM,
+        O_WD,
+        O_NONEST,
+        O_DROP,
+        O_CKDIR,
+        O_CKEVERY,
+        O_RESUME,
+        O_METRICS,
+        O_MAXSTEPS,
+        O_DATA,
+        O_DUMP,
+        O_SYNC,
+        O_LOGEVERY,
+        O_HELP
+    };
+    static const struct option lo[] = {{"model", 1, 0, O_MODEL},
+                                       {"epochs", 1, 0, O_EPOCHS},
+                                       {"batch", 1, 0, O_BATCH},
+                                       {"lr", 1, 0, O_LR},
+                                       {"seed", 1, 0, O_SEED},
+                                       {"threads", 1, 0, O_THREADS},
+                                       {"accum", 1, 0, O_ACCUM},
+                                       {"warmup-epochs", 1, 0, O_WARM},
+                                       {"lr-schedule", 1, 0, O_SCHED},
+                                       {"scale-lr", 0, 0, O_SCALE},
+                                       {"optim", 1, 0, O_OPTIM},
+                                       {"momentum", 1, 0, O_MOM},
+                                       {"weight-decay", 1, 0, O_WD},
+                                       {"no-nesterov", 0, 0, O_NONEST},
+                                       {"dropout", 1, 0, O_DROP},
+                                       {"checkpoint-dir", 1, 0, O_CKDIR},
+                                       {"checkpoint-every", 1, 0, O_CKEVERY},
+                                       {"resume", 0, 0, O_RESUME},
+                                       {"metrics", 1, 0, O_METRICS},
+                                       {"max-steps", 1, 0, O_MAXSTEPS},
+                                       {"data", 1, 0, O_DATA},
+                                       {"dump-params", 1, 0, O_DUMP},
+                                       {"grad-sync", 1, 0, O_SYNC},
+                                       {"log-every", 1, 0, O_LOGEVERY},
+                                       {"help", 0, 0, O_HELP},
+                                       {0, 0, 0, 0}};
+    int c;
+    char *end;
+#define NUM(dst, conv, lo_ok)                                                                      \
+    do {                                                                                           \
+        errno = 0;                                                                                 \
+        dst = conv;                                                                                \
+        if (errno || *end || end == optarg || !(lo_ok))                                            \
+            die("bad value '%s' for --%s (see --help)", optarg, lo[c - O_MODEL].name);             \
+    } while (0)
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: o->model = optarg; break;
+        case O_EPOCHS: NUM(o->epochs, (int)strtol(optarg, &end, 10), o->epochs > 0); break;
+        case O_BATCH: NUM(o->batch, (int)strtol(optarg, &end, 10), o->batch > 0); break;
+        case O_LR: NUM(o->lr, strtof(optarg, &end), o->lr > 0); break;
+        case O_SEED: NUM(o->seed, strtoull(optarg, &end, 10), 1); break;
+        case O_THREADS: NUM(o->threads, (int)strtol(optarg, &end, 10), o->threads > 0); break;
+        case O_ACCUM: NUM(o->accum, (int)strtol(optarg, &end, 10), o->accum > 0); break;
+        case O_WARM: NUM(o->warmup_epochs, strtof(optarg, &end), o->warmup_epochs >= 0); break;
+        case O_SCHED: o->schedule = optarg; break;
+        case O_SCALE: o->scale_lr = 1; break;
+        case O_OPTIM: o->optim = optarg; break;
+        case O_MOM: NUM(o->momentum, strtof(optarg, &end), o->momentum >= 0); break;
+        case O_WD: NUM(o->wd, strtof(optarg, &end), o->wd >= 0); break;
+        case O_NONEST: o->nesterov = 0; break;
+        case O_DROP:
+            NUM(o->dropout, strtof(optarg, &end), o->dropout >= 0 && o->dropout < 1);
+            break;
+        case O_CKDIR: o->ckpt_dir = optarg; break;
+        case O_CKEVERY: NUM(o->ckpt_every, strtol(optarg, &end, 10), o->ckpt_every >= 0); break;
+        case O_RESUME: o->resume = 1; break;
+        case O_METRICS: o->metrics = optarg; break;
+        case O_MAXSTEPS: NUM(o->max_steps, strtol(optarg, &end, 10), o->max_steps > 0); break;
+        case O_DATA: o->data = optarg; break;
+        case O_DUMP: o->dump = optarg; break;
+        case O_SYNC: o->sync = optarg; break;
+        case O_LOGEVERY: NUM(o->log_every, (int)strtol(optarg, &end, 10), o->log_every > 0); break;
+        case O_HELP:
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); exit(2);
+        }
+    }
+#undef NUM
+    if (optind < argc) die("unexpected argument '%s' (see --help)", argv[optind]);
+    int cnn = !strcmp(o->model, "cnn");
+    if (!cnn && strcmp(o->model, "mlp")) die("--model must be mlp or cnn, not '%s'", o->model);
+    if (strcmp(o->optim, "sgd") && strcmp(o->optim, "adamw"))
+        die("--optim must be sgd or adamw, not '%s'", o->optim);
+    if (strcmp(o->schedule, "cosine") && strcmp(o->schedule, "step") &&
+        strcmp(o->schedule, "const"))
+        die("--lr-schedule must be cosine, step or const, not '%s'", o->schedule);
+    if (strcmp(o->sync, "layer") && strcmp(o->sync, "fused"))
+        die("--grad-sync must be layer or fused, not '%s'", o->sync);
+    if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
+    if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
+    int adam = !strcmp(o->optim, "adamw");
+    if (o->epochs < 0) o->epochs = cnn ? 8 : 10;
+    if (o->lr < 0) o->lr = adam ? 1e-3f : 0.1f;
+    if (o->wd < 0) o->wd = adam ? 1e-2f : 5e-4f;
+    if (o->dropout < 0) o->dropout = cnn ? 0.25f : 0.0f;
+}
+
+static nn_model *build_model(const opts *o, const nn_dataset *ds, int max_batch)
+{
+    nn_model *m = nn_model_create(ds->c, ds->h, ds->w);
+    if (!m) die("out of memory");
+    int bad = 0;
+    if (!strcmp(o->model, "mlp")) {
+        /* (B,784) -> 512 -> 256 -> 10 */
+        bad |= nn_add_linear(m, 512) | nn_add_relu(m);
+        bad |= nn_add_linear(m, 256) | nn_add_relu(m);
+        if (o->dropout > 0) bad |= nn_add_dropout(m, o->dropout);
+        bad |= nn_add_linear(m, ds->nclasses);
+    } else {
+        /* (B,1,28,28) -> (B,32,28,28) -> pool (B,32,14,14) -> (B,64,14,14) -> pool
+         * (B,64,7,7) -> 128 -> 10 */
+        bad |= nn_add_conv2d(m, 32, 3, 1, 1) | nn_add_relu(m) | nn_add_maxpool2d(m, 2, 2);
+        bad |= nn_add_conv2d(m, 64, 3, 1, 1) | nn_add_relu(m) | nn_add_maxpool2d(m, 2, 2);
+        bad |= nn_add_flatten(m) | nn_add_linear(m, 128) | nn_add_relu(m);
+        if (o->dropout > 0) bad |= nn_add_dropout(m, o->dropout);
+        bad |= nn_add_linear(m, ds->nclasses);
+    }
+    if (bad) die("internal error: model shapes do not fit");
+    if (nn_model_finalize(m, max_batch)) die("out of memory for the model");
+    return m;
+}
+
+static float lr_at(const opts *o, uint64_t step, uint64_t steps_per_epoch, int world)
+{
+    double base = (double)o->lr * (o->scale_lr ? world : 1);
+    double total = (double)o->epochs * (double)steps_per_epoch;
+    double warm = floor((double)o->warmup_epochs * (double)steps_per_epoch);
+    double s = (double)step;
+    if (s < warm) return (float)(base * (s + 1.0) / warm);
+    double t = total > warm ? (s - warm) / (total - warm) : 1.0;
+    if (t > 1.0) t = 1.0;
+    if (!strcmp(o->schedule, "cosine")) return (float)(base * 0.5 * (1.0 + cos(M_PI * t)));
+    if (!strcmp(o->schedule, "step"))
+        return (float)(base * (t >= 0.75 ? 0.01 : t >= 0.5 ? 0.1 : 1.0));
+    return (float)base;
+}
+
+/* Test accuracy: each rank evaluates its slice of the test set; counts are summed. */
+static double evaluate(nn_model *m, nn_dist *d, const nn_dataset *test, float *x, int32_t *y,
+                       double *loss_out)
+{
+    int was = m->training;
+    m->training = 0;
+    size_t n = (size_t)test->n, per = (n + (size_t)d->size - 1) / (size_t)d->size;
+    size_t lo = per * (size_t)d->rank, hi = lo + per < n ? lo + per : n;
+    double acc[3] = {0, 0, 0};
+    uint32_t *idx = malloc((size_t)m->max_batch * sizeof(uint32_t));
+    if (!idx) die("out of memory");
+    for (size_t s = lo; s < hi; s += (size_t)m->max_batch) {
+        int B = (int)((hi - s) < (size_t)m->max_batch ? hi - s : (size_t)m->max_batch);
+        for (int i = 0; i < B; i++) idx[i] = (uint32_t)(s + (size_t)i);
+        nn_dataset_batch(test, idx, B, x, y);
+        const float *z = nn_forward(m, x, B);
+        int hits = 0;
+        acc[0] += nn_xent(z, y, B, test->nclasses, 0.0f, NULL, &hits);
+        acc[1] += hits;
+        acc[2] += B;
+    }
+    free(idx);
+    if (nn_dist_sum(d, acc, 3)) die("%s", d->err);
+    m->training = was;
+    if (loss_out) *loss_out = acc[0] / acc[2];
+    return acc[1] / acc[2];
+}
+
+static void fmt_eta(char *buf, size_t len, double s)
+{
+    if (s < 0 || !isfinite(s)) s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, len, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else
+        snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    parse(argc, argv, &o);
+
+    chorus_comm *comm = NULL;
+    chorus_result cr = chorus_init(&comm);
+    if (cr != CHORUS_OK)
+        die("chorus_init failed: %s (%s)", chorus_strerror(cr), chorus_last_error(NULL));
+    nn_dist dist;
+    nn_dist_init(&dist, comm, !strcmp(o.sync, "fused") ? NN_SYNC_FUSED : NN_SYNC_LAYER);
+    int rank = dist.rank, world = dist.size;
+    g_rank = rank;
+    openblas_set_num_threads(o.threads);
+
+    char err[1024];
+    nn_dataset train, test;
+    if (nn_fashion_load(o.data, 1, &train, err, sizeof(err))) die("%s", err);
+    if (nn_fashion_load(o.data, 0, &test, err, sizeof(err))) die("%s", err);
+
+    nn_sampler sampler;
+    if (nn_sampler_init(&sampler, (size_t)train.n, (size_t)o.batch, rank, world, o.seed))
+        die("cannot set up the sampler (batch %d, %d ranks)", o.batch, world);
+    size_t max_local = nn_sampler_max_local(&sampler);
+    int max_micro = (int)((max_local + (size_t)o.accum - 1) / (size_t)o.accum);
+    if (max_micro < 1) max_micro = 1;
+    /* Evaluation runs in chunks of max_batch; keep them reasonably large. */
+    int max_batch = max_micro < 256 ? 256 : max_micro;
+    nn_model *m = build_model(&o, &train, max_batch);
+    nn_model_init_params(m, o.seed);
+    m->rank = rank;
+
+    nn_optim opt;
+    int orc = !strcmp(o.optim, "adamw")
+                  ? nn_optim_init_adamw(&opt, m->nparams, 0.9f, 0.999f, 1e-8f, o.wd)
+                  : nn_optim_init_sgd(&opt, m->nparams, o.momentum, o.nesterov, o.wd);
+    if (orc) die("out of memory for the optimizer");
+
+    nn_train_state st = {0};
+    st.seed = o.seed;
+    st.rng = o.seed;
+    st.model_sig = nn_model_signature(m);
+    if (o.resume) {
+        /* Rank 0 reads; everyone gets its verdict, then the state. */
+        int64_t loaded = 0;
+        char used[4096] = "", note[2048] = "";
+        if (rank == 0) {
+            loaded = nn_ckpt_load_latest(o.ckpt_dir, m, &opt, &st, used, sizeof(used), note,
+                                         sizeof(note), err, sizeof(err));
+            if (note[0]) fprintf(stderr, "chorus-train: %s\n", note);
+        }
+        if (nn_dist_broadcast_bytes(&dist, &loaded, sizeof(loaded))) die("%s", dist.err);
+        if (loaded < 0) die("cannot resume: %s", rank == 0 ? err : "see rank 0");
+        if (loaded == 1) {
+            uint64_t words[7] = {st.epoch, st.step_in_epoch, st.global_step, st.seed,
+                                 st.rng,   st.model_sig,     opt.t};
+            if (nn_dist_broadcast_bytes(&dist, words, sizeof(words))) die("%s", dist.err);
+            st.epoch = words[0];
+            st.step_in_epoch = words[1];
+            st.global_step = words[2];
+            st.seed = words[3];
+            st.rng = words[4];
+            opt.t = words[6];
+            size_t ns = opt.m ? opt.n : 0;
+            if ((ns && nn_dist_broadcast_bytes(&dist, opt.m, ns * sizeof(float))) ||
+                (opt.v && nn_dist_broadcast_bytes(&dist, opt.v, opt.n * sizeof(float))))
+                die("%s", dist.err);
+            m->seed = st.rng;
+            sampler.seed = st.seed;
+            if (rank == 0)
+                printf("resumed from %s: epoch %llu, step %llu\n", used,
+                       (unsigned long long)st.epoch + 1, (unsigned long long)st.global_step);
+        } else if (rank == 0) {
+            printf("no checkpoint in %s yet; starting from scratch\n", o.ckpt_dir);
+        }
+    }
+    if (nn_dist_broadcast_params(&dist, m)) die("%s", dist.err);
+
+    size_t steps_per_epoch = nn_sampler_steps(&sampler);
+    FILE *metrics = NULL;
+    if (rank == 0 && o.metrics) {
+        metrics = fopen(o.metrics, o.resume ? "a" : "w");
+        if (!metrics) die("cannot open --metrics %s: %s", o.metrics, strerror(errno));
+    }
+    int tty = isatty(STDOUT_FILENO);
+    if (rank == 0) {
+        printf("chorus-train: %s, %zu parameters; %d rank%s x %d BLAS thread%s; global batch %d "
+               "(%zu per rank, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
+               "steps\n",
+               o.model, m->nparams, world, world > 1 ? "s" : "", o.threads,
+               o.threads > 1 ? "s" : "", o.batch, max_local, o.accum, o.optim,
+               (double)o.lr * (o.scale_lr ? world : 1), o.schedule,
+               o.scale_lr ? " (scaled by ranks)" : "", (double)o.warmup_epochs, o.epochs,
+               steps_per_epoch);
+        fflush(stdout);
+    }
+
+    size_t F = nn_model_in_features(m);
+    int C = train.nclasses;
+    float *x = malloc((size_t)max_batch * F * sizeof(float));
+    int32_t *y = malloc((size_t)max_batch * sizeof(int32_t));
+    float *dl = malloc((size_t)max_batch * (size_t)C * sizeof(float));
+    if (!x || !y || !dl) die("out of memory");
+
+    uint64_t total_steps = (uint64_t)o.epochs * steps_per_epoch;
+    if (o.max_steps > 0 && (uint64_t)o.max_steps < total_steps) total_steps = (uint64_t)o.max_steps;
+    double t_start = now_s(), train_time = 0.0;
+    uint64_t steps_done = 0; /* in this process, for speed and ETA */
+    double samples_done = 0.0;
+    int stop = 0;
+    double last_test_acc = -1.0;
+
+    for (uint64_t epoch = st.epoch; epoch < (uint64_t)o.epochs && !stop; epoch++) {
+        nn_sampler_set_epoch(&sampler, epoch);
+        double ep_loss = 0, ep_hits = 0, ep_n = 0, last_print = 0;
+        for (size_t step = (epoch == st.epoch ? st.step_in_epoch : 0); step < steps_per_epoch;
+             step++) {
+            if (st.global_step >= total_steps) {
+                stop = 1;
+                break;
+            }
+            double t0 = now_s(), w0 = dist.wait_s;
+            float lr = lr_at(&o, st.global_step, steps_per_epoch, world);
+            const uint32_t *idx;
+            size_t gcount;
+            size_t nloc = nn_sampler_batch(&sampler, step, &idx, &gcount);
+            float scale = 1.0f / (float)gcount;
+            double stats[3] = {0, 0, 0};
+            nn_zero_grad(m);
+            size_t off = 0;
+            for (int k = 0; k < o.accum; k++) {
+                size_t nb = nloc / (size_t)o.accum + ((size_t)k < nloc % (size_t)o.accum);
+                m->step = st.global_step * (uint64_t)o.accum + (uint64_t)k;
+                nn_dataset_batch(&train, idx + off, (int)nb, x, y);
+                const float *z = nn_forward(m, x, (int)nb);
+                int hits = 0;
+                stats[0] += nn_xent(z, y, (int)nb, C, scale, dl, &hits);
+                stats[1] += hits;
+                nn_backward(m, dl, (int)nb);
+                off += nb;
+            }
+            stats[2] = (double)nloc;
+            if (nn_dist_sync_grads(&dist, m)) die("%s", dist.err);
+            if (nn_dist_sum(&dist, stats, 3)) die("%s", dist.err);
+            nn_optim_step(&opt, m->params, m->grads, lr);
+            st.global_step++;
+            st.epoch = step + 1 == steps_per_epoch ? epoch + 1 : epoch;
+            st.step_in_epoch = step + 1 == steps_per_epoch ? 0 : step + 1;
+            double t1 = now_s(), dt = t1 - t0;
+            train_time += dt;
+            steps_done++;
+            samples_done += (double)gcount;
+            ep_loss += stats[0];
+            ep_hits += stats[1];
+            ep_n += stats[2];
+            double sps = samples_done / train_time;
+            if (rank == 0) {
+                if (metrics)
+                    fprintf(metrics,
+                            "{\"step\":%llu,\"epoch\":%llu,\"loss\":%.6f,\"acc\":%.4f,\"lr\":%.6g,"
+                            "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f}\n",
+                            (unsigned long long)st.global_step, (unsigned long long)epoch + 1,
+                            stats[0] / stats[2], stats[1] / stats[2], (double)lr,
+                            (double)gcount / dt, dt, dist.wait_s - w0);
+                int last = step + 1 == steps_per_epoch || st.global_step >= total_steps;
+                int due = tty ? (t1 - last_print > 0.2 || last)
+                              : (st.global_step % (uint64_t)o.log_every == 0);
+                if (due) {
+                    char eta[32];
+                    uint64_t left = total_steps - st.global_step;
+                    fmt_eta(eta, sizeof(eta), (double)left * train_time / (double)steps_done);
+                    printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s ETA "
+                           "%s%s",
+                           tty ? "\r" : "", (unsigned long long)epoch + 1, o.epochs, step + 1,
+                           steps_per_epoch, ep_loss / ep_n, ep_hits / ep_n, sps, eta,
+                           tty ? "\033[K" : "\n");
+                    fflush(stdout);
+                    last_print = t1;
+                }
+            }
+            if (rank == 0 && o.ckpt_every && st.global_step % (uint64_t)o.ckpt_every == 0)
+                if (nn_ckpt_save(o.ckpt_dir, m, &opt, &st, err, sizeof(err))) die("%s", err);
+        }
+        if (stop && ep_n == 0) break;
+        if (rank == 0 && tty) printf("\n");
+        double test_loss;
+        last_test_acc = evaluate(m, &dist, &test, x, y, &test_loss);
+        if (rank == 0) {
+            printf("epoch %llu/%d: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f "
+                   "samples/s, comm wait %.1f%%\n",
+                   (unsigned long long)epoch + 1, o.epochs, ep_n ? ep_loss / ep_n : 0.0,
+                   ep_n ? ep_hits / ep_n : 0.0, test_loss, last_test_acc, samples_done / train_time,
+                   100.0 * dist.wait_s / (now_s() - t_start));
+            fflush(stdout);
+        }
+        if (rank == 0 && o.ckpt_dir &&
+            !(o.ckpt_every && st.global_step % (uint64_t)o.ckpt_every == 0))
+            if (nn_ckpt_save(o.ckpt_dir, m, &opt, &st, err, sizeof(err))) die("%s", err);
+    }
+
+    if (rank == 0) {
+        if (last_test_acc >= 0)
+            printf("done: %llu steps, test accuracy %.4f, %.0f samples/s over %.1f s of "
+                   "training\n",
+                   (unsigned long long)st.global_step, last_test_acc,
+                   train_time > 0 ? samples_done / train_time : 0.0, train_time);
+        else
+            printf("done: %llu steps (nothing left to train)\n",
+                   (unsigned long long)st.global_step);
+    }
+    if (o.dump) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s.%d", o.dump, rank);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(m->params, sizeof(float), m->nparams, f) != m->nparams || fclose(f))
+            die("cannot write %s: %s", path, strerror(errno));
+    }
+    if (metrics) fclose(metrics);
+    free(x);
+    free(y);
+    free(dl);
+    nn_optim_free(&opt);
+    nn_sampler_free(&sampler);
+    nn_model_destroy(m);
+    nn_dataset_free(&train);
+    nn_dataset_free(&test);
+    chorus_finalize(comm);
+    return 0;
+}

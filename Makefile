@@ -41,6 +41,7 @@ ALL_TARGETS = $(BUILD)/lib/libchorus.a $(BUILD)/lib/libchorus.so $(TOOLS) $(BUIL
 include $(sort $(wildcard mk/*.mk))
 
 .PHONY: all deps test demo install clean format format-check
+.SECONDARY:
 all: deps $(ALL_TARGETS)
 
 deps:
@@ -48,7 +49,7 @@ deps:
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests -c $< -o $@
 
 $(BUILD)/lib/libchorus.a: $(LIB_OBJS)
 	@mkdir -p $(dir $@)

@@ -9,7 +9,9 @@ Same method and output as bench/mpi_allreduce.c, so the tables line up:
     1 broadcast), GB = 1e9. Results are checked in a separate untimed pass with
     integer-valued floats (exact sums). Gloo's allreduce works in place, so the timed
     allreduce reduces a buffer of zeros in place (no extra copy is timed).
-  N = clamp(2^30 / S, 10, 1000), W = clamp(N / 10, 2, 20) unless -n / -w are given.
+  N = clamp(2^30 / S, 10, 1000), W = clamp(N / 10, 2, 20) unless -n / -w are given; the
+  warm-up (with the same barriers) times one iteration and N is cut to fit about -T seconds
+  (default 2) per size, never below 10.
 
 Ranks are started by this script itself (no torchrun: torch 1.13's launcher crashes here
 unless given --redirects/--tee): the parent picks a free port on 127.0.0.1, sets RANK,
@@ -48,6 +50,8 @@ def parse_args(argv):
     p.add_argument("-f", type=float, default=4.0, help="size multiplier per step")
     p.add_argument("-n", type=int, default=0, help="timed iterations (0: by size)")
     p.add_argument("-w", type=int, default=0, help="warm-up iterations (0: by size)")
+    p.add_argument("-T", type=float, default=2.0, help="about this many seconds per size "
+                   "at most, when iterations are by size (default 2)")
     p.add_argument("-k", type=int, default=1, help="0 skips the result check")
     p.add_argument("-d", default="float32", choices=("float32", "float"))
     p.add_argument("-o", default="sum", choices=("sum",))
@@ -159,8 +163,8 @@ def worker(args):
               f"gloo, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
         print("# time = median over iterations of the max over ranks; barrier before each call;"
               f" GB = 1e9; busbw factor {bus_factor(coll, n):.4f}")
-        it = "fixed" if args.n else \
-            "clamp(2^30/size, 10, 1000), warm-up clamp(iters/10, 2, 20)"
+        it = str(args.n) if args.n else (f"clamp(2^30/size, 10, 1000) cut to ~{args.T:g}s per "
+                                         "size (min 10), warm-up clamp(iters/10, 2, 20)")
         print(f"# iterations {it}, check {'on' if args.k else 'off'}")
         print(f"# {'size':>10} {'count':>12} {'time_us':>12} {'algbw_GBps':>11} "
               f"{'busbw_GBps':>11}", flush=True)
@@ -190,8 +194,14 @@ def worker(args):
         send, recv, recv_list = make(count)
         if coll == "allreduce":
             recv.zero_()  # timed in place on zeros: the values stay 0 however many calls
+        w0 = time.perf_counter()
         for _ in range(warmup):
+            dist.barrier()
             run(send, recv, recv_list)
+        per_iter = torch.tensor([(time.perf_counter() - w0) / warmup], dtype=torch.float64)
+        dist.all_reduce(per_iter, op=dist.ReduceOp.MAX)
+        if not args.n and float(per_iter) * iters > args.T:
+            iters = clamp(int(args.T / float(per_iter)), 10, iters)
         times = torch.zeros(iters, dtype=torch.float64)
         for i in range(iters):
             dist.barrier()

@@ -19,8 +19,9 @@
  * last three S is rounded down to a multiple of 4*n bytes.
  *
  * Iterations by default: N = clamp(2^30 / S, 10, 1000) and W = clamp(N / 10, 2, 20), so a
- * sweep 4 B .. 64 MiB moves about 1 GiB per size and stays well under a minute on loopback.
- * -n and -w override them.
+ * sweep 4 B .. 64 MiB moves about 1 GiB per size; the warm-up (run with the same barriers)
+ * also times one iteration, and N is cut to fit about -T seconds (default 2) per size, but
+ * never below 10, so slow cases (oversubscribed ranks) finish too. -n and -w fix N and W.
  *
  * Output: header lines start with '#'; one row per size:
  *   size count time_us algbw_GBps busbw_GBps
@@ -47,6 +48,7 @@ struct opts {
     size_t min_bytes, max_bytes;
     double factor;
     long iters, warmup; /* 0: adaptive */
+    double budget;      /* seconds per size that adaptive iterations aim for */
     int check;
 };
 
@@ -72,15 +74,16 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s [-c allreduce|bcast|allgather|reduce_scatter|alltoall] [-b min] [-e max]\n"
-            "          [-f factor] [-n iters] [-w warmup] [-k 0|1]\n"
+            "          [-f factor] [-n iters] [-w warmup] [-T seconds] [-k 0|1]\n"
             "  sizes in bytes, K/M/G suffixes (1024-based); defaults -b 4 -e 64M -f 4;\n"
-            "  -n/-w 0 (default) pick iterations by size; -k 0 skips the result check\n",
+            "  -n/-w 0 (default) pick iterations by size, about -T (2) seconds per size at most;\n"
+            "  -k 0 skips the result check\n",
             argv0);
 }
 
 static int parse_opts(int argc, char **argv, struct opts *o)
 {
-    *o = (struct opts){COLL_ALLREDUCE, 4, 64u << 20, 4.0, 0, 0, 1};
+    *o = (struct opts){COLL_ALLREDUCE, 4, 64u << 20, 4.0, 0, 0, 2.0, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (a[0] != '-' || !a[1] || a[2] || !v)
@@ -111,6 +114,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'f': o->factor = atof(v); break;
         case 'n': o->iters = atol(v); break;
         case 'w': o->warmup = atol(v); break;
+        case 'T': o->budget = atof(v); break;
         case 'k': o->check = atoi(v); break;
         case 'd': if (strcasecmp(v, "float32") && strcasecmp(v, "float")) return -1; break;
         case 'o': if (strcasecmp(v, "sum")) return -1; break;
@@ -118,7 +122,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         }
     }
     if (o->min_bytes < 4 || o->max_bytes < o->min_bytes || o->factor <= 1.0 || o->iters < 0 ||
-        o->warmup < 0)
+        o->warmup < 0 || o->budget <= 0)
         return -1;
     return 0;
 }
@@ -281,9 +285,11 @@ int main(int argc, char **argv)
                version);
         printf("# time = median over iterations of the max over ranks; barrier before each call;"
                " GB = 1e9; busbw factor %.4f\n", bus_factor(o.coll, n));
-        printf("# iterations %s, check %s\n",
-               o.iters ? "fixed" : "clamp(2^30/size, 10, 1000), warm-up clamp(iters/10, 2, 20)",
-               o.check ? "on" : "off");
+        if (o.iters)
+            printf("# iterations %ld, check %s\n", o.iters, o.check ? "on" : "off");
+        else
+            printf("# iterations clamp(2^30/size, 10, 1000) cut to ~%gs per size (min 10), "
+                   "warm-up clamp(iters/10, 2, 20), check %s\n", o.budget, o.check ? "on" : "off");
         printf("# %10s %12s %12s %11s %11s\n", "size", "count", "time_us", "algbw_GBps",
                "busbw_GBps");
         fflush(stdout);
@@ -312,8 +318,15 @@ int main(int argc, char **argv)
         /* Timed pass. Buffers keep their contents (allreduce reads sbuf and writes rbuf, so
          * values do not grow). */
         fill(o.coll, sbuf, rbuf, count, rank, n);
-        for (long i = 0; i < warmup; i++)
+        double w0 = MPI_Wtime();
+        for (long i = 0; i < warmup; i++) {
+            MPI_Barrier(MPI_COMM_WORLD);
             run_coll(o.coll, sbuf, rbuf, count, n);
+        }
+        double per_iter = (MPI_Wtime() - w0) / warmup;
+        MPI_Allreduce(MPI_IN_PLACE, &per_iter, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (!o.iters && per_iter * iters > o.budget)
+            iters = clampl((long)(o.budget / per_iter), 10, iters);
         for (long i = 0; i < iters; i++) {
             MPI_Barrier(MPI_COMM_WORLD);
             double t0 = MPI_Wtime();

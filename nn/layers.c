@@ -109,13 +109,15 @@ static void col2im(const nn_layer *L, const float *dcols, float *dx)
             }
 }
 
-/* y (B,OC,OH,OW) = W (OC, C*k*k) cols_n (C*k*k, OH*OW) + b, per sample n. */
+/* y (B,OC,OH,OW) = W (OC, C*k*k) cols_n (C*k*k, OH*OW) + b, per sample n. The columns of
+ * one sample (in scratch) stay in cache for the GEMM; backward rebuilds them rather than
+ * keeping the whole batch's, which would be tens of megabytes of memory traffic. */
 static void conv_forward(nn_layer *L, const float *x, float *y, int B)
 {
     int OC = L->out_c, K = L->in_c * L->k * L->k, P = L->out_h * L->out_w;
     size_t in = nn__in_features(L), out = nn__out_features(L);
+    float *cols = L->scratch;
     for (int n = 0; n < B; n++) {
-        float *cols = L->cache + (size_t)n * K * P;
         float *yn = y + (size_t)n * out;
         im2col(L, x + (size_t)n * in, cols);
         for (int o = 0; o < OC; o++) {
@@ -132,9 +134,10 @@ static void conv_backward(nn_layer *L, const float *dy, float *dx, int B)
 {
     int OC = L->out_c, K = L->in_c * L->k * L->k, P = L->out_h * L->out_w;
     size_t in = nn__in_features(L), out = nn__out_features(L);
+    float *cols = L->scratch, *dcols = L->cache;
     for (int n = 0; n < B; n++) {
-        const float *cols = L->cache + (size_t)n * K * P;
         const float *dyn = dy + (size_t)n * out;
+        im2col(L, L->in + (size_t)n * in, cols);
         for (int o = 0; o < OC; o++) {
             const float *r = dyn + (size_t)o * P;
             float acc = 0.0f;
@@ -142,13 +145,13 @@ static void conv_backward(nn_layer *L, const float *dy, float *dx, int B)
             L->db[o] += acc;
         }
         /* dW (OC,K) += dy_n (OC,P) cols_n^T (P,K) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, K, P, 1.0f, dyn, P, cols, P, 1.0f,
-                    L->dw, K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, K, P, 1.0f, dyn, P, cols, P,
+                    1.0f, L->dw, K);
         if (dx) {
             /* dcols (K,P) = W^T (K,OC) dy_n (OC,P) */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, OC, 1.0f, L->w, K, dyn, P,
-                        0.0f, L->scratch, P);
-            col2im(L, L->scratch, dx + (size_t)n * in);
+                        0.0f, dcols, P);
+            col2im(L, dcols, dx + (size_t)n * in);
         }
     }
 }
@@ -163,6 +166,26 @@ static void maxpool_forward(nn_layer *L, const float *x, float *y, int B)
         const float *xp = x + (size_t)nc * H * W;
         float *yp = y + (size_t)nc * OH * OW;
         int32_t *ip = L->idx + (size_t)nc * OH * OW;
+        if (k == 2 && s == 2) {
+            /* The common case, branch-free so it vectorises. Ties keep the first. */
+            for (int oh = 0; oh < OH; oh++) {
+                const float *r0 = xp + (size_t)(2 * oh) * W, *r1 = r0 + W;
+                float *yo = yp + (size_t)oh * OW;
+                int32_t *io = ip + (size_t)oh * OW;
+                int base = 2 * oh * W;
+                for (int ow = 0; ow < OW; ow++) {
+                    float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+                    int ia = base + 2 * ow;
+                    float m1 = b > a ? b : a;
+                    int i1 = b > a ? ia + 1 : ia;
+                    float m2 = d > c ? d : c;
+                    int i2 = d > c ? ia + W + 1 : ia + W;
+                    yo[ow] = m2 > m1 ? m2 : m1;
+                    io[ow] = m2 > m1 ? i2 : i1;
+                }
+            }
+            continue;
+        }
         for (int oh = 0; oh < OH; oh++)
             for (int ow = 0; ow < OW; ow++) {
                 int best = (oh * s) * W + ow * s;

@@ -202,7 +202,7 @@ int nn_model_finalize(nn_model *m, int max_batch)
         case NN_CONV2D: {
             size_t rows = (size_t)L->in_c * (size_t)(L->k * L->k);
             size_t cols = (size_t)L->out_h * (size_t)L->out_w;
-            if (!(L->cache = falloc(B * rows * cols))) return -1;
+            if (!(L->cache = falloc(rows * cols))) return -1;
             if (!(L->scratch = falloc(rows * cols))) return -1;
             break;
         }

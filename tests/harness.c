@@ -1,0 +1,18 @@
+/* harness.c - failure reporting for the test helpers. */
+#include <stdarg.h>
+
+#include "harness.h"
+
+int test_rank = -1;
+
+void test_fail(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "FAIL %s:%d (rank %d): ", file, line, test_rank);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    fflush(stderr);
+    exit(1);
+}

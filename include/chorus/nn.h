@@ -71,9 +71,9 @@ typedef struct nn_layer {
     const float *in;         /* input of the last forward: (B, in) */
     float *out;              /* output of the last forward: (B, out) */
     float *buf;              /* owned output buffer (unused when in place or flatten) */
-    float *cache;            /* conv2d: im2col columns (B, C*k*k, OH*OW); layernorm: mean,
+    float *cache;            /* conv2d: column gradients (C*k*k, OH*OW); layernorm: mean,
                                 rstd (B, 2); dropout: scale mask (B, F) */
-    float *scratch;          /* conv2d: column gradients (C*k*k, OH*OW) */
+    float *scratch;          /* conv2d: im2col columns of one sample (C*k*k, OH*OW) */
     int32_t *idx;            /* maxpool2d: argmax within the input plane (B, C, OH, OW) */
 } nn_layer;
 

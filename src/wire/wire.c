@@ -67,7 +67,7 @@ chorus_result chorus__wire_decode_hdr(const unsigned char in[CHORUS_WIRE_HDR_LEN
     }
     h->type = get16(in + 6);
     if (h->type == 0 || h->type >= CHORUS_MSG_TYPE_MAX ||
-        (h->type > CHORUS_MSG_PING && h->type != CHORUS_MSG_KV)) {
+        (h->type > CHORUS_MSG_BYE && h->type != CHORUS_MSG_KV)) {
         snprintf(why, why_len, "unknown message type %u", h->type);
         return CHORUS_ERR_PROTOCOL;
     }

@@ -22,6 +22,7 @@ enum chorus_wire_type {
     CHORUS_MSG_HELLO = 4, /* first message on a transport connection */
     CHORUS_MSG_HELLO_ACK = 5,
     CHORUS_MSG_PING = 6, /* keep-alive on an idle connection */
+    CHORUS_MSG_BYE = 7,  /* the sender finalized: its connection closing is not a failure */
     CHORUS_MSG_KV = 16,  /* key-value store request or response */
     CHORUS_MSG_TYPE_MAX = 17
 };

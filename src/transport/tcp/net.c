@@ -47,6 +47,7 @@ typedef struct peer {
     chorus_req *dreq;
     umsg *dmsg;
     unsigned char ctl[CHORUS_WIRE_ABORT_MAX]; /* payload of control messages */
+    int bye;                                  /* the peer finalized */
     char host[64];
 } peer;
 
@@ -378,11 +379,12 @@ static void route_header(chorus_net *n, int p)
             return;
         }
         pe->dst = (char *)pe->ctl;
-    } else if (h->type == CHORUS_MSG_PING) {
+    } else if (h->type == CHORUS_MSG_PING || h->type == CHORUS_MSG_BYE) {
         if (h->len) {
-            peer_lost(n, p, "keep-alive with a payload");
+            peer_lost(n, p, "control message with a payload");
             return;
         }
+        if (h->type == CHORUS_MSG_BYE) pe->bye = 1;
     } else if (h->type == CHORUS_MSG_P2P || h->type == CHORUS_MSG_COLL) {
         chorus_req *r = NULL;
         for (chorus_req *x = pe->rq_head; x; x = x->next)
@@ -430,6 +432,11 @@ static void read_peer(chorus_net *n, int p)
             r = recv(pe->fd, pe->dst + pe->doff, pe->cur.len - pe->doff, MSG_DONTWAIT);
         }
         if (r == 0) {
+            if (pe->bye && !pe->in_payload && pe->hoff == 0) {
+                /* finalized cleanly: stop watching it; only a later use of it is an error */
+                epoll_ctl(n->epfd, EPOLL_CTL_DEL, pe->fd, NULL);
+                return;
+            }
             peer_lost(n, p, "its connection closed (process exited or was killed)");
             return;
         }
@@ -465,19 +472,27 @@ chorus_result chorus__net_wait(chorus_net *n, chorus_req *const *reqs, int nreq,
     double spin_until = chorus__now() + n->spin_us * 1e-6;
     pthread_mutex_lock(&n->mu);
     for (;;) {
-        if (n->broken != CHORUS_OK) {
-            chorus_result r = n->broken;
-            if (e) snprintf(e->msg, sizeof(e->msg), "%s", n->broken_msg);
-            pthread_mutex_unlock(&n->mu);
-            return r;
-        }
         int pending = -1;
         for (int i = 0; i < nreq; i++)
             if (!reqs[i]->done) {
                 pending = i;
                 break;
             }
-        if (pending < 0) break;
+        if (pending < 0) break; /* done, even if the net broke right after */
+        if (n->broken == CHORUS_OK && n->peers[reqs[pending]->peer].bye) {
+            char why[300];
+            snprintf(why, sizeof(why),
+                     "rank %d (host %s) has already finalized, but rank %d still expects it in "
+                     "a collective or send/recv",
+                     reqs[pending]->peer, chorus__net_host(n, reqs[pending]->peer), n->rank);
+            break_locked(n, reqs[pending]->peer, CHORUS_ERR_PEER_LOST, why, 1);
+        }
+        if (n->broken != CHORUS_OK) {
+            chorus_result r = n->broken;
+            if (e) snprintf(e->msg, sizeof(e->msg), "%s", n->broken_msg);
+            pthread_mutex_unlock(&n->mu);
+            return r;
+        }
         double now = chorus__now();
         if (now > deadline) {
             const chorus_req *r = reqs[pending];
@@ -668,8 +683,16 @@ void chorus__net_retain(chorus_net *n)
 void chorus__net_release(chorus_net *n)
 {
     if (!n || __atomic_sub_fetch(&n->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+    unsigned char bye[CHORUS_WIRE_HDR_LEN];
+    chorus_wire_hdr h = {.type = CHORUS_MSG_BYE};
+    chorus__wire_encode_hdr(&h, bye);
     for (int p = 0; p < n->size; p++) {
         peer *pe = &n->peers[p];
+        /* Say goodbye so the peer knows our closing is no failure; skipped when a partial
+         * message is still queued (the peer could not parse it) or the net is broken. */
+        if (pe->fd >= 0 && n->broken == CHORUS_OK && !pe->sq_head)
+            if (send(pe->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* gone */
+            }
         if (pe->fd >= 0) close(pe->fd);
         for (umsg *u = pe->uq_head, *nx; u; u = nx) {
             nx = u->next;

@@ -1,0 +1,59 @@
+/*
+ * harness.h - small assertion helpers for Chorus tests. A failed check prints the file, the
+ * line, both values and the rank, then exits non-zero; the runner shows the output.
+ */
+#ifndef CHORUS_TEST_HARNESS_H
+#define CHORUS_TEST_HARNESS_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chorus.h"
+
+extern int test_rank; /* shown in failure messages; -1 before chorus_init */
+
+void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+
+#define ASSERT(cond)                                                                               \
+    do {                                                                                           \
+        if (!(cond)) test_fail(__FILE__, __LINE__, "assertion failed: %s", #cond);                 \
+    } while (0)
+#define ASSERT_EQ(a, b)                                                                            \
+    do {                                                                                           \
+        long long a_ = (long long)(a), b_ = (long long)(b);                                        \
+        if (a_ != b_) test_fail(__FILE__, __LINE__, "%s == %s failed: %lld != %lld", #a, #b, a_, b_); \
+    } while (0)
+#define ASSERT_OK(call)                                                                            \
+    do {                                                                                           \
+        chorus_result r_ = (call);                                                                 \
+        if (r_ != CHORUS_OK)                                                                       \
+            test_fail(__FILE__, __LINE__, "%s returned %s", #call, chorus_strerror(r_));           \
+    } while (0)
+#define ASSERT_STR_CONTAINS(s, sub)                                                                \
+    do {                                                                                           \
+        const char *s_ = (s);                                                                      \
+        if (!s_ || !strstr(s_, sub))                                                               \
+            test_fail(__FILE__, __LINE__, "'%s' does not contain '%s'", s_ ? s_ : "(null)", sub);  \
+    } while (0)
+
+/* Deterministic pseudo-random numbers (splitmix64). */
+static inline uint64_t test_rand(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* FNV-1a of a buffer, to compare results across ranks. */
+static inline uint64_t test_hash(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+#endif

@@ -58,8 +58,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.c == "broadcast":
         a.c = "bcast"
-    if a.b < 4 or a.e < a.b or a.f <= 1.0 or a.np < 1:
-        p.error("need 4 <= -b <= -e, -f > 1, -np >= 1")
+    if a.b < 4 or a.e < a.b or a.f <= 1.0 or a.np < 1 or a.T <= 0:
+        p.error("need 4 <= -b <= -e, -f > 1, -np >= 1, -T > 0")
     return a
 
 

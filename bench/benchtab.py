@@ -13,6 +13,7 @@ subject/other: <1 means the subject is faster).
 
 Parsing is deliberately tolerant, so a change of chorus-bench's format is a one-word fix:
   * a data row is a line whose first field is a size: "4096", "4K", "64M", "64MiB";
+  * a "[rank] " prefix (chorus-run's) is removed; the lowest rank that printed rows counts;
   * columns are found by name from the last header line before the rows (a line starting with
     '#', or any line whose first field is not a number, that names 'size' and 'busbw'): the
     first column called size/bytes, the first time/time_us/time(us), the first busbw...;
@@ -33,6 +34,7 @@ import signal
 import statistics
 import sys
 
+RANK_PREFIX_RE = re.compile(r"^\[(\d+)\]:?\s?")  # chorus-run's "[rank] " line prefix
 SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)([kmgt]?)(?:i?b)?$", re.I)
 MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
@@ -78,12 +80,28 @@ def parse_cols_spec(spec):
 
 
 def parse_output(path, override=None):
-    """{size: (time_us, busbw)} from one benchmark output; later rows for a size win."""
-    rows, cols = {}, None
+    """{size: (time_us, busbw)} from one benchmark output; later rows for a size win.
+
+    Lines may carry a launcher's "[rank] " prefix; then the lowest rank that printed rows is
+    the one used (normally rank 0, the only one that prints)."""
+    by_rank = {}
     try:
         lines = open(path, errors="replace").read().splitlines()
     except OSError:
-        return rows
+        return {}
+    for line in lines:
+        m = RANK_PREFIX_RE.match(line)
+        rank = int(m.group(1)) if m else -1
+        by_rank.setdefault(rank, []).append(line[m.end():] if m else line)
+    for rank in sorted(by_rank):
+        rows = parse_lines(by_rank[rank], override)
+        if rows:
+            return rows
+    return {}
+
+
+def parse_lines(lines, override):
+    rows, cols = {}, None
     for line in lines:
         stripped = line.strip()
         if not stripped:

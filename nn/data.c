@@ -4,6 +4,7 @@
  * byte offset in the decompressed stream where it was found.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,38 +16,114 @@
 #define IDX_MAX_DIM   (1 << 24)
 #define IDX_MAX_BYTES ((size_t)1 << 31)
 
-/* Reads exactly n bytes at decompressed offset *off; on failure formats why into err. */
-static int read_exact(gzFile f, const char *path, void *buf, size_t n, size_t *off,
-                      const char *what, char *err, size_t errlen)
+/* A byte stream from a file that may be gzip-compressed. Unlike gzread, inflate is driven
+ * here so a failure is reported at the exact byte of decompressed data (and of the file)
+ * where it happened. */
+typedef struct src {
+    FILE *f;
+    const char *path;
+    int gz;    /* gzip member: inflate; otherwise plain bytes */
+    int ended; /* inflate reached the end of the stream */
+    z_stream z;
+    size_t out; /* decompressed bytes delivered so far */
+    unsigned char in[1 << 16];
+} src;
+
+static int src_open(src *s, const char *path, char *err, size_t errlen)
 {
-    size_t got = 0;
-    while (got < n) {
-        unsigned chunk = n - got > (1u << 30) ? (1u << 30) : (unsigned)(n - got);
-        int r = gzread(f, (char *)buf + got, chunk);
-        if (r < 0) {
-            int zerr;
-            const char *msg = gzerror(f, &zerr);
-            if (zerr == Z_ERRNO)
-                return nn__fail(err, errlen, "%s: read error at byte %zu: %s", path, *off + got,
+    memset(s, 0, offsetof(src, in));
+    s->path = path;
+    s->f = fopen(path, "rb");
+    if (!s->f) return nn__fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    int c0 = fgetc(s->f), c1 = fgetc(s->f);
+    rewind(s->f);
+    s->gz = c0 == 0x1f && c1 == 0x8b;
+    if (s->gz && inflateInit2(&s->z, 16 + MAX_WBITS) != Z_OK) {
+        fclose(s->f);
+        return nn__fail(err, errlen, "%s: zlib initialisation failed", path);
+    }
+    return 0;
+}
+
+static void src_close(src *s)
+{
+    if (s->gz) inflateEnd(&s->z);
+    fclose(s->f);
+}
+
+/* Reads exactly n bytes; `what` names them in the message. */
+static int src_read(src *s, void *buf, size_t n, const char *what, char *err, size_t errlen)
+{
+    size_t start = s->out, got = 0;
+    if (!s->gz) {
+        got = fread(buf, 1, n, s->f);
+        s->out += got;
+        if (got < n) {
+            if (ferror(s->f))
+                return nn__fail(err, errlen, "%s: read error at byte %zu: %s", s->path, s->out,
                                 strerror(errno));
-            return nn__fail(err, errlen, "%s: corrupt compressed data near byte %zu of %s: %s",
-                            path, *off + got, what, msg);
+            return nn__fail(err, errlen,
+                            "%s: truncated at byte %zu: %s needs %zu bytes from byte %zu, only "
+                            "%zu are there",
+                            s->path, s->out, what, n, start, got);
         }
-        if (r == 0) break;
-        got += (size_t)r;
+        return 0;
     }
-    if (got < n) {
-        int zerr;
-        const char *msg = gzerror(f, &zerr);
-        if (zerr != Z_OK && zerr != Z_BUF_ERROR)
-            return nn__fail(err, errlen, "%s: corrupt compressed data near byte %zu of %s: %s",
-                            path, *off + got, what, msg);
+    while (got < n && !s->ended) {
+        if (s->z.avail_in == 0) {
+            size_t r = fread(s->in, 1, sizeof(s->in), s->f);
+            if (r == 0) {
+                if (ferror(s->f))
+                    return nn__fail(err, errlen, "%s: read error: %s", s->path, strerror(errno));
+                break; /* end of file before the end of the compressed stream */
+            }
+            s->z.next_in = s->in;
+            s->z.avail_in = (uInt)r;
+        }
+        size_t want = n - got > (1u << 30) ? (1u << 30) : n - got;
+        s->z.next_out = (Bytef *)buf + got;
+        s->z.avail_out = (uInt)want;
+        int zr = inflate(&s->z, Z_NO_FLUSH);
+        size_t produced = want - s->z.avail_out;
+        got += produced;
+        s->out += produced;
+        if (zr == Z_STREAM_END) {
+            s->ended = 1;
+        } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
+            return nn__fail(err, errlen,
+                            "%s: corrupt compressed data at byte %zu of the data (byte %lu of the "
+                            "file): %s",
+                            s->path, s->out, s->z.total_in, s->z.msg ? s->z.msg : "zlib error");
+        }
+    }
+    if (got < n)
         return nn__fail(err, errlen,
-                        "%s: truncated at byte %zu: %s needs %zu bytes from byte %zu, file has "
-                        "%zu",
-                        path, *off + got, what, n, *off, got);
+                        "%s: truncated at byte %zu: %s needs %zu bytes from byte %zu, only %zu "
+                        "are there%s",
+                        s->path, s->out, what, n, start, got,
+                        s->ended ? "" : " (the compressed stream is cut short)");
+    return 0;
+}
+
+/* After the last expected byte: the gzip trailer (CRC, length) must check out and nothing
+ * may follow. */
+static int src_finish(src *s, char *err, size_t errlen)
+{
+    unsigned char extra;
+    if (!s->gz) {
+        if (fread(&extra, 1, 1, s->f) == 1)
+            return nn__fail(err, errlen, "%s: unexpected data after byte %zu", s->path, s->out);
+        return 0;
     }
-    *off += n;
+    if (!s->ended) {
+        char tmp[1024];
+        if (src_read(s, &extra, 1, "the end of the data", tmp, sizeof(tmp)) == 0)
+            return nn__fail(err, errlen, "%s: unexpected data after byte %zu", s->path, s->out - 1);
+        if (!s->ended) { /* corrupt trailer or cut short: report what inflate said */
+            snprintf(err, errlen, "%s", tmp);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -59,13 +136,15 @@ int nn_idx_read(const char *path, int dims, uint8_t **data, int shape[3], char *
 {
     *data = NULL;
     if (dims < 1 || dims > 3) return nn__fail(err, errlen, "%s: bad dimension count", path);
-    gzFile f = gzopen(path, "rb");
-    if (!f) return nn__fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    gzbuffer(f, 1 << 20);
+    src *s = malloc(sizeof(*s));
+    if (!s) return nn__fail(err, errlen, "%s: out of memory", path);
+    if (src_open(s, path, err, errlen)) {
+        free(s);
+        return -1;
+    }
     uint8_t hdr[16];
-    size_t off = 0;
     uint8_t *buf = NULL;
-    if (read_exact(f, path, hdr, 4, &off, "the IDX magic", err, errlen)) goto fail;
+    if (src_read(s, hdr, 4, "the IDX magic", err, errlen)) goto fail;
     uint32_t magic = be32(hdr), want = 0x0800u | (uint32_t)dims;
     if (magic != want) {
         nn__fail(err, errlen,
@@ -74,8 +153,7 @@ int nn_idx_read(const char *path, int dims, uint8_t **data, int shape[3], char *
                  path, magic, want, dims, dims > 1 ? "s" : "");
         goto fail;
     }
-    if (read_exact(f, path, hdr + 4, 4 * (size_t)dims, &off, "the IDX dimensions", err, errlen))
-        goto fail;
+    if (src_read(s, hdr + 4, 4 * (size_t)dims, "the IDX dimensions", err, errlen)) goto fail;
     size_t total = 1;
     for (int i = 0; i < dims; i++) {
         uint32_t d = be32(hdr + 4 + 4 * i);
@@ -96,27 +174,16 @@ int nn_idx_read(const char *path, int dims, uint8_t **data, int shape[3], char *
         nn__fail(err, errlen, "%s: out of memory for %zu bytes", path, total);
         goto fail;
     }
-    if (read_exact(f, path, buf, total, &off, "the data", err, errlen)) goto fail;
-    /* Reading past the end checks the gzip trailer (CRC and length) and catches junk. */
-    uint8_t extra;
-    int r = gzread(f, &extra, 1);
-    if (r != 0) {
-        int zerr;
-        const char *msg = gzerror(f, &zerr);
-        if (r < 0)
-            nn__fail(err, errlen, "%s: corrupt compressed data at the end (byte %zu): %s", path,
-                     off, msg);
-        else
-            nn__fail(err, errlen, "%s: unexpected data after byte %zu (the header says %zu)", path,
-                     off, off);
-        goto fail;
-    }
-    gzclose(f);
+    if (src_read(s, buf, total, "the data", err, errlen)) goto fail;
+    if (src_finish(s, err, errlen)) goto fail;
+    src_close(s);
+    free(s);
     *data = buf;
     return 0;
 fail:
     free(buf);
-    gzclose(f);
+    src_close(s);
+    free(s);
     return -1;
 }
 

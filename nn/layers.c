@@ -145,8 +145,8 @@ static void conv_backward(nn_layer *L, const float *dy, float *dx, int B)
             L->db[o] += acc;
         }
         /* dW (OC,K) += dy_n (OC,P) cols_n^T (P,K) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, K, P, 1.0f, dyn, P, cols, P,
-                    1.0f, L->dw, K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, OC, K, P, 1.0f, dyn, P, cols, P, 1.0f,
+                    L->dw, K);
         if (dx) {
             /* dcols (K,P) = W^T (K,OC) dy_n (OC,P) */
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, OC, 1.0f, L->w, K, dyn, P,

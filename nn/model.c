@@ -253,8 +253,17 @@ void nn_model_init_params(nn_model *m, uint64_t seed)
         if (L->kind == NN_LAYERNORM) {
             for (size_t j = 0; j < nw; j++) L->w[j] = 1.0f;
         } else {
+            /* He-uniform where a rectifier follows (variance 2/fan_in); the output layer gets
+             * variance 1/(3 fan_in), as PyTorch's default, so the first logits are small. */
+            int rectified = 0;
+            for (int j = i + 1; j < m->nlayers; j++) {
+                nn_kind k = m->layers[j].kind;
+                if (k == NN_DROPOUT || k == NN_FLATTEN || k == NN_MAXPOOL2D) continue;
+                rectified = k == NN_RELU || k == NN_GELU;
+                break;
+            }
             size_t fan_in = nw / (size_t)L->out_c;
-            float bound = sqrtf(6.0f / (float)fan_in);
+            float bound = rectified ? sqrtf(6.0f / (float)fan_in) : sqrtf(1.0f / (float)fan_in);
             for (size_t j = 0; j < nw; j++) L->w[j] = (2.0f * nn_rng_uniform(&r) - 1.0f) * bound;
         }
         for (size_t j = 0; j < nb; j++) L->b[j] = 0.0f;

@@ -112,8 +112,9 @@ int nn_add_layernorm(nn_model *m); /* normalises the C*H*W features of each samp
  * samples. Returns 0, or -1 when out of memory. */
 int nn_model_finalize(nn_model *m, int max_batch);
 
-/* He-uniform weights (bound sqrt(6/fan_in)), zero biases, unit LayerNorm gain; reproducible
- * from seed. Also stores seed as the base of the dropout streams. */
+/* He-uniform weights (bound sqrt(6/fan_in)) for layers followed by relu or gelu, bound
+ * 1/sqrt(fan_in) otherwise; zero biases, unit LayerNorm gain; reproducible from seed. Also stores
+ * seed as the base of the dropout streams. */
 void nn_model_init_params(nn_model *m, uint64_t seed);
 
 /* Per-sample feature counts of the input and output. */

@@ -335,9 +335,16 @@ int main(int argc, char **argv)
                     p[r].running = 0;
                     p[r].status = status;
                     running--;
-                    if (failed < 0 && !stopping && (!WIFEXITED(status) || WEXITSTATUS(status))) {
+                    int bad = !WIFEXITED(status) || WEXITSTATUS(status);
+                    if (failed < 0 && !stopping && bad) {
                         failed = r;
                         fail_time = chorus__now();
+                    } else if (failed >= 0 && !stopping && WIFSIGNALED(status) &&
+                               WIFEXITED(p[failed].status)) {
+                        /* Survivors exit with an error because a peer died; which of them
+                         * is reaped first is chance. A rank killed by a signal that nobody
+                         * here sent is the root cause. */
+                        failed = r;
                     }
                 }
         }

@@ -56,7 +56,7 @@ static chorus_result done(chorus_comm *c, chorus_result r)
 }
 
 #define NULL_COMM(fn)                                                                              \
-    if (!c) return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "%s: comm is NULL", fn)
+    if (!c) return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG, "%s: comm is NULL", fn)
 
 chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, size_t count,
                                chorus_dtype t, chorus_op op)

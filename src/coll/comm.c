@@ -364,7 +364,7 @@ const char *chorus_last_error(const chorus_comm *c)
 
 chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm **out)
 {
-    if (!c || !out) return chorus__fail(c ? &c->err : NULL, CHORUS_ERR_INVALID_ARG,
+    if (!c || !out) return chorus__fail(c ? &c->err : chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
                                         "chorus_comm_split: %s is NULL", c ? "out" : "comm");
     *out = NULL;
     int32_t mine[2] = {color < 0 ? -1 : color, key};

@@ -1,0 +1,106 @@
+/* env_detect.c - the job is read correctly from each launcher's environment, and a wrong
+ * environment gives a clear error (the message a user sees is printed). */
+#include "bootstrap/env.h"
+#include "harness.h"
+
+static const char *all_vars[] = {"CHORUS_RANK", "CHORUS_SIZE", "CHORUS_LOCAL_RANK",
+                                 "CHORUS_LOCAL_SIZE", "CHORUS_STORE_ADDR", "CHORUS_JOB_ID",
+                                 "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                                 "TORCHELASTIC_USE_AGENT_STORE", "OMPI_COMM_WORLD_RANK",
+                                 "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                 "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
+                                 "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
+                                 "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
+                                 "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_NODES",
+                                 "SLURM_NNODES", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"};
+
+static void clear(void)
+{
+    for (size_t i = 0; i < sizeof(all_vars) / sizeof(all_vars[0]); i++) unsetenv(all_vars[i]);
+}
+
+static void expect_error(const char *what, const char *needle)
+{
+    chorus_job j;
+    chorus_errbuf e = {{0}};
+    chorus_result r = chorus__job_from_env(&j, &e);
+    if (r != CHORUS_ERR_ENV) test_fail(__FILE__, __LINE__, "%s: expected CHORUS_ERR_ENV, got %s", what, chorus_strerror(r));
+    printf("%-34s -> %s\n", what, e.msg);
+    ASSERT_STR_CONTAINS(e.msg, needle);
+}
+
+int main(void)
+{
+    chorus_job j;
+    chorus_errbuf e = {{0}};
+    clear();
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "none") && j.rank == 0 && j.size == 1);
+
+    /* chorus-run */
+    setenv("CHORUS_RANK", "2", 1);
+    setenv("CHORUS_SIZE", "4", 1);
+    setenv("CHORUS_STORE_ADDR", "127.0.0.1:5000", 1);
+    setenv("CHORUS_JOB_ID", "abc", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "chorus-run") && j.rank == 2 && j.size == 4 && !j.serve_store);
+    ASSERT(!strcmp(j.store_addr, "127.0.0.1:5000") && !strcmp(j.job, "abc"));
+    setenv("CHORUS_RANK", "4", 1);
+    expect_error("CHORUS_RANK=4 CHORUS_SIZE=4", "rank 4 is out of range for a world of 4");
+    setenv("CHORUS_RANK", "two", 1);
+    expect_error("CHORUS_RANK=two", "CHORUS_RANK=two is not a valid non-negative integer");
+    clear();
+
+    /* torchrun style, by hand */
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "3", 1);
+    setenv("MASTER_ADDR", "127.0.0.1", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "torchrun") && j.rank == 1 && j.size == 3 && j.local_rank == 1);
+    ASSERT(!strcmp(j.store_addr, "127.0.0.1:29500") && j.serve_store);
+    setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1); /* real torchrun: its store has the port */
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.store_addr, "127.0.0.1:29501"));
+    unsetenv("MASTER_PORT");
+    expect_error("RANK/WORLD_SIZE without MASTER_PORT", "MASTER_ADDR and MASTER_PORT must both be set");
+    setenv("MASTER_PORT", "99999", 1);
+    expect_error("MASTER_PORT=99999", "MASTER_PORT=99999 is not a valid port");
+    clear();
+
+    /* mpirun on one host: meet through a file named after the job */
+    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    setenv("OMPI_MCA_ess_base_jobid", "777", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "mpirun") && j.size == 2 && j.local_size == 2);
+    ASSERT_STR_CONTAINS(j.rdzv_file, "chorus-rdzv-ompi-777");
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1); /* several hosts, no meeting point */
+    expect_error("mpirun on 2 hosts, no MASTER_ADDR", "-x MASTER_ADDR=");
+    setenv("MASTER_ADDR", "node0", 1);
+    setenv("MASTER_PORT", "29600", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.store_addr, "node0:29600") && !j.rdzv_file[0]);
+    clear();
+
+    /* srun across nodes: the first node of the step serves the store */
+    setenv("SLURM_PROCID", "5", 1);
+    setenv("SLURM_NTASKS", "8", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    setenv("SLURM_JOB_ID", "4242", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    setenv("SLURM_STEP_NUM_NODES", "4", 1);
+    setenv("SLURM_STEP_NODELIST", "gpu[07-10],cpu1", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "srun") && j.rank == 5 && j.size == 8 && j.local_rank == 1);
+    ASSERT(!strncmp(j.store_addr, "gpu07:", 6));
+    setenv("SLURM_NTASKS", "0", 1);
+    expect_error("SLURM_NTASKS=0", "world size must be at least 1");
+    clear();
+    printf("environment detection ok\n");
+    return 0;
+}

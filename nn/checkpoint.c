@@ -181,7 +181,7 @@ int nn_ckpt_load_file(const char *path, nn_model *m, nn_optim *o, nn_train_state
     size_t nstate = nn_optim_state_count(o);
     size_t expect = CKPT_HDR + (m->nparams + nstate) * sizeof(float) + 8;
     size_t size = (size_t)sb.st_size;
-    if (size < CKPT_HDR) {
+    if (size < CKPT_HDR + 8) {
         close(fd);
         return nn__fail(err, errlen, "%s: truncated: %zu bytes, shorter than the header", path,
                         size);
@@ -202,10 +202,21 @@ int nn_ckpt_load_file(const char *path, nn_model *m, nn_optim *o, nn_train_state
     int rc = -1;
     ckpt_header h;
     memcpy(&h, buf, sizeof(h));
+    uint32_t stored;
+    memcpy(&stored, buf + size - 8, 4);
     if (got != size) {
         nn__fail(err, errlen, "%s: read error", path);
     } else if (memcmp(h.magic, CKPT_MAGIC, 8)) {
         nn__fail(err, errlen, "%s: not a Chorus checkpoint (bad magic)", path);
+    } else if (memcmp(buf + size - 4, "DONE", 4)) {
+        /* Cut short, or the write never finished. */
+        if (size < expect)
+            nn__fail(err, errlen, "%s: truncated: %zu bytes, expected %zu", path, size, expect);
+        else
+            nn__fail(err, errlen, "%s: missing end marker (incomplete write)", path);
+    } else if (stored != (uint32_t)crc32_z(crc32(0L, Z_NULL, 0), (const Bytef *)buf, size - 8)) {
+        /* Checked before any header field is believed. */
+        nn__fail(err, errlen, "%s: CRC mismatch: the file is corrupt", path);
     } else if (h.version != CKPT_VERSION) {
         nn__fail(err, errlen, "%s: checkpoint version %u, this build reads version %u", path,
                  h.version, CKPT_VERSION);
@@ -215,37 +226,24 @@ int nn_ckpt_load_file(const char *path, nn_model *m, nn_optim *o, nn_train_state
                  (unsigned long long)h.nparams, m->nparams);
     } else if (h.opt_kind != (uint32_t)o->kind || h.nstate != nstate) {
         nn__fail(err, errlen, "%s: written for a different optimizer", path);
-    } else if (size < expect) {
-        nn__fail(err, errlen, "%s: truncated: %zu bytes, expected %zu", path, size, expect);
-    } else if (size > expect) {
-        nn__fail(err, errlen, "%s: %zu bytes, expected %zu (trailing data)", path, size, expect);
+    } else if (size != expect) {
+        nn__fail(err, errlen, "%s: %zu bytes, expected %zu", path, size, expect);
     } else {
-        uint32_t stored;
-        memcpy(&stored, buf + expect - 8, 4);
-        uint32_t c32 = (uint32_t)crc32_z(crc32(0L, Z_NULL, 0), (const Bytef *)buf, expect - 8);
-        if (memcmp(buf + expect - 4, "DONE", 4)) {
-            nn__fail(err, errlen, "%s: missing end marker (incomplete write)", path);
-        } else if (stored != c32) {
-            nn__fail(err, errlen,
-                     "%s: CRC mismatch (stored %08x, computed %08x): the file is corrupt", path,
-                     stored, c32);
-        } else {
-            const char *p = buf + CKPT_HDR;
-            memcpy(m->params, p, m->nparams * sizeof(float));
-            p += m->nparams * sizeof(float);
-            size_t nm = o->m ? o->n : 0, nv = o->v ? o->n : 0;
-            if (nm) memcpy(o->m, p, nm * sizeof(float));
-            p += nm * sizeof(float);
-            if (nv) memcpy(o->v, p, nv * sizeof(float));
-            o->t = h.opt_t;
-            st->epoch = h.st[0];
-            st->step_in_epoch = h.st[1];
-            st->global_step = h.st[2];
-            st->seed = h.st[3];
-            st->rng = h.st[4];
-            st->model_sig = h.st[5];
-            rc = 0;
-        }
+        const char *p = buf + CKPT_HDR;
+        memcpy(m->params, p, m->nparams * sizeof(float));
+        p += m->nparams * sizeof(float);
+        size_t nm = o->m ? o->n : 0, nv = o->v ? o->n : 0;
+        if (nm) memcpy(o->m, p, nm * sizeof(float));
+        p += nm * sizeof(float);
+        if (nv) memcpy(o->v, p, nv * sizeof(float));
+        o->t = h.opt_t;
+        st->epoch = h.st[0];
+        st->step_in_epoch = h.st[1];
+        st->global_step = h.st[2];
+        st->seed = h.st[3];
+        st->rng = h.st[4];
+        st->model_sig = h.st[5];
+        rc = 0;
     }
     free(buf);
     return rc;

@@ -141,6 +141,15 @@ static void test_bit_flip(void)
     fputc(c ^ 1, f);
     fclose(f);
     expect_fallback("CRC mismatch");
+    /* A flip in the header is caught by the CRC too, not mistaken for another model. */
+    rewrite_newest();
+    f = fopen(p, "r+b");
+    fseek(f, 17, SEEK_SET);
+    c = fgetc(f);
+    fseek(f, 17, SEEK_SET);
+    fputc(c ^ 4, f);
+    fclose(f);
+    expect_fallback("CRC mismatch");
 }
 
 static void test_truncated(void)

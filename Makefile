@@ -23,7 +23,7 @@ LDFLAGS  += -pthread $(SANFLAGS)
 LIB_LDLIBS  = -lrt -lm
 
 # Debian packages needed to build and test; fragments append to this.
-DEBIAN_PKGS = gcc make libc6-dev
+DEBIAN_PKGS = gcc make libc6-dev pkg-config openmpi-bin libopenmpi-dev
 
 LIB_SRCS := $(wildcard src/*/*.c src/transport/*/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)

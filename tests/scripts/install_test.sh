@@ -1,0 +1,34 @@
+#!/bin/sh
+# make install into a temporary prefix, build a program written outside the project with
+# pkg-config, and run it under chorus-run, a torchrun-style environment, and mpirun.
+set -eu
+top=$PWD
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+make --no-print-directory -s install PREFIX="$prefix" BUILD="$BUILD" CHORUS_SKIP_DEPS=1 >/dev/null
+for f in lib/libchorus.so lib/libchorus.a include/chorus.h bin/chorus-run bin/chorus-bench lib/pkgconfig/chorus.pc; do
+    [ -e "$prefix/$f" ] || { echo "install is missing $f"; exit 1; }
+done
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+cd "$prefix"
+cc -std=c11 -Wall -Werror -o hello "$top/tests/external/hello_allreduce.c" $(pkg-config --cflags --libs chorus)
+echo "== chorus-run"
+"$prefix/bin/chorus-run" -np 3 ./hello
+echo "== torchrun-style environment (RANK WORLD_SIZE MASTER_ADDR MASTER_PORT)"
+port=$((20000 + $$ % 20000))
+pids=""
+for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ./hello & pids="$pids $!"
+done
+for p in $pids; do wait $p; done
+echo "== no launcher (a world of one)"
+./hello
+if command -v mpirun >/dev/null 2>&1; then
+    echo "== mpirun (single host: no address needed)"
+    mpirun --allow-run-as-root --oversubscribe -np 2 ./hello
+    echo "== mpirun with -x MASTER_ADDR/MASTER_PORT"
+    mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$((port + 1)) ./hello
+else
+    echo "== mpirun not installed (Debian package openmpi-bin): skipped"
+fi
+echo "install test ok"

@@ -38,7 +38,7 @@ typedef struct chorus_comm chorus_comm; /* opaque */
     X(CHORUS_ERR_SYSTEM, "system error (run with CHORUS_DEBUG=INFO for details)")                  \
     X(CHORUS_ERR_TIMEOUT, "timed out waiting for a peer (see CHORUS_TIMEOUT_S)")                   \
     X(CHORUS_ERR_PEER_LOST, "a peer process died or closed its connection")                        \
-    X(CHORUS_ERR_MISMATCH, "ranks called collectives with mismatched arguments")                  \
+    X(CHORUS_ERR_MISMATCH, "ranks called collectives with mismatched arguments")                   \
     X(CHORUS_ERR_AUTH, "authentication failed (check CHORUS_SECRET)")                              \
     X(CHORUS_ERR_NOMEM, "out of memory")                                                           \
     X(CHORUS_ERR_INTERNAL, "internal error (please report it with CHORUS_DEBUG=INFO output)")      \
@@ -65,7 +65,14 @@ typedef enum {
     CHORUS_DTYPE_COUNT
 } chorus_dtype;
 
-typedef enum { CHORUS_SUM, CHORUS_PROD, CHORUS_MIN, CHORUS_MAX, CHORUS_AVG, CHORUS_OP_COUNT } chorus_op;
+typedef enum {
+    CHORUS_SUM,
+    CHORUS_PROD,
+    CHORUS_MIN,
+    CHORUS_MAX,
+    CHORUS_AVG,
+    CHORUS_OP_COUNT
+} chorus_op;
 
 /* Creates the world communicator from the environment: CHORUS_RANK/CHORUS_SIZE (chorus-run),
  * RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), OMPI_COMM_WORLD_* (mpirun), SLURM_*
@@ -99,8 +106,8 @@ chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, siz
                                chorus_dtype t);
 
 /* send holds size*recvcount elements; rank r gets slice r of the reduction. */
-chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv,
-                                    size_t recvcount, chorus_dtype t, chorus_op op);
+chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv, size_t recvcount,
+                                    chorus_dtype t, chorus_op op);
 
 /* send holds size blocks of count_per_rank elements; block j goes to rank j, and recv block j
  * comes from rank j. send == recv is allowed. */

@@ -14,7 +14,8 @@
 
 extern int test_rank; /* shown in failure messages; -1 before chorus_init */
 
-void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((noreturn, format(printf, 3, 4)));
+void test_fail(const char *file, int line, const char *fmt, ...)
+    __attribute__((noreturn, format(printf, 3, 4)));
 
 #define ASSERT(cond)                                                                               \
     do {                                                                                           \
@@ -23,7 +24,8 @@ void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((
 #define ASSERT_EQ(a, b)                                                                            \
     do {                                                                                           \
         long long a_ = (long long)(a), b_ = (long long)(b);                                        \
-        if (a_ != b_) test_fail(__FILE__, __LINE__, "%s == %s failed: %lld != %lld", #a, #b, a_, b_); \
+        if (a_ != b_)                                                                              \
+            test_fail(__FILE__, __LINE__, "%s == %s failed: %lld != %lld", #a, #b, a_, b_);        \
     } while (0)
 #define ASSERT_OK(call)                                                                            \
     do {                                                                                           \

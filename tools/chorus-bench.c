@@ -30,9 +30,12 @@ static size_t parse_size(const char *s)
     char *end;
     double v = strtod(s, &end);
     switch (*end) {
-    case 'k': case 'K': v *= 1024; break;
-    case 'm': case 'M': v *= 1024 * 1024; break;
-    case 'g': case 'G': v *= 1024.0 * 1024 * 1024; break;
+    case 'k':
+    case 'K': v *= 1024; break;
+    case 'm':
+    case 'M': v *= 1024 * 1024; break;
+    case 'g':
+    case 'G': v *= 1024.0 * 1024 * 1024; break;
     default: break;
     }
     return v < 0 ? 0 : (size_t)v;
@@ -119,8 +122,7 @@ static chorus_result run_once(bench *b, size_t count)
     case C_ALLREDUCE: return chorus_allreduce(b->c, b->send, b->recv, count, b->t, b->op);
     case C_BROADCAST: return chorus_broadcast(b->c, b->recv, count, b->t, b->root);
     case C_ALLGATHER: return chorus_allgather(b->c, b->send, b->recv, count, b->t);
-    case C_REDUCE_SCATTER:
-        return chorus_reduce_scatter(b->c, b->send, b->recv, count, b->t, b->op);
+    case C_REDUCE_SCATTER: return chorus_reduce_scatter(b->c, b->send, b->recv, count, b->t, b->op);
     default: return chorus_alltoall(b->c, b->send, b->recv, count, b->t);
     }
 }
@@ -191,7 +193,8 @@ int main(int argc, char **argv)
         case 'c':
             b.coll = -1;
             for (int k = 0; k < C_COUNT; k++)
-                if (!strcmp(v, coll_names[k]) || (k == C_REDUCE_SCATTER && !strcmp(v, "reducescatter")))
+                if (!strcmp(v, coll_names[k]) ||
+                    (k == C_REDUCE_SCATTER && !strcmp(v, "reducescatter")))
                     b.coll = k;
             if (b.coll < 0) {
                 fprintf(stderr, "chorus-bench: unknown collective '%s'\n", v);
@@ -291,8 +294,7 @@ int main(int argc, char **argv)
         }
         if (r == CHORUS_OK)
             r = chorus_allreduce(b.c, times, times, (size_t)it, CHORUS_FLOAT64, CHORUS_MAX);
-        if (r == CHORUS_OK)
-            r = chorus_allreduce(b.c, &wrong, &wrong, 1, CHORUS_INT64, CHORUS_SUM);
+        if (r == CHORUS_OK) r = chorus_allreduce(b.c, &wrong, &wrong, 1, CHORUS_INT64, CHORUS_SUM);
         if (r != CHORUS_OK) {
             fprintf(stderr, "chorus-bench: rank %d: %s failed: %s\n  %s\n", b.rank,
                     coll_names[b.coll], chorus_strerror(r), chorus_last_error(b.c));
@@ -313,8 +315,7 @@ int main(int argc, char **argv)
             size = (size_t)((double)size / factor);
         }
     }
-    if (b.rank == 0 && failures)
-        printf("# %d size(s) gave WRONG results\n", failures);
+    if (b.rank == 0 && failures) printf("# %d size(s) gave WRONG results\n", failures);
     free(b.send);
     free(b.recv);
     free(b.want);

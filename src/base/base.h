@@ -12,9 +12,9 @@
 #include "chorus.h"
 
 #define CHORUS__PRINTF(a, b) __attribute__((format(printf, a, b)))
-#define CHORUS__UNUSED __attribute__((unused))
-#define CHORUS__LIKELY(x) __builtin_expect(!!(x), 1)
-#define CHORUS__UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define CHORUS__UNUSED       __attribute__((unused))
+#define CHORUS__LIKELY(x)    __builtin_expect(!!(x), 1)
+#define CHORUS__UNLIKELY(x)  __builtin_expect(!!(x), 0)
 
 /* ---- error detail -------------------------------------------------------------------- */
 

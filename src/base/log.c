@@ -101,8 +101,7 @@ void chorus__log(int level, int subsys, const char *fmt, ...)
         n = snprintf(line, sizeof(line), "%s:%d:rank %d CHORUS %s ", log_host, (int)getpid(),
                      log_rank, names[level]);
     else
-        n = snprintf(line, sizeof(line), "%s:%d CHORUS %s ", log_host, (int)getpid(),
-                     names[level]);
+        n = snprintf(line, sizeof(line), "%s:%d CHORUS %s ", log_host, (int)getpid(), names[level]);
     va_list ap;
     va_start(ap, fmt);
     if (n > 0 && (size_t)n < sizeof(line)) vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);

@@ -49,6 +49,7 @@ void chorus__host_id(char *out, size_t len)
     /* Ranks in different network namespaces are treated as different hosts, which is what
      * namespaces are used for (simulated hosts in tests). */
     struct stat st;
-    unsigned long long netns = stat("/proc/self/ns/net", &st) == 0 ? (unsigned long long)st.st_ino : 0;
+    unsigned long long netns =
+        stat("/proc/self/ns/net", &st) == 0 ? (unsigned long long)st.st_ino : 0;
     snprintf(out, len, "%s/%s/%llu", host, boot, netns);
 }

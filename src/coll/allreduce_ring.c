@@ -24,8 +24,7 @@ chorus_result chorus__allreduce_ring(chorus_comm *c, const void *send, void *rec
     char *out = (char *)recv + off[c->rank] * es;
     /* Partial results go to recv at their chunk's place; reading local chunks from send (or
      * from recv itself when in place) is safe because a chunk is read before it is written. */
-    chorus_result r =
-        chorus__ring_reduce_scatter(&x, send, recv, out, off, cnt, t, op, 0);
+    chorus_result r = chorus__ring_reduce_scatter(&x, send, recv, out, off, cnt, t, op, 0);
     if (r == CHORUS_OK) {
         chorus__reduce_finish(out, cnt[c->rank], t, op, n);
         int nseg;

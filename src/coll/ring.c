@@ -34,13 +34,13 @@ chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, cha
                             maxcnt * es);
     }
     char *tbuf[2] = {tmp, tmp + ((maxcnt * es + 63) & ~(size_t)63)};
-#define SEG_LO(i, k) ((size_t)(k) * segc < cnt[i] ? (size_t)(k) * segc : cnt[i])
-#define SEG_N(i, k) ((SEG_LO(i, (k) + 1)) - SEG_LO(i, k))
+#define SEG_LO(i, k) ((size_t)(k)*segc < cnt[i] ? (size_t)(k)*segc : cnt[i])
+#define SEG_N(i, k)  ((SEG_LO(i, (k) + 1)) - SEG_LO(i, k))
 #define POST_RECV(s)                                                                               \
     do {                                                                                           \
-        int rc_ = chorus__mod(r - (s) - 2, n);                                                     \
+        int rc_ = chorus__mod(r - (s)-2, n);                                                       \
         for (int k = 0; k < nseg; k++)                                                             \
-            chorus__coll_irecv(x, &rreq[(s) * nseg + k], left, tag_base + (s) * nseg + k,          \
+            chorus__coll_irecv(x, &rreq[(s)*nseg + k], left, tag_base + (s)*nseg + k,              \
                                tbuf[(s) % 2] + SEG_LO(rc_, k) * es, SEG_N(rc_, k) * es);           \
     } while (0)
 
@@ -81,8 +81,8 @@ chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, cha
     return res;
 }
 
-chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *off, const size_t *cnt,
-                                     size_t es, int tag_base)
+chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *off,
+                                     const size_t *cnt, size_t es, int tag_base)
 {
     chorus_comm *c = x->c;
     int n = c->size, r = c->rank;

@@ -13,7 +13,8 @@
 
 /* dst[i] = a[i] op b[i]; dst may be a or b. CHORUS_AVG combines like CHORUS_SUM (the division
  * is chorus__reduce_finish's). */
-void chorus__reduce(void *dst, const void *a, const void *b, size_t n, chorus_dtype t, chorus_op op);
+void chorus__reduce(void *dst, const void *a, const void *b, size_t n, chorus_dtype t,
+                    chorus_op op);
 
 /* After the last combine: CHORUS_AVG divides by nranks; other ops do nothing. */
 void chorus__reduce_finish(void *buf, size_t n, chorus_dtype t, chorus_op op, int nranks);

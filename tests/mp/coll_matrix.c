@@ -16,8 +16,8 @@
 static chorus_comm *comm;
 static int rank_, size_;
 
-static const chorus_dtype dtypes[] = {CHORUS_INT8,    CHORUS_UINT8,    CHORUS_INT32,
-                                      CHORUS_INT64,   CHORUS_FLOAT16,  CHORUS_BFLOAT16,
+static const chorus_dtype dtypes[] = {CHORUS_INT8,    CHORUS_UINT8,   CHORUS_INT32,
+                                      CHORUS_INT64,   CHORUS_FLOAT16, CHORUS_BFLOAT16,
                                       CHORUS_FLOAT32, CHORUS_FLOAT64};
 static const chorus_op ops[] = {CHORUS_SUM, CHORUS_PROD, CHORUS_MIN, CHORUS_MAX, CHORUS_AVG};
 
@@ -72,7 +72,8 @@ static void reference(void *ref, size_t i, chorus_op op, chorus_dtype t, uint64_
         }
     }
     store(ref, i, t, acc);
-    if (op == CHORUS_AVG) chorus__reduce_finish((char *)ref + i * chorus_dtype_size(t), 1, t, op, size_);
+    if (op == CHORUS_AVG)
+        chorus__reduce_finish((char *)ref + i * chorus_dtype_size(t), 1, t, op, size_);
 }
 
 static void expect_equal(const void *got, const void *want, size_t bytes, const char *what)
@@ -107,7 +108,8 @@ static void test_allreduce(size_t count, chorus_dtype t, chorus_op op, int inpla
 static void test_reduce_scatter(size_t rc, chorus_dtype t, chorus_op op, int inplace, uint64_t salt)
 {
     size_t es = chorus_dtype_size(t), total = rc * (size_t)size_;
-    char *send = malloc(total * es + 1), *recv = malloc(total * es + 1), *ref = malloc(total * es + 1);
+    char *send = malloc(total * es + 1), *recv = malloc(total * es + 1),
+         *ref = malloc(total * es + 1);
     fill(send, total, rank_, op, t, salt);
     for (size_t i = 0; i < total; i++) reference(ref, i, op, t, salt);
     if (inplace) {
@@ -163,7 +165,8 @@ static void test_alltoall(size_t count, chorus_dtype t, int inplace, uint64_t sa
     char *send = malloc(total + 1), *recv = malloc(total + 1), *ref = malloc(total + 1);
     /* block j of rank r's send: fill with salt (r*64+j) */
     for (int j = 0; j < size_; j++) {
-        fill(send + (size_t)j * bytes, count, rank_, CHORUS_SUM, t, salt + (uint64_t)(j * 64 + rank_));
+        fill(send + (size_t)j * bytes, count, rank_, CHORUS_SUM, t,
+             salt + (uint64_t)(j * 64 + rank_));
         fill(ref + (size_t)j * bytes, count, j, CHORUS_SUM, t, salt + (uint64_t)(rank_ * 64 + j));
     }
     if (inplace) {
@@ -184,15 +187,17 @@ static void test_identical_bits(size_t count, const char *algo)
     setenv("CHORUS_ALGO_ALLREDUCE", algo, 1);
     float *x = malloc(count * sizeof(float));
     uint64_t s = 42 + (uint64_t)rank_;
-    for (size_t i = 0; i < count; i++) x[i] = (float)((double)(test_rand(&s) >> 11) * 0x1p-53 - 0.5) * 1e3f;
+    for (size_t i = 0; i < count; i++)
+        x[i] = (float)((double)(test_rand(&s) >> 11) * 0x1p-53 - 0.5) * 1e3f;
     ASSERT_OK(chorus_allreduce(comm, x, x, count, CHORUS_FLOAT32, CHORUS_SUM));
     uint64_t h = test_hash(x, count * sizeof(float));
     uint64_t *all = malloc(sizeof(uint64_t) * (size_t)size_);
     ASSERT_OK(chorus_allgather(comm, &h, all, 1, CHORUS_INT64));
     for (int r = 0; r < size_; r++)
         if (all[r] != h)
-            test_fail(__FILE__, __LINE__, "allreduce (%s, %zu floats): rank %d got different bits than rank %d",
-                      algo, count, r, rank_);
+            test_fail(__FILE__, __LINE__,
+                      "allreduce (%s, %zu floats): rank %d got different bits than rank %d", algo,
+                      count, r, rank_);
     free(all);
     free(x);
     unsetenv("CHORUS_ALGO_ALLREDUCE");
@@ -317,7 +322,9 @@ int main(int argc, char **argv)
         test_reduce_scatter((64u << 20) / 4 / (size_t)size_, CHORUS_FLOAT32, CHORUS_SUM, 0, salt++);
     }
     ASSERT_OK(chorus_barrier(comm));
-    if (rank_ == 0) printf("coll_matrix: all collectives correct on %d ranks%s\n", size_, big ? " (with 64 MiB)" : "");
+    if (rank_ == 0)
+        printf("coll_matrix: all collectives correct on %d ranks%s\n", size_,
+               big ? " (with 64 MiB)" : "");
     chorus_finalize(comm);
     return 0;
 }

@@ -64,7 +64,8 @@ static void attack_transport(const char *addr, uint64_t *seed)
         chorus__wire_encode_hdr(&h, m);
         chorus__wire_encode_hello(&hello, m + CHORUS_WIRE_HDR_LEN);
         spray(addr, m, sizeof(m));
-        snprintf(hello.job, sizeof(hello.job), "%s", getenv("CHORUS_JOB_ID") ? getenv("CHORUS_JOB_ID") : "");
+        snprintf(hello.job, sizeof(hello.job), "%s",
+                 getenv("CHORUS_JOB_ID") ? getenv("CHORUS_JOB_ID") : "");
         hello.size = 7; /* right job, wrong world */
     }
 }
@@ -87,12 +88,14 @@ int main(void)
             if (chorus__sock_connect(store, chorus__now() + 5, &fd, &e) == CHORUS_OK) {
                 const char *job = getenv("CHORUS_JOB_ID");
                 size_t n;
-                unsigned char *p = chorus__wire_encode_kv(CHORUS_KV_HELLO, job, (uint32_t)strlen(job), NULL, 0, &n);
+                unsigned char *p = chorus__wire_encode_kv(CHORUS_KV_HELLO, job,
+                                                          (uint32_t)strlen(job), NULL, 0, &n);
                 chorus_wire_hdr h = {.type = CHORUS_MSG_KV, .len = n}, rh;
                 unsigned char *reply = NULL;
                 char why[128];
                 int ok = chorus__sock_send_msg(fd, &h, p, chorus__now() + 2) == 0 &&
-                         chorus__sock_recv_msg(fd, &rh, &reply, 1 << 20, chorus__now() + 2, why, sizeof(why)) == 0;
+                         chorus__sock_recv_msg(fd, &rh, &reply, 1 << 20, chorus__now() + 2, why,
+                                               sizeof(why)) == 0;
                 free(p);
                 free(reply);
                 reply = NULL;
@@ -100,8 +103,10 @@ int main(void)
                 h.len = n;
                 chorus_wire_kv kv;
                 if (ok && chorus__sock_send_msg(fd, &h, p, chorus__now() + 2) == 0 &&
-                    chorus__sock_recv_msg(fd, &rh, &reply, 1 << 20, chorus__now() + 5, why, sizeof(why)) == 0 &&
-                    chorus__wire_decode_kv(reply, rh.len, &kv) == CHORUS_OK && kv.op == CHORUS_KV_OK) {
+                    chorus__sock_recv_msg(fd, &rh, &reply, 1 << 20, chorus__now() + 5, why,
+                                          sizeof(why)) == 0 &&
+                    chorus__wire_decode_kv(reply, rh.len, &kv) == CHORUS_OK &&
+                    kv.op == CHORUS_KV_OK) {
                     char addr[128];
                     snprintf(addr, sizeof(addr), "%.*s", (int)kv.value_len, (const char *)kv.value);
                     char *nl = strchr(addr, '\n');
@@ -109,7 +114,8 @@ int main(void)
                     fprintf(stderr, "stranger: attacking rank 1's transport at %s\n", addr);
                     attack_transport(addr, &seed);
                 } else {
-                    fprintf(stderr, "stranger: the store did not give rank 1's address (secured job?)\n");
+                    fprintf(stderr,
+                            "stranger: the store did not give rank 1's address (secured job?)\n");
                 }
                 free(p);
                 free(reply);

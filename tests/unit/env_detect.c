@@ -3,17 +3,38 @@
 #include "bootstrap/env.h"
 #include "harness.h"
 
-static const char *all_vars[] = {"CHORUS_RANK", "CHORUS_SIZE", "CHORUS_LOCAL_RANK",
-                                 "CHORUS_LOCAL_SIZE", "CHORUS_STORE_ADDR", "CHORUS_JOB_ID",
-                                 "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-                                 "TORCHELASTIC_USE_AGENT_STORE", "OMPI_COMM_WORLD_RANK",
-                                 "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                                 "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_MCA_ess_base_jobid",
-                                 "PMIX_NAMESPACE", "PMI_RANK", "PMI_SIZE", "SLURM_PROCID",
-                                 "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID",
-                                 "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_STEP_NUM_NODES",
-                                 "SLURM_NNODES", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"};
+static const char *all_vars[] = {"CHORUS_RANK",
+                                 "CHORUS_SIZE",
+                                 "CHORUS_LOCAL_RANK",
+                                 "CHORUS_LOCAL_SIZE",
+                                 "CHORUS_STORE_ADDR",
+                                 "CHORUS_JOB_ID",
+                                 "RANK",
+                                 "WORLD_SIZE",
+                                 "LOCAL_RANK",
+                                 "LOCAL_WORLD_SIZE",
+                                 "MASTER_ADDR",
+                                 "MASTER_PORT",
+                                 "TORCHELASTIC_RUN_ID",
+                                 "TORCHELASTIC_USE_AGENT_STORE",
+                                 "OMPI_COMM_WORLD_RANK",
+                                 "OMPI_COMM_WORLD_SIZE",
+                                 "OMPI_COMM_WORLD_LOCAL_RANK",
+                                 "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                 "OMPI_MCA_ess_base_jobid",
+                                 "PMIX_NAMESPACE",
+                                 "PMI_RANK",
+                                 "PMI_SIZE",
+                                 "SLURM_PROCID",
+                                 "SLURM_NTASKS",
+                                 "SLURM_STEP_NUM_TASKS",
+                                 "SLURM_LOCALID",
+                                 "SLURM_JOB_ID",
+                                 "SLURM_STEP_ID",
+                                 "SLURM_STEP_NUM_NODES",
+                                 "SLURM_NNODES",
+                                 "SLURM_STEP_NODELIST",
+                                 "SLURM_JOB_NODELIST"};
 
 static void clear(void)
 {
@@ -25,7 +46,9 @@ static void expect_error(const char *what, const char *needle)
     chorus_job j;
     chorus_errbuf e = {{0}};
     chorus_result r = chorus__job_from_env(&j, &e);
-    if (r != CHORUS_ERR_ENV) test_fail(__FILE__, __LINE__, "%s: expected CHORUS_ERR_ENV, got %s", what, chorus_strerror(r));
+    if (r != CHORUS_ERR_ENV)
+        test_fail(__FILE__, __LINE__, "%s: expected CHORUS_ERR_ENV, got %s", what,
+                  chorus_strerror(r));
     printf("%-34s -> %s\n", what, e.msg);
     ASSERT_STR_CONTAINS(e.msg, needle);
 }
@@ -65,7 +88,8 @@ int main(void)
     ASSERT_OK(chorus__job_from_env(&j, &e));
     ASSERT(!strcmp(j.store_addr, "127.0.0.1:29501"));
     unsetenv("MASTER_PORT");
-    expect_error("RANK/WORLD_SIZE without MASTER_PORT", "MASTER_ADDR and MASTER_PORT must both be set");
+    expect_error("RANK/WORLD_SIZE without MASTER_PORT",
+                 "MASTER_ADDR and MASTER_PORT must both be set");
     setenv("MASTER_PORT", "99999", 1);
     expect_error("MASTER_PORT=99999", "MASTER_PORT=99999 is not a valid port");
     clear();

@@ -72,35 +72,58 @@ int main(void)
                     for (size_t i = 0; i < n; i++) { /* finite values */
                         double x = (double)(int)(test_rand(&s) % 200) - 100,
                                y = (double)(int)(test_rand(&s) % 200) - 100;
-                        if (t == CHORUS_FLOAT32) ((float *)a)[i] = (float)x, ((float *)b)[i] = (float)y;
+                        if (t == CHORUS_FLOAT32)
+                            ((float *)a)[i] = (float)x, ((float *)b)[i] = (float)y;
                         if (t == CHORUS_FLOAT64) ((double *)a)[i] = x, ((double *)b)[i] = y;
                         if (t == CHORUS_FLOAT16)
                             ((uint16_t *)a)[i] = chorus__f32_to_f16((float)x),
-                            ((uint16_t *)b)[i] = chorus__f32_to_f16((float)y);
+                                       ((uint16_t *)b)[i] = chorus__f32_to_f16((float)y);
                         if (t == CHORUS_BFLOAT16)
                             ((uint16_t *)a)[i] = chorus__f32_to_bf16((float)x),
-                            ((uint16_t *)b)[i] = chorus__f32_to_bf16((float)y);
+                                       ((uint16_t *)b)[i] = chorus__f32_to_bf16((float)y);
                     }
                 chorus__reduce(d, a, b, n, (chorus_dtype)t, (chorus_op)op);
                 for (size_t i = 0; i < n; i++) {
                     double x, y, z;
                     switch (t) {
-                    case CHORUS_INT8: x = ((int8_t *)a)[i], y = ((int8_t *)b)[i], z = ((int8_t *)d)[i]; break;
+                    case CHORUS_INT8:
+                        x = ((int8_t *)a)[i], y = ((int8_t *)b)[i], z = ((int8_t *)d)[i];
+                        break;
                     case CHORUS_UINT8: x = a[i], y = b[i], z = d[i]; break;
-                    case CHORUS_INT32: x = ((int32_t *)a)[i], y = ((int32_t *)b)[i], z = ((int32_t *)d)[i]; break;
-                    case CHORUS_INT64: x = (double)((int64_t *)a)[i], y = (double)((int64_t *)b)[i], z = (double)((int64_t *)d)[i]; break;
-                    case CHORUS_FLOAT16: x = chorus__f16_to_f32(((uint16_t *)a)[i]), y = chorus__f16_to_f32(((uint16_t *)b)[i]), z = chorus__f16_to_f32(((uint16_t *)d)[i]); break;
-                    case CHORUS_BFLOAT16: x = chorus__bf16_to_f32(((uint16_t *)a)[i]), y = chorus__bf16_to_f32(((uint16_t *)b)[i]), z = chorus__bf16_to_f32(((uint16_t *)d)[i]); break;
-                    case CHORUS_FLOAT32: x = ((float *)a)[i], y = ((float *)b)[i], z = ((float *)d)[i]; break;
-                    default: x = ((double *)a)[i], y = ((double *)b)[i], z = ((double *)d)[i]; break;
+                    case CHORUS_INT32:
+                        x = ((int32_t *)a)[i], y = ((int32_t *)b)[i], z = ((int32_t *)d)[i];
+                        break;
+                    case CHORUS_INT64:
+                        x = (double)((int64_t *)a)[i], y = (double)((int64_t *)b)[i],
+                        z = (double)((int64_t *)d)[i];
+                        break;
+                    case CHORUS_FLOAT16:
+                        x = chorus__f16_to_f32(((uint16_t *)a)[i]),
+                        y = chorus__f16_to_f32(((uint16_t *)b)[i]),
+                        z = chorus__f16_to_f32(((uint16_t *)d)[i]);
+                        break;
+                    case CHORUS_BFLOAT16:
+                        x = chorus__bf16_to_f32(((uint16_t *)a)[i]),
+                        y = chorus__bf16_to_f32(((uint16_t *)b)[i]),
+                        z = chorus__bf16_to_f32(((uint16_t *)d)[i]);
+                        break;
+                    case CHORUS_FLOAT32:
+                        x = ((float *)a)[i], y = ((float *)b)[i], z = ((float *)d)[i];
+                        break;
+                    default:
+                        x = ((double *)a)[i], y = ((double *)b)[i], z = ((double *)d)[i];
+                        break;
                     }
                     if (op == CHORUS_MIN) ASSERT(z == (x < y ? x : y));
                     if (op == CHORUS_MAX) ASSERT(z == (x > y ? x : y));
                     int exact = t == CHORUS_FLOAT32 || t == CHORUS_FLOAT64 || t == CHORUS_INT64;
-                    if (exact && (op == CHORUS_SUM || op == CHORUS_AVG) && t != CHORUS_INT64) ASSERT(z == x + y);
+                    if (exact && (op == CHORUS_SUM || op == CHORUS_AVG) && t != CHORUS_INT64)
+                        ASSERT(z == x + y);
                     if (exact && op == CHORUS_PROD && t != CHORUS_INT64) ASSERT(z == x * y);
-                    if (t == CHORUS_INT8 && op == CHORUS_SUM) ASSERT(z == (double)(int8_t)(uint8_t)((int)x + (int)y));
-                    if (t == CHORUS_FLOAT16 && op == CHORUS_SUM) ASSERT(z == chorus__f16_to_f32(chorus__f32_to_f16((float)(x + y))));
+                    if (t == CHORUS_INT8 && op == CHORUS_SUM)
+                        ASSERT(z == (double)(int8_t)(uint8_t)((int)x + (int)y));
+                    if (t == CHORUS_FLOAT16 && op == CHORUS_SUM)
+                        ASSERT(z == chorus__f16_to_f32(chorus__f32_to_f16((float)(x + y))));
                 }
                 /* aliasing: dst == a gives the same */
                 unsigned char d2[64 * 8];

@@ -5,9 +5,14 @@
 
 int main(void)
 {
-    chorus_wire_hdr h = {.type = CHORUS_MSG_COLL, .comm_id = 0x1122334455667788ull, .tag = -5,
-                         .coll = chorus__coll_sig(CHORUS_COLL_ALLREDUCE, CHORUS_FLOAT32, CHORUS_SUM),
-                         .seq = 99, .count = 12345, .len = 4096};
+    chorus_wire_hdr h = {.type = CHORUS_MSG_COLL,
+                         .comm_id = 0x1122334455667788ull,
+                         .tag = -5,
+                         .coll =
+                             chorus__coll_sig(CHORUS_COLL_ALLREDUCE, CHORUS_FLOAT32, CHORUS_SUM),
+                         .seq = 99,
+                         .count = 12345,
+                         .len = 4096};
     unsigned char b[CHORUS_WIRE_HDR_LEN];
     chorus__wire_encode_hdr(&h, b);
     chorus_wire_hdr d;
@@ -36,7 +41,8 @@ int main(void)
     for (int i = 0; i < 100000; i++) {
         for (int k = 0; k < CHORUS_WIRE_HDR_LEN; k++) bad[k] = (unsigned char)test_rand(&s);
         if (i % 2) memcpy(bad, b, 6); /* valid magic and version, random rest */
-        if (chorus__wire_decode_hdr(bad, 1000, &d, why, sizeof(why)) == CHORUS_OK) ASSERT(d.len <= 1000);
+        if (chorus__wire_decode_hdr(bad, 1000, &d, why, sizeof(why)) == CHORUS_OK)
+            ASSERT(d.len <= 1000);
     }
 
     chorus_wire_hello hello = {.rank = 3, .size = 4}, hd;
@@ -56,9 +62,10 @@ int main(void)
     unsigned char *kv = chorus__wire_encode_kv(CHORUS_KV_SET, "key", 3, "value", 5, &n);
     chorus_wire_kv k;
     ASSERT_OK(chorus__wire_decode_kv(kv, n, &k));
-    ASSERT(k.op == CHORUS_KV_SET && k.key_len == 3 && k.value_len == 5 && !memcmp(k.value, "value", 5));
+    ASSERT(k.op == CHORUS_KV_SET && k.key_len == 3 && k.value_len == 5 &&
+           !memcmp(k.value, "value", 5));
     ASSERT_EQ(chorus__wire_decode_kv(kv, n - 1, &k), CHORUS_ERR_PROTOCOL); /* lengths disagree */
-    kv[4] = 0xff; /* key length huge */
+    kv[4] = 0xff;                                                          /* key length huge */
     ASSERT_EQ(chorus__wire_decode_kv(kv, n, &k), CHORUS_ERR_PROTOCOL);
     free(kv);
     ASSERT(chorus__wire_encode_kv(CHORUS_KV_SET, "k", CHORUS_KV_KEY_MAX + 1, NULL, 0, &n) == NULL);

@@ -22,4 +22,12 @@ CHORUS_CFG(CHORUS_ALGO_BROADCAST, NULL, "Force the broadcast algorithm: tree (bi
 CHORUS_CFG(CHORUS_ALLREDUCE_RD_MAX, "65536", "Largest allreduce in bytes that uses recursive doubling over TCP; larger messages use the ring.")
 CHORUS_CFG(CHORUS_BCAST_TREE_MAX, "262144", "Largest broadcast in bytes that uses the binomial tree over TCP; larger messages use the pipelined chain.")
 CHORUS_CFG(CHORUS_MAX_MESSAGE, "17179869184", "Largest message in bytes a peer may announce; a longer header is treated as corrupt.")
+CHORUS_CFG(CHORUS_CYCLE_TIME_MS, "2", "Engine: milliseconds between negotiation cycles while tensors are pending (a cycle starts at once when every cached tensor of a step is ready).")
+CHORUS_CFG(CHORUS_FUSION_THRESHOLD, "67108864", "Engine: bytes of ready allreduces of one dtype and op packed into one fused allreduce; 0 disables fusion.")
+CHORUS_CFG(CHORUS_CACHE_CAPACITY, "4096", "Engine: names kept in the response cache (agreed by one small allreduce instead of a coordinator round); 0 disables it.")
+CHORUS_CFG(CHORUS_STALL_WARN_S, "60", "Engine: rank 0 warns (on stderr) about tensors submitted by some ranks but not others for this long, naming the missing ranks; 0 disables.")
+CHORUS_CFG(CHORUS_STALL_SHUTDOWN_S, "0", "Engine: after a stall this long, every rank's pending ops fail with CHORUS_ERR_TIMEOUT and the engine stops; 0 means never.")
+CHORUS_CFG(CHORUS_TIMELINE, NULL, "Engine: write a Chrome trace (open in Perfetto or chrome://tracing) of every tensor's negotiation, queueing, fusion copies and collective to this file; rank 0 writes it unless the name contains %r (the rank).")
+CHORUS_CFG(CHORUS_ENGINE_IDLE_MS, "200", "Engine: heartbeat of an idle engine thread in milliseconds; bounds how long a rank waits for an idle peer to notice a shutdown or stall.")
+CHORUS_CFG(CHORUS_COMPRESSION, "none", "Engine: default wire compression of float allreduces: none, fp16 or bf16.")
 /* clang-format on */

@@ -15,6 +15,7 @@ CHORUS_CFG(CHORUS_LOCAL_SIZE, NULL, "Number of ranks on this host (set by chorus
 CHORUS_CFG(CHORUS_STORE_ADDR, NULL, "host:port of the rendezvous key-value store. chorus-run serves one; otherwise rank 0 serves it at MASTER_ADDR:MASTER_PORT.")
 CHORUS_CFG(CHORUS_JOB_ID, NULL, "Identifies the job in the store and in shared-memory names; set by chorus-run, derived from the launcher otherwise.")
 CHORUS_CFG(CHORUS_IFACE, NULL, "Network interface or IPv4 address to listen on and advertise to peers (default: the address that routes to the store, or 127.0.0.1 on one host).")
+CHORUS_CFG(CHORUS_SPIN_US, "50", "Microseconds a waiting rank polls before it sleeps in the kernel. Longer cuts small-message latency on machines with slow wake-ups, at the cost of CPU time.")
 CHORUS_CFG(CHORUS_SOCKET_BUF, "4194304", "Socket send/receive buffer size in bytes.")
 CHORUS_CFG(CHORUS_TCP_SEGMENT, "524288", "Pipeline segment in bytes for ring and chain algorithms over TCP.")
 CHORUS_CFG(CHORUS_ALGO_ALLREDUCE, NULL, "Force the allreduce algorithm: rd (recursive doubling), ring, shm.")

@@ -49,6 +49,8 @@ typedef struct peer {
     umsg *dmsg;
     unsigned char ctl[CHORUS_WIRE_ABORT_MAX]; /* payload of control messages */
     int bye;                                  /* the peer finalized */
+    unsigned char *stage;                     /* staging buffer for small messages */
+    size_t spos, slen;
     char host[64];
 } peer;
 
@@ -422,15 +424,52 @@ static void route_header(chorus_net *n, int p)
     if (h->len == 0) finish_payload(n, p);
 }
 
+/* Small messages are read through a staging buffer, so that one recv() brings in a header
+ * and its payload (and often the next message); a payload of STAGE_DIRECT bytes or more is
+ * received straight into its destination instead, with no extra copy. */
+#define STAGE_SIZE 65536
+#define STAGE_DIRECT 16384
+
+static void consume_staged(chorus_net *n, int p)
+{
+    peer *pe = &n->peers[p];
+    while (pe->spos < pe->slen && n->broken == CHORUS_OK) {
+        size_t avail = pe->slen - pe->spos;
+        if (!pe->in_payload) {
+            size_t k = CHORUS_WIRE_HDR_LEN - pe->hoff;
+            if (k > avail) k = avail;
+            memcpy(pe->hbuf + pe->hoff, pe->stage + pe->spos, k);
+            pe->hoff += k;
+            pe->spos += k;
+            if (pe->hoff == CHORUS_WIRE_HDR_LEN) route_header(n, p);
+        } else {
+            size_t k = pe->cur.len - pe->doff;
+            if (k > avail) k = avail;
+            memcpy(pe->dst + pe->doff, pe->stage + pe->spos, k);
+            pe->doff += k;
+            pe->spos += k;
+            if (pe->doff == pe->cur.len) finish_payload(n, p);
+        }
+    }
+}
+
 static void read_peer(chorus_net *n, int p)
 {
     peer *pe = &n->peers[p];
     while (n->broken == CHORUS_OK) {
+        consume_staged(n, p);
+        if (n->broken != CHORUS_OK) return;
         ssize_t r;
-        if (!pe->in_payload) {
-            r = recv(pe->fd, pe->hbuf + pe->hoff, CHORUS_WIRE_HDR_LEN - pe->hoff, MSG_DONTWAIT);
-        } else {
+        int direct = pe->in_payload && pe->cur.len - pe->doff >= STAGE_DIRECT;
+        if (direct) {
             r = recv(pe->fd, pe->dst + pe->doff, pe->cur.len - pe->doff, MSG_DONTWAIT);
+        } else {
+            if (!pe->stage && !(pe->stage = malloc(STAGE_SIZE))) {
+                break_locked(n, p, CHORUS_ERR_NOMEM, "out of memory for a receive buffer", 1);
+                return;
+            }
+            pe->spos = pe->slen = 0;
+            r = recv(pe->fd, pe->stage, STAGE_SIZE, MSG_DONTWAIT);
         }
         if (r == 0) {
             if (pe->bye && !pe->in_payload && pe->hoff == 0) {
@@ -447,12 +486,11 @@ static void read_peer(chorus_net *n, int p)
             peer_lost(n, p, strerror(errno));
             return;
         }
-        if (!pe->in_payload) {
-            pe->hoff += (size_t)r;
-            if (pe->hoff == CHORUS_WIRE_HDR_LEN) route_header(n, p);
-        } else {
+        if (direct) {
             pe->doff += (size_t)r;
             if (pe->doff == pe->cur.len) finish_payload(n, p);
+        } else {
+            pe->slen = (size_t)r;
         }
     }
 }
@@ -698,6 +736,7 @@ void chorus__net_release(chorus_net *n)
             if (send(pe->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* gone */
             }
         if (pe->fd >= 0) close(pe->fd);
+        free(pe->stage);
         for (umsg *u = pe->uq_head, *nx; u; u = nx) {
             nx = u->next;
             free(u->data);

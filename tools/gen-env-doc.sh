@@ -1,0 +1,31 @@
+#!/bin/sh
+# Writes docs/ENVIRONMENT.md from the config table (the same one `chorus-run --help-env`
+# prints), so the two never disagree. Usage: tools/gen-env-doc.sh [build-dir] > docs/ENVIRONMENT.md
+BUILD=${1:-${BUILD:-build}}
+cat <<'HEAD'
+# Environment variables
+
+Every `CHORUS_*` variable Chorus reads, with its default. This file is generated from the
+library's config table by `tools/gen-env-doc.sh`; `chorus-run --help-env` prints the same table.
+A test fails if the two disagree.
+
+Chorus also reads the variables of the launchers it runs under:
+
+| launcher | variables |
+|---|---|
+| chorus-run | `CHORUS_RANK CHORUS_SIZE CHORUS_LOCAL_RANK CHORUS_LOCAL_SIZE CHORUS_STORE_ADDR CHORUS_JOB_ID` (set for you) |
+| torchrun, or by hand | `RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT` (under torchrun, whose own store holds `MASTER_PORT`, Chorus's store uses `MASTER_PORT+1`) |
+| Open MPI `mpirun` | `OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE`; one host needs nothing more, several need `-x MASTER_ADDR -x MASTER_PORT` |
+| MPICH / Hydra | `PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS` |
+| Slurm `srun` | `SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_JOB_ID SLURM_STEP_ID SLURM_STEP_NODELIST`; across nodes the first node of the step serves the store on port 20000 + (31·job + step) mod 20000 unless `MASTER_ADDR`/`MASTER_PORT` are set |
+
+| variable | default | meaning |
+|---|---|---|
+HEAD
+"$BUILD/bin/chorus-run" --help-env | tail -n +2 | while IFS= read -r line; do
+    name=$(echo "$line" | awk '{print $1}')
+    def=$(echo "$line" | awk '{print $2}')
+    help=$(echo "$line" | sed 's/^[^ ]* *[^ ]* *//')
+    [ "$def" = "-" ] && def=""
+    printf '| `%s` | %s | %s |\n' "$name" "${def:+\`$def\`}" "$help"
+done

@@ -98,7 +98,8 @@ static void usage(FILE *f)
             "  --metrics FILE         JSON line per step: loss, acc, lr, samples/s, comm wait\n"
             "  --max-steps N          stop after N optimizer steps in all\n"
             "  --dump-params FILE     write each rank's final parameters to FILE.<rank>\n"
-            "  --grad-sync layer|fused  one allreduce per layer, or one for all (layer)\n"
+            "  --grad-sync layer|fused  one allreduce per layer, or one over the whole\n"
+            "                         contiguous gradient buffer (fused)\n"
             "  --log-every N          progress line every N steps when not on a terminal "
             "(50)\n");
 }
@@ -119,7 +120,7 @@ static void parse(int argc, char **argv, opts *o)
     o->wd = -1.0f;
     o->dropout = -1.0f;
     o->nesterov = 1;
-    o->sync = "layer";
+    o->sync = "fused";
     o->log_every = 50;
     enum {
         O_MODEL = 256,

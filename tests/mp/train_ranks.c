@@ -1,6 +1,6 @@
 /*
  * train_ranks.c - chorus-train on several ranks through chorus-run: every rank ends with
- * bitwise-identical parameters (2 ranks; 3 ranks with uneven shards and the fused gradient
+ * bitwise-identical parameters (2 ranks; 3 ranks with uneven shards and the per-layer gradient
  * path; the CNN with dropout on 2 ranks), and 2 ranks x 64 samples take the same steps as
  * 1 rank x 128 up to floating-point rounding.
  */
@@ -43,7 +43,7 @@ static void test_three_ranks_uneven(void)
 {
     /* 1000 samples per step over 3 ranks: 334 + 333 + 333. */
     NT_EQ_INT(nt_sh("%s -np 3 %s --model mlp --batch 1000 --max-steps 8 --seed 4 --grad-sync "
-                    "fused --log-every 100 --dump-params %s/r3 > %s/r3.log 2>&1",
+                    "layer --log-every 100 --dump-params %s/r3 > %s/r3.log 2>&1",
                     g_run, g_train, g_dir, g_dir),
               0);
     same_on_all_ranks("r3", 3);

@@ -1,0 +1,142 @@
+"""Broadcasting a model's parameters and an optimizer's state, and collectives on Python
+objects, as horovod.torch.functions."""
+
+import io
+import pickle
+
+import torch
+
+from .. import _core, _ops
+from .._core import global_process_set
+from .._lib import DTYPE
+from .._core import HostBuf
+from . import mpi_ops
+
+
+def _named(params):
+    if isinstance(params, dict):
+        return sorted(params.items())
+    if isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
+        out = []
+        for i, p in enumerate(params):
+            out.append(p if isinstance(p, tuple) else ("param.%d" % i, p))
+        return out
+    raise ValueError("chorus broadcast_parameters: params must be a dict (state_dict) or a "
+                     "list of tensors or (name, tensor) pairs, got %s" % type(params).__name__)
+
+
+def broadcast_parameters(params, root_rank, process_set=global_process_set):
+    """Overwrites every tensor of params (model.state_dict(), model.named_parameters(), or a
+    list of tensors) with root_rank's values, in place."""
+    items = [(n, p) for n, p in _named(params) if p is not None]
+    for n, p in items:
+        if not isinstance(p, torch.Tensor):
+            raise ValueError("chorus broadcast_parameters: %s is a %s, not a tensor"
+                             % (n, type(p).__name__))
+    ps = _core.resolve_set(process_set)
+    eng = _core.S.engine
+    if eng is not None and eng.handles(ps):
+        handles = [mpi_ops.broadcast_async_(p.data, root_rank, "broadcast." + str(n), ps)
+                   for n, p in items]
+        for h in handles:
+            mpi_ops.synchronize(h)
+        return
+    _broadcast_packed([p.data for _, p in items], root_rank, ps)
+
+
+def _broadcast_packed(tensors, root_rank, ps):
+    """One broadcast for many tensors: packed into one buffer on the executor."""
+    if not 0 <= root_rank < ps.comm.size:
+        raise ValueError("chorus broadcast_parameters: root_rank %d is out of range for %d "
+                         "ranks" % (root_rank, ps.comm.size))
+    hosts = [mpi_ops._host(t) for t in tensors]
+    sizes = [h.numel() * h.element_size() for h in hosts]
+    total = sum(sizes)
+    layout = _ops._crc(repr([(tuple(h.shape), str(h.dtype)) for h in hosts]))
+
+    def run():
+        b = _ops.Buf(0, total, DTYPE["uint8"], "uint8", (total,), 1)
+        _ops.check(ps.comm, _ops.record(_ops.K_BROADCAST, b, root=root_rank, extra=layout),
+                   "broadcast_parameters", "parameter lists (names, shapes or dtypes)")
+        if total == 0:
+            return
+        hb = HostBuf(total)
+        off = 0
+        if ps.comm.rank == root_rank:
+            for h, n in zip(hosts, sizes):
+                hb.a[off:off + n] = _bytes(h)
+                off += n
+        ps.comm.broadcast(hb.ptr, total, DTYPE["uint8"], root_rank)
+        off = 0
+        for h, n in zip(hosts, sizes):
+            _bytes(h)[:] = hb.a[off:off + n]
+            off += n
+
+    _core.S.executor.run(run)
+    for t, h in zip(tensors, hosts):
+        if h.data_ptr() != t.data_ptr():
+            t.copy_(h)
+
+
+def _bytes(t):
+    """A writeable numpy uint8 view of a CPU contiguous tensor's memory."""
+    return t.detach().reshape(-1).view(torch.uint8).numpy()
+
+
+def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
+    """Makes every rank's optimizer state (per-parameter state such as momentum buffers, and
+    the hyper-parameters of each parameter group) equal to root_rank's."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("chorus broadcast_optimizer_state: LBFGS is not supported")
+    ps = _core.resolve_set(process_set)
+    me = ps.comm.rank
+    state = optimizer.state_dict() if me == root_rank else None
+    state = broadcast_object(state, root_rank, "optimizer_state", process_set)
+    if me != root_rank:
+        optimizer.load_state_dict(state)
+
+
+def _dumps(obj):
+    buf = io.BytesIO()
+    torch.save(obj, buf, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    return buf.getvalue()
+
+
+def _loads(data):
+    return torch.load(io.BytesIO(data), map_location="cpu")
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """Returns root_rank's obj on every rank (serialised with torch.save, so tensors inside
+    travel too; they arrive on the CPU)."""
+    ps = _core.resolve_set(process_set)
+    if not 0 <= root_rank < ps.comm.size:
+        raise ValueError("chorus broadcast_object: root_rank %d is out of range for %d ranks"
+                         % (root_rank, ps.comm.size))
+    me = ps.comm.rank
+    data = _dumps(obj) if me == root_rank else b""
+    n = torch.tensor([len(data)], dtype=torch.int64)
+    mpi_ops.broadcast_(n, root_rank, name and name + ".size", ps)
+    if me == root_rank:
+        buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
+            torch.empty(0, dtype=torch.uint8)
+    else:
+        buf = torch.empty(int(n.item()), dtype=torch.uint8)
+    if buf.numel():
+        mpi_ops.broadcast_(buf, root_rank, name and name + ".data", ps)
+    return obj if me == root_rank else _loads(buf.numpy().tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's obj, in rank order."""
+    ps = _core.resolve_set(process_set)
+    data = _dumps(obj)
+    t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    sizes = mpi_ops.allgather(torch.tensor([t.numel()], dtype=torch.int64),
+                              name and name + ".sizes", ps)
+    allb = mpi_ops.allgather(t, name and name + ".data", ps).numpy()
+    out, off = [], 0
+    for s in sizes.tolist():
+        out.append(_loads(allb[off:off + s].tobytes()))
+        off += s
+    return out

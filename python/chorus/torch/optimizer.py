@@ -1,0 +1,214 @@
+"""DistributedOptimizer: data-parallel gradient averaging that overlaps backward.
+
+A hook on every parameter fires as soon as autograd has accumulated its gradient; on the
+last of backward_passes_per_step passes it starts an asynchronous in-place allreduce of
+p.grad, named after the parameter. So the gradients of the last layers travel while the
+first layers are still being differentiated. step() (or synchronize()) waits for all of them
+and then runs the wrapped optimizer's update. With the engine, ready gradients are fused into
+few large allreduces; fp16 compression then happens inside the engine.
+"""
+
+import contextlib
+import warnings
+
+import torch
+
+from .. import _core
+from .._core import Average, Adasum, global_process_set
+from .compression import Compression
+from . import mpi_ops
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
+                 op=Average, gradient_predivide_factor=1.0, sparse_as_dense=False,
+                 process_set=global_process_set):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [("allreduce.noname.%d.%d" % (i, j), v)
+                                for i, group in enumerate(self.param_groups)
+                                for j, v in enumerate(group["params"])]
+        if any(not isinstance(p, tuple) or len(p) != 2 for p in named_parameters):
+            raise ValueError("chorus DistributedOptimizer: named_parameters must be a list of "
+                             "(name, parameter) pairs, such as model.named_parameters()")
+        names = [k for k, _ in named_parameters]
+        dups = sorted({k for k in names if names.count(k) > 1})
+        if dups:
+            raise ValueError("chorus DistributedOptimizer: parameter names must be unique; "
+                             "repeated: %s" % ", ".join(dups))
+        all_params = {id(v) for g in self.param_groups for v in g["params"]}
+        named = {id(v) for _, v in named_parameters}
+        if all_params - named:
+            raise ValueError("chorus DistributedOptimizer: named_parameters was given, but some "
+                             "parameters of the optimizer are not in it")
+        self._parameter_names = {v: k for k, v in named_parameters}
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        if self.backward_passes_per_step < 1:
+            raise ValueError("chorus DistributedOptimizer: backward_passes_per_step must be >= 1")
+        self._allreduce_delay = {v: self.backward_passes_per_step
+                                 for g in self.param_groups for v in g["params"]}
+        self.op = op
+        self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
+        self.process_set = process_set
+        self._handles = {}
+        self._grad_accs = []
+        self._requires_update = set()
+        self._synchronized = False
+        self._should_synchronize = True
+        if self.process_set.included():
+            self._register_hooks()
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = int(passes)
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+
+    def _register_hooks(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not p.requires_grad:
+                    continue
+                self._requires_update.add(p)
+                hook = self._make_hook(p)
+                if hasattr(p, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+                    self._grad_accs.append(p.register_post_accumulate_grad_hook(
+                        lambda _p, hook=hook: hook()))
+                else:
+                    # The AccumulateGrad node of p runs once its gradient is in p.grad.
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                    acc.register_hook(lambda *_, hook=hook: hook())
+                    self._grad_accs.append(acc)  # keeps the node (and its hook) alive
+
+    def _make_hook(self, p):
+        def hook():
+            if p in self._handles and self._handles[p][0] is not None:
+                if self._allreduce_delay[p] <= 0:
+                    raise AssertionError(
+                        "Gradients were computed more than backward_passes_per_step times "
+                        "before call to step(). Increase backward_passes_per_step to "
+                        "accumulate gradients locally.")
+            assert not p.grad.requires_grad
+            assert self._allreduce_delay[p] > 0
+            handle, ctx = None, None
+            self._allreduce_delay[p] -= 1
+            if self._allreduce_delay[p] == 0:
+                handle, ctx = self._allreduce_grad_async(p)
+            self._handles[p] = (handle, ctx)
+        return hook
+
+    def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # This rank did not use p, others may have: it still takes part, with zeros.
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            if not self.sparse_as_dense:
+                raise ValueError("chorus DistributedOptimizer: sparse gradients are not "
+                                 "supported; pass sparse_as_dense=True")
+            p.grad = p.grad.to_dense()
+        name = "allreduce." + self._parameter_names.get(p)
+        if self.op == Average:
+            pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
+        else:
+            pre, post = 1.0, 1.0
+        tensor = p.grad
+        ps = _core.resolve_set(self.process_set)
+        eng = _core.S.engine
+        if (eng is not None and eng.handles(ps) and self._compression is Compression.fp16
+                and tensor.dtype in (torch.float32, torch.float64)
+                and tensor.device.type == "cpu" and tensor.is_contiguous()):
+            # fp16 on the wire, converted by the engine: no Python copies.
+            h = eng.allreduce(tensor, tensor, self.op, pre, post, name, False,
+                              lambda: tensor, compress=True)
+            return h, None
+        compressed, ctx = self._compression.compress(tensor)
+        h = mpi_ops.allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
+                                     postscale_factor=post, process_set=self.process_set)
+        return h, (compressed, ctx)
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (starting those whose hook did not fire: a
+        parameter unused on this rank) and writes the averaged gradients into p.grad."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
+        missing = self._requires_update - set(self._handles)
+        for p in sorted(missing, key=lambda q: self._parameter_names.get(q)):
+            self._handles[p] = self._allreduce_grad_async(p)
+        for p, (handle, ctx) in list(self._handles.items()):
+            if handle is None:
+                self._handles[p] = self._allreduce_grad_async(p)
+        try:
+            for p, (handle, ctx) in self._handles.items():
+                out = mpi_ops.synchronize(handle)
+                self._allreduce_delay[p] = self.backward_passes_per_step
+                if ctx is not None:
+                    compressed, c = ctx
+                    res = self._compression.decompress(out if out is not None else compressed, c)
+                    if res.data_ptr() != p.grad.data_ptr():
+                        p.grad.copy_(res)
+        finally:
+            self._handles.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For code that calls synchronize() itself (gradient clipping): step() inside this
+        context does not synchronize again."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wraps a torch optimizer so that step() applies gradients averaged over all ranks.
+
+    named_parameters: model.named_parameters(), naming each gradient's allreduce (the same
+    names on every rank). compression: Compression.none or Compression.fp16.
+    backward_passes_per_step: local backward passes (gradient accumulation) per step().
+    op: Average (default) or Sum. gradient_predivide_factor: with Average, gradients are
+    divided by this before the sum and by size/this after it.
+    """
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("chorus DistributedOptimizer: gradient_predivide_factor is only "
+                         "supported with op=Average")
+    if op == Adasum:
+        raise NotImplementedError("chorus DistributedOptimizer: op=Adasum is not implemented; "
+                                  "use op=Average")
+    op = _core.as_op(op)
+    if num_groups or groups:
+        raise NotImplementedError("chorus DistributedOptimizer: num_groups/groups are not "
+                                  "implemented; the engine fuses ready gradients by itself")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+              op, gradient_predivide_factor, sparse_as_dense, process_set)
+    opt.state = optimizer.state  # keep state loaded into the wrapped optimizer
+    return opt

@@ -68,9 +68,9 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/l
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/obj/tests/harness.o $(BUILD)/lib/libchorus.a $(LIB_LDLIBS)
 
-$(BUILD)/lib/pkgconfig/chorus.pc: Makefile
+$(BUILD)/lib/pkgconfig/chorus.pc: Makefile $(wildcard mk/*.mk)
 	@mkdir -p $(dir $@)
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: chorus\nDescription: Distributed deep-learning collectives and training runtime\nVersion: 0.1.0\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lchorus\nLibs.private: -lrt -lm -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: chorus\nDescription: Distributed deep-learning collectives and training runtime\nVersion: 0.1.0\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lchorus\nLibs.private: $(LIB_LDLIBS) -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
 
 test: deps $(ALL_TARGETS) $(TEST_BINS)
 	@BUILD=$(BUILD) sh tests/run.sh $(TESTS)

@@ -15,9 +15,13 @@ typedef struct chorus_job {
     char job[64];               /* job id: namespaces the store and shared memory */
     char store_addr[256];       /* host:port of the store ("" with file rendezvous) */
     int serve_store;            /* this rank (0) must serve the store itself */
-    char rdzv_file[256];        /* single host, no address: rank 0 writes the store's address here */
+    char rdzv_file[256]; /* single host, no address: rank 0 writes the store's address here */
 } chorus_job;
 
 chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e);
+
+/* Creates the world communicator of a described job (coll/comm.c; chorus_init is
+ * job_from_env + this). src/elastic uses it to form each generation of an elastic job. */
+chorus_result chorus__init_job(const chorus_job *job, chorus_comm **out);
 
 #endif

@@ -5,21 +5,24 @@
 #include <unistd.h>
 
 #include "bootstrap/store.h"
+#include "wire/auth.h"
 #include "wire/sock.h"
 #include "wire/wire.h"
 
 struct chorus_store {
     int fd;
+    int authed; /* the connection went through the secret handshake */
     char addr[128];
 };
 
-static chorus_result request(chorus_store *s, uint32_t op, const char *key, const void *val,
-                             size_t vlen, double deadline, char **out, size_t *out_len,
-                             chorus_errbuf *e)
+/* One request and its reply. For CHECK, *absent (when given) is set when the key is missing. */
+static chorus_result request_ex(chorus_store *s, uint32_t op, const char *key, const void *val,
+                                size_t vlen, double deadline, char **out, size_t *out_len,
+                                int *absent, chorus_errbuf *e)
 {
     size_t plen;
-    unsigned char *p = chorus__wire_encode_kv(op, key, (uint32_t)strlen(key), val, (uint32_t)vlen,
-                                              &plen);
+    unsigned char *p =
+        chorus__wire_encode_kv(op, key, (uint32_t)strlen(key), val, (uint32_t)vlen, &plen);
     if (!p) return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "store key or value too long");
     chorus_wire_hdr h = {.type = CHORUS_MSG_KV, .len = plen};
     int rc = chorus__sock_send_msg(s->fd, &h, p, deadline);
@@ -31,16 +34,30 @@ static chorus_result request(chorus_store *s, uint32_t op, const char *key, cons
                                    deadline, why, sizeof(why));
     else
         snprintf(why, sizeof(why), "%s", chorus__sock_errstr(rc));
+    if (rc && op == CHORUS_KV_HELLO && rc == -3 && s->authed)
+        return chorus__fail(e, CHORUS_ERR_AUTH,
+                            "rendezvous store at %s closed the connection after our "
+                            "authentication proof: it does not accept our CHORUS_SECRET",
+                            s->addr);
+    if (rc && op == CHORUS_KV_HELLO && rc == -3)
+        return chorus__fail(e, CHORUS_ERR_AUTH,
+                            "rendezvous store at %s closed the connection at once: it probably "
+                            "requires authentication and CHORUS_SECRET is not set here",
+                            s->addr);
     if (rc) {
         return chorus__fail(e, rc == -2 ? CHORUS_ERR_TIMEOUT : CHORUS_ERR_PEER_LOST,
-                            "rendezvous store at %s: %s while waiting for '%s'", s->addr, why,
-                            key);
+                            "rendezvous store at %s: %s while waiting for '%s'", s->addr, why, key);
     }
     chorus_wire_kv kv;
     if (h.type != CHORUS_MSG_KV || chorus__wire_decode_kv(reply, h.len, &kv) != CHORUS_OK) {
         free(reply);
         return chorus__fail(e, CHORUS_ERR_PROTOCOL, "rendezvous store at %s sent a bad reply",
                             s->addr);
+    }
+    if (kv.op != CHORUS_KV_OK && absent && kv.value_len == 6 && !memcmp(kv.value, "absent", 6)) {
+        *absent = 1;
+        free(reply);
+        return CHORUS_OK;
     }
     if (kv.op != CHORUS_KV_OK) {
         chorus_result r = chorus__fail(e, CHORUS_ERR_PROTOCOL, "rendezvous store at %s: %.*s",
@@ -62,6 +79,13 @@ static chorus_result request(chorus_store *s, uint32_t op, const char *key, cons
     return CHORUS_OK;
 }
 
+static chorus_result request(chorus_store *s, uint32_t op, const char *key, const void *val,
+                             size_t vlen, double deadline, char **out, size_t *out_len,
+                             chorus_errbuf *e)
+{
+    return request_ex(s, op, key, val, vlen, deadline, out, out_len, NULL, e);
+}
+
 chorus_result chorus__store_connect(const char *addr, const char *job, double deadline,
                                     chorus_store **out, chorus_errbuf *e)
 {
@@ -73,7 +97,13 @@ chorus_result chorus__store_connect(const char *addr, const char *job, double de
         free(s);
         return r;
     }
-    r = request(s, CHORUS_KV_HELLO, job, NULL, 0, deadline, NULL, NULL, e);
+    chorus_auth_key key;
+    chorus__auth_key_from_env(&key);
+    char what[200];
+    snprintf(what, sizeof(what), "rendezvous store at %s", addr);
+    r = chorus__auth_connect(s->fd, &key, deadline, what, e);
+    s->authed = key.set;
+    if (r == CHORUS_OK) r = request(s, CHORUS_KV_HELLO, job, NULL, 0, deadline, NULL, NULL, e);
     if (r != CHORUS_OK) {
         close(s->fd);
         free(s);
@@ -95,12 +125,24 @@ chorus_result chorus__store_get(chorus_store *s, const char *key, char **val, si
     return request(s, CHORUS_KV_GET, key, NULL, 0, deadline, val, len, e);
 }
 
+chorus_result chorus__store_check(chorus_store *s, const char *key, char **val, size_t *len,
+                                  int *found, chorus_errbuf *e)
+{
+    int absent = 0;
+    *found = 0;
+    CHORUS_CHECK(
+        request_ex(s, CHORUS_KV_CHECK, key, NULL, 0, chorus__deadline(), val, len, &absent, e));
+    *found = !absent;
+    return CHORUS_OK;
+}
+
 chorus_result chorus__store_add(chorus_store *s, const char *key, long delta, long *out,
                                 chorus_errbuf *e)
 {
     char num[32], *res = NULL;
     snprintf(num, sizeof(num), "%ld", delta);
-    CHORUS_CHECK(request(s, CHORUS_KV_ADD, key, num, strlen(num), chorus__deadline(), &res, NULL, e));
+    CHORUS_CHECK(
+        request(s, CHORUS_KV_ADD, key, num, strlen(num), chorus__deadline(), &res, NULL, e));
     if (out) *out = strtol(res, NULL, 10);
     free(res);
     return CHORUS_OK;

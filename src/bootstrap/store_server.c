@@ -1,8 +1,12 @@
 /*
  * store_server.c - the rendezvous key-value store server: one thread, poll() over the
- * clients, requests parsed by wire.c. A client must say which job it belongs to (HELLO)
- * before anything else; garbage or an oversized request closes that client only.
+ * clients, requests parsed by wire.c. In a secured job a client must first prove that it
+ * holds the job secret (auth.h) - until then at most a handshake-sized message is read from
+ * it - and then say which job it belongs to (HELLO). Garbage, a failed handshake, an
+ * oversized request or a client that does not authenticate within AUTH_WINDOW_S closes that
+ * client only, with a WARN line; the store goes on serving the others.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -14,10 +18,13 @@
 #include <unistd.h>
 
 #include "bootstrap/store.h"
+#include "wire/auth.h"
 #include "wire/sock.h"
 #include "wire/wire.h"
 
-#define MAX_CLIENTS 4096
+#define MAX_CLIENTS   4096
+#define AUTH_WINDOW_S 10.0 /* a client must authenticate this soon after connecting */
+#define MAX_REQUEST   (12 + CHORUS_KV_KEY_MAX + CHORUS_KV_VALUE_MAX)
 
 typedef struct entry {
     char *key; /* "job\nkey" */
@@ -27,6 +34,9 @@ typedef struct entry {
 
 typedef struct client {
     int fd;
+    char from[64]; /* "ip:port" for log lines */
+    double since;  /* when it connected */
+    chorus_auth_state auth;
     char job[CHORUS_WIRE_JOB_LEN];
     int hello;
     unsigned char hbuf[CHORUS_WIRE_HDR_LEN];
@@ -40,7 +50,10 @@ typedef struct client {
 struct chorus_store_server {
     int listen_fd;
     int wake[2];
+    int threaded;
     pthread_t thread;
+    chorus_auth_key key;
+    struct pollfd *pfd;
     entry *entries;
     size_t nentries, cap;
     client *clients;
@@ -96,7 +109,7 @@ static int reply(client *c, uint32_t op, const void *val, size_t len)
 static void drop(chorus_store_server *s, int i, const char *why)
 {
     client *c = &s->clients[i];
-    if (why) CHORUS_WARN(CHORUS_LOG_BOOT, "store: dropped a client: %s", why);
+    if (why) CHORUS_WARN(CHORUS_LOG_BOOT, "store: dropped client %s: %s", c->from, why);
     close(c->fd);
     free(c->payload);
     free(c->waiting);
@@ -104,11 +117,49 @@ static void drop(chorus_store_server *s, int i, const char *why)
 }
 
 /* Handles one complete request; returns -1 when the client must be dropped. */
+static int handle_auth(chorus_store_server *s, client *c, const char **why)
+{
+    static _Thread_local char msg[256];
+    char w[200] = "";
+    chorus_result r;
+    if (c->auth.stage == 0) {
+        unsigned char out[CHORUS_AUTH_CHALLENGE_LEN];
+        if (c->h.type != CHORUS_MSG_AUTH_HELLO) {
+            snprintf(msg, sizeof(msg),
+                     "sent message type %u before authenticating (no "
+                     "CHORUS_SECRET on that side?)",
+                     c->h.type);
+            *why = msg;
+            return -1;
+        }
+        r = chorus__auth_server_on_hello(&s->key, &c->auth, c->payload, c->h.len, out, w,
+                                         sizeof(w));
+        if (r == CHORUS_OK) {
+            chorus_wire_hdr h = {.type = CHORUS_MSG_AUTH_CHALLENGE, .len = sizeof(out)};
+            if (chorus__sock_send_msg(c->fd, &h, out, chorus__now() + 5.0) == 0) return 0;
+            snprintf(w, sizeof(w), "could not send the challenge");
+        }
+    } else {
+        if (c->h.type != CHORUS_MSG_AUTH_PROOF)
+            snprintf(w, sizeof(w), "message type %u instead of the authentication proof",
+                     c->h.type);
+        else if (chorus__auth_server_on_proof(&s->key, &c->auth, c->payload, c->h.len, w,
+                                              sizeof(w)) == CHORUS_OK)
+            return 0;
+    }
+    snprintf(msg, sizeof(msg), "refused: %s", w);
+    *why = msg;
+    return -1;
+}
+
 static int handle(chorus_store_server *s, client *c, const char **why)
 {
+    if (c->auth.stage < 2) return handle_auth(s, c, why);
     chorus_wire_kv kv;
     if (c->h.type != CHORUS_MSG_KV || chorus__wire_decode_kv(c->payload, c->h.len, &kv)) {
-        *why = "malformed request";
+        *why = c->h.type == CHORUS_MSG_AUTH_HELLO && !s->key.set
+                   ? "it wants to authenticate, but CHORUS_SECRET is not set for this store"
+                   : "malformed request";
         return -1;
     }
     char key[CHORUS_WIRE_JOB_LEN + CHORUS_KV_KEY_MAX + 2];
@@ -141,6 +192,10 @@ static int handle(chorus_store_server *s, client *c, const char **why)
             }
         }
         return 0;
+    case CHORUS_KV_CHECK: {
+        entry *en = find(s, key);
+        return en ? reply(c, CHORUS_KV_OK, en->val, en->len) : reply(c, CHORUS_KV_ERR, "absent", 6);
+    }
     case CHORUS_KV_GET: {
         entry *en = find(s, key);
         if (en) return reply(c, CHORUS_KV_OK, en->val, en->len);
@@ -195,9 +250,10 @@ static int read_client(chorus_store_server *s, int i, const char **why)
         if (c->hoff < CHORUS_WIRE_HDR_LEN) {
             c->hoff += (size_t)r;
             if (c->hoff < CHORUS_WIRE_HDR_LEN) continue;
-            static char msg[200];
-            if (chorus__wire_decode_hdr(c->hbuf, 12 + CHORUS_KV_KEY_MAX + CHORUS_KV_VALUE_MAX,
-                                        &c->h, msg, sizeof(msg)) != CHORUS_OK) {
+            static _Thread_local char msg[200];
+            /* Before the handshake is done only a handshake message may be read. */
+            uint64_t max = c->auth.stage < 2 ? CHORUS_AUTH_MAX_MSG : MAX_REQUEST;
+            if (chorus__wire_decode_hdr(c->hbuf, max, &c->h, msg, sizeof(msg)) != CHORUS_OK) {
                 *why = msg;
                 return -1;
             }
@@ -220,58 +276,124 @@ static int read_client(chorus_store_server *s, int i, const char **why)
     }
 }
 
+static void add_client(chorus_store_server *s, int fd, const struct sockaddr_in *sa)
+{
+    if (s->nclients >= MAX_CLIENTS) {
+        CHORUS_WARN(CHORUS_LOG_BOOT, "store: too many clients (%d); refusing one", MAX_CLIENTS);
+        close(fd);
+        return;
+    }
+    client *c = &s->clients[s->nclients++];
+    *c = (client){.fd = fd, .since = chorus__now()};
+    c->auth.stage = s->key.set ? 0 : 2;
+    if (sa) {
+        char ip[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &sa->sin_addr, ip, sizeof(ip));
+        snprintf(c->from, sizeof(c->from), "%s:%d", ip, ntohs(sa->sin_port));
+    } else {
+        snprintf(c->from, sizeof(c->from), "fd %d", fd);
+    }
+}
+
+/* One round of poll over the wake pipe, the listening socket and the clients. Returns -1
+ * when the server must stop, else the number of clients. */
+static int poll_once(chorus_store_server *s, int timeout_ms)
+{
+    struct pollfd *pfd = s->pfd;
+    pfd[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+    pfd[1] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
+    int n = s->nclients, unauth = 0;
+    for (int i = 0; i < n; i++) {
+        pfd[2 + i] = (struct pollfd){.fd = s->clients[i].fd, .events = POLLIN};
+        unauth += s->clients[i].auth.stage < 2;
+    }
+    if (unauth && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
+    if (poll(pfd, (nfds_t)(n + 2), timeout_ms) < 0 && errno != EINTR) return -1;
+    if (pfd[0].revents) return -1;
+    for (int i = n - 1; i >= 0; i--) {
+        if (!pfd[2 + i].revents) continue;
+        const char *why = NULL;
+        if (read_client(s, i, &why)) drop(s, i, why);
+    }
+    /* A connection that does not authenticate in time is dropped: it must not hold a slot. */
+    double now = chorus__now();
+    for (int i = s->nclients - 1; i >= 0; i--)
+        if (s->clients[i].auth.stage < 2 && now - s->clients[i].since > AUTH_WINDOW_S)
+            drop(s, i, "did not authenticate in time");
+    if (pfd[1].revents & POLLIN) {
+        struct sockaddr_in sa;
+        socklen_t sl = sizeof(sa);
+        int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) add_client(s, fd, &sa);
+    }
+    return s->nclients;
+}
+
 static void *serve(void *arg)
 {
     chorus_store_server *s = arg;
-    struct pollfd *pfd = calloc(MAX_CLIENTS + 2, sizeof(*pfd));
-    if (!pfd) return NULL;
-    for (;;) {
-        pfd[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-        pfd[1] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
-        int n = s->nclients;
-        for (int i = 0; i < n; i++) pfd[2 + i] = (struct pollfd){.fd = s->clients[i].fd, .events = POLLIN};
-        if (poll(pfd, (nfds_t)(n + 2), -1) < 0 && errno != EINTR) break;
-        if (pfd[0].revents) break;
-        for (int i = n - 1; i >= 0; i--) {
-            if (!pfd[2 + i].revents) continue;
-            const char *why = NULL;
-            if (read_client(s, i, &why)) drop(s, i, why);
-        }
-        if (pfd[1].revents & POLLIN) {
-            int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd >= 0) {
-                if (s->nclients >= MAX_CLIENTS) {
-                    close(fd);
-                } else {
-                    s->clients[s->nclients++] = (client){.fd = fd};
-                }
-            }
-        }
+    while (poll_once(s, -1) >= 0) {
     }
-    free(pfd);
     return NULL;
+}
+
+static chorus_store_server *server_alloc(void)
+{
+    chorus_store_server *s = calloc(1, sizeof(*s));
+    if (!s) return NULL;
+    s->clients = calloc(MAX_CLIENTS, sizeof(client));
+    s->pfd = calloc(MAX_CLIENTS + 2, sizeof(struct pollfd));
+    s->listen_fd = s->wake[0] = s->wake[1] = -1;
+    if (!s->clients || !s->pfd) {
+        free(s->clients);
+        free(s->pfd);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+chorus_store_server *chorus__store_server_new(const char *secret, size_t secret_len)
+{
+    chorus_store_server *s = server_alloc();
+    if (!s) return NULL;
+    chorus__auth_key_set(&s->key, secret, secret_len);
+    if (pipe2(s->wake, O_CLOEXEC)) {
+        chorus__store_server_stop(s);
+        return NULL;
+    }
+    return s;
+}
+
+int chorus__store_server_add_client(chorus_store_server *s, int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    add_client(s, fd, NULL);
+    return 0;
+}
+
+int chorus__store_server_poll_once(chorus_store_server *s, int timeout_ms)
+{
+    return poll_once(s, timeout_ms);
 }
 
 chorus_result chorus__store_server_start(const char *ip, int port, chorus_store_server **out,
                                          int *port_out, chorus_errbuf *e)
 {
-    chorus_store_server *s = calloc(1, sizeof(*s));
-    if (!s || !(s->clients = calloc(MAX_CLIENTS, sizeof(client)))) {
-        free(s);
-        return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
-    }
+    chorus_store_server *s = server_alloc();
+    if (!s) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
+    chorus__auth_key_from_env(&s->key);
     chorus_result r = chorus__sock_listen(ip, port, 256, &s->listen_fd, port_out, e);
     if (r != CHORUS_OK) {
-        free(s->clients);
-        free(s);
+        chorus__store_server_stop(s);
         return r;
     }
     if (pipe2(s->wake, O_CLOEXEC) || pthread_create(&s->thread, NULL, serve, s)) {
-        close(s->listen_fd);
-        free(s->clients);
-        free(s);
+        chorus__store_server_stop(s);
         return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot start the store thread");
     }
+    s->threaded = 1;
     *out = s;
     return CHORUS_OK;
 }
@@ -279,9 +401,11 @@ chorus_result chorus__store_server_start(const char *ip, int port, chorus_store_
 void chorus__store_server_stop(chorus_store_server *s)
 {
     if (!s) return;
-    if (write(s->wake[1], "x", 1) < 0) { /* the thread polls this pipe */
+    if (s->threaded) {
+        if (write(s->wake[1], "x", 1) < 0) { /* the thread polls this pipe */
+        }
+        pthread_join(s->thread, NULL);
     }
-    pthread_join(s->thread, NULL);
     for (int i = s->nclients - 1; i >= 0; i--) drop(s, i, NULL);
     for (size_t i = 0; i < s->nentries; i++) {
         free(s->entries[i].key);
@@ -289,8 +413,9 @@ void chorus__store_server_stop(chorus_store_server *s)
     }
     free(s->entries);
     free(s->clients);
-    close(s->listen_fd);
-    close(s->wake[0]);
-    close(s->wake[1]);
+    free(s->pfd);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->wake[0] >= 0) close(s->wake[0]);
+    if (s->wake[1] >= 0) close(s->wake[1]);
     free(s);
 }

@@ -243,6 +243,16 @@ chorus_result chorus_init(chorus_comm **out)
     *out = NULL;
     chorus_job job;
     CHORUS_CHECK(chorus__job_from_env(&job, e));
+    return chorus__init_job(&job, out);
+}
+
+/* The rest of chorus_init for a job already described (also used by src/elastic to form each
+ * new generation of an elastic job). Errors go to chorus_last_error(NULL). */
+chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
+{
+    chorus_errbuf *e = chorus__init_errbuf();
+    chorus_job job = *jobp;
+    *out = NULL;
     chorus__log_set_rank(job.rank);
     CHORUS_INFO(CHORUS_LOG_INIT, "launcher %s: rank %d of %d, job %s, store %s%s", job.launcher,
                 job.rank, job.size, job.job, job.store_addr[0] ? job.store_addr : job.rdzv_file,
@@ -284,9 +294,9 @@ chorus_result chorus_init(chorus_comm **out)
             snprintf(job.store_addr, sizeof(job.store_addr), "127.0.0.1:%d", port);
         } else {
             const char *colon = strrchr(job.store_addr, ':');
-            const char *iface = chorus__cfg_str("CHORUS_IFACE");
-            char bind_ip[64] = "";
-            if (iface) CHORUS_CHECK_GOTO(pick_ip(NULL, bind_ip, sizeof(bind_ip), e), r, out);
+            char bind_ip[64] = ""; /* not every address unless asked (CHORUS_BIND_ANY) */
+            CHORUS_CHECK_GOTO(chorus__store_bind_ip(job.store_addr, bind_ip, sizeof(bind_ip), e),
+                              r, out);
             CHORUS_CHECK_GOTO(chorus__store_server_start(bind_ip, atoi(colon + 1), &server, &port, e),
                               r, out);
         }

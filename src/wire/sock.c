@@ -41,7 +41,8 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-chorus_result chorus__sock_connect(const char *hostport, double deadline, int *fdp, chorus_errbuf *e)
+chorus_result chorus__sock_connect(const char *hostport, double deadline, int *fdp,
+                                   chorus_errbuf *e)
 {
     struct sockaddr_in sa;
     if (chorus__sock_resolve(hostport, &sa))
@@ -89,8 +90,11 @@ chorus_result chorus__sock_listen(const char *ip, int port, int backlog, int *fd
     if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, backlog)) {
         int err = errno;
         close(fd);
-        return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot listen on %s:%d: %s",
-                            ip && *ip ? ip : "*", port, strerror(err));
+        return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot listen on %s:%d: %s%s",
+                            ip && *ip ? ip : "*", port, strerror(err),
+                            err == EADDRNOTAVAIL ? " (that address is not on this host: check "
+                                                   "MASTER_ADDR or CHORUS_IFACE)"
+                                                 : "");
     }
     socklen_t sl = sizeof(sa);
     getsockname(fd, (struct sockaddr *)&sa, &sl);

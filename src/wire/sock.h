@@ -16,7 +16,8 @@ int chorus__sock_resolve(const char *hostport, struct sockaddr_in *out);
 
 /* Connects, retrying refused/unreachable until the deadline (a peer that starts late is
  * normal). */
-chorus_result chorus__sock_connect(const char *hostport, double deadline, int *fd, chorus_errbuf *e);
+chorus_result chorus__sock_connect(const char *hostport, double deadline, int *fd,
+                                   chorus_errbuf *e);
 
 /* Listens on ip (NULL or "" = every address) and port (0 = any); returns the port bound. */
 chorus_result chorus__sock_listen(const char *ip, int port, int backlog, int *fd, int *port_out,

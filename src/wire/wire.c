@@ -61,13 +61,14 @@ chorus_result chorus__wire_decode_hdr(const unsigned char in[CHORUS_WIRE_HDR_LEN
     }
     uint16_t version = get16(in + 4);
     if (version != CHORUS_WIRE_VERSION) {
-        snprintf(why, why_len, "protocol version %u, this library speaks %u (mixed Chorus versions?)",
-                 version, CHORUS_WIRE_VERSION);
+        snprintf(why, why_len,
+                 "protocol version %u, this library speaks %u (mixed Chorus versions?)", version,
+                 CHORUS_WIRE_VERSION);
         return CHORUS_ERR_PROTOCOL;
     }
     h->type = get16(in + 6);
     if (h->type == 0 || h->type >= CHORUS_MSG_TYPE_MAX ||
-        (h->type > CHORUS_MSG_BYE && h->type != CHORUS_MSG_KV)) {
+        (h->type > CHORUS_MSG_AUTH_PROOF && h->type != CHORUS_MSG_KV)) {
         snprintf(why, why_len, "unknown message type %u", h->type);
         return CHORUS_ERR_PROTOCOL;
     }
@@ -105,7 +106,8 @@ chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, cho
     return CHORUS_OK;
 }
 
-size_t chorus__wire_encode_abort(const chorus_wire_abort *a, unsigned char out[CHORUS_WIRE_ABORT_MAX])
+size_t chorus__wire_encode_abort(const chorus_wire_abort *a,
+                                 unsigned char out[CHORUS_WIRE_ABORT_MAX])
 {
     put32(out, (uint32_t)a->failed_rank);
     put32(out + 4, (uint32_t)a->result);
@@ -119,7 +121,8 @@ chorus_result chorus__wire_decode_abort(const unsigned char *in, size_t len, cho
     if (len < 8 || len > CHORUS_WIRE_ABORT_MAX) return CHORUS_ERR_PROTOCOL;
     a->failed_rank = (int32_t)get32(in);
     a->result = (int32_t)get32(in + 4);
-    if (a->result <= CHORUS_OK || a->result >= CHORUS_RESULT_COUNT) a->result = CHORUS_ERR_PEER_LOST;
+    if (a->result <= CHORUS_OK || a->result >= CHORUS_RESULT_COUNT)
+        a->result = CHORUS_ERR_PEER_LOST;
     size_t n = len - 8;
     memcpy(a->why, in + 8, n);
     a->why[n] = 0;
@@ -174,8 +177,9 @@ const char *chorus__op_name(int op)
 
 void chorus__wire_describe(const chorus_wire_hdr *h, char *out, size_t len)
 {
-    static const char *kinds[] = {"?",         "allreduce", "broadcast", "allgather",
-                                  "reduce_scatter", "alltoall",  "barrier",   "comm_split"};
+    static const char *kinds[] = {"?",         "allreduce",      "broadcast",
+                                  "allgather", "reduce_scatter", "alltoall",
+                                  "barrier",   "comm_split"};
     if (h->type == CHORUS_MSG_P2P) {
         snprintf(out, len, "send with tag %d of %llu bytes", h->tag, (unsigned long long)h->len);
         return;

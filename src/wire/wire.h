@@ -11,7 +11,7 @@
 
 #include "base/base.h"
 
-#define CHORUS_WIRE_MAGIC 0x53524843u /* "CHRS" */
+#define CHORUS_WIRE_MAGIC   0x53524843u /* "CHRS" */
 #define CHORUS_WIRE_VERSION 1
 #define CHORUS_WIRE_HDR_LEN 48
 
@@ -23,7 +23,11 @@ enum chorus_wire_type {
     CHORUS_MSG_HELLO_ACK = 5,
     CHORUS_MSG_PING = 6, /* keep-alive on an idle connection */
     CHORUS_MSG_BYE = 7,  /* the sender finalized: its connection closing is not a failure */
-    CHORUS_MSG_KV = 16,  /* key-value store request or response */
+    /* Authentication (auth.h), before any other message on a connection of a secured job. */
+    CHORUS_MSG_AUTH_HELLO = 8,     /* client -> server: version, client nonce */
+    CHORUS_MSG_AUTH_CHALLENGE = 9, /* server -> client: server nonce, server's proof */
+    CHORUS_MSG_AUTH_PROOF = 10,    /* client -> server: client's proof */
+    CHORUS_MSG_KV = 16,            /* key-value store request or response */
     CHORUS_MSG_TYPE_MAX = 17
 };
 
@@ -52,7 +56,8 @@ typedef struct chorus_wire_hello {
     int32_t size;
 } chorus_wire_hello;
 #define CHORUS_WIRE_HELLO_LEN (CHORUS_WIRE_JOB_LEN + 8)
-void chorus__wire_encode_hello(const chorus_wire_hello *h, unsigned char out[CHORUS_WIRE_HELLO_LEN]);
+void chorus__wire_encode_hello(const chorus_wire_hello *h,
+                               unsigned char out[CHORUS_WIRE_HELLO_LEN]);
 chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, chorus_wire_hello *h);
 
 /* ABORT payload: the rank that failed (or -1) and why. */
@@ -62,7 +67,8 @@ typedef struct chorus_wire_abort {
     int32_t result;      /* chorus_result */
     char why[CHORUS_WIRE_ABORT_MAX - 8 + 1];
 } chorus_wire_abort;
-size_t chorus__wire_encode_abort(const chorus_wire_abort *a, unsigned char out[CHORUS_WIRE_ABORT_MAX]);
+size_t chorus__wire_encode_abort(const chorus_wire_abort *a,
+                                 unsigned char out[CHORUS_WIRE_ABORT_MAX]);
 chorus_result chorus__wire_decode_abort(const unsigned char *in, size_t len, chorus_wire_abort *a);
 
 /* Key-value store messages (payload of CHORUS_MSG_KV). */
@@ -72,11 +78,12 @@ enum chorus_kv_op {
     CHORUS_KV_GET = 3, /* waits until the key exists */
     CHORUS_KV_ADD = 4, /* value = decimal delta; reply = new value */
     CHORUS_KV_DEL = 5,
-    CHORUS_KV_OK = 6,  /* reply; value = result */
-    CHORUS_KV_ERR = 7, /* reply; value = message */
-    CHORUS_KV_OP_MAX = 8
+    CHORUS_KV_OK = 6,    /* reply; value = result */
+    CHORUS_KV_ERR = 7,   /* reply; value = message */
+    CHORUS_KV_CHECK = 8, /* like GET but answers at once: OK + value, or ERR "absent" */
+    CHORUS_KV_OP_MAX = 9
 };
-#define CHORUS_KV_KEY_MAX 256
+#define CHORUS_KV_KEY_MAX   256
 #define CHORUS_KV_VALUE_MAX (1u << 20)
 typedef struct chorus_wire_kv {
     uint32_t op;
@@ -89,8 +96,6 @@ typedef struct chorus_wire_kv {
 unsigned char *chorus__wire_encode_kv(uint32_t op, const void *key, uint32_t key_len,
                                       const void *value, uint32_t value_len, size_t *len);
 chorus_result chorus__wire_decode_kv(const unsigned char *in, size_t len, chorus_wire_kv *kv);
-
-
 
 /* Collective kinds carried in chorus_wire_hdr.coll (low byte). */
 enum chorus_coll_kind {

@@ -1,10 +1,18 @@
 /*
- * net.c - TCP transport: connection mesh, epoll progress, matching of receives.
+ * net.c - TCP transport: connection mesh, epoll progress, matching of receives, and the
+ * watchdog that finds dead and hung peers.
  *
  * Locking: one mutex per net protects the peers' queues and receive state. A thread that
  * waits drops the mutex while it sleeps in epoll_wait, so several communicators sharing the
  * net (comm_split) can be driven from several threads; whoever holds the mutex makes progress
  * for everyone.
+ *
+ * Failure detection: a dead peer's socket closes (EOF/ECONNRESET). A hung one (SIGSTOP, a
+ * stuck kernel call) keeps its socket open, so a watchdog thread sends a PING on every
+ * connection that has been idle for CHORUS_HEARTBEAT_S and reads whatever is pending (which
+ * also keeps queued sends moving while the application computes); a peer from which nothing
+ * at all arrived for CHORUS_HEARTBEAT_TIMEOUT_S is declared lost, naming its rank and host.
+ * Every rank has a direct connection to every other, so each survivor notices on its own.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -18,9 +26,11 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "transport/tcp/net.h"
+#include "wire/auth.h"
 #include "wire/sock.h"
 
 typedef struct umsg {
@@ -52,6 +62,8 @@ typedef struct peer {
     unsigned char *stage;                     /* staging buffer for small messages */
     size_t spos, slen;
     char host[64];
+    double last_rx, last_tx; /* when bytes last arrived from / left for this peer */
+    chorus_req ping;         /* keep-alive, queued like any send so it never splits one */
 } peer;
 
 struct chorus_net {
@@ -62,10 +74,17 @@ struct chorus_net {
     char job[CHORUS_WIRE_JOB_LEN];
     uint64_t max_msg;
     int spin_us;
+    chorus_auth_key key; /* CHORUS_SECRET; connections prove it before anything else */
     pthread_mutex_t mu;
     peer *peers;
     chorus_result broken; /* first error, CHORUS_OK while healthy */
+    int broken_rank;      /* world rank blamed for it, -1 when none */
     char broken_msg[sizeof(((chorus_errbuf *)0)->msg)];
+    /* watchdog */
+    double hb_interval, hb_timeout; /* seconds; interval 0: no watchdog */
+    int hb_started, hb_stop;
+    pthread_t hb_thread;
+    pthread_cond_t hb_cv;
 };
 
 /* ---- helpers ---------------------------------------------------------------------------- */
@@ -119,6 +138,7 @@ static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const 
 {
     if (n->broken != CHORUS_OK) return;
     n->broken = r;
+    n->broken_rank = failed_rank;
     snprintf(n->broken_msg, sizeof(n->broken_msg), "%s", why);
     CHORUS_INFO(CHORUS_LOG_TCP, "communication failed: %s", why);
     if (notify) send_abort_to_all(n, failed_rank, r, why);
@@ -140,6 +160,14 @@ chorus_result chorus__net_error(chorus_net *n, chorus_errbuf *e)
     pthread_mutex_lock(&n->mu);
     chorus_result r = n->broken;
     if (r != CHORUS_OK && e) snprintf(e->msg, sizeof(e->msg), "%s", n->broken_msg);
+    pthread_mutex_unlock(&n->mu);
+    return r;
+}
+
+int chorus__net_failed_rank(chorus_net *n)
+{
+    pthread_mutex_lock(&n->mu);
+    int r = n->broken != CHORUS_OK ? n->broken_rank : -1;
     pthread_mutex_unlock(&n->mu);
     return r;
 }
@@ -174,6 +202,7 @@ static void flush_sends(chorus_net *n, int p)
                 peer_lost(n, p, strerror(errno));
                 return;
             }
+            if (w > 0) pe->last_tx = chorus__now();
         }
         size_t hw = CHORUS_WIRE_HDR_LEN - r->hoff;
         if ((size_t)w < hw) {
@@ -427,7 +456,7 @@ static void route_header(chorus_net *n, int p)
 /* Small messages are read through a staging buffer, so that one recv() brings in a header
  * and its payload (and often the next message); a payload of STAGE_DIRECT bytes or more is
  * received straight into its destination instead, with no extra copy. */
-#define STAGE_SIZE 65536
+#define STAGE_SIZE   65536
 #define STAGE_DIRECT 16384
 
 static void consume_staged(chorus_net *n, int p)
@@ -486,6 +515,7 @@ static void read_peer(chorus_net *n, int p)
             peer_lost(n, p, strerror(errno));
             return;
         }
+        pe->last_rx = chorus__now();
         if (direct) {
             pe->doff += (size_t)r;
             if (pe->doff == pe->cur.len) finish_payload(n, p);
@@ -561,6 +591,94 @@ chorus_result chorus__net_wait(chorus_net *n, chorus_req *const *reqs, int nreq,
     return CHORUS_OK;
 }
 
+/* ---- watchdog ---------------------------------------------------------------------------- */
+
+/* Every half interval: read what is pending (progress for everyone, and fresh last_rx),
+ * send a PING where nothing went out for an interval, and declare lost a peer from which
+ * nothing arrived for hb_timeout. Runs until the net breaks or is released. */
+static void *watchdog(void *arg)
+{
+    chorus_net *n = arg;
+    struct epoll_event ev[32];
+    pthread_mutex_lock(&n->mu);
+    while (!n->hb_stop && n->broken == CHORUS_OK) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double half = n->hb_interval / 2;
+        ts.tv_sec += (time_t)half;
+        ts.tv_nsec += (long)((half - (double)(time_t)half) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&n->hb_cv, &n->mu, &ts);
+        if (n->hb_stop || n->broken != CHORUS_OK) break;
+        int nev;
+        while ((nev = epoll_wait(n->epfd, ev, 32, 0)) > 0 && n->broken == CHORUS_OK)
+            handle_events(n, ev, nev);
+        double now = chorus__now();
+        for (int p = 0; p < n->size && n->broken == CHORUS_OK; p++) {
+            peer *pe = &n->peers[p];
+            if (p == n->rank || pe->fd < 0 || pe->bye) continue;
+            if (now - pe->last_rx > n->hb_timeout) {
+                char what[200];
+                snprintf(what, sizeof(what),
+                         "nothing arrived from it for %.1f s, not even a heartbeat: the process "
+                         "is hung or stopped (SIGSTOP?) or its host is unreachable "
+                         "(CHORUS_HEARTBEAT_TIMEOUT_S)",
+                         now - pe->last_rx);
+                peer_lost(n, p, what);
+                break;
+            }
+            if (!pe->sq_head && now - pe->last_tx >= n->hb_interval) {
+                chorus_req *r = &pe->ping;
+                memset(r, 0, sizeof(*r));
+                r->is_send = 1;
+                r->peer = p;
+                r->h.type = CHORUS_MSG_PING;
+                chorus__wire_encode_hdr(&r->h, r->hbytes);
+                pe->sq_head = pe->sq_tail = r;
+                flush_sends(n, p);
+            }
+        }
+    }
+    pthread_mutex_unlock(&n->mu);
+    return NULL;
+}
+
+static void watchdog_start(chorus_net *n)
+{
+    double t = chorus__cfg_double("CHORUS_TIMEOUT_S");
+    n->hb_interval = chorus__cfg_double("CHORUS_HEARTBEAT_S");
+    n->hb_timeout = chorus__cfg_double("CHORUS_HEARTBEAT_TIMEOUT_S");
+    if (t > 0 && n->hb_timeout > t) n->hb_timeout = t;
+    if (n->hb_interval <= 0 || n->size < 2) return;
+    if (n->hb_timeout < 2 * n->hb_interval) n->hb_timeout = 2 * n->hb_interval;
+    double now = chorus__now();
+    for (int p = 0; p < n->size; p++) n->peers[p].last_rx = n->peers[p].last_tx = now;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&n->hb_cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&n->hb_thread, NULL, watchdog, n) == 0)
+        n->hb_started = 1;
+    else
+        pthread_cond_destroy(&n->hb_cv);
+}
+
+static void watchdog_stop(chorus_net *n)
+{
+    if (!n->hb_started) return;
+    pthread_mutex_lock(&n->mu);
+    n->hb_stop = 1;
+    pthread_cond_signal(&n->hb_cv);
+    pthread_mutex_unlock(&n->mu);
+    pthread_join(n->hb_thread, NULL);
+    pthread_cond_destroy(&n->hb_cv);
+    n->hb_started = 0;
+}
+
 /* ---- set-up ----------------------------------------------------------------------------- */
 
 chorus_result chorus__net_create(int rank, int size, const char *job, const char *bind_ip,
@@ -577,9 +695,11 @@ chorus_result chorus__net_create(int rank, int size, const char *job, const char
     n->size = size;
     n->refs = 1;
     n->listen_fd = -1;
+    n->broken_rank = -1;
     n->max_msg = (uint64_t)chorus__cfg_long("CHORUS_MAX_MESSAGE");
     n->spin_us = (int)chorus__cfg_long("CHORUS_SPIN_US");
     snprintf(n->job, sizeof(n->job), "%s", job);
+    chorus__auth_key_from_env(&n->key);
     pthread_mutex_init(&n->mu, NULL);
     for (int p = 0; p < size; p++) n->peers[p].fd = -1;
     n->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -605,6 +725,13 @@ static chorus_result connect_to(chorus_net *n, int p, const char *addr, double d
 {
     int fd;
     CHORUS_CHECK(chorus__sock_connect(addr, deadline, &fd, e));
+    char what[200];
+    snprintf(what, sizeof(what), "rank %d (host %s) at %s", p, chorus__net_host(n, p), addr);
+    chorus_result ar = chorus__auth_connect(fd, &n->key, deadline, what, e);
+    if (ar != CHORUS_OK) {
+        close(fd);
+        return ar;
+    }
     chorus_wire_hello hello = {.rank = n->rank, .size = n->size};
     snprintf(hello.job, sizeof(hello.job), "%s", n->job);
     unsigned char payload[CHORUS_WIRE_HELLO_LEN];
@@ -615,6 +742,13 @@ static chorus_result connect_to(chorus_net *n, int p, const char *addr, double d
     char why[200] = "";
     if (rc == 0) rc = chorus__sock_recv_msg(fd, &h, &ack, 0, deadline, why, sizeof(why));
     free(ack);
+    if (rc == -3 && n->key.set) {
+        close(fd);
+        return chorus__fail(e, CHORUS_ERR_AUTH,
+                            "rank %d at %s closed the connection after our authentication "
+                            "proof: it does not accept our CHORUS_SECRET",
+                            p, addr);
+    }
     if (rc || h.type != CHORUS_MSG_HELLO_ACK) {
         close(fd);
         return chorus__fail(e, rc == -2 ? CHORUS_ERR_TIMEOUT : CHORUS_ERR_PEER_LOST,
@@ -651,12 +785,17 @@ static int accept_one(chorus_net *n, double deadline, chorus_errbuf *e, chorus_r
         chorus_wire_hdr h;
         unsigned char *payload = NULL;
         char why[200] = "";
-        int rc = chorus__sock_recv_msg(fd, &h, &payload, CHORUS_WIRE_HELLO_LEN, hd, why,
+        /* The secret first: nothing else is read from a connection that cannot prove it. */
+        int rc = chorus__auth_accept(fd, &n->key, hd, why, sizeof(why)) ? -5 : 0;
+        if (rc == 0)
+            rc = chorus__sock_recv_msg(fd, &h, &payload, CHORUS_WIRE_HELLO_LEN, hd, why,
                                        sizeof(why));
         chorus_wire_hello hello;
         const char *bad = NULL;
         if (rc)
             bad = why;
+        else if (h.type == CHORUS_MSG_AUTH_HELLO)
+            bad = "it wants to authenticate, but CHORUS_SECRET is not set on this rank";
         else if (h.type != CHORUS_MSG_HELLO ||
                  chorus__wire_decode_hello(payload, h.len, &hello) != CHORUS_OK)
             bad = "not a valid hello";
@@ -714,6 +853,7 @@ chorus_result chorus__net_connect_all(chorus_net *n, char *const *addrs, char *c
             return chorus__fail(e, CHORUS_ERR_SYSTEM, "epoll_ctl: %s", strerror(errno));
     }
     CHORUS_INFO(CHORUS_LOG_TCP, "rank %d connected to %d peers", n->rank, n->size - 1);
+    watchdog_start(n);
     return CHORUS_OK;
 }
 
@@ -725,6 +865,7 @@ void chorus__net_retain(chorus_net *n)
 void chorus__net_release(chorus_net *n)
 {
     if (!n || __atomic_sub_fetch(&n->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
+    watchdog_stop(n);
     unsigned char bye[CHORUS_WIRE_HDR_LEN];
     chorus_wire_hdr h = {.type = CHORUS_MSG_BYE};
     chorus__wire_encode_hdr(&h, bye);

@@ -58,6 +58,10 @@ chorus_result chorus__net_wait(chorus_net *n, chorus_req *const *reqs, int nreq,
 /* Breaks the net (idempotent; the first reason wins) and tells the peers. */
 void chorus__net_abort(chorus_net *n, int failed_rank, chorus_result r, const char *why);
 
+/* The world rank blamed for breaking the net (lost, timed out), or -1 (healthy, or nobody
+ * in particular, e.g. a mismatch). */
+int chorus__net_failed_rank(chorus_net *n);
+
 /* The error that broke the net, or CHORUS_OK. */
 chorus_result chorus__net_error(chorus_net *n, chorus_errbuf *e);
 

@@ -1,0 +1,361 @@
+/*
+ * atomic_file.c - crash-safe checkpoint files (see atomic_file.h for the layout and the
+ * guarantees): write to a temporary file, fsync, rename, fsync the directory; CRC32-checked
+ * headers; keep the newest K; fall back to an older file when the newest is damaged.
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/atomic_file.h"
+
+/* ---- CRC32 ------------------------------------------------------------------------------ */
+
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xedb88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+uint32_t chorus__crc32(uint32_t crc, const void *p, size_t n)
+{
+    pthread_once(&crc_once, crc_init);
+    const unsigned char *b = p;
+    crc = ~crc;
+    while (n--) crc = crc_table[(crc ^ *b++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* ---- header ----------------------------------------------------------------------------- */
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+static void encode_header(unsigned char h[CHORUS_CKPT_HDR_LEN], uint64_t step, const void *data,
+                          size_t len)
+{
+    memset(h, 0, CHORUS_CKPT_HDR_LEN);
+    memcpy(h, CHORUS_CKPT_MAGIC, 8);
+    put32(h + 8, CHORUS_CKPT_VERSION);
+    put32(h + 12, CHORUS_CKPT_HDR_LEN);
+    put64(h + 16, step);
+    put64(h + 24, len);
+    put32(h + 32, chorus__crc32(0, data, len));
+    put32(h + 44, chorus__crc32(0, h, 44));
+}
+
+chorus_result chorus__ckpt_parse(const unsigned char *buf, size_t len, uint64_t *step,
+                                 const unsigned char **payload, size_t *plen, char *why,
+                                 size_t why_len)
+{
+#define BADF(...) (snprintf(why, why_len, __VA_ARGS__), CHORUS_ERR_PROTOCOL)
+    if (len < CHORUS_CKPT_HDR_LEN)
+        return BADF("truncated: %zu bytes, shorter than the %d-byte header", len,
+                    CHORUS_CKPT_HDR_LEN);
+    if (memcmp(buf, CHORUS_CKPT_MAGIC, 8)) return BADF("bad magic (not a Chorus checkpoint)");
+    uint32_t hcrc = chorus__crc32(0, buf, 44);
+    if (hcrc != get32(buf + 44))
+        return BADF("header checksum mismatch (stored 0x%08x, computed 0x%08x): damaged header",
+                    get32(buf + 44), hcrc);
+    uint32_t version = get32(buf + 8);
+    if (version != CHORUS_CKPT_VERSION)
+        return BADF("version %u, this library reads version %u", version, CHORUS_CKPT_VERSION);
+    if (get32(buf + 12) != CHORUS_CKPT_HDR_LEN)
+        return BADF("header length %u, expected %d", get32(buf + 12), CHORUS_CKPT_HDR_LEN);
+    uint64_t n = get64(buf + 24);
+    if (n > CHORUS_CKPT_MAX_PAYLOAD)
+        return BADF("payload of %llu bytes is implausible", (unsigned long long)n);
+    if (n != len - CHORUS_CKPT_HDR_LEN)
+        return BADF("%s: the header announces %llu payload bytes, the file holds %zu",
+                    n > len - CHORUS_CKPT_HDR_LEN ? "truncated (torn write?)" : "trailing bytes",
+                    (unsigned long long)n, len - CHORUS_CKPT_HDR_LEN);
+    uint32_t pcrc = chorus__crc32(0, buf + CHORUS_CKPT_HDR_LEN, (size_t)n);
+    if (pcrc != get32(buf + 32))
+        return BADF("payload checksum mismatch (stored 0x%08x, computed 0x%08x): damaged data",
+                    get32(buf + 32), pcrc);
+    *step = get64(buf + 16);
+    *payload = buf + CHORUS_CKPT_HDR_LEN;
+    *plen = (size_t)n;
+    return CHORUS_OK;
+#undef BADF
+}
+
+/* ---- files ------------------------------------------------------------------------------ */
+
+static int valid_name(const char *name)
+{
+    if (!name || !*name || strlen(name) > 100) return 0;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return 0;
+    return 1;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int mkdir_p(const char *dir)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s", dir) >= (int)sizeof(tmp)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0777) && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0777) && errno != EEXIST) return -1;
+    return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int r = fsync(fd);
+    close(fd);
+    return r;
+}
+
+/* Parses "<name>.<20 digits>.ckpt"; returns 1 and the step when it matches. */
+static int match_ckpt(const char *file, const char *name, uint64_t *step)
+{
+    size_t nl = strlen(name);
+    if (strncmp(file, name, nl) || file[nl] != '.') return 0;
+    const char *d = file + nl + 1;
+    for (int i = 0; i < 20; i++)
+        if (d[i] < '0' || d[i] > '9') return 0;
+    if (strcmp(d + 20, ".ckpt")) return 0;
+    *step = strtoull(d, NULL, 10);
+    return 1;
+}
+
+/* Parses ".<name>.<pid>.tmp"; returns the writer's pid or 0. */
+static long match_tmp(const char *file, const char *name)
+{
+    size_t nl = strlen(name);
+    if (file[0] != '.' || strncmp(file + 1, name, nl) || file[nl + 1] != '.') return 0;
+    char *end;
+    long pid = strtol(file + nl + 2, &end, 10);
+    return pid > 0 && !strcmp(end, ".tmp") ? pid : 0;
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Steps of the checkpoints of name in dir, newest first (malloc'ed). */
+static uint64_t *list_steps(const char *dir, const char *name, size_t *count)
+{
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    size_t cap = 16;
+    uint64_t *steps = malloc(cap * sizeof(uint64_t));
+    struct dirent *de;
+    while (steps && (de = readdir(d))) {
+        uint64_t s;
+        if (!match_ckpt(de->d_name, name, &s)) continue;
+        if (*count == cap) {
+            uint64_t *ns = realloc(steps, 2 * cap * sizeof(uint64_t));
+            if (!ns) break;
+            steps = ns;
+            cap *= 2;
+        }
+        steps[(*count)++] = s;
+    }
+    closedir(d);
+    if (steps) qsort(steps, *count, sizeof(uint64_t), cmp_desc);
+    return steps;
+}
+
+static void ckpt_path(char *out, size_t len, const char *dir, const char *name, uint64_t step)
+{
+    snprintf(out, len, "%s/%s.%020llu.ckpt", dir, name, (unsigned long long)step);
+}
+
+chorus_result chorus__ckpt_write(const char *dir, const char *name, uint64_t step, const void *data,
+                                 size_t len, int keep, chorus_errbuf *e)
+{
+    if (!dir || !valid_name(name) || (len && !data) || keep < 1)
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
+                            "checkpoint write: bad arguments (dir %s, name '%s', keep %d); names "
+                            "use letters, digits, '-', '_' and '.'",
+                            dir ? dir : "NULL", name ? name : "NULL", keep);
+    if (mkdir_p(dir))
+        return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot create checkpoint directory %s: %s", dir,
+                            strerror(errno));
+    char tmp[4200], path[4200];
+    snprintf(tmp, sizeof(tmp), "%s/.%s.%d.tmp", dir, name, (int)getpid());
+    ckpt_path(path, sizeof(path), dir, name, step);
+    unsigned char h[CHORUS_CKPT_HDR_LEN];
+    encode_header(h, step, data, len);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot create %s: %s", tmp, strerror(errno));
+    if (write_all(fd, h, sizeof(h)) || write_all(fd, data, len) || fsync(fd)) {
+        int err = errno;
+        close(fd);
+        unlink(tmp);
+        return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot write checkpoint %s: %s", tmp,
+                            strerror(err));
+    }
+    if (close(fd) || rename(tmp, path) || fsync_dir(dir)) {
+        int err = errno;
+        unlink(tmp);
+        return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot put checkpoint %s in place: %s", path,
+                            strerror(err));
+    }
+    /* The new file is durable: now, and only now, older ones may go. */
+    size_t n;
+    uint64_t *steps = list_steps(dir, name, &n);
+    for (size_t i = (size_t)keep; steps && i < n; i++) {
+        ckpt_path(path, sizeof(path), dir, name, steps[i]);
+        unlink(path);
+    }
+    free(steps);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        long pid = match_tmp(de->d_name, name);
+        if (pid && pid != (long)getpid() && kill((pid_t)pid, 0) && errno == ESRCH) {
+            snprintf(tmp, sizeof(tmp), "%s/%s", dir, de->d_name);
+            unlink(tmp); /* left by a writer that died mid-write */
+        }
+    }
+    if (d) closedir(d);
+    return CHORUS_OK;
+}
+
+/* Appends to a NUL-terminated buffer, truncating when full. */
+static void append(char *buf, size_t cap, const char *fmt, ...) CHORUS__PRINTF(3, 4);
+static void append(char *buf, size_t cap, const char *fmt, ...)
+{
+    size_t o = strlen(buf);
+    if (o + 1 >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + o, cap - o, fmt, ap);
+    va_end(ap);
+}
+
+static int read_file(const char *path, unsigned char **buf, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) || st.st_size < 0 || (uint64_t)st.st_size > CHORUS_CKPT_MAX_PAYLOAD) {
+        close(fd);
+        return -1;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    unsigned char *b = malloc(n ? n : 1);
+    while (b && got < n) {
+        ssize_t r = read(fd, b + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!b) return -1;
+    *buf = b;
+    *len = got;
+    return 0;
+}
+
+chorus_result chorus__ckpt_read_latest(const char *dir, const char *name, uint64_t *step,
+                                       void **data, size_t *len, chorus_errbuf *e)
+{
+    if (e) e->msg[0] = 0;
+    if (!dir || !valid_name(name) || !step || !data || !len)
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "checkpoint read: bad arguments");
+    size_t n;
+    uint64_t *steps = list_steps(dir, name, &n);
+    char skipped[sizeof(e->msg)] = "";
+    for (size_t i = 0; i < n; i++) {
+        char path[4200], why[200];
+        ckpt_path(path, sizeof(path), dir, name, steps[i]);
+        unsigned char *buf = NULL;
+        size_t blen = 0;
+        uint64_t s;
+        const unsigned char *payload;
+        size_t plen;
+        if (read_file(path, &buf, &blen)) {
+            snprintf(why, sizeof(why), "cannot read it: %s", strerror(errno));
+        } else if (chorus__ckpt_parse(buf, blen, &s, &payload, &plen, why, sizeof(why)) ==
+                   CHORUS_OK) {
+            if (s != steps[i]) {
+                snprintf(why, sizeof(why), "holds step %llu but is named for step %llu",
+                         (unsigned long long)s, (unsigned long long)steps[i]);
+            } else {
+                memmove(buf, payload, plen);
+                *data = buf;
+                *len = plen;
+                *step = s;
+                free(steps);
+                if (e) snprintf(e->msg, sizeof(e->msg), "%s", skipped);
+                return CHORUS_OK;
+            }
+        }
+        free(buf);
+        CHORUS_WARN(CHORUS_LOG_ALL, "checkpoint %s is damaged (%s); trying an older one", path,
+                    why);
+        append(skipped, sizeof(skipped), "%sskipped damaged checkpoint %s: %s",
+               skipped[0] ? "; " : "", path, why);
+    }
+    free(steps);
+    char msg[sizeof(e->msg)] = "";
+    append(msg, sizeof(msg), "no valid checkpoint '%s' in %s", name, dir);
+    if (skipped[0]) append(msg, sizeof(msg), " (%s)", skipped);
+    return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "%s", msg);
+}

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coll/comm.h"
+#include "transport/shm/shm.h"
 
 size_t chorus_dtype_size(chorus_dtype t)
 {
@@ -49,7 +50,9 @@ static chorus_result check_op(chorus_comm *c, const char *fn, chorus_op op)
 static chorus_result done(chorus_comm *c, chorus_result r)
 {
     if (r != CHORUS_OK) {
-        chorus__net_abort(c->net, -1, r, c->err.msg[0] ? c->err.msg : chorus_strerror(r));
+        const char *why = c->err.msg[0] ? c->err.msg : chorus_strerror(r);
+        chorus__shm_abort(c->shm, r, why); /* wakes ranks waiting in shared memory */
+        chorus__net_abort(c->net, -1, r, why);
         chorus__net_error(c->net, &c->err);
     }
     return r;
@@ -74,6 +77,7 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     }
     chorus_result r;
     switch (chorus__select_allreduce(c, bytes)) {
+    case CHORUS_AR_SHM: r = chorus__allreduce_shm(c, send, recv, count, t, op); break;
     case CHORUS_AR_RD: r = chorus__allreduce_rd(c, send, recv, count, t, op); break;
     default: r = chorus__allreduce_ring(c, send, recv, count, t, op); break;
     }
@@ -89,11 +93,12 @@ chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_d
         return BAD("chorus_broadcast: root %d is out of range (size %d)", root, c->size);
     if (count && !buf) return BAD("chorus_broadcast: NULL buffer with count %zu", count);
     if (count == 0 || c->size == 1) return CHORUS_OK;
+    chorus_bc_algo algo = chorus__select_broadcast(c, bytes);
+    if (algo == CHORUS_BC_SHM) return done(c, chorus__bcast_shm(c, buf, count, t, root));
     chorus_coll x;
     chorus__coll_begin(&x, c, CHORUS_COLL_BROADCAST, t, (chorus_op)root, count);
-    chorus_result r = chorus__select_broadcast(c, bytes) == CHORUS_BC_TREE
-                          ? chorus__bcast_tree(c, buf, bytes, root, &x)
-                          : chorus__bcast_chain(c, buf, bytes, root, &x);
+    chorus_result r = algo == CHORUS_BC_TREE ? chorus__bcast_tree(c, buf, bytes, root, &x)
+                                             : chorus__bcast_chain(c, buf, bytes, root, &x);
     return done(c, r);
 }
 
@@ -110,6 +115,8 @@ chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, siz
     char *slot = (char *)recv + (size_t)c->rank * bytes;
     if (send != slot) memmove(slot, send, bytes);
     if (c->size == 1) return CHORUS_OK;
+    if (chorus__select_shm(c, CHORUS_COLL_ALLGATHER))
+        return done(c, chorus__allgather_shm(c, recv, sendcount, t));
     int n = c->size;
     size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
     if (!off) return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
@@ -141,6 +148,8 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
         chorus__reduce_finish(recv, recvcount, t, op, 1);
         return CHORUS_OK;
     }
+    if (chorus__select_shm(c, CHORUS_COLL_REDUCE_SCATTER))
+        return done(c, chorus__reduce_scatter_shm(c, send, recv, recvcount, t, op));
     size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
     /* The ring writes partial results for every chunk; they go to a private work buffer, and
      * an in-place call works on a copy of its input. */
@@ -179,6 +188,8 @@ chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size
         return BAD("chorus_alltoall: NULL buffer with count %zu", count_per_rank);
     if (count_per_rank == 0) return CHORUS_OK;
     int n = c->size, me = c->rank;
+    if (n > 1 && chorus__select_shm(c, CHORUS_COLL_ALLTOALL))
+        return done(c, chorus__alltoall_shm(c, send, recv, count_per_rank, t));
     const char *src = send;
     if (send == recv && n > 1) {
         char *copy = chorus__comm_scratch(c, all);
@@ -222,6 +233,7 @@ chorus_result chorus_barrier(chorus_comm *c)
     NULL_COMM("chorus_barrier");
     CHORUS_CHECK(chorus__net_error(c->net, &c->err));
     int n = c->size;
+    if (n > 1 && chorus__select_shm(c, CHORUS_COLL_BARRIER)) return done(c, chorus__barrier_shm(c));
     chorus_coll x;
     chorus__coll_begin(&x, c, CHORUS_COLL_BARRIER, CHORUS_UINT8, 0, 0);
     /* Dissemination: after round k every rank has heard, directly or not, from 2^k others. */

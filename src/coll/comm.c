@@ -15,6 +15,7 @@
 #include "bootstrap/env.h"
 #include "bootstrap/store.h"
 #include "coll/comm.h"
+#include "transport/shm/shm.h"
 
 /* ---- helpers shared by the algorithms --------------------------------------------------- */
 
@@ -104,6 +105,7 @@ static chorus_comm *comm_alloc(int size)
 static void comm_free(chorus_comm *c)
 {
     if (!c) return;
+    chorus__shm_destroy(c->shm);
     if (c->net) chorus__net_release(c->net);
     free(c->world);
     free(c->host);
@@ -314,6 +316,13 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
     CHORUS_CHECK_GOTO(chorus__net_connect_all(c->net, addrs, hosts, deadline, e), r, out);
     CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s",
                 c->rank, c->local_rank, c->local_size, c->nhosts, addr);
+    /* Same host for all: a shared-memory group, set up over the TCP mesh just built. */
+    r = chorus__comm_shm_setup(c);
+    if (r != CHORUS_OK) {
+        snprintf(e->msg, sizeof(e->msg), "%s", c->err.msg);
+        goto out;
+    }
+    chorus__select_describe(c);
 out:
     chorus__store_close(store);
     /* Every rank fetched all addresses before connecting, so once the mesh is complete nobody
@@ -344,6 +353,7 @@ chorus_result chorus_comm_abort(chorus_comm *c)
     if (!c) return CHORUS_ERR_INVALID_ARG;
     char why[200];
     snprintf(why, sizeof(why), "rank %d aborted the communicator", c->world[c->rank]);
+    chorus__shm_abort(c->shm, CHORUS_ERR_ABORTED, why);
     chorus__net_abort(c->net, c->world[c->rank], CHORUS_ERR_ABORTED, why);
     return CHORUS_OK;
 }
@@ -435,6 +445,15 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
     free(hostmap);
     free(mem);
     free(all);
+    /* A communicator whose ranks share a host gets its own shared-memory group (set up over
+     * its own TCP traffic); one spanning hosts uses TCP. */
+    r = chorus__comm_shm_setup(s);
+    if (r != CHORUS_OK) {
+        snprintf(c->err.msg, sizeof(c->err.msg), "%s", s->err.msg);
+        comm_free(s);
+        return r;
+    }
+    chorus__select_describe(s);
     *out = s;
     return CHORUS_OK;
 }

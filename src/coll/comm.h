@@ -24,6 +24,8 @@ struct chorus_comm {
     chorus_errbuf err;
     void *scratch; /* grow-only, reused by algorithms (page faults cost more than a copy) */
     size_t scratch_cap;
+    struct chorus_shm *shm; /* shared-memory group of all ranks, when they share one host */
+    unsigned select_warned; /* CHORUS_ALGO_* warnings already given (bit per collective) */
 };
 
 /* Per-call state of a collective. */
@@ -80,10 +82,28 @@ chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *of
 chorus_result chorus__bcast_tree(chorus_comm *c, void *buf, size_t bytes, int root, chorus_coll *x);
 chorus_result chorus__bcast_chain(chorus_comm *c, void *buf, size_t bytes, int root, chorus_coll *x);
 
+/* Shared memory (the *_shm.c files): c->shm must be set; counts are elements. */
+chorus_result chorus__comm_shm_setup(chorus_comm *c);
+chorus_result chorus__allreduce_shm(chorus_comm *c, const void *send, void *recv, size_t count,
+                                    chorus_dtype t, chorus_op op);
+chorus_result chorus__bcast_shm(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int root);
+/* recv already holds this rank's block at recv + rank * sendcount elements. */
+chorus_result chorus__allgather_shm(chorus_comm *c, void *recv, size_t sendcount, chorus_dtype t);
+chorus_result chorus__reduce_scatter_shm(chorus_comm *c, const void *send, void *recv,
+                                         size_t recvcount, chorus_dtype t, chorus_op op);
+chorus_result chorus__alltoall_shm(chorus_comm *c, const void *send, void *recv, size_t count,
+                                   chorus_dtype t);
+chorus_result chorus__barrier_shm(chorus_comm *c);
+
 /* select.c */
-typedef enum { CHORUS_AR_RD, CHORUS_AR_RING } chorus_ar_algo;
-typedef enum { CHORUS_BC_TREE, CHORUS_BC_CHAIN } chorus_bc_algo;
-chorus_ar_algo chorus__select_allreduce(const chorus_comm *c, size_t bytes);
-chorus_bc_algo chorus__select_broadcast(const chorus_comm *c, size_t bytes);
+typedef enum { CHORUS_AR_RD, CHORUS_AR_RING, CHORUS_AR_SHM } chorus_ar_algo;
+typedef enum { CHORUS_BC_TREE, CHORUS_BC_CHAIN, CHORUS_BC_SHM } chorus_bc_algo;
+chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes);
+chorus_bc_algo chorus__select_broadcast(chorus_comm *c, size_t bytes);
+/* Allgather, reduce-scatter, alltoall, barrier (kind: CHORUS_COLL_*): shared memory or the
+ * one TCP algorithm. */
+int chorus__select_shm(chorus_comm *c, int kind);
+/* Logs the rules in force for c at INFO (once per communicator: init and split call it). */
+void chorus__select_describe(const chorus_comm *c);
 
 #endif

@@ -1,35 +1,115 @@
 /*
- * select.c - which algorithm runs, by message size, rank count and topology. The rules
- * follow the alpha-beta cost model (alpha: per-message latency, beta: seconds per byte) for p
- * ranks and S bytes:
- *   allreduce, recursive doubling: log2(p) * (alpha + S*beta)          -> small S
- *   allreduce, ring:               2(p-1) * alpha + 2(p-1)/p * S*beta  -> large S
- *   broadcast, binomial tree:      log2(p) * (alpha + S*beta)          -> small S
- *   broadcast, pipelined chain:    (p-2+S/s) * (alpha + s*beta)        -> large S (s: segment)
- * The crossovers are CHORUS_ALLREDUCE_RD_MAX and CHORUS_BCAST_TREE_MAX; CHORUS_ALGO_* force one.
+ * select.c - which algorithm runs, by message size, rank count and topology: every rule is
+ * here. The rules follow the alpha-beta cost model: a step costs alpha (latency: a message
+ * over TCP ~20-50 us on loopback, a flag in shared memory ~0.1-0.3 us) plus bytes * beta
+ * (seconds per byte: TCP loopback ~1/2 GB/s, a copy through memory ~1/10 GB/s). For p ranks and
+ * S bytes:
+ *
+ *   allreduce, shm one-shot:        2 alpha_shm + S beta_copy + p S beta_read  -> small S
+ *   allreduce, shm pipelined:       3 (S/C) alpha_shm + ~2 S beta_mem          -> large S
+ *          (C: slot size; each rank reads its input once and writes its output once, the
+ *           slots stay in cache; the one-shot reads p S, so it loses once p S leaves L2)
+ *   allreduce, recursive doubling:  log2(p) * (alpha + S*beta)                 -> small S
+ *   allreduce, ring:                2(p-1) * alpha + 2(p-1)/p * S*beta         -> large S
+ *   broadcast, shm:                 (S/C + 1) (alpha_shm + C beta_copy)
+ *   broadcast, binomial tree:       log2(p) * (alpha + S*beta)                 -> small S
+ *   broadcast, pipelined chain:     (p-2+S/s) * (alpha + s*beta)               -> large S (s:
+ * segment) allgather / reduce-scatter / alltoall / barrier over shm: one copy in and one copy out
+ *          of each byte, alpha_shm per slot; over TCP: ring / ring / pairwise / dissemination.
+ *
+ * Topology: when every rank of the communicator is on one host (comm->nhosts == 1) and
+ * CHORUS_SHM is not 0, the communicator has a shared-memory group (comm_shm.c) and shared
+ * memory wins for every size - alpha_shm and beta_copy are both far below TCP's - so it is
+ * the default for all collectives; otherwise TCP, with the size crossovers
+ * CHORUS_ALLREDUCE_RD_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, CHORUS_SHM_ONESHOT_MAX is
+ * the one-shot/pipelined crossover. CHORUS_ALGO_<COLLECTIVE> forces one algorithm (rd, ring,
+ * tree, chain, pairwise, dissemination or shm); forcing shm where there is no shared memory
+ * warns once and uses the rules. Every rank must see the same settings.
  */
 #include <string.h>
 
 #include "coll/comm.h"
+#include "transport/shm/shm.h"
 
-chorus_ar_algo chorus__select_allreduce(const chorus_comm *c, size_t bytes)
+static const char *forced(chorus_comm *c, const char *var, int bit, const char *const *known)
 {
-    const char *force = chorus__cfg_str("CHORUS_ALGO_ALLREDUCE");
-    (void)c;
-    if (force && !strcmp(force, "rd")) return CHORUS_AR_RD;
-    if (force && !strcmp(force, "ring")) return CHORUS_AR_RING;
-    if (force) CHORUS_WARN(CHORUS_LOG_COLL, "CHORUS_ALGO_ALLREDUCE=%s is not known; choosing by size", force);
+    const char *v = chorus__cfg_str(var);
+    if (!v) return NULL;
+    for (int i = 0; known[i]; i++)
+        if (!strcmp(v, known[i])) {
+            if (strcmp(v, "shm") || c->shm) return known[i];
+            if (!(c->select_warned & (1u << bit))) {
+                c->select_warned |= 1u << bit;
+                CHORUS_WARN(CHORUS_LOG_COLL,
+                            "%s=shm but this communicator has no shared memory (%s); choosing "
+                            "by the rules",
+                            var,
+                            c->size < 2      ? "one rank"
+                            : c->nhosts != 1 ? "ranks on several hosts"
+                                             : "CHORUS_SHM=0 or set-up failed");
+            }
+            return NULL;
+        }
+    if (!(c->select_warned & (1u << bit))) {
+        c->select_warned |= 1u << bit;
+        CHORUS_WARN(CHORUS_LOG_COLL, "%s=%s is not known; choosing by the rules", var, v);
+    }
+    return NULL;
+}
+
+chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes)
+{
+    static const char *const known[] = {"rd", "ring", "shm", NULL};
+    const char *f = forced(c, "CHORUS_ALGO_ALLREDUCE", CHORUS_COLL_ALLREDUCE, known);
+    if (f) return f[0] == 'r' ? (f[1] == 'd' ? CHORUS_AR_RD : CHORUS_AR_RING) : CHORUS_AR_SHM;
+    if (c->shm) return CHORUS_AR_SHM;
     return bytes <= (size_t)chorus__cfg_long("CHORUS_ALLREDUCE_RD_MAX") ? CHORUS_AR_RD
                                                                         : CHORUS_AR_RING;
 }
 
-chorus_bc_algo chorus__select_broadcast(const chorus_comm *c, size_t bytes)
+chorus_bc_algo chorus__select_broadcast(chorus_comm *c, size_t bytes)
 {
-    const char *force = chorus__cfg_str("CHORUS_ALGO_BROADCAST");
-    (void)c;
-    if (force && !strcmp(force, "tree")) return CHORUS_BC_TREE;
-    if (force && !strcmp(force, "chain")) return CHORUS_BC_CHAIN;
-    if (force) CHORUS_WARN(CHORUS_LOG_COLL, "CHORUS_ALGO_BROADCAST=%s is not known; choosing by size", force);
+    static const char *const known[] = {"tree", "chain", "shm", NULL};
+    const char *f = forced(c, "CHORUS_ALGO_BROADCAST", CHORUS_COLL_BROADCAST, known);
+    if (f) return f[0] == 't' ? CHORUS_BC_TREE : f[0] == 'c' ? CHORUS_BC_CHAIN : CHORUS_BC_SHM;
+    if (c->shm) return CHORUS_BC_SHM;
     return bytes <= (size_t)chorus__cfg_long("CHORUS_BCAST_TREE_MAX") ? CHORUS_BC_TREE
                                                                       : CHORUS_BC_CHAIN;
+}
+
+int chorus__select_shm(chorus_comm *c, int kind)
+{
+    static const char *const ring[] = {"ring", "shm", NULL};
+    static const char *const pairwise[] = {"pairwise", "shm", NULL};
+    static const char *const dissemination[] = {"dissemination", "shm", NULL};
+    const char *f = NULL;
+    switch (kind) {
+    case CHORUS_COLL_ALLGATHER: f = forced(c, "CHORUS_ALGO_ALLGATHER", kind, ring); break;
+    case CHORUS_COLL_REDUCE_SCATTER: f = forced(c, "CHORUS_ALGO_REDUCE_SCATTER", kind, ring); break;
+    case CHORUS_COLL_ALLTOALL: f = forced(c, "CHORUS_ALGO_ALLTOALL", kind, pairwise); break;
+    case CHORUS_COLL_BARRIER: f = forced(c, "CHORUS_ALGO_BARRIER", kind, dissemination); break;
+    default: break;
+    }
+    if (f) return !strcmp(f, "shm");
+    return c->shm != NULL;
+}
+
+void chorus__select_describe(const chorus_comm *c)
+{
+    if (!CHORUS__LOG_ON(CHORUS_LOG_INFO) || c->size < 2) return;
+    if (c->shm)
+        CHORUS_INFO(CHORUS_LOG_COLL,
+                    "comm %016llx (%d ranks, one host): shared memory for every collective; "
+                    "allreduce one-shot up to %zu B, pipelined in %zu KiB chunks above; "
+                    "non-temporal stores from %zu B (CHORUS_ALGO_* can force a TCP algorithm)",
+                    (unsigned long long)c->id, c->size, c->shm->oneshot_max, c->shm->chunk >> 10,
+                    c->shm->nt_min);
+    else
+        CHORUS_INFO(CHORUS_LOG_COLL,
+                    "comm %016llx (%d ranks, %d hosts): TCP; allreduce recursive doubling up to "
+                    "%ld B, ring above; broadcast binomial tree up to %ld B, chain above; ring "
+                    "allgather and reduce-scatter, pairwise alltoall, dissemination barrier",
+                    (unsigned long long)c->id, c->size, c->nhosts,
+                    chorus__cfg_long("CHORUS_ALLREDUCE_RD_MAX"),
+                    chorus__cfg_long("CHORUS_BCAST_TREE_MAX"));
 }

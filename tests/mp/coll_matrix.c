@@ -273,8 +273,11 @@ int main(int argc, char **argv)
     test_rank = rank_;
     const size_t counts[] = {0, 1, 13, (size_t)size_ * 1000 + 7};
     uint64_t salt = 1;
-    static const char *algos[] = {"rd", "ring"};
-    for (int a = 0; a < 2; a++) {
+    /* shm: the shared-memory algorithms (one-shot and pipelined), unless CHORUS_SHM=0 */
+    const char *shm_env = getenv("CHORUS_SHM");
+    int nalgo = shm_env && !strcmp(shm_env, "0") ? 2 : 3;
+    static const char *algos[] = {"rd", "ring", "shm"};
+    for (int a = 0; a < nalgo; a++) {
         setenv("CHORUS_ALGO_ALLREDUCE", algos[a], 1);
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
             for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
@@ -290,8 +293,8 @@ int main(int argc, char **argv)
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
                 test_reduce_scatter(counts[k], dtypes[d], ops[o], (int)(k % 2), salt++);
-    static const char *bcast_algos[] = {"tree", "chain"};
-    for (int a = 0; a < 2; a++) {
+    static const char *bcast_algos[] = {"tree", "chain", "shm"};
+    for (int a = 0; a < nalgo; a++) {
         setenv("CHORUS_ALGO_BROADCAST", bcast_algos[a], 1);
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)

@@ -1,0 +1,104 @@
+/*
+ * allreduce_shm.c - allreduce through the shared-memory staging slots (transport/shm/shm.h).
+ *
+ * One-shot (messages up to CHORUS_SHM_ONESHOT_MAX): every rank copies its input into its
+ * slot, and once all slots are posted every rank reduces all of them, in rank order 0..p-1,
+ * into its output. One copy and one synchronisation: the latency path. The same operations in
+ * the same order on every rank give bitwise identical results.
+ *
+ * Pipelined (larger): the message goes through in chunks of one slot. For chunk k each rank
+ * copies the slices of its input that others reduce into its slot (copy-in), reduces its own
+ * slice r over all ranks - its own input read in place, the others' from their slots, in rank
+ * order - into its slot (reduce-scatter), then copies every rank's reduced slice into its
+ * output (allgather). Slots alternate (double buffering), so one rank's copy-in of chunk k+1
+ * overlaps another's copy-out of chunk k. The slots stay in cache: memory traffic is one read
+ * of the input and one write of the output per rank, the bound for an allreduce; large
+ * outputs are written with non-temporal stores (CHORUS_SHM_NT_MIN).
+ */
+#include <string.h>
+
+#include "coll/comm.h"
+#include "transport/shm/shm.h"
+
+static chorus_result oneshot(chorus_comm *c, const void *send, void *recv, size_t count,
+                             chorus_dtype t, chorus_op op)
+{
+    chorus_shm *s = c->shm;
+    chorus_errbuf *e = &c->err;
+    size_t bytes = count * chorus_dtype_size(t);
+    uint64_t g = s->g++, sig = chorus__shm_sig(CHORUS_COLL_ALLREDUCE, (int)t, (int)op, 1, 0);
+    CHORUS_CHECK(chorus__shm_wait_slot(s, g, e));
+    memcpy(chorus__shm_slot(s, s->rank, g), send, bytes);
+    chorus__shm_post_in(s, g, sig, count);
+    CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
+    chorus__reduce(recv, chorus__shm_slot(s, 0, g), chorus__shm_slot(s, 1, g), count, t, op);
+    for (int q = 2; q < s->size; q++)
+        chorus__reduce(recv, recv, chorus__shm_slot(s, q, g), count, t, op);
+    chorus__reduce_finish(recv, count, t, op, s->size);
+    chorus__shm_end_chunk(s, g);
+    return CHORUS_OK;
+}
+
+static chorus_result pipelined(chorus_comm *c, const char *send, char *recv, size_t count,
+                               chorus_dtype t, chorus_op op)
+{
+    chorus_shm *s = c->shm;
+    chorus_errbuf *e = &c->err;
+    int p = s->size, me = s->rank;
+    size_t es = chorus_dtype_size(t);
+    size_t al = 64 / es;        /* slices start on cache lines */
+    size_t per = s->chunk / es; /* elements per chunk */
+    size_t nch = (count + per - 1) / per;
+    int nt = count * es >= s->nt_min;
+    uint64_t sig = chorus__shm_sig(CHORUS_COLL_ALLREDUCE, (int)t, (int)op, 2, 0);
+    for (size_t k = 0; k < nch; k++) {
+        uint64_t g = s->g + k;
+        size_t base = k * per, n = count - base < per ? count - base : per;
+        size_t sl = ((n + (size_t)p - 1) / (size_t)p + al - 1) / al * al;
+        size_t lo = (size_t)me * sl < n ? (size_t)me * sl : n;
+        size_t hi = lo + sl < n ? lo + sl : n;
+        const char *in = send + base * es;
+        char *mine = chorus__shm_slot(s, me, g);
+        /* copy-in: everything but my own slice, which I read in place */
+        CHORUS_CHECK(chorus__shm_wait_slot(s, g, e));
+        memcpy(mine, in, lo * es);
+        memcpy(mine + hi * es, in + hi * es, (n - hi) * es);
+        chorus__shm_post_in(s, g, sig, count);
+        CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
+        /* reduce-scatter: slice [lo, hi) over all ranks in rank order */
+        if (hi > lo) {
+            char *dst = mine + lo * es;
+            const char *src0 = me == 0 ? in + lo * es : chorus__shm_slot(s, 0, g) + lo * es;
+            const char *src1 = me == 1 ? in + lo * es : chorus__shm_slot(s, 1, g) + lo * es;
+            chorus__reduce(dst, src0, src1, hi - lo, t, op);
+            for (int q = 2; q < p; q++) {
+                const char *src = q == me ? in + lo * es : chorus__shm_slot(s, q, g) + lo * es;
+                chorus__reduce(dst, dst, src, hi - lo, t, op);
+            }
+            chorus__reduce_finish(dst, hi - lo, t, op, p);
+        }
+        chorus__shm_post(s, CHORUS_SHM_RED, g + 1);
+        CHORUS_CHECK(chorus__shm_wait_all(s, CHORUS_SHM_RED, g + 1, e));
+        /* allgather: every rank's reduced slice into my output */
+        char *out = recv + base * es;
+        for (int q = 0; q < p; q++) {
+            size_t qlo = (size_t)q * sl < n ? (size_t)q * sl : n;
+            size_t qhi = qlo + sl < n ? qlo + sl : n;
+            if (qhi > qlo)
+                chorus__shm_copy(out + qlo * es, chorus__shm_slot(s, q, g) + qlo * es,
+                                 (qhi - qlo) * es, nt);
+        }
+        chorus__shm_end_chunk(s, g);
+    }
+    s->g += nch;
+    return CHORUS_OK;
+}
+
+chorus_result chorus__allreduce_shm(chorus_comm *c, const void *send, void *recv, size_t count,
+                                    chorus_dtype t, chorus_op op)
+{
+    c->shm->what = "allreduce";
+    if (count * chorus_dtype_size(t) <= c->shm->oneshot_max)
+        return oneshot(c, send, recv, count, t, op);
+    return pipelined(c, send, recv, count, t, op);
+}

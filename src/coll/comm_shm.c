@@ -1,0 +1,92 @@
+/*
+ * comm_shm.c - builds a communicator's shared-memory group over its TCP connections.
+ *
+ * Called by chorus_init (after the TCP mesh) and chorus_comm_split (for each new
+ * communicator) when every rank of the communicator is on one host and CHORUS_SHM is not 0:
+ *
+ *   1. rank 0 creates /dev/shm/chorus-<comm id>-<random nonce> (O_EXCL, memory reserved up
+ *      front) and broadcasts the name over TCP ("" if it could not: everyone stays on TCP);
+ *   2. the others map it and check its header (communicator id, size, geometry);
+ *   3. an allreduce(MIN) over TCP of "mapped it" is both the agreement and a barrier: after
+ *      it rank 0 unlinks the name, so nothing is left in /dev/shm whatever happens to the job
+ *      later (a SIGKILL included) while every mapping stays valid.
+ * If any rank failed, all of them fall back to TCP together, with a warning.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "coll/comm.h"
+#include "transport/shm/shm.h"
+
+static uint64_t nonce(void)
+{
+    uint64_t x = 0;
+    if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != (ssize_t)sizeof(x))
+        x = chorus__now_ns() ^ ((uint64_t)getpid() << 32);
+    return x;
+}
+
+static size_t round_up(size_t x, size_t a)
+{
+    return (x + a - 1) / a * a;
+}
+
+chorus_result chorus__comm_shm_setup(chorus_comm *c)
+{
+    c->shm = NULL;
+    if (c->size < 2 || c->nhosts != 1) return CHORUS_OK;
+    if (chorus__cfg_long("CHORUS_SHM") == 0) {
+        CHORUS_INFO(CHORUS_LOG_SHM, "shared memory off (CHORUS_SHM=0): collectives use TCP");
+        return CHORUS_OK;
+    }
+    chorus_errbuf e = {{0}};
+    chorus_shm *s = NULL;
+    char name[64] = "";
+    if (c->rank == 0) {
+        long chunk = chorus__cfg_long("CHORUS_SHM_CHUNK");
+        long one = chorus__cfg_long("CHORUS_SHM_ONESHOT_MAX");
+        size_t min_chunk = round_up((size_t)c->size * 64, 4096);
+        size_t ch = chunk > 0 ? round_up((size_t)chunk, 4096) : min_chunk;
+        if (ch < min_chunk) ch = min_chunk;
+        if (ch > ((size_t)1 << 28)) ch = (size_t)1 << 28;
+        size_t os = one > 0 ? (size_t)one : 0;
+        if (os > ch) os = ch;
+        snprintf(name, sizeof(name), "/chorus-%016llx-%016llx", (unsigned long long)c->id,
+                 (unsigned long long)nonce());
+        if (chorus__shm_create(name, c->id, c->size, ch, os, &s, &e) != CHORUS_OK) {
+            CHORUS_WARN(CHORUS_LOG_SHM, "shared memory unavailable, collectives use TCP: %s",
+                        e.msg);
+            name[0] = 0;
+        }
+    }
+    chorus_result r = chorus_broadcast(c, name, sizeof(name), CHORUS_UINT8, 0);
+    if (r == CHORUS_OK && !name[0]) return CHORUS_OK;
+    int32_t ok = 1, all_ok = 0;
+    if (r == CHORUS_OK && c->rank != 0) {
+        name[sizeof(name) - 1] = 0;
+        if (chorus__shm_attach(name, c->id, c->size, c->rank, &s, &e) != CHORUS_OK) {
+            CHORUS_WARN(CHORUS_LOG_SHM, "cannot use the shared memory of rank 0: %s", e.msg);
+            ok = 0;
+        }
+    }
+    if (r == CHORUS_OK) r = chorus_allreduce(c, &ok, &all_ok, 1, CHORUS_INT32, CHORUS_MIN);
+    /* Everyone has mapped it (or given up): the name can go. Every rank tries, so the name
+     * goes even if rank 0 dies right here; all but the first get ENOENT. */
+    chorus__shm_unlink(s);
+    if (r != CHORUS_OK || !all_ok) {
+        chorus__shm_destroy(s);
+        if (r == CHORUS_OK && c->rank == 0)
+            CHORUS_WARN(CHORUS_LOG_SHM, "a rank could not map the shared memory; collectives "
+                                        "use TCP");
+        return r;
+    }
+    chorus__shm_start(s, c->net, c->size);
+    c->shm = s;
+    CHORUS_INFO(CHORUS_LOG_SHM,
+                "shared memory for %d ranks: %s (unlinked), %zu KiB, slots of %zu KiB, "
+                "one-shot allreduce up to %zu B",
+                c->size, name, s->len >> 10, s->chunk >> 10, s->oneshot_max);
+    return CHORUS_OK;
+}

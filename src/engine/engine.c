@@ -1,0 +1,839 @@
+/*
+ * engine.c - the training runtime's public face: starting and stopping an engine, enqueueing
+ * named ops from any thread, handles, the blocking calls (join, barrier, divergence check),
+ * and the engine thread's loop, which decides when the next negotiation cycle runs:
+ *
+ *   - work pending here while some rank had none in the last cycle: start the next cycle at
+ *     once and wait inside it (the wait sleeps in the transport), so that the moment the other
+ *     rank has work too, the cycle completes;
+ *   - work pending on every rank: one cycle every CHORUS_CYCLE_TIME_MS, at once when every
+ *     cached name is ready here (a whole step was enqueued), slower (20 ms) after a second
+ *     without progress;
+ *   - nothing pending here: sleep on the condition variable, woken by the first enqueue, with
+ *     a heartbeat cycle every CHORUS_ENGINE_IDLE_MS so that peers waiting on this rank learn
+ *     about shutdowns and stalls.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "coll/comm.h"
+#include "engine/engine_int.h"
+#include "reduce/reduce.h"
+
+#define STALLED_PACE_MS 20.0
+
+void *chorus__eng_grow(void **buf, size_t *cap, size_t n)
+{
+    if (n <= *cap && *buf) return *buf;
+    size_t nc = *cap ? *cap : 4096;
+    while (nc < n) nc *= 2;
+    void *p = chorus__malloc_aligned(nc);
+    if (!p) return NULL;
+    free(*buf);
+    *buf = p;
+    *cap = nc;
+    return p;
+}
+
+/* ---- options ------------------------------------------------------------------------------ */
+
+void chorus_engine_opts_init(chorus_engine_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->cycle_time_ms = chorus__cfg_double("CHORUS_CYCLE_TIME_MS");
+    long ft = chorus__cfg_long("CHORUS_FUSION_THRESHOLD");
+    o->fusion_threshold = ft > 0 ? (size_t)ft : 0;
+    o->cache_capacity = (int)chorus__cfg_long("CHORUS_CACHE_CAPACITY");
+    o->stall_warn_s = chorus__cfg_double("CHORUS_STALL_WARN_S");
+    o->stall_shutdown_s = chorus__cfg_double("CHORUS_STALL_SHUTDOWN_S");
+    o->idle_ms = chorus__cfg_double("CHORUS_ENGINE_IDLE_MS");
+    o->timeline = chorus__cfg_str("CHORUS_TIMELINE");
+    const char *c = chorus__cfg_str("CHORUS_COMPRESSION");
+    o->compressor = chorus__compressor_by_name(c);
+    if (!o->compressor && c && *c && strcmp(c, "none"))
+        CHORUS_WARN(CHORUS_LOG_ENGINE,
+                    "CHORUS_COMPRESSION=%s is not known (none, fp16, bf16); "
+                    "not compressing",
+                    c);
+}
+
+/* ---- handles ------------------------------------------------------------------------------ */
+
+static chorus_engine_handle *handle_new(const char *name, const chorus_engine_tensor_opts *o,
+                                        int caller_ref)
+{
+    chorus_engine_handle *h = calloc(1, sizeof(*h));
+    if (!h) return NULL;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    h->refs = 1 + (caller_ref ? 1 : 0);
+    h->last_rank = -1;
+    snprintf(h->name, sizeof(h->name), "%s", name);
+    if (o) {
+        h->cb = o->callback;
+        h->cb_arg = o->callback_arg;
+    }
+    return h;
+}
+
+static void handle_unref(chorus_engine_handle *h)
+{
+    if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->cv);
+    free(h->msg);
+    free(h->out);
+    free(h->rank_rows);
+    free(h);
+}
+
+void chorus_engine_release(chorus_engine_handle *h)
+{
+    if (h) handle_unref(h);
+}
+
+chorus_result chorus_engine_wait(chorus_engine_handle *h)
+{
+    if (!h) return CHORUS_ERR_INVALID_ARG;
+    pthread_mutex_lock(&h->mu);
+    while (!h->done) pthread_cond_wait(&h->cv, &h->mu);
+    chorus_result r = h->res;
+    pthread_mutex_unlock(&h->mu);
+    return r;
+}
+
+int chorus_engine_poll(const chorus_engine_handle *h)
+{
+    if (!h) return 1;
+    chorus_engine_handle *m = (chorus_engine_handle *)h;
+    pthread_mutex_lock(&m->mu);
+    int d = m->done;
+    pthread_mutex_unlock(&m->mu);
+    return d;
+}
+
+const char *chorus_engine_handle_error(const chorus_engine_handle *h)
+{
+    if (!h) return "";
+    chorus_engine_handle *m = (chorus_engine_handle *)h;
+    pthread_mutex_lock(&m->mu);
+    const char *s = m->done && m->msg ? m->msg : "";
+    pthread_mutex_unlock(&m->mu);
+    return s;
+}
+
+const char *chorus_engine_handle_name(const chorus_engine_handle *h)
+{
+    return h ? h->name : "";
+}
+
+void *chorus_engine_take_output(chorus_engine_handle *h, size_t *rows)
+{
+    if (rows) *rows = 0;
+    if (!h) return NULL;
+    pthread_mutex_lock(&h->mu);
+    void *p = NULL;
+    if (h->done && h->res == CHORUS_OK) {
+        p = h->out;
+        h->out = NULL;
+        if (rows && p) *rows = h->out_rows;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return p;
+}
+
+size_t chorus_engine_output_rows(const chorus_engine_handle *h, int rank)
+{
+    if (!h) return 0;
+    chorus_engine_handle *m = (chorus_engine_handle *)h;
+    pthread_mutex_lock(&m->mu);
+    size_t n = m->done && m->rank_rows && rank >= 0 && rank < m->nranks ? m->rank_rows[rank] : 0;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+/* ---- completion (engine thread) ----------------------------------------------------------- */
+
+static void req_free(eng_req *r)
+{
+    free(r->name);
+    free(r);
+}
+
+void chorus__eng_complete(chorus_engine *e, eng_req *r, chorus_result res, const char *msg)
+{
+    if (r->pidx < e->npend && e->pend[r->pidx] == r) chorus__eng_pend_remove(e, r);
+    if (r == e->my_join) e->my_join = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (r->m.kind == EK_JOIN)
+        e->join_pending = 0;
+    else
+        chorus__map_del(&e->live, r->name);
+    if (res == CHORUS_OK) e->st.tensors++;
+    pthread_mutex_unlock(&e->mu);
+    chorus_engine_handle *h = r->h;
+    pthread_mutex_lock(&h->mu);
+    h->res = res;
+    if (res != CHORUS_OK) h->msg = strdup(msg && *msg ? msg : chorus_strerror(res));
+    h->done = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    if (h->cb) h->cb(h, res, h->cb_arg);
+    handle_unref(h);
+    req_free(r);
+}
+
+void chorus__eng_fail_all(chorus_engine *e, chorus_result res, const char *msg)
+{
+    while (e->npend) chorus__eng_complete(e, e->pend[e->npend - 1], res, msg);
+    if (e->my_join) chorus__eng_complete(e, e->my_join, res, msg);
+}
+
+/* ---- enqueueing --------------------------------------------------------------------------- */
+
+static chorus_result set_err(chorus_engine *e, chorus_result r, const char *fmt, ...)
+    CHORUS__PRINTF(3, 4);
+
+static chorus_result set_err(chorus_engine *e, chorus_result r, const char *fmt, ...)
+{
+    char tmp[sizeof(e->last_err)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (e) {
+        pthread_mutex_lock(&e->mu);
+        memcpy(e->last_err, tmp, sizeof(tmp));
+        pthread_mutex_unlock(&e->mu);
+    }
+    CHORUS_INFO(CHORUS_LOG_ENGINE, "%s", tmp);
+    return r;
+}
+
+static chorus_result check_name(chorus_engine *e, const char *fn, const char *name, int internal)
+{
+    if (!name || !*name)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s: the tensor name is empty", fn);
+    if (strlen(name) > ENG_NAME_MAX)
+        return set_err(e, CHORUS_ERR_INVALID_ARG,
+                       "%s: tensor name '%.40s...' is longer than %d bytes", fn, name,
+                       ENG_NAME_MAX);
+    if (!internal && !strncmp(name, "chorus.", 7))
+        return set_err(e, CHORUS_ERR_INVALID_ARG,
+                       "%s: tensor name '%s' starts with 'chorus.', which is reserved", fn, name);
+    return CHORUS_OK;
+}
+
+static chorus_result check_count(chorus_engine *e, const char *fn, const char *name, size_t count,
+                                 size_t mult, chorus_dtype t)
+{
+    if ((unsigned)t >= CHORUS_DTYPE_COUNT)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): unknown dtype %d", fn, name, (int)t);
+    size_t n, b;
+    if (chorus__mul_overflow(count, mult, &n) ||
+        chorus__mul_overflow(n, chorus_dtype_size(t), &b) || b > (size_t)1 << 62)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): %zu x %zu elements overflow", fn, name,
+                       count, mult);
+    return CHORUS_OK;
+}
+
+static int is_float(chorus_dtype t)
+{
+    return t == CHORUS_FLOAT16 || t == CHORUS_BFLOAT16 || t == CHORUS_FLOAT32 ||
+           t == CHORUS_FLOAT64;
+}
+
+static chorus_result check_scale(chorus_engine *e, const char *fn, const char *name, chorus_dtype t,
+                                 const chorus_engine_tensor_opts *o, eng_meta *m)
+{
+    m->prescale = o && o->prescale != 0 ? o->prescale : 1.0;
+    m->postscale = o && o->postscale != 0 ? o->postscale : 1.0;
+    if ((m->prescale != 1.0 || m->postscale != 1.0) && !is_float(t))
+        return set_err(e, CHORUS_ERR_INVALID_ARG,
+                       "%s('%s'): prescale/postscale need a float dtype, not %s", fn, name,
+                       chorus__dtype_name(t));
+    return CHORUS_OK;
+}
+
+/* Queues r (its name, meta and buffers set) and makes its handle. */
+static chorus_result enqueue(chorus_engine *e, eng_req *r, const chorus_engine_tensor_opts *o,
+                             chorus_engine_handle **hout)
+{
+    if (hout) *hout = NULL;
+    r->h = handle_new(r->name, o, hout != NULL);
+    if (!r->h) {
+        req_free(r);
+        return set_err(e, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    r->t_enqueue = chorus__now();
+    r->slot = -1;
+    r->pidx = (size_t)-1;
+    pthread_mutex_lock(&e->mu);
+    chorus_result res = CHORUS_OK;
+    if (e->stopped || e->shutdown_req) {
+        res = e->stopped ? e->stop_res : CHORUS_ERR_ABORTED;
+        snprintf(e->last_err, sizeof(e->last_err), "cannot enqueue '%s': %s", r->name,
+                 e->stopped ? e->stop_msg : "the engine is shutting down");
+    } else if (e->join_pending) {
+        res = CHORUS_ERR_INVALID_ARG;
+        snprintf(e->last_err, sizeof(e->last_err),
+                 "cannot enqueue '%s': this rank has called chorus_engine_join and it has not "
+                 "returned yet",
+                 r->name);
+    } else if (r->m.kind != EK_JOIN && chorus__map_get(&e->live, r->name)) {
+        res = CHORUS_ERR_INVALID_ARG;
+        snprintf(e->last_err, sizeof(e->last_err),
+                 "cannot enqueue '%s': an op with this name is still pending on this rank (wait "
+                 "for it first)",
+                 r->name);
+    } else if (r->m.kind != EK_JOIN && chorus__map_put(&e->live, r->name, r) != 0) {
+        res = CHORUS_ERR_NOMEM;
+        snprintf(e->last_err, sizeof(e->last_err), "out of memory");
+    }
+    if (res != CHORUS_OK) {
+        pthread_mutex_unlock(&e->mu);
+        CHORUS_INFO(CHORUS_LOG_ENGINE, "%s", e->last_err);
+        free(r->h);
+        req_free(r);
+        return res;
+    }
+    if (r->m.kind == EK_JOIN) e->join_pending = 1;
+    if (e->q_tail)
+        e->q_tail->next = r;
+    else
+        e->q_head = r;
+    e->q_tail = r;
+    e->q_len++;
+    if (e->sleeping && (e->q_len >= e->wake_at || r->m.kind == EK_JOIN))
+        pthread_cond_signal(&e->cv);
+    if (hout) *hout = r->h;
+    pthread_mutex_unlock(&e->mu);
+    return CHORUS_OK;
+}
+
+static eng_req *req_new(chorus_engine *e, const char *name, int kind, chorus_dtype t)
+{
+    eng_req *r = calloc(1, sizeof(*r));
+    if (r) r->name = strdup(name);
+    if (!r || !r->name) {
+        free(r);
+        set_err(e, CHORUS_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    r->m.kind = (uint8_t)kind;
+    r->m.dtype = (uint8_t)t;
+    r->m.wdtype = (uint8_t)t;
+    r->m.prescale = r->m.postscale = 1.0;
+    return r;
+}
+
+#define ENGINE_CHECK(fn)                                                                           \
+    do {                                                                                           \
+        if (h) *h = NULL;                                                                          \
+        if (!e) return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "%s: engine is NULL", fn);       \
+    } while (0)
+
+chorus_result chorus_engine_allreduce(chorus_engine *e, const char *name, const void *send,
+                                      void *recv, size_t count, chorus_dtype t, chorus_op op,
+                                      const chorus_engine_tensor_opts *opts,
+                                      chorus_engine_handle **h)
+{
+    static const char fn[] = "chorus_engine_allreduce";
+    ENGINE_CHECK(fn);
+    CHORUS_CHECK(check_name(e, fn, name, 0));
+    CHORUS_CHECK(check_count(e, fn, name, count, 1, t));
+    if ((unsigned)op >= CHORUS_OP_COUNT)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): unknown op %d", fn, name, (int)op);
+    if (count && (!send || !recv))
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL buffer with count %zu", fn, name,
+                       count);
+    eng_meta m = {0};
+    CHORUS_CHECK(check_scale(e, fn, name, t, opts, &m));
+    const chorus_compressor *c = opts && opts->compressor ? opts->compressor : NULL;
+    if (!c && !(opts && opts->no_compression)) c = e->o.compressor;
+    chorus_dtype wt = t;
+    size_t wc = count;
+    if (c) {
+        if (!c->name || !*c->name || strlen(c->name) > ENG_COMP_MAX || !c->wire_dtype ||
+            !c->compress || !c->decompress)
+            return set_err(e, CHORUS_ERR_INVALID_ARG,
+                           "%s('%s'): the compressor needs a name of 1 to %d characters and "
+                           "wire_dtype, compress and decompress functions",
+                           fn, name, ENG_COMP_MAX);
+        wt = c->wire_dtype(c->state, t);
+        wc = c->wire_count ? c->wire_count(c->state, name, count, t) : count;
+        if ((unsigned)wt >= CHORUS_DTYPE_COUNT)
+            return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): compressor %s gave dtype %d", fn,
+                           name, c->name, (int)wt);
+        if (c->gather && op != CHORUS_SUM && op != CHORUS_AVG)
+            return set_err(e, CHORUS_ERR_INVALID_ARG,
+                           "%s('%s'): compressor %s gathers, so only sum and avg are possible, "
+                           "not %s",
+                           fn, name, c->name, chorus__op_name(op));
+        if (!c->gather && wt == t && wc == count && !c->wire_count && c->compress != NULL &&
+            chorus__compressor_by_name(c->name) == c)
+            c = NULL; /* a built-in that leaves this dtype alone */
+    }
+    eng_req *r = req_new(e, name, EK_ALLREDUCE, t);
+    if (!r) return CHORUS_ERR_NOMEM;
+    r->m.op = (uint8_t)op;
+    r->m.count = count;
+    r->m.prescale = m.prescale;
+    r->m.postscale = m.postscale;
+    r->comp = c;
+    if (c) {
+        snprintf(r->m.comp, sizeof(r->m.comp), "%s", c->name);
+        r->m.wdtype = (uint8_t)wt;
+        r->m.gather = (uint8_t)(c->gather ? 1 : 0);
+    }
+    r->m.wcount = wc;
+    r->send = send;
+    r->recv = recv;
+    return enqueue(e, r, opts, h);
+}
+
+chorus_result chorus_engine_broadcast(chorus_engine *e, const char *name, void *buf, size_t count,
+                                      chorus_dtype t, int root,
+                                      const chorus_engine_tensor_opts *opts,
+                                      chorus_engine_handle **h)
+{
+    static const char fn[] = "chorus_engine_broadcast";
+    ENGINE_CHECK(fn);
+    CHORUS_CHECK(check_name(e, fn, name, 0));
+    CHORUS_CHECK(check_count(e, fn, name, count, 1, t));
+    if (root < 0 || root >= e->size)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): root %d is out of range (size %d)", fn,
+                       name, root, e->size);
+    if (count && !buf)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL buffer with count %zu", fn, name,
+                       count);
+    eng_req *r = req_new(e, name, EK_BROADCAST, t);
+    if (!r) return CHORUS_ERR_NOMEM;
+    r->m.root = root;
+    r->m.count = r->m.wcount = count;
+    r->send = buf;
+    r->recv = buf;
+    return enqueue(e, r, opts, h);
+}
+
+chorus_result chorus_engine_allgather(chorus_engine *e, const char *name, const void *send,
+                                      size_t rows, size_t row_count, chorus_dtype t,
+                                      const chorus_engine_tensor_opts *opts,
+                                      chorus_engine_handle **h)
+{
+    static const char fn[] = "chorus_engine_allgather";
+    ENGINE_CHECK(fn);
+    CHORUS_CHECK(check_name(e, fn, name, 0));
+    CHORUS_CHECK(check_count(e, fn, name, rows, row_count, t));
+    CHORUS_CHECK(check_count(e, fn, name, rows * row_count, (size_t)e->size, t));
+    if (rows && row_count && !send)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL buffer with %zu rows", fn, name,
+                       rows);
+    eng_req *r = req_new(e, name, EK_ALLGATHER, t);
+    if (!r) return CHORUS_ERR_NOMEM;
+    r->m.count = r->m.wcount = row_count;
+    r->rows = rows;
+    r->send = send;
+    return enqueue(e, r, opts, h);
+}
+
+size_t chorus_engine_reduce_scatter_count(const chorus_engine *e, size_t count)
+{
+    return e ? chorus__chunk_cnt(count, e->size, e->rank) : 0;
+}
+
+chorus_result chorus_engine_reduce_scatter(chorus_engine *e, const char *name, const void *send,
+                                           void *recv, size_t count, chorus_dtype t, chorus_op op,
+                                           const chorus_engine_tensor_opts *opts,
+                                           chorus_engine_handle **h)
+{
+    static const char fn[] = "chorus_engine_reduce_scatter";
+    ENGINE_CHECK(fn);
+    CHORUS_CHECK(check_name(e, fn, name, 0));
+    CHORUS_CHECK(check_count(e, fn, name, count, 1, t));
+    if ((unsigned)op >= CHORUS_OP_COUNT)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): unknown op %d", fn, name, (int)op);
+    if (count && !send)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL send buffer with count %zu", fn,
+                       name, count);
+    if (chorus_engine_reduce_scatter_count(e, count) && !recv)
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL recv buffer", fn, name);
+    eng_meta m = {0};
+    CHORUS_CHECK(check_scale(e, fn, name, t, opts, &m));
+    eng_req *r = req_new(e, name, EK_REDUCESCATTER, t);
+    if (!r) return CHORUS_ERR_NOMEM;
+    r->m.op = (uint8_t)op;
+    r->m.count = r->m.wcount = count;
+    r->m.prescale = m.prescale;
+    r->m.postscale = m.postscale;
+    r->send = send;
+    r->recv = recv;
+    return enqueue(e, r, opts, h);
+}
+
+chorus_result chorus_engine_alltoall(chorus_engine *e, const char *name, const void *send,
+                                     void *recv, size_t count, chorus_dtype t,
+                                     const chorus_engine_tensor_opts *opts,
+                                     chorus_engine_handle **h)
+{
+    static const char fn[] = "chorus_engine_alltoall";
+    ENGINE_CHECK(fn);
+    CHORUS_CHECK(check_name(e, fn, name, 0));
+    CHORUS_CHECK(check_count(e, fn, name, count, 1, t));
+    if (count % (size_t)e->size)
+        return set_err(e, CHORUS_ERR_INVALID_ARG,
+                       "%s('%s'): count %zu is not a multiple of the number of ranks (%d)", fn,
+                       name, count, e->size);
+    if (count && (!send || !recv))
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL buffer with count %zu", fn, name,
+                       count);
+    eng_req *r = req_new(e, name, EK_ALLTOALL, t);
+    if (!r) return CHORUS_ERR_NOMEM;
+    r->m.count = r->m.wcount = count;
+    r->send = send;
+    r->recv = recv;
+    return enqueue(e, r, opts, h);
+}
+
+/* ---- blocking calls ----------------------------------------------------------------------- */
+
+static chorus_result wait_sync(chorus_engine *e, chorus_engine_handle *hd, int *last_rank)
+{
+    chorus_result r = chorus_engine_wait(hd);
+    if (r != CHORUS_OK) set_err(e, r, "%s", chorus_engine_handle_error(hd));
+    if (last_rank) *last_rank = hd->last_rank;
+    chorus_engine_release(hd);
+    return r;
+}
+
+chorus_result chorus_engine_join(chorus_engine *e, int *last_rank)
+{
+    if (last_rank) *last_rank = -1;
+    if (!e) return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_join: engine is NULL");
+    eng_req *r = req_new(e, "chorus.join", EK_JOIN, CHORUS_UINT8);
+    if (!r) return CHORUS_ERR_NOMEM;
+    chorus_engine_handle *hd;
+    CHORUS_CHECK(enqueue(e, r, NULL, &hd));
+    return wait_sync(e, hd, last_rank);
+}
+
+chorus_result chorus_engine_barrier(chorus_engine *e)
+{
+    if (!e)
+        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_barrier: engine is NULL");
+    eng_req *r = req_new(e, "chorus.barrier", EK_BARRIER, CHORUS_UINT8);
+    if (!r) return CHORUS_ERR_NOMEM;
+    chorus_engine_handle *hd;
+    CHORUS_CHECK(enqueue(e, r, NULL, &hd));
+    return wait_sync(e, hd, NULL);
+}
+
+chorus_result chorus_engine_check_divergence(chorus_engine *e, const char *name, const void *buf,
+                                             size_t bytes, long long step)
+{
+    static const char fn[] = "chorus_engine_check_divergence";
+    if (!e) return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+    CHORUS_CHECK(check_name(e, fn, name, 0));
+    if (bytes && !buf) return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL buffer", fn, name);
+    char full[ENG_NAME_MAX + 1];
+    snprintf(full, sizeof(full), "chorus.divergence.%s", name);
+    eng_req *r = req_new(e, full, EK_DIVERGENCE, CHORUS_INT64);
+    if (!r) return CHORUS_ERR_NOMEM;
+    r->m.count = r->m.wcount = 2;
+    r->hash = chorus__hash64(buf, bytes);
+    r->step = step;
+    chorus_engine_handle *hd;
+    CHORUS_CHECK(enqueue(e, r, NULL, &hd));
+    return wait_sync(e, hd, NULL);
+}
+
+chorus_result chorus_engine_accumulate(void *acc, const void *grad, size_t count, chorus_dtype t)
+{
+    if ((unsigned)t >= CHORUS_DTYPE_COUNT)
+        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_accumulate: unknown dtype %d", (int)t);
+    if (count && (!acc || !grad))
+        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_accumulate: NULL buffer");
+    if (count) chorus__reduce(acc, acc, grad, count, t, CHORUS_SUM);
+    return CHORUS_OK;
+}
+
+/* ---- the engine thread -------------------------------------------------------------------- */
+
+static void pend_add(chorus_engine *e, eng_req *r)
+{
+    if (e->npend == e->cap_pend) {
+        size_t nc = e->cap_pend ? e->cap_pend * 2 : 256;
+        eng_req **p = realloc(e->pend, nc * sizeof(*p));
+        if (!p) {
+            chorus__eng_complete(e, r, CHORUS_ERR_NOMEM, "out of memory");
+            return;
+        }
+        e->pend = p;
+        e->cap_pend = nc;
+    }
+    if (chorus__map_put(&e->pend_map, r->name, r) != 0) {
+        chorus__eng_complete(e, r, CHORUS_ERR_NOMEM, "out of memory");
+        return;
+    }
+    r->pidx = e->npend;
+    e->pend[e->npend++] = r;
+    intptr_t s = (intptr_t)chorus__map_get(&e->cache_map, r->name);
+    if (s && chorus__meta_equal(&e->slots[s - 1].m, &r->m)) {
+        r->state = REQ_CACHED;
+        r->slot = (int)s - 1;
+        e->n_cached_ready++;
+    } else {
+        r->state = REQ_NEW;
+    }
+}
+
+void chorus__eng_pend_remove(chorus_engine *e, eng_req *r)
+{
+    size_t i = r->pidx;
+    e->pend[i] = e->pend[--e->npend];
+    e->pend[i]->pidx = i;
+    r->pidx = (size_t)-1;
+    chorus__map_del(&e->pend_map, r->name);
+    if (r->state == REQ_CACHED) e->n_cached_ready--;
+}
+
+static void absorb(chorus_engine *e, eng_req *batch)
+{
+    while (batch) {
+        eng_req *r = batch;
+        batch = r->next;
+        r->next = NULL;
+        if (r->m.kind == EK_JOIN)
+            e->my_join = r;
+        else
+            pend_add(e, r);
+    }
+}
+
+static void *engine_main(void *arg)
+{
+    chorus_engine *e = arg;
+    e->last_cycle = e->last_progress = chorus__now();
+    e->all_active = 1;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        eng_req *batch = e->q_head;
+        e->q_head = e->q_tail = NULL;
+        e->q_len = 0;
+        int shut = e->shutdown_req;
+        pthread_mutex_unlock(&e->mu);
+        absorb(e, batch);
+        double now = chorus__now(), deadline;
+        int active = e->npend > 0 || e->my_join;
+        int go = shut;
+        if (active) {
+            if (!e->all_active) go = 1; /* wait inside the cycle for the idle ranks */
+            if (e->live_slots > 0 && e->n_cached_ready >= (size_t)e->live_slots) go = 1;
+            double iv = now - e->last_progress > 1.0 && e->o.cycle_time_ms < STALLED_PACE_MS
+                            ? STALLED_PACE_MS
+                            : e->o.cycle_time_ms;
+            deadline = e->last_cycle + iv * 1e-3;
+        } else {
+            deadline = e->last_cycle + e->o.idle_ms * 1e-3;
+        }
+        if (!go && now < deadline) {
+            pthread_mutex_lock(&e->mu);
+            if (!e->q_head && !e->shutdown_req) {
+                size_t need = SIZE_MAX;
+                if (!active)
+                    need = 1;
+                else if (e->live_slots > 0)
+                    need = (size_t)e->live_slots - e->n_cached_ready;
+                e->wake_at = need;
+                e->sleeping = 1;
+                double d = deadline;
+                struct timespec ts = {.tv_sec = (time_t)d,
+                                      .tv_nsec = (long)((d - (double)(time_t)d) * 1e9)};
+                pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+                e->sleeping = 0;
+            }
+            pthread_mutex_unlock(&e->mu);
+            continue;
+        }
+        e->last_cycle = now;
+        if (chorus__eng_cycle(e, shut)) break;
+    }
+    /* Stopped: what is still queued or pending ends with the reason. */
+    pthread_mutex_lock(&e->mu);
+    eng_req *batch = e->q_head;
+    e->q_head = e->q_tail = NULL;
+    e->q_len = 0;
+    if (e->have_cpu_clock) {
+        struct timespec ts;
+        if (clock_gettime(e->cpu_clock, &ts) == 0)
+            e->st.thread_cpu_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+        e->have_cpu_clock = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    absorb(e, batch);
+    chorus__eng_fail_all(e, e->stop_res, e->stop_msg);
+    chorus__tl_close(&e->tl);
+    return NULL;
+}
+
+/* ---- start and shutdown ------------------------------------------------------------------- */
+
+static void engine_free(chorus_engine *e)
+{
+    for (int i = 0; i < e->nslots; i++) free(e->slots[i].name);
+    free(e->slots);
+    for (size_t i = 0; i < e->ncoord; i++) {
+        free(e->coord[i]->name);
+        free(e->coord[i]->metas);
+        free(e->coord[i]->have);
+        free(e->coord[i]);
+    }
+    free(e->coord);
+    chorus__map_free(&e->coord_map);
+    chorus__map_free(&e->cache_map);
+    chorus__map_free(&e->pend_map);
+    chorus__map_free(&e->live);
+    free(e->pend);
+    free(e->joined);
+    free(e->prev_joined);
+    free(e->fbuf);
+    free(e->scratch);
+    free(e->scratch2);
+    free(e->vec);
+    chorus__tl_close(&e->tl);
+    if (e->comm) chorus_finalize(e->comm);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *opts,
+                                  chorus_engine **out)
+{
+    if (!out)
+        return chorus__fail(comm ? &comm->err : NULL, CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_start: out is NULL");
+    *out = NULL;
+    if (!comm)
+        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_start: comm is NULL");
+    chorus_engine *e = calloc(1, sizeof(*e));
+    if (!e) return chorus__fail(&comm->err, CHORUS_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (opts)
+        e->o = *opts;
+    else
+        chorus_engine_opts_init(&e->o);
+    if (!(e->o.cycle_time_ms >= 0)) e->o.cycle_time_ms = 0;
+    if (!(e->o.idle_ms > 0)) e->o.idle_ms = 200;
+    if (e->o.cache_capacity < 0) e->o.cache_capacity = 0;
+    if (e->o.cache_capacity > (1 << 20)) e->o.cache_capacity = 1 << 20;
+    e->first_div_step = -1;
+    chorus_result r = chorus_comm_split(comm, 0, chorus_rank(comm), &e->comm);
+    if (r != CHORUS_OK) {
+        e->comm = NULL;
+        engine_free(e);
+        return r;
+    }
+    e->rank = e->comm->rank;
+    e->size = e->comm->size;
+    /* Local set-up, then one allreduce so that every rank fails together or starts. */
+    char why[600] = "";
+    e->joined = calloc((size_t)e->size, 1);
+    e->prev_joined = calloc((size_t)e->size, 1);
+    if (!e->joined || !e->prev_joined) snprintf(why, sizeof(why), "out of memory");
+    const char *tl = e->o.timeline;
+    if (!why[0] && tl && *tl && (strstr(tl, "%r") || e->rank == 0)) {
+        size_t o = 0;
+        for (const char *p = tl; *p && o + 16 < sizeof(e->timeline_path); p++) {
+            if (p[0] == '%' && p[1] == 'r') {
+                o += (size_t)snprintf(e->timeline_path + o, sizeof(e->timeline_path) - o, "%d",
+                                      e->rank);
+                p++;
+            } else {
+                e->timeline_path[o++] = *p;
+            }
+        }
+        e->timeline_path[o] = 0;
+        if (chorus__tl_open(&e->tl, e->timeline_path, e->rank) != 0)
+            snprintf(why, sizeof(why), "rank %d cannot write the timeline file %s: %s", e->rank,
+                     e->timeline_path, strerror(errno));
+    }
+    /* every rank fuses alike: the smallest threshold wins */
+    int64_t agree[2] = {why[0] ? 0 : 1, (int64_t)(e->o.fusion_threshold > ((size_t)1 << 40)
+                                                      ? ((size_t)1 << 40)
+                                                      : e->o.fusion_threshold)};
+    r = chorus_allreduce(e->comm, agree, agree, 2, CHORUS_INT64, CHORUS_MIN);
+    e->o.fusion_threshold = (size_t)agree[1];
+    if (r == CHORUS_OK && !agree[0]) {
+        r = why[0] ? CHORUS_ERR_SYSTEM : CHORUS_ERR_ABORTED;
+        if (!why[0]) snprintf(why, sizeof(why), "another rank failed to start its engine");
+    } else if (r != CHORUS_OK) {
+        snprintf(why, sizeof(why), "%s", chorus_last_error(e->comm));
+    }
+    if (r == CHORUS_OK) {
+        if (pthread_create(&e->thr, NULL, engine_main, e) != 0) {
+            r = CHORUS_ERR_SYSTEM;
+            snprintf(why, sizeof(why), "cannot create the engine thread: %s", strerror(errno));
+        }
+    }
+    if (r != CHORUS_OK) {
+        chorus__fail(&comm->err, r, "chorus_engine_start: %s", why);
+        engine_free(e);
+        return r;
+    }
+    e->thr_started = 1;
+    pthread_mutex_lock(&e->mu);
+    e->have_cpu_clock = pthread_getcpuclockid(e->thr, &e->cpu_clock) == 0;
+    pthread_mutex_unlock(&e->mu);
+    CHORUS_INFO(CHORUS_LOG_ENGINE,
+                "engine started: %d ranks, cycle %.1f ms, fusion %zu bytes, cache %d, compression "
+                "%s, timeline %s",
+                e->size, e->o.cycle_time_ms, e->o.fusion_threshold, e->o.cache_capacity,
+                e->o.compressor ? e->o.compressor->name : "none",
+                e->timeline_path[0] ? e->timeline_path : "off");
+    *out = e;
+    return CHORUS_OK;
+}
+
+chorus_result chorus_engine_shutdown(chorus_engine *e)
+{
+    if (!e)
+        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_shutdown: engine is NULL");
+    pthread_mutex_lock(&e->mu);
+    e->shutdown_req = 1;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->thr_started) pthread_join(e->thr, NULL);
+    chorus_result r = e->stop_res == CHORUS_ERR_ABORTED ? CHORUS_OK : e->stop_res;
+    engine_free(e);
+    return r;
+}
+
+const char *chorus_engine_last_error(const chorus_engine *e)
+{
+    if (!e) return chorus__init_errbuf()->msg;
+    return e->last_err[0] ? e->last_err : e->stop_msg;
+}
+
+chorus_result chorus_engine_get_stats(chorus_engine *e, chorus_engine_stats *s)
+{
+    if (!e || !s)
+        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_get_stats: NULL argument");
+    pthread_mutex_lock(&e->mu);
+    *s = e->st;
+    if (e->have_cpu_clock) {
+        struct timespec ts;
+        if (clock_gettime(e->cpu_clock, &ts) == 0)
+            s->thread_cpu_s = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return CHORUS_OK;
+}

@@ -123,8 +123,8 @@ def allreduce_(array, op=None, name=None, prescale_factor=1.0, postscale_factor=
     Min, Max, Product."""
     op = _core.as_op(op, average)
     ps = _core.resolve_set(process_set)
-    _writable(array, "allreduce_")
     A.buf(array)
+    _writable(array, "allreduce_")
     work, wop, back = _reduce_dtype(array, op, "allreduce_")
 
     def do():
@@ -166,8 +166,8 @@ def grouped_allreduce(arrays, op=None, name=None, prescale_factor=1.0, postscale
 def broadcast_(array, root_rank=0, name=None, process_set=None):
     """Overwrites ``array`` with root_rank's, in place; returns it."""
     ps = _core.resolve_set(process_set)
-    _writable(array, "broadcast_")
     A.buf(array)
+    _writable(array, "broadcast_")
     _run(lambda: _ops.broadcast(A, ps.comm, array, root_rank, name))
     return array
 

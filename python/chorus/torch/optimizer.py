@@ -59,6 +59,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
+        self._order = [p for g in reversed(self.param_groups) for p in reversed(g["params"])
+                       if p.requires_grad]
+        self._ready, self._next = set(), 0
+        ps = _core.resolve_set(process_set) if process_set.included() else None
+        eng = _core.S.engine
+        self._in_order = not (eng is not None and ps is not None and eng.handles(ps))
         if self.process_set.included():
             self._register_hooks()
 
@@ -85,20 +91,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook():
-            if p in self._handles and self._handles[p][0] is not None:
-                if self._allreduce_delay[p] <= 0:
-                    raise AssertionError(
-                        "Gradients were computed more than backward_passes_per_step times "
-                        "before call to step(). Increase backward_passes_per_step to "
-                        "accumulate gradients locally.")
+            if self._allreduce_delay[p] <= 0:
+                raise AssertionError(
+                    "Gradients were computed more than backward_passes_per_step times "
+                    "before call to step(). Increase backward_passes_per_step to "
+                    "accumulate gradients locally.")
             assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
-            handle, ctx = None, None
             self._allreduce_delay[p] -= 1
+            self._handles[p] = (None, None)
             if self._allreduce_delay[p] == 0:
-                handle, ctx = self._allreduce_grad_async(p)
-            self._handles[p] = (handle, ctx)
+                if self._in_order:
+                    self._ready.add(p)
+                    self._issue_ready()
+                else:
+                    self._handles[p] = self._allreduce_grad_async(p)
         return hook
+
+    def _issue_ready(self):
+        """Without the engine nothing negotiates the order of named allreduces across ranks,
+        so they are issued in one fixed order (the reverse of registration, which is the
+        usual order of backward): a gradient waits for those before it."""
+        order = self._order
+        while self._next < len(order) and order[self._next] in self._ready:
+            p = order[self._next]
+            self._handles[p] = self._allreduce_grad_async(p)
+            self._next += 1
 
     def _allreduce_grad_async(self, p):
         if p.grad is None:
@@ -135,12 +152,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self.process_set.included():
             self._synchronized = True
             return
-        missing = self._requires_update - set(self._handles)
-        for p in sorted(missing, key=lambda q: self._parameter_names.get(q)):
-            self._handles[p] = self._allreduce_grad_async(p)
-        for p, (handle, ctx) in list(self._handles.items()):
-            if handle is None:
+        if self._in_order:
+            self._ready.update(self._requires_update)
+            self._issue_ready()
+        else:
+            missing = self._requires_update - set(self._handles)
+            for p in [q for q in self._order if q in missing]:
                 self._handles[p] = self._allreduce_grad_async(p)
+            for p, (handle, ctx) in list(self._handles.items()):
+                if handle is None:
+                    self._handles[p] = self._allreduce_grad_async(p)
         try:
             for p, (handle, ctx) in self._handles.items():
                 out = mpi_ops.synchronize(handle)
@@ -152,6 +173,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         p.grad.copy_(res)
         finally:
             self._handles.clear()
+            self._ready.clear()
+            self._next = 0
         self._synchronized = True
 
     @contextlib.contextmanager

@@ -2,11 +2,23 @@
  * chorus-run - starts the ranks of a Chorus job on this host.
  *
  *   chorus-run -np N [options] [--] program [args...]
+ *   chorus-run --elastic -np N --min-np A --max-np B [--host-discovery-script PATH] program ...
  *
- * Serves the rendezvous store, starts N processes with their CHORUS_* environment, prefixes
- * each output line with the rank, forwards SIGINT/SIGTERM, and when one rank fails gives the
+ * Serves the rendezvous store, makes a random per-job secret (CHORUS_SECRET) that every
+ * connection must prove, starts the processes with their CHORUS_* environment, prefixes each
+ * output line with the rank, forwards SIGINT/SIGTERM, and when one rank fails gives the
  * others a moment to report the failure, stops them, and exits with the failing rank's status
- * and a line saying which rank failed and how.
+ * and a line saying which rank failed and how (also when a rank hangs: a stopped process is
+ * noticed through waitpid).
+ *
+ * With --elastic the job survives failures: the program uses chorus_elastic_run
+ * (include/chorus/elastic.h), and this launcher decides the membership of each generation.
+ * Workers check in through the store (el/in/<gen>/<worker>) when they lose a peer or start;
+ * the launcher publishes el/round/<gen> = "<gen> <n> <worker ids in rank order>" once every
+ * live worker has checked in and at least --min-np remain, kills workers that other workers
+ * report unresponsive (or that are stopped) and that do not check in themselves, starts
+ * replacements up to --max-np (--max-restarts of them), and follows a host discovery script.
+ * Running workers learn of a pending generation at their next commit (el/next).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +35,8 @@
 #include "base/base.h"
 #include "bootstrap/store.h"
 
+#define SUSPECT_GRACE_S 3.0 /* a worker reported lost must check in within this, or is killed */
+
 typedef struct stream {
     int fd;
     FILE *out;
@@ -30,12 +44,21 @@ typedef struct stream {
     size_t len;
 } stream;
 
-typedef struct rank_proc {
+typedef struct worker {
+    int wid; /* worker id: the rank in a plain job, a stable id in an elastic one */
     pid_t pid;
-    int running;
+    int running; /* not reaped yet */
     int status;
+    int stopped; /* seen stopped (SIGSTOP/SIGTSTP) and not continued */
+    int was_stopped;
     stream s[2]; /* stdout, stderr */
-} rank_proc;
+    /* elastic */
+    int rank;             /* rank in the generation published last, -1 when not a member */
+    long checked;         /* generation it checked in for (0: none) */
+    double suspect_since; /* reported lost by a peer (0: not) */
+    int killed;           /* we killed it as unresponsive */
+    int leaving;          /* its end is expected (scaled down, or the job finished without it) */
+} worker;
 
 static int sig_pipe[2];
 static volatile sig_atomic_t got_signal;
@@ -52,19 +75,35 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: chorus-run -np N [options] [--] program [args...]\n"
-            "\n"
-            "Starts N ranks of a Chorus job on this host.\n"
-            "\n"
-            "options:\n"
-            "  -np N, -n N      number of ranks (required)\n"
-            "  --no-prefix      do not prefix output lines with [rank]\n"
-            "  --timeout S      stop the whole job after S seconds (exit status 124)\n"
-            "  --grace S        after a rank fails, give the others S seconds to exit on their own\n"
-            "                   before stopping them (default 5)\n"
-            "  --help-env       print the CHORUS_* environment variables and their defaults\n"
-            "  -h, --help       this help\n");
+    fprintf(
+        f, "usage: chorus-run -np N [options] [--] program [args...]\n"
+           "\n"
+           "Starts N ranks of a Chorus job on this host.\n"
+           "\n"
+           "options:\n"
+           "  -np N, -n N      number of ranks (required unless a discovery script gives it)\n"
+           "  --no-prefix      do not prefix output lines with [rank]\n"
+           "  --timeout S      stop the whole job after S seconds (exit status 124)\n"
+           "  --grace S        after a rank fails, give the others S seconds to exit on their own\n"
+           "                   before stopping them (default 5)\n"
+           "  --help-env       print the CHORUS_* environment variables and their defaults\n"
+           "  -h, --help       this help\n"
+           "\n"
+           "elastic jobs (the program uses chorus_elastic_run; output is prefixed [worker id]):\n"
+           "  --elastic        keep the job alive when workers fail: survivors form a new\n"
+           "                   generation and go on from the last commit\n"
+           "  --min-np A       stop the job when fewer than A workers remain (default 1)\n"
+           "  --max-np B       never run more than B workers (default N)\n"
+           "  --max-restarts K start at most K replacements for failed workers (default 3)\n"
+           "  --host-discovery-script PATH\n"
+           "                   run PATH every --discovery-interval seconds (default 5); each line\n"
+           "                   'host:slots' names a host and its slots. Workers are started or\n"
+           "                   retired (at their next commit) to match the slots of local hosts\n"
+           "                   (localhost, 127.0.0.1, this host's name), capped at --max-np.\n"
+           "  --discovery-interval S\n"
+           "\n"
+           "chorus-run starts ranks on this host only; launch across hosts with mpirun or srun\n"
+           "(set CHORUS_SECRET, MASTER_ADDR, MASTER_PORT) - see docs/FAULT_TOLERANCE.md.\n");
 }
 
 static void help_env(void)
@@ -104,7 +143,8 @@ static int runnable(const char *prog, char *why, size_t len)
         }
     }
     free(copy);
-    if (!found) snprintf(why, len, "%s", noexec ? "is not executable" : "command not found in PATH");
+    if (!found)
+        snprintf(why, len, "%s", noexec ? "is not executable" : "command not found in PATH");
     return found;
 }
 
@@ -164,35 +204,457 @@ static int exit_code(int status)
     return 1;
 }
 
-static void signal_all(rank_proc *p, int n, int sig)
+static int failed_status(int status)
 {
-    for (int i = 0; i < n; i++)
-        if (p[i].running) kill(p[i].pid, sig);
+    return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}
+
+/* ---- the job ---------------------------------------------------------------------------- */
+
+typedef struct job {
+    worker *w;
+    int nw, capw;
+    int prefix;
+    char **argv;
+    char store[64], id[64];
+    int np; /* ranks of a plain job; initial workers of an elastic one */
+    /* elastic */
+    int elastic, min_np, max_np, max_restarts, restarts, unreplaced;
+    const char *discovery;
+    double discovery_every, discovery_last;
+    int desired; /* workers wanted (np, or the discovery script's local slots) */
+    chorus_store *kv;
+    long formed, forming; /* generation published last; generation being formed (0: none) */
+    double form_start;
+    int completing; /* a member finished successfully: the job is ending */
+    int scale_down; /* a generation is needed to retire workers */
+    double timeout_s;
+} job;
+
+static void signal_all(job *j, int sig)
+{
+    for (int i = 0; i < j->nw; i++)
+        if (j->w[i].running) {
+            kill(j->w[i].pid, sig);
+            if (sig == SIGTERM && j->w[i].stopped) kill(j->w[i].pid, SIGCONT);
+        }
+}
+
+static worker *spawn(job *j, int rank, int size)
+{
+    if (j->nw == j->capw) {
+        int nc = j->capw ? 2 * j->capw : 16;
+        worker *nw = realloc(j->w, (size_t)nc * sizeof(worker));
+        if (!nw) return NULL;
+        j->w = nw;
+        j->capw = nc;
+    }
+    int wid = j->nw;
+    int out[2], errp[2];
+    if (pipe2(out, O_CLOEXEC)) return NULL;
+    if (pipe2(errp, O_CLOEXEC)) {
+        close(out[0]);
+        close(out[1]);
+        return NULL;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(out[0]);
+        close(out[1]);
+        close(errp[0]);
+        close(errp[1]);
+        return NULL;
+    }
+    if (pid == 0) {
+        dup2(out[1], 1);
+        dup2(errp[1], 2);
+        setpgid(0, 0); /* terminal signals reach the launcher, which forwards them */
+        char v[32];
+        if (rank >= 0) {
+            snprintf(v, sizeof(v), "%d", rank);
+            setenv("CHORUS_RANK", v, 1);
+            setenv("CHORUS_LOCAL_RANK", v, 1);
+            snprintf(v, sizeof(v), "%d", size);
+            setenv("CHORUS_SIZE", v, 1);
+            setenv("CHORUS_LOCAL_SIZE", v, 1);
+        } else {
+            unsetenv("CHORUS_RANK");
+            unsetenv("CHORUS_SIZE");
+            unsetenv("CHORUS_LOCAL_RANK");
+            unsetenv("CHORUS_LOCAL_SIZE");
+        }
+        if (j->elastic) {
+            setenv("CHORUS_ELASTIC", "1", 1);
+            snprintf(v, sizeof(v), "%d", wid);
+            setenv("CHORUS_WORKER_ID", v, 1);
+        }
+        setenv("CHORUS_STORE_ADDR", j->store, 1);
+        setenv("CHORUS_JOB_ID", j->id, 1);
+        signal(SIGPIPE, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execvp(j->argv[0], j->argv);
+        fprintf(stderr, "chorus-run: cannot run '%s': %s\n", j->argv[0], strerror(errno));
+        _exit(127);
+    }
+    close(out[1]);
+    close(errp[1]);
+    worker *w = &j->w[j->nw++];
+    memset(w, 0, sizeof(*w));
+    w->wid = wid;
+    w->pid = pid;
+    w->running = 1;
+    w->rank = -1;
+    w->s[0] = (stream){.fd = out[0], .out = stdout};
+    w->s[1] = (stream){.fd = errp[0], .out = stderr};
+    return w;
+}
+
+static int count_alive(const job *j)
+{
+    int n = 0;
+    for (int i = 0; i < j->nw; i++) n += j->w[i].running && !j->w[i].leaving;
+    return n;
+}
+
+/* ---- host discovery --------------------------------------------------------------------- */
+
+static int is_local_host(const char *h)
+{
+    char me[256] = "";
+    gethostname(me, sizeof(me) - 1);
+    char shortme[256];
+    snprintf(shortme, sizeof(shortme), "%s", me);
+    char *dot = strchr(shortme, '.');
+    if (dot) *dot = 0;
+    return !strcmp(h, "localhost") || !strcmp(h, "127.0.0.1") || !strcmp(h, me) ||
+           !strcmp(h, shortme);
+}
+
+/* Runs the discovery script; returns the slots of local hosts or -1 when it failed. */
+static int discover(const char *script)
+{
+    static int warned_remote;
+    FILE *p = popen(script, "r");
+    if (!p) {
+        fprintf(stderr, "chorus-run: cannot run the host discovery script %s: %s\n", script,
+                strerror(errno));
+        return -1;
+    }
+    char line[512];
+    int slots = 0;
+    while (fgets(line, sizeof(line), p)) {
+        char *nl = strpbrk(line, "\r\n");
+        if (nl) *nl = 0;
+        char *h = line;
+        while (*h == ' ' || *h == '\t') h++;
+        if (!*h || *h == '#') continue;
+        char *colon = strrchr(h, ':');
+        int n = 1;
+        if (colon) {
+            *colon = 0;
+            n = atoi(colon + 1);
+            if (n < 0) n = 0;
+        }
+        if (is_local_host(h)) {
+            slots += n;
+        } else if (!warned_remote) {
+            warned_remote = 1;
+            fprintf(stderr,
+                    "chorus-run: host discovery names '%s', which is not this host; chorus-run "
+                    "only starts workers here (use mpirun or srun across hosts); ignoring it\n",
+                    h);
+        }
+    }
+    int st = pclose(p);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        fprintf(stderr, "chorus-run: host discovery script %s failed; keeping %s\n", script,
+                "the current workers");
+        return -1;
+    }
+    return slots;
+}
+
+/* ---- elastic membership ----------------------------------------------------------------- */
+
+static void kv_set(job *j, const char *key, const char *val)
+{
+    chorus_errbuf e;
+    if (chorus__store_set(j->kv, key, val, strlen(val), &e) != CHORUS_OK)
+        fprintf(stderr, "chorus-run: elastic: store: %s\n", e.msg);
+}
+
+static worker *by_wid(job *j, int wid)
+{
+    return wid >= 0 && wid < j->nw ? &j->w[wid] : NULL;
+}
+
+static void kill_worker(job *j, worker *w, const char *why)
+{
+    fprintf(stderr, "chorus-run: elastic: worker %d (pid %d%s) %s; removing it\n", w->wid,
+            (int)w->pid, w->rank >= 0 ? ", a rank of the last generation" : "", why);
+    (void)j;
+    w->killed = 1;
+    kill(w->pid, SIGKILL);
+}
+
+static void start_forming(job *j, long gen)
+{
+    char v[32];
+    j->forming = gen;
+    j->form_start = chorus__now();
+    snprintf(v, sizeof(v), "%ld", gen);
+    kv_set(j, "el/next", v);
+}
+
+static void publish(job *j, long gen)
+{
+    char *val = malloc(32 + (size_t)j->nw * 12);
+    if (!val) return;
+    int n = 0, o = 0;
+    int *order = malloc(sizeof(int) * (size_t)(j->nw + 1));
+    /* members of the last generation keep their order (rank 0 stays rank 0 when it lives),
+     * newcomers follow by worker id */
+    for (int r = 0; order && r < j->nw; r++)
+        for (int i = 0; i < j->nw; i++) {
+            worker *w = &j->w[i];
+            if (w->running && !w->leaving && w->checked == gen && w->rank == r) order[n++] = i;
+        }
+    for (int i = 0; order && i < j->nw; i++) {
+        worker *w = &j->w[i];
+        if (w->running && !w->leaving && w->checked == gen && w->rank < 0) order[n++] = i;
+    }
+    for (int i = 0; i < j->nw; i++) j->w[i].rank = -1;
+    o = sprintf(val, "%ld %d", gen, n);
+    int list = o;
+    for (int k = 0; order && k < n; k++) {
+        j->w[order[k]].rank = k;
+        o += sprintf(val + o, " %d", j->w[order[k]].wid);
+    }
+    char key[64];
+    snprintf(key, sizeof(key), "el/round/%ld", gen);
+    kv_set(j, key, val);
+    fprintf(stderr, "chorus-run: elastic: generation %ld has %d rank%s (workers%s)\n", gen, n,
+            n == 1 ? "" : "s", val + list);
+    j->formed = gen;
+    j->forming = 0;
+    j->scale_down = 0;
+    free(order);
+    free(val);
+}
+
+/* Returns 0, or the exit status with which the job must stop (too few workers left). */
+static int elastic_tick(job *j)
+{
+    double now = chorus__now();
+    if (j->completing) {
+        if (j->forming) { /* nobody will finish this generation: let its waiters go */
+            char key[64];
+            snprintf(key, sizeof(key), "el/round/%ld", j->forming);
+            kv_set(j, key, "done");
+            j->forming = 0;
+        }
+        for (int i = 0; i < j->nw; i++) {
+            worker *w = &j->w[i];
+            if (w->running && w->rank < 0 && !w->leaving) {
+                w->leaving = 1; /* joined too late: the job is over */
+                kill(w->pid, SIGTERM);
+            }
+        }
+        return 0;
+    }
+    /* 1. the number of workers: discovery, replacements, retirement */
+    if (j->discovery && now - j->discovery_last >= j->discovery_every) {
+        j->discovery_last = now;
+        int slots = discover(j->discovery);
+        if (slots >= 0) {
+            int d = slots < j->max_np ? slots : j->max_np;
+            if (d != j->desired)
+                fprintf(stderr,
+                        "chorus-run: elastic: host discovery: %d slot%s here, %d worker%s "
+                        "wanted (was %d)\n",
+                        slots, slots == 1 ? "" : "s", d, d == 1 ? "" : "s", j->desired);
+            j->desired = d;
+        }
+    }
+    int alive = count_alive(j);
+    while (alive < j->desired && alive < j->max_np) {
+        int replacing = j->unreplaced > 0;
+        if (replacing && j->restarts >= j->max_restarts) break;
+        worker *w = spawn(j, -1, 0);
+        if (!w) {
+            fprintf(stderr, "chorus-run: elastic: cannot start a worker: %s\n", strerror(errno));
+            break;
+        }
+        if (replacing) {
+            j->unreplaced--;
+            j->restarts++;
+        }
+        fprintf(stderr,
+                "chorus-run: elastic: started worker %d (pid %d)%s; it joins at the next "
+                "commit\n",
+                w->wid, (int)w->pid, replacing ? " to replace a failed one" : "");
+        alive++;
+    }
+    if (alive > j->desired && !j->forming) {
+        /* retire the newest workers at the next commit */
+        int extra = alive - j->desired;
+        for (int i = j->nw - 1; i >= 0 && extra > 0; i--) {
+            worker *w = &j->w[i];
+            if (!w->running || w->leaving) continue;
+            char key[64];
+            snprintf(key, sizeof(key), "el/out/%d", w->wid);
+            kv_set(j, key, "scaled down by host discovery");
+            w->leaving = 1;
+            extra--;
+            fprintf(stderr, "chorus-run: elastic: retiring worker %d at the next commit\n", w->wid);
+        }
+        j->scale_down = 1;
+    }
+    /* 2. check-ins for the next generation */
+    long gen = j->forming ? j->forming : j->formed + 1;
+    int any = 0;
+    for (int i = 0; i < j->nw; i++) {
+        worker *w = &j->w[i];
+        if (!w->running || w->checked >= gen) continue;
+        char key[64], *v = NULL;
+        int found = 0;
+        chorus_errbuf e;
+        snprintf(key, sizeof(key), "el/in/%ld/%d", gen, w->wid);
+        if (chorus__store_check(j->kv, key, &v, NULL, &found, &e) != CHORUS_OK) {
+            fprintf(stderr, "chorus-run: elastic: store: %s\n", e.msg);
+            continue;
+        }
+        if (!found) continue;
+        w->checked = gen;
+        any = 1;
+        int suspect = atoi(v);
+        free(v);
+        worker *s = by_wid(j, suspect);
+        if (s && s != w && s->running && s->checked < gen && !s->suspect_since) {
+            s->suspect_since = now;
+            fprintf(stderr, "chorus-run: elastic: worker %d reports worker %d lost\n", w->wid,
+                    s->wid);
+        }
+    }
+    if (!j->forming && (any || j->scale_down)) start_forming(j, gen);
+    if (!j->forming) return 0;
+    /* 3. form it: everyone alive checks in; the unresponsive are removed */
+    int in = 0, pending = 0;
+    for (int i = 0; i < j->nw; i++) {
+        worker *w = &j->w[i];
+        if (!w->running || w->killed) continue;
+        if (w->checked == gen) {
+            in += !w->leaving;
+            continue;
+        }
+        if (w->stopped)
+            kill_worker(j, w, "is stopped (SIGSTOP?) and cannot rejoin");
+        else if (w->suspect_since && now - w->suspect_since > SUSPECT_GRACE_S)
+            kill_worker(j, w, "was reported lost by its peers and did not check in");
+        else if (now - j->form_start > j->timeout_s)
+            kill_worker(j, w, "did not check in for the new generation (CHORUS_TIMEOUT_S)");
+        else
+            pending++;
+    }
+    if (pending) return 0;
+    if (in >= j->min_np && in > 0) {
+        publish(j, gen);
+        return 0;
+    }
+    int can_start =
+        j->unreplaced > 0 && j->restarts < j->max_restarts && count_alive(j) < j->max_np;
+    if (can_start) return 0; /* a replacement will be started and check in */
+    fprintf(stderr,
+            "chorus-run: elastic: only %d worker%s left, fewer than --min-np %d; stopping the "
+            "job\n",
+            in, in == 1 ? "" : "s", j->min_np);
+    return 1;
+}
+
+/* ---- main ------------------------------------------------------------------------------- */
+
+static int parse_int_arg(const char *opt, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (*end || end == v || x < lo || x > hi) {
+        fprintf(stderr, "chorus-run: %s needs a number from %d to %d, not '%s'\n", opt, lo, hi, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+/* A per-job secret of 32 random bytes in hex, unless the user gave one. */
+static int make_secret(void)
+{
+    const char *s = getenv("CHORUS_SECRET");
+    if (s && *s) return 0;
+    unsigned char rnd[32];
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || read(fd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) {
+        fprintf(stderr, "chorus-run: cannot read /dev/urandom for the job secret: %s\n",
+                strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    char hex[65];
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    setenv("CHORUS_SECRET", hex, 1);
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    int np = -1, prefix = 1, ai = 1;
+    job j = {.np = -1, .prefix = 1, .max_restarts = 3, .discovery_every = 5, .min_np = 1};
+    int ai = 1, max_np_set = 0;
     double timeout = 0, grace = 5;
     for (; ai < argc; ai++) {
-        const char *a = argv[ai];
+        const char *a = argv[ai], *v = ai + 1 < argc ? argv[ai + 1] : NULL;
         if (!strcmp(a, "--")) {
             ai++;
             break;
-        } else if ((!strcmp(a, "-np") || !strcmp(a, "-n") || !strcmp(a, "--np")) && ai + 1 < argc) {
+        } else if ((!strcmp(a, "-np") || !strcmp(a, "-n") || !strcmp(a, "--np")) && v) {
             char *end;
-            np = (int)strtol(argv[++ai], &end, 10);
-            if (*end || np < 1 || np > 4096) {
-                fprintf(stderr, "chorus-run: -np needs a number of ranks from 1 to 4096, not '%s'\n",
+            j.np = (int)strtol(argv[++ai], &end, 10);
+            if (*end || j.np < 1 || j.np > 4096) {
+                fprintf(stderr,
+                        "chorus-run: -np needs a number of ranks from 1 to 4096, not '%s'\n",
                         argv[ai]);
                 return 2;
             }
         } else if (!strcmp(a, "--no-prefix")) {
-            prefix = 0;
-        } else if (!strcmp(a, "--timeout") && ai + 1 < argc) {
+            j.prefix = 0;
+        } else if (!strcmp(a, "--timeout") && v) {
             timeout = atof(argv[++ai]);
-        } else if (!strcmp(a, "--grace") && ai + 1 < argc) {
+        } else if (!strcmp(a, "--grace") && v) {
             grace = atof(argv[++ai]);
+        } else if (!strcmp(a, "--elastic")) {
+            j.elastic = 1;
+        } else if (!strcmp(a, "--min-np") && v) {
+            if (parse_int_arg(a, argv[++ai], 1, 4096, &j.min_np)) return 2;
+        } else if (!strcmp(a, "--max-np") && v) {
+            if (parse_int_arg(a, argv[++ai], 1, 4096, &j.max_np)) return 2;
+            max_np_set = 1;
+        } else if (!strcmp(a, "--max-restarts") && v) {
+            if (parse_int_arg(a, argv[++ai], 0, 1 << 20, &j.max_restarts)) return 2;
+        } else if (!strcmp(a, "--host-discovery-script") && v) {
+            j.discovery = argv[++ai];
+        } else if (!strcmp(a, "--discovery-interval") && v) {
+            j.discovery_every = atof(argv[++ai]);
+            if (j.discovery_every <= 0) j.discovery_every = 5;
+        } else if (!strcmp(a, "-H") || !strcmp(a, "--hosts") || !strcmp(a, "--hostfile")) {
+            fprintf(stderr,
+                    "chorus-run: %s: chorus-run starts ranks on this host only; launch across "
+                    "hosts with mpirun or srun (export CHORUS_SECRET, MASTER_ADDR and "
+                    "MASTER_PORT to every rank; see docs/FAULT_TOLERANCE.md)\n",
+                    a);
+            return 2;
         } else if (!strcmp(a, "--help-env")) {
             help_env();
             return 0;
@@ -206,36 +668,79 @@ int main(int argc, char **argv)
             break;
         }
     }
-    if (np < 1 || ai >= argc) {
-        usage(stderr);
-        fprintf(stderr, "\nchorus-run: %s\n", np < 1 ? "-np N is required" : "no program given");
+    if ((j.min_np != 1 || max_np_set || j.discovery) && !j.elastic) {
+        fprintf(stderr, "chorus-run: --min-np, --max-np and --host-discovery-script need "
+                        "--elastic\n");
         return 2;
     }
+    if (j.elastic && j.discovery && j.np < 1) {
+        int slots = discover(j.discovery);
+        if (slots < 1) {
+            fprintf(stderr, "chorus-run: the host discovery script gives no local slots; pass -np "
+                            "N\n");
+            return 2;
+        }
+        j.np = max_np_set && slots > j.max_np ? j.max_np : slots;
+        j.discovery_last = chorus__now();
+    }
+    if (j.np < 1 || ai >= argc) {
+        usage(stderr);
+        fprintf(stderr, "\nchorus-run: %s\n", j.np < 1 ? "-np N is required" : "no program given");
+        return 2;
+    }
+    if (!max_np_set) j.max_np = j.np;
+    if (j.elastic && (j.min_np > j.np || j.np > j.max_np)) {
+        fprintf(stderr, "chorus-run: --elastic needs --min-np (%d) <= -np (%d) <= --max-np (%d)\n",
+                j.min_np, j.np, j.max_np);
+        return 2;
+    }
+    j.desired = j.np;
+    j.argv = argv + ai;
     char why[256];
     if (!runnable(argv[ai], why, sizeof(why))) {
         fprintf(stderr, "chorus-run: cannot run '%s': %s\n", argv[ai], why);
         return 127;
     }
+    /* The launcher's own log: refused store clients are worth a line even without
+     * CHORUS_DEBUG; the ranks inherit the environment unchanged. */
+    if (!getenv("CHORUS_DEBUG")) {
+        setenv("CHORUS_DEBUG", "WARN", 1);
+        chorus__log_init();
+        unsetenv("CHORUS_DEBUG");
+    }
+    if (make_secret()) return 1;
+    j.timeout_s = chorus__cfg_double("CHORUS_TIMEOUT_S");
+    if (j.timeout_s <= 0) j.timeout_s = 300;
 
     /* job id and store */
-    unsigned char rnd[8] = {0};
-    int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (ufd >= 0) {
-        if (read(ufd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) memset(rnd, 0, sizeof(rnd));
-        close(ufd);
+    const char *given_id = getenv("CHORUS_JOB_ID");
+    if (given_id && *given_id) {
+        snprintf(j.id, sizeof(j.id), "%s", given_id);
+    } else {
+        unsigned char rnd[8] = {0};
+        int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (ufd >= 0) {
+            if (read(ufd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) memset(rnd, 0, sizeof(rnd));
+            close(ufd);
+        }
+        snprintf(j.id, sizeof(j.id), "run-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0],
+                 rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
     }
-    char job[64];
-    snprintf(job, sizeof(job), "run-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0], rnd[1],
-             rnd[2], rnd[3], rnd[4], rnd[5]);
     chorus_store_server *server = NULL;
     chorus_errbuf err;
     int port = 0;
-    if (np > 1 && chorus__store_server_start("127.0.0.1", 0, &server, &port, &err) != CHORUS_OK) {
+    if ((j.np > 1 || j.elastic) &&
+        chorus__store_server_start("127.0.0.1", 0, &server, &port, &err) != CHORUS_OK) {
         fprintf(stderr, "chorus-run: cannot start the rendezvous store: %s\n", err.msg);
         return 1;
     }
-    char store[64];
-    snprintf(store, sizeof(store), "127.0.0.1:%d", port);
+    snprintf(j.store, sizeof(j.store), "127.0.0.1:%d", port);
+    if (j.elastic &&
+        chorus__store_connect(j.store, j.id, chorus__deadline(), &j.kv, &err) != CHORUS_OK) {
+        fprintf(stderr, "chorus-run: cannot reach its own store: %s\n", err.msg);
+        chorus__store_server_stop(server);
+        return 1;
+    }
 
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) return 1;
     struct sigaction sa = {.sa_handler = on_signal};
@@ -246,70 +751,41 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    rank_proc *p = calloc((size_t)np, sizeof(rank_proc));
-    if (!p) return 1;
-    for (int r = 0; r < np; r++) {
-        int out[2], errp[2];
-        if (pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) {
-            perror("chorus-run: pipe");
-            signal_all(p, r, SIGKILL);
+    for (int r = 0; r < j.np; r++)
+        if (!spawn(&j, r, j.np)) {
+            perror("chorus-run: cannot start a rank");
+            signal_all(&j, SIGKILL);
             return 1;
         }
-        pid_t pid = fork();
-        if (pid < 0) {
-            perror("chorus-run: fork");
-            signal_all(p, r, SIGKILL);
-            return 1;
-        }
-        if (pid == 0) {
-            dup2(out[1], 1);
-            dup2(errp[1], 2);
-            setpgid(0, 0); /* terminal signals reach the launcher, which forwards them */
-            char v[32];
-            snprintf(v, sizeof(v), "%d", r);
-            setenv("CHORUS_RANK", v, 1);
-            setenv("CHORUS_LOCAL_RANK", v, 1);
-            snprintf(v, sizeof(v), "%d", np);
-            setenv("CHORUS_SIZE", v, 1);
-            setenv("CHORUS_LOCAL_SIZE", v, 1);
-            setenv("CHORUS_STORE_ADDR", store, 1);
-            setenv("CHORUS_JOB_ID", job, 1);
-            signal(SIGPIPE, SIG_DFL);
-            sigset_t none;
-            sigemptyset(&none);
-            sigprocmask(SIG_SETMASK, &none, NULL);
-            execvp(argv[ai], argv + ai);
-            fprintf(stderr, "chorus-run: cannot run '%s': %s\n", argv[ai], strerror(errno));
-            _exit(127);
-        }
-        close(out[1]);
-        close(errp[1]);
-        p[r].pid = pid;
-        p[r].running = 1;
-        p[r].s[0] = (stream){.fd = out[0], .out = stdout};
-        p[r].s[1] = (stream){.fd = errp[0], .out = stderr};
-    }
 
-    int running = np, failed = -1, stopping = 0, timed_out = 0, interrupted = 0;
+    int failed = -1, stopping = 0, timed_out = 0, interrupted = 0, job_failed = 0;
+    int last_failed = -1;
     double start = chorus__now(), fail_time = 0, term_time = 0;
-    struct pollfd *pf = calloc((size_t)(2 * np + 1), sizeof(*pf));
-    int *who = calloc((size_t)(2 * np + 1), sizeof(int));
+    struct pollfd *pf = NULL;
+    int *who = NULL, pf_cap = 0;
     for (;;) {
-        int open_streams = 0;
-        int k = 0;
+        if (pf_cap < 2 * j.nw + 1) {
+            pf_cap = 2 * j.nw + 16;
+            pf = realloc(pf, (size_t)pf_cap * sizeof(*pf));
+            who = realloc(who, (size_t)pf_cap * sizeof(int));
+            if (!pf || !who) return 1;
+        }
+        int open_streams = 0, k = 0, running = 0;
         pf[k++] = (struct pollfd){.fd = sig_pipe[0], .events = POLLIN};
-        for (int r = 0; r < np; r++)
+        for (int r = 0; r < j.nw; r++) {
+            running += j.w[r].running;
             for (int s = 0; s < 2; s++)
-                if (p[r].s[s].fd >= 0) {
+                if (j.w[r].s[s].fd >= 0) {
                     who[k] = r * 2 + s;
-                    pf[k++] = (struct pollfd){.fd = p[r].s[s].fd, .events = POLLIN};
+                    pf[k++] = (struct pollfd){.fd = j.w[r].s[s].fd, .events = POLLIN};
                     open_streams++;
                 }
+        }
         if (running == 0 && open_streams == 0) break;
         int n = poll(pf, (nfds_t)k, 100);
         if (n < 0 && errno != EINTR) break;
         for (int i = 1; i < k; i++)
-            if (pf[i].revents) pump(&p[who[i] / 2].s[who[i] % 2], who[i] / 2, prefix);
+            if (pf[i].revents) pump(&j.w[who[i] / 2].s[who[i] % 2], j.w[who[i] / 2].wid, j.prefix);
         if (pf[0].revents) {
             unsigned char b[64];
             while (read(sig_pipe[0], b, sizeof(b)) > 0) { /* drain wake-ups */
@@ -319,40 +795,79 @@ int main(int argc, char **argv)
             int sig = got_signal;
             got_signal = 0;
             interrupted++;
-            signal_all(p, np, interrupted > 1 ? SIGKILL : sig);
+            signal_all(&j, interrupted > 1 ? SIGKILL : sig);
             if (!stopping) {
                 stopping = 1;
                 term_time = chorus__now();
             }
         }
-        /* reap */
+        /* reap, and notice stopped (hung) ranks */
         for (;;) {
             int status;
-            pid_t pid = waitpid(-1, &status, WNOHANG);
+            pid_t pid = waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
             if (pid <= 0) break;
-            for (int r = 0; r < np; r++)
-                if (p[r].pid == pid && p[r].running) {
-                    p[r].running = 0;
-                    p[r].status = status;
-                    running--;
-                    int bad = !WIFEXITED(status) || WEXITSTATUS(status);
-                    if (failed < 0 && !stopping && bad) {
+            for (int r = 0; r < j.nw; r++) {
+                worker *w = &j.w[r];
+                if (w->pid != pid || !w->running) continue;
+                if (WIFSTOPPED(status)) {
+                    w->stopped = w->was_stopped = 1;
+                    break;
+                }
+                if (WIFCONTINUED(status)) {
+                    w->stopped = 0;
+                    break;
+                }
+                w->running = 0;
+                w->stopped = 0;
+                w->status = status;
+                if (!j.elastic) {
+                    if (failed < 0 && !stopping && failed_status(status)) {
                         failed = r;
                         fail_time = chorus__now();
-                    } else if (failed >= 0 && !stopping && WIFSIGNALED(status) &&
-                               WIFEXITED(p[failed].status)) {
-                        /* Survivors exit with an error because a peer died; which of them
-                         * is reaped first is chance. A rank killed by a signal that nobody
-                         * here sent is the root cause. */
-                        failed = r;
                     }
+                    break;
                 }
+                char how[128];
+                describe_status(status, how, sizeof(how));
+                if (w->leaving || stopping) break;
+                if (!failed_status(status)) {
+                    if (w->rank >= 0) j.completing = 1;
+                    break;
+                }
+                last_failed = r;
+                j.unreplaced++;
+                if (w->killed) break; /* kill_worker said why */
+                fprintf(stderr,
+                        "chorus-run: worker %d (pid %d%s) %s; %d worker%s remain "
+                        "(elastic: the job goes on)\n",
+                        w->wid, (int)w->pid, w->rank >= 0 ? ", a rank of the last generation" : "",
+                        how, count_alive(&j), count_alive(&j) == 1 ? "" : "s");
+            }
         }
         double now = chorus__now();
-        if (failed >= 0 && !stopping && running > 0 && now - fail_time > grace) {
+        if (j.elastic && !stopping) {
+            int alive = count_alive(&j);
+            int rc = elastic_tick(&j);
+            if (!rc && alive == 0 && !j.completing &&
+                !(j.unreplaced > 0 && j.restarts < j.max_restarts)) {
+                int any_running = 0;
+                for (int r = 0; r < j.nw; r++) any_running |= j.w[r].running;
+                if (!any_running) {
+                    fprintf(stderr, "chorus-run: elastic: no worker is left; stopping\n");
+                    rc = 1;
+                }
+            }
+            if (rc) {
+                job_failed = 1;
+                stopping = 1;
+                term_time = now;
+                signal_all(&j, SIGTERM);
+            }
+        }
+        if (!j.elastic && failed >= 0 && !stopping && running > 0 && now - fail_time > grace) {
             stopping = 1;
             term_time = now;
-            signal_all(p, np, SIGTERM);
+            signal_all(&j, SIGTERM);
         }
         if (timeout > 0 && !stopping && running > 0 && now - start > timeout) {
             fprintf(stderr, "chorus-run: the job exceeded --timeout %gs; stopping all ranks\n",
@@ -360,32 +875,50 @@ int main(int argc, char **argv)
             timed_out = 1;
             stopping = 1;
             term_time = now;
-            signal_all(p, np, SIGTERM);
+            signal_all(&j, SIGTERM);
         }
-        if (stopping && running > 0 && now - term_time > 3) signal_all(p, np, SIGKILL);
+        if (stopping && running > 0 && now - term_time > 3) signal_all(&j, SIGKILL);
     }
     free(pf);
     free(who);
+    chorus__store_close(j.kv);
     chorus__store_server_stop(server);
 
     int code = 0;
-    if (failed >= 0) {
+    if (!j.elastic && failed >= 0) {
+        /* A rank that was stopped when the others failed is the likely cause: they lost it. */
+        int cause = failed;
+        for (int r = 0; r < j.nw; r++)
+            if (j.w[r].was_stopped && r != failed) cause = r;
         char how[128];
-        describe_status(p[failed].status, how, sizeof(how));
+        describe_status(j.w[cause].status, how, sizeof(how));
         int others = 0;
-        for (int r = 0; r < np; r++)
-            if (r != failed && (!WIFEXITED(p[r].status) || WEXITSTATUS(p[r].status))) others++;
-        fprintf(stderr, "chorus-run: rank %d (pid %d) %s", failed, (int)p[failed].pid, how);
-        if (others) fprintf(stderr, "; %d other rank%s also failed or were stopped", others,
-                            others > 1 ? "s" : "");
+        for (int r = 0; r < j.nw; r++)
+            if (r != cause && failed_status(j.w[r].status)) others++;
+        if (cause != failed)
+            fprintf(stderr,
+                    "chorus-run: rank %d (pid %d) stopped responding (it was stopped, "
+                    "SIGSTOP?) and %s",
+                    cause, (int)j.w[cause].pid, how);
+        else
+            fprintf(stderr, "chorus-run: rank %d (pid %d) %s", cause, (int)j.w[cause].pid, how);
+        if (others)
+            fprintf(stderr, "; %d other rank%s also failed or were stopped", others,
+                    others > 1 ? "s" : "");
         fprintf(stderr, "\n");
-        code = exit_code(p[failed].status);
+        code = exit_code(j.w[failed].status);
     } else if (timed_out) {
         code = 124;
     } else if (interrupted) {
         fprintf(stderr, "chorus-run: interrupted; stopped all ranks\n");
         code = 130;
+    } else if (j.elastic && job_failed) {
+        code = last_failed >= 0 ? exit_code(j.w[last_failed].status) : 1;
+        if (code == 0) code = 1;
+    } else if (j.elastic && !j.completing && !timed_out && !interrupted) {
+        code = 1; /* ended without any member finishing */
+        fprintf(stderr, "chorus-run: elastic: the job ended without a successful worker\n");
     }
-    free(p);
+    free(j.w);
     return code;
 }

@@ -187,7 +187,12 @@ void chorus__eng_complete(chorus_engine *e, eng_req *r, chorus_result res, const
 
 void chorus__eng_fail_all(chorus_engine *e, chorus_result res, const char *msg)
 {
-    while (e->npend) chorus__eng_complete(e, e->pend[e->npend - 1], res, msg);
+    char m[800];
+    while (e->npend) {
+        eng_req *r = e->pend[e->npend - 1];
+        snprintf(m, sizeof(m), "'%s': %s", r->name, msg);
+        chorus__eng_complete(e, r, res, m);
+    }
     if (e->my_join) chorus__eng_complete(e, e->my_join, res, msg);
 }
 
@@ -332,7 +337,9 @@ static eng_req *req_new(chorus_engine *e, const char *name, int kind, chorus_dty
 #define ENGINE_CHECK(fn)                                                                           \
     do {                                                                                           \
         if (h) *h = NULL;                                                                          \
-        if (!e) return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "%s: engine is NULL", fn);       \
+        if (!e)                                                                                    \
+            return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,                     \
+                                "%s: engine is NULL", fn);                                         \
     } while (0)
 
 chorus_result chorus_engine_allreduce(chorus_engine *e, const char *name, const void *send,
@@ -511,7 +518,9 @@ static chorus_result wait_sync(chorus_engine *e, chorus_engine_handle *hd, int *
 chorus_result chorus_engine_join(chorus_engine *e, int *last_rank)
 {
     if (last_rank) *last_rank = -1;
-    if (!e) return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_join: engine is NULL");
+    if (!e)
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_join: engine is NULL");
     eng_req *r = req_new(e, "chorus.join", EK_JOIN, CHORUS_UINT8);
     if (!r) return CHORUS_ERR_NOMEM;
     chorus_engine_handle *hd;
@@ -522,7 +531,8 @@ chorus_result chorus_engine_join(chorus_engine *e, int *last_rank)
 chorus_result chorus_engine_barrier(chorus_engine *e)
 {
     if (!e)
-        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_barrier: engine is NULL");
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_barrier: engine is NULL");
     eng_req *r = req_new(e, "chorus.barrier", EK_BARRIER, CHORUS_UINT8);
     if (!r) return CHORUS_ERR_NOMEM;
     chorus_engine_handle *hd;
@@ -534,7 +544,9 @@ chorus_result chorus_engine_check_divergence(chorus_engine *e, const char *name,
                                              size_t bytes, long long step)
 {
     static const char fn[] = "chorus_engine_check_divergence";
-    if (!e) return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "%s: engine is NULL", fn);
+    if (!e)
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG, "%s: engine is NULL",
+                            fn);
     CHORUS_CHECK(check_name(e, fn, name, 0));
     if (bytes && !buf) return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL buffer", fn, name);
     char full[ENG_NAME_MAX + 1];
@@ -552,10 +564,11 @@ chorus_result chorus_engine_check_divergence(chorus_engine *e, const char *name,
 chorus_result chorus_engine_accumulate(void *acc, const void *grad, size_t count, chorus_dtype t)
 {
     if ((unsigned)t >= CHORUS_DTYPE_COUNT)
-        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG,
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
                             "chorus_engine_accumulate: unknown dtype %d", (int)t);
     if (count && (!acc || !grad))
-        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_accumulate: NULL buffer");
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_accumulate: NULL buffer");
     if (count) chorus__reduce(acc, acc, grad, count, t, CHORUS_SUM);
     return CHORUS_OK;
 }
@@ -718,7 +731,8 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
                             "chorus_engine_start: out is NULL");
     *out = NULL;
     if (!comm)
-        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_start: comm is NULL");
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_start: comm is NULL");
     chorus_engine *e = calloc(1, sizeof(*e));
     if (!e) return chorus__fail(&comm->err, CHORUS_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&e->mu, NULL);
@@ -806,7 +820,8 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
 chorus_result chorus_engine_shutdown(chorus_engine *e)
 {
     if (!e)
-        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_shutdown: engine is NULL");
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_shutdown: engine is NULL");
     pthread_mutex_lock(&e->mu);
     e->shutdown_req = 1;
     pthread_cond_signal(&e->cv);
@@ -826,7 +841,8 @@ const char *chorus_engine_last_error(const chorus_engine *e)
 chorus_result chorus_engine_get_stats(chorus_engine *e, chorus_engine_stats *s)
 {
     if (!e || !s)
-        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_engine_get_stats: NULL argument");
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_get_stats: NULL argument");
     pthread_mutex_lock(&e->mu);
     *s = e->st;
     if (e->have_cpu_clock) {

@@ -213,11 +213,6 @@ static chorus_result coordinate(chorus_engine *e, eng_buf *in, int report, eng_b
     size_t nsnames = 0;
     chorus_result res = CHORUS_OK;
     char name[ENG_NAME_MAX + 1];
-    /* evicted slots (and slots given out) in this answer must not be given out again */
-    uint8_t *taken = calloc((size_t)e->nslots + e->ncoord + 1024, 1);
-    size_t ntaken = (size_t)e->nslots + e->ncoord + 1024;
-    if (!taken) return chorus__fail(&e->comm->err, CHORUS_ERR_NOMEM, "out of memory");
-    for (int s = 0; s < e->nslots; s++) taken[s] = e->slots[s].name != NULL;
     for (int r = 0; r < n && res == CHORUS_OK; r++) {
         eng_rd rd = {in[r].p, in[r].len, 0, 0};
         uint32_t k = chorus__rd_u32(&rd);
@@ -272,8 +267,14 @@ static chorus_result coordinate(chorus_engine *e, eng_buf *in, int report, eng_b
             res = chorus__fail(&e->comm->err, CHORUS_ERR_PROTOCOL,
                                "malformed negotiation message from rank %d", r);
     }
-    /* names reported by every rank that has not joined */
-    size_t slot_scan = 0;
+    /* Slots in use, or evicted in this answer (their names stay until it is applied), are not
+     * given out; a new name gets the lowest free slot. */
+    size_t ntaken = (size_t)e->nslots + e->ncoord + 1;
+    uint8_t *taken = calloc(ntaken, 1);
+    if (!taken && res == CHORUS_OK)
+        res = chorus__fail(&e->comm->err, CHORUS_ERR_NOMEM, "out of memory");
+    for (int s = 0; taken && s < e->nslots; s++) taken[s] = e->slots[s].name != NULL;
+    size_t slot_scan = 0, slot_from = 0;
     for (size_t i = 0; i < e->ncoord && res == CHORUS_OK;) {
         eng_centry *c = e->coord[i];
         int complete = c->nhave > 0;
@@ -310,8 +311,9 @@ static chorus_result coordinate(chorus_engine *e, eng_buf *in, int report, eng_b
         } else {
             int slot = -1;
             if (e->live_slots + (int)slot_scan < e->o.cache_capacity) {
-                size_t s = 0;
+                size_t s = slot_from;
                 while (s < ntaken && taken[s]) s++;
+                slot_from = s;
                 if (s < ntaken) {
                     taken[s] = 1;
                     slot = (int)s;

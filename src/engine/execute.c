@@ -45,6 +45,16 @@ static chorus_op red_op(int op)
     return op == CHORUS_AVG ? CHORUS_SUM : (chorus_op)op;
 }
 
+/* The op given to the core for an allreduce: an average over every rank (nobody joined, no
+ * compression) is left to the core, which divides in the pass that writes the result; else
+ * the sum, divided by the contributing ranks after decompression (finish). */
+static chorus_op wire_op(const chorus_engine *e, const eng_meta *m)
+{
+    if (m->op == CHORUS_AVG && m->wdtype == m->dtype && !m->comp[0] && n_active(e) == e->size)
+        return CHORUS_AVG;
+    return red_op(m->op);
+}
+
 static void timeline_pre(chorus_engine *e, const eng_exec *x, double start)
 {
     if (!e->tl.f || !x->req) return;
@@ -52,10 +62,11 @@ static void timeline_pre(chorus_engine *e, const eng_exec *x, double start)
     chorus__tl_span(&e->tl, x->name, "QUEUE", x->req->t_agreed, start, NULL);
 }
 
-/* After the reduction: average over the ranks that contributed, then postscale. */
+/* After the reduction: average over the ranks that contributed (unless the core did), then
+ * postscale. */
 static void finish(chorus_engine *e, const eng_meta *m, void *buf, size_t count)
 {
-    if (m->op == CHORUS_AVG)
+    if (m->op == CHORUS_AVG && !(m->kind == EK_ALLREDUCE && wire_op(e, m) == CHORUS_AVG))
         chorus__reduce_finish(buf, count, (chorus_dtype)m->dtype, CHORUS_AVG, n_active(e));
     if (m->postscale != 1.0) chorus__scale(buf, buf, count, (chorus_dtype)m->dtype, m->postscale);
 }
@@ -124,7 +135,7 @@ static chorus_result run_allreduce(chorus_engine *e, eng_exec *xs, const size_t 
 {
     const eng_meta *m0 = &xs[idx[0]].m;
     chorus_dtype wt = (chorus_dtype)m0->wdtype;
-    chorus_op op = red_op(m0->op);
+    chorus_op op = wire_op(e, m0);
     size_t wes = chorus_dtype_size(wt), total = 0;
     for (size_t i = 0; i < n; i++) total += xs[idx[i]].m.wcount;
     double t0 = chorus__now(), t1, t2, t3;
@@ -502,7 +513,7 @@ chorus_result chorus__eng_execute(chorus_engine *e, eng_exec *x, size_t n)
             }
             int b = -1;
             for (int k = 0; k < NBUCKETS; k++)
-                if (bk[k].open && bk[k].wdtype == m->wdtype && bk[k].op == red_op(m->op)) b = k;
+                if (bk[k].open && bk[k].wdtype == m->wdtype && bk[k].op == wire_op(e, m)) b = k;
             if (b >= 0 && bk[b].bytes + wb > thr) {
                 res = flush_bucket(e, x, &bk[b]);
                 for (int k = 0; k < nopen; k++)
@@ -526,7 +537,7 @@ chorus_result chorus__eng_execute(chorus_engine *e, eng_exec *x, size_t n)
                 }
                 bk[b].open = 1;
                 bk[b].wdtype = m->wdtype;
-                bk[b].op = (uint8_t)red_op(m->op);
+                bk[b].op = (uint8_t)wire_op(e, m);
                 order[nopen++] = b;
             }
             if (bk[b].n == bk[b].cap) {

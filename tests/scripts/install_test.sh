@@ -14,13 +14,13 @@ cd "$prefix"
 cc -std=c11 -Wall -Werror -o hello "$top/tests/external/hello_allreduce.c" $(pkg-config --cflags --libs chorus)
 echo "== chorus-run"
 "$prefix/bin/chorus-run" -np 3 ./hello
-echo "== torchrun-style environment (RANK WORLD_SIZE MASTER_ADDR MASTER_PORT)"
+echo "== torchrun-style environment (RANK WORLD_SIZE MASTER_ADDR MASTER_PORT), rank 0 starting 2 s late"
 port=$((20000 + $$ % 20000))
-pids=""
-for r in 0 1; do
-    RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ./hello & pids="$pids $!"
-done
-for p in $pids; do wait $p; done
+RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ./hello & p1=$!
+sleep 2
+RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ./hello & p0=$!
+wait $p1
+wait $p0
 echo "== no launcher (a world of one)"
 ./hello
 if command -v mpirun >/dev/null 2>&1; then

@@ -44,7 +44,9 @@ typedef struct chorus_comm chorus_comm; /* opaque */
     X(CHORUS_ERR_INTERNAL, "internal error (please report it with CHORUS_DEBUG=INFO output)")      \
     X(CHORUS_ERR_PROTOCOL, "malformed or unexpected message from a peer")                          \
     X(CHORUS_ERR_ABORTED, "the communicator was aborted")                                          \
-    X(CHORUS_ERR_ENV, "the job environment is missing or inconsistent")
+    X(CHORUS_ERR_ENV, "the job environment is missing or inconsistent")                            \
+    X(CHORUS_ERR_MEMBERSHIP,                                                                       \
+      "the membership of an elastic job changed: resume from the last commit")
 
 typedef enum {
 #define CHORUS_X_ENUM(code, msg) code,

@@ -401,6 +401,25 @@ static void kill_worker(job *j, worker *w, const char *why)
     kill(w->pid, SIGKILL);
 }
 
+/* A member of generation gen died: if the others are still forming it, they wait for its
+ * rendezvous record until CHORUS_TIMEOUT_S. A record that does not parse makes them give up
+ * at once and check in for the next generation instead. */
+static void poison(job *j, long gen, int rank)
+{
+    char ns[96], key[32];
+    chorus_store *s = NULL;
+    chorus_errbuf e;
+    snprintf(ns, sizeof(ns), "%.40s.g%d", j->id, (int)(gen & 0x7fffffff));
+    snprintf(key, sizeof(key), "rank/%d", rank);
+    if (chorus__store_connect(j->store, ns, chorus__now() + 5, &s, &e) != CHORUS_OK) return;
+    char *v = NULL;
+    int found = 0;
+    if (chorus__store_check(s, key, &v, NULL, &found, &e) == CHORUS_OK && !found)
+        chorus__store_set(s, key, "lost", 4, &e);
+    free(v);
+    chorus__store_close(s);
+}
+
 static void start_forming(job *j, long gen)
 {
     char v[32];
@@ -836,6 +855,7 @@ int main(int argc, char **argv)
                 }
                 last_failed = r;
                 j.unreplaced++;
+                if (w->rank >= 0) poison(&j, j.formed, w->rank);
                 if (w->killed) break; /* kill_worker said why */
                 fprintf(stderr,
                         "chorus-run: worker %d (pid %d%s) %s; %d worker%s remain "

@@ -105,6 +105,13 @@ static chorus_comm *comm_alloc(int size)
 static void comm_free(chorus_comm *c)
 {
     if (!c) return;
+    if (c->shm && c->net) {
+        /* Leaving a broken communicator: tell the ranks that wait for us in shared memory
+         * why, so that they name the lost peer rather than us. */
+        chorus_errbuf e;
+        chorus_result r = chorus__net_error(c->net, &e);
+        if (r != CHORUS_OK) chorus__shm_abort(c->shm, r, e.msg);
+    }
     chorus__shm_destroy(c->shm);
     if (c->net) chorus__net_release(c->net);
     free(c->world);

@@ -44,6 +44,12 @@ static void sleep_s(double s)
 chorus_result chorus__sock_connect(const char *hostport, double deadline, int *fdp,
                                    chorus_errbuf *e)
 {
+    return chorus__sock_connect_ex(hostport, deadline, 1, fdp, e);
+}
+
+chorus_result chorus__sock_connect_ex(const char *hostport, double deadline, int retry_refused,
+                                      int *fdp, chorus_errbuf *e)
+{
     struct sockaddr_in sa;
     if (chorus__sock_resolve(hostport, &sa))
         return chorus__fail(e, CHORUS_ERR_ENV, "cannot resolve address '%s' (expected host:port)",
@@ -59,6 +65,11 @@ chorus_result chorus__sock_connect(const char *hostport, double deadline, int *f
         }
         last_err = errno;
         close(fd);
+        if (last_err == ECONNREFUSED && !retry_refused)
+            return chorus__fail(e, CHORUS_ERR_PEER_LOST,
+                                "%s refused the connection: the process that listened there has "
+                                "exited",
+                                hostport);
         if (last_err != ECONNREFUSED && last_err != ETIMEDOUT && last_err != EHOSTUNREACH &&
             last_err != ENETUNREACH && last_err != ECONNRESET && last_err != EINTR)
             return chorus__fail(e, CHORUS_ERR_SYSTEM, "connect to %s: %s", hostport,

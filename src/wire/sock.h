@@ -19,6 +19,12 @@ int chorus__sock_resolve(const char *hostport, struct sockaddr_in *out);
 chorus_result chorus__sock_connect(const char *hostport, double deadline, int *fd,
                                    chorus_errbuf *e);
 
+/* The same; with retry_refused 0 a refused connection fails at once (CHORUS_ERR_PEER_LOST):
+ * for addresses published only after their listener was up, where a refusal means the
+ * listener is gone. */
+chorus_result chorus__sock_connect_ex(const char *hostport, double deadline, int retry_refused,
+                                      int *fd, chorus_errbuf *e);
+
 /* Listens on ip (NULL or "" = every address) and port (0 = any); returns the port bound. */
 chorus_result chorus__sock_listen(const char *ip, int port, int backlog, int *fd, int *port_out,
                                   chorus_errbuf *e);

@@ -724,7 +724,14 @@ static chorus_result connect_to(chorus_net *n, int p, const char *addr, double d
                                 chorus_errbuf *e)
 {
     int fd;
-    CHORUS_CHECK(chorus__sock_connect(addr, deadline, &fd, e));
+    /* Peers publish their address after they listen: a refusal means that peer is gone. */
+    chorus_result cr = chorus__sock_connect_ex(addr, deadline, 0, &fd, e);
+    if (cr != CHORUS_OK) {
+        char msg[sizeof(e->msg)];
+        snprintf(msg, sizeof(msg), "%s", e->msg);
+        return chorus__fail(e, cr, "rank %d cannot connect to rank %d (host %s): %s", n->rank, p,
+                            chorus__net_host(n, p), msg);
+    }
     char what[200];
     snprintf(what, sizeof(what), "rank %d (host %s) at %s", p, chorus__net_host(n, p), addr);
     chorus_result ar = chorus__auth_connect(fd, &n->key, deadline, what, e);
@@ -835,8 +842,8 @@ chorus_result chorus__net_connect_all(chorus_net *n, char *const *addrs, char *c
             int missing = -1;
             for (int p = n->rank + 1; p < n->size && missing < 0; p++)
                 if (n->peers[p].fd < 0) missing = p;
-            return chorus__fail(e, r, "rank %d timed out waiting for rank %d to connect", n->rank,
-                                missing);
+            return chorus__fail(e, r, "rank %d timed out waiting for rank %d (host %s) to connect",
+                                n->rank, missing, chorus__net_host(n, missing));
         }
     }
     if (n->listen_fd >= 0) {

@@ -136,10 +136,18 @@ def parse_lines(lines, override):
 
 
 def median_rows(runs):
+    """Per size: the median time over runs, and the busbw that goes with that time.
+
+    busbw * time is the same in every run of a size (bytes times the bus factor), so the busbw
+    is recomputed from the median time instead of being a median of its own, which could pair
+    a fast run's busbw with a slow run's time."""
     out = {}
     for size in sorted(set().union(*runs)) if runs else []:
         vals = [r[size] for r in runs if size in r]
-        out[size] = (statistics.median(v[0] for v in vals), statistics.median(v[1] for v in vals))
+        t = statistics.median(v[0] for v in vals)
+        k = [bw * tt for tt, bw in vals if bw > 0 and tt > 0]
+        bw = statistics.median(k) / t if k and t > 0 else statistics.median(v[1] for v in vals)
+        out[size] = (t, bw)
     return out
 
 

@@ -598,6 +598,13 @@ int chorus__eng_cycle(chorus_engine *e, int shutdown)
             stop = stop_with(e, CHORUS_ERR_PROTOCOL, "malformed answer from the coordinator");
     }
 
+    /* statistics first: a handle that ends below must see its cycle counted */
+    pthread_mutex_lock(&e->mu);
+    e->st.cycles++;
+    e->st.coord_rounds += (uint64_t)coord;
+    e->st.cache_hits += hits;
+    pthread_mutex_unlock(&e->mu);
+
     /* 5. run what was agreed */
     size_t executed = 0;
     if (!stop && nx) {
@@ -626,11 +633,6 @@ int chorus__eng_cycle(chorus_engine *e, int shutdown)
     free(grave);
     free(resp.p);
     free(x);
-    pthread_mutex_lock(&e->mu);
-    e->st.cycles++;
-    e->st.coord_rounds += (uint64_t)coord;
-    e->st.cache_hits += hits;
-    pthread_mutex_unlock(&e->mu);
     chorus__tl_flush(&e->tl, now);
     return stop;
 }

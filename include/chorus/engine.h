@@ -38,15 +38,17 @@ typedef struct chorus_engine_handle chorus_engine_handle; /* opaque, one per enq
 
 /* A gradient compressor. The engine calls compress on the sending side and decompress on the
  * result; state is the compressor's own (error-feedback residuals, random seeds, ...), keyed
- * by the tensor name it is given. Calls come from the engine thread only.
+ * by the tensor name it is given. compress and decompress are called from the engine thread
+ * only; wire_dtype and wire_count from the thread that enqueues (they should be pure).
  *
  * gather == 0: the compressed data is reduced elementwise in wire_dtype with the tensor's op
  *   (fp16, bf16 and other quantizers); wire_count elements per tensor. Such tensors are fused
  *   with others of the same wire dtype and op. decompress is called once with accumulate = 0.
  * gather == 1: each rank's compressed bytes (wire_count elements of wire_dtype, the same
  *   number on every rank) are allgathered, and decompress is called for every rank's part in
- *   rank order, with accumulate = 0 for rank 0 and 1 after (dst += decoded): sparse schemes
- *   such as top-k with error feedback. Only CHORUS_SUM and CHORUS_AVG are allowed.
+ *   rank order, with accumulate = 0 for the first and 1 after (dst += decoded); ranks that
+ *   joined are skipped. For sparse schemes such as top-k with error feedback. Only CHORUS_SUM
+ *   and CHORUS_AVG are allowed.
  * Ranks must use compressors of the same name for a tensor (checked as metadata). */
 typedef struct chorus_compressor {
     const char *name; /* compared across ranks; at most 31 characters */

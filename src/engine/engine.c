@@ -300,7 +300,8 @@ static chorus_result enqueue(chorus_engine *e, eng_req *r, const chorus_engine_t
     if (res != CHORUS_OK) {
         pthread_mutex_unlock(&e->mu);
         CHORUS_INFO(CHORUS_LOG_ENGINE, "%s", e->last_err);
-        free(r->h);
+        r->h->refs = 1;
+        handle_unref(r->h);
         req_free(r);
         return res;
     }

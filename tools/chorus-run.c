@@ -858,7 +858,7 @@ int main(int argc, char **argv)
                 if (w->rank >= 0) poison(&j, j.formed, w->rank);
                 if (w->killed) break; /* kill_worker said why */
                 fprintf(stderr,
-                        "chorus-run: worker %d (pid %d%s) %s; %d worker%s remain "
+                        "chorus-run: worker %d (pid %d%s) %s; %d worker%s left "
                         "(elastic: the job goes on)\n",
                         w->wid, (int)w->pid, w->rank >= 0 ? ", a rank of the last generation" : "",
                         how, count_alive(&j), count_alive(&j) == 1 ? "" : "s");

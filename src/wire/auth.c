@@ -211,7 +211,7 @@ int chorus__auth_accept(int fd, const chorus_auth_key *k, double deadline, char 
     char w[200] = "";
     int rc = chorus__sock_recv_msg(fd, &h, &payload, CHORUS_AUTH_MAX_MSG, deadline, w, sizeof(w));
     if (rc) {
-        snprintf(why, why_len, "no authentication: %s", w);
+        snprintf(why, why_len, "no authentication (%s): a client without CHORUS_SECRET?", w);
         return -1;
     }
     unsigned char out[CHORUS_AUTH_CHALLENGE_LEN];

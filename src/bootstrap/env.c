@@ -131,8 +131,9 @@ chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
             const char *list = env("SLURM_STEP_NODELIST");
             if (!list) list = env("SLURM_JOB_NODELIST");
             if (!list)
-                return chorus__fail(e, CHORUS_ERR_ENV, "srun: SLURM_STEP_NODELIST is not set; "
-                                                       "set MASTER_ADDR and MASTER_PORT");
+                return chorus__fail(e, CHORUS_ERR_ENV,
+                                    "srun: SLURM_STEP_NODELIST is not set; "
+                                    "set MASTER_ADDR and MASTER_PORT");
             char host[200];
             first_slurm_host(list, host, sizeof(host));
             int port = 20000 + (int)(((unsigned)jobid * 31u + (unsigned)step) % 20000u);
@@ -147,7 +148,10 @@ chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
         CHORUS_CHECK(get_opt_int("LOCAL_WORLD_SIZE", &j->local_size, e));
         const char *run = env("TORCHELASTIC_RUN_ID");
         const char *port = env("MASTER_PORT");
-        snprintf(j->job, sizeof(j->job), "torch-%s-%s", id ? id : run ? run : "job",
+        snprintf(j->job, sizeof(j->job), "torch-%s-%s",
+                 id    ? id
+                 : run ? run
+                       : "job",
                  port ? port : "0");
         /* Under torchrun its agent's own store already listens on MASTER_PORT; Chorus's store
          * then uses the next port. */
@@ -167,8 +171,9 @@ chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
         return chorus__fail(e, CHORUS_ERR_ENV, "%s: rank %d is out of range for a world of %d",
                             j->launcher, j->rank, j->size);
     if (j->local_rank >= 0 && j->local_size > 0 && j->local_rank >= j->local_size)
-        return chorus__fail(e, CHORUS_ERR_ENV, "%s: local rank %d is out of range for %d local ranks",
-                            j->launcher, j->local_rank, j->local_size);
+        return chorus__fail(e, CHORUS_ERR_ENV,
+                            "%s: local rank %d is out of range for %d local ranks", j->launcher,
+                            j->local_rank, j->local_size);
     const char *store = env("CHORUS_STORE_ADDR");
     if (store && strcmp(j->launcher, "chorus-run")) {
         snprintf(j->store_addr, sizeof(j->store_addr), "%s", store);

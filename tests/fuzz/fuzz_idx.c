@@ -15,8 +15,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
     static char path[256];
     if (!path[0])
-        snprintf(path, sizeof(path), "%s/chorus-fuzz-idx-%d", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp",
-                 (int)getpid());
+        snprintf(path, sizeof(path), "%s/chorus-fuzz-idx-%d",
+                 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp", (int)getpid());
     if (n < 1) return 0;
     int dims = d[0] & 1 ? 3 : 1;
     FILE *f = fopen(path, "wb");

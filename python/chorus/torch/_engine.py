@@ -102,10 +102,10 @@ class Engine:
         o.no_compression = 0 if compressor else 1
         return o
 
-    def _finish(self, handles, what, keep, sync, finish):
+    def _finish(self, handles, what, keep, sync, finish, name=None):
         """Waits (now when sync, else on synchronize) for the C handles, releases them and
         returns finish(list of handles)."""
-        tl = _timeline.begin(what, None)
+        tl = _timeline.begin(what, name)
 
         def wait():
             err = None
@@ -179,13 +179,13 @@ class Engine:
             for d, f in posts:
                 mpi_ops.A.scale_(d, f)
             return finish()
-        return self._finish(handles, "allreduce", keep, sync, done)
+        return self._finish(handles, "allreduce", keep, sync, done, name)
 
     def broadcast(self, work, root, name, sync, finish):
         nbytes = work.numel() * work.element_size()
         h = self._enqueue(lib.chorus_engine_broadcast, name.encode(), work.data_ptr(), nbytes,
                           DTYPE["uint8"], root, None)
-        return self._finish([h], "broadcast", [work], sync, lambda _: finish())
+        return self._finish([h], "broadcast", [work], sync, lambda _: finish(), name)
 
     def allgather(self, host, name, sync, post):
         from . import mpi_ops
@@ -211,7 +211,7 @@ class Engine:
                 finally:
                     _libc.free(buf)
             return post(out)
-        return self._finish([h], "allgather", [host], sync, finish)
+        return self._finish([h], "allgather", [host], sync, finish, name)
 
     def join(self):
         last = ctypes.c_int(-1)

@@ -237,7 +237,10 @@ def _set(process_set):
 
 
 def _auto(prefix, name):
-    return name if name else "%s.noname.%d" % (prefix, next(_names))
+    """The engine keys ops by name. Unnamed ops share one counter whatever their kind, so
+    ranks that issue different collectives at the same point collide on a name and get a
+    mismatch error (kind differs) instead of waiting for each other forever."""
+    return name if name else "noname.%d" % next(_names)
 
 
 # ---- allreduce ----------------------------------------------------------------------------

@@ -1,11 +1,32 @@
 /*
  * dist.c - data-parallel synchronisation for the trainer: broadcast of the initial
- * parameters and the allreduce of the gradients. The only file of libchorus_nn that calls
- * the communicator, so an overlapping runtime can take its place.
+ * parameters and the summing of the gradients over the ranks. The only file of libchorus_nn
+ * that talks to the communicator or to the training runtime.
+ *
+ * Three ways to sum the gradients (nn_sync_mode):
+ *   fused  - after backward, one blocking chorus_allreduce over the whole gradient buffer;
+ *   layer  - after backward, one blocking chorus_allreduce per layer, last layer first;
+ *   engine - during backward: nn_backward calls a hook after each layer, which enqueues that
+ *            layer's gradient (weights and biases, contiguous) with the engine under the
+ *            layer's name ("linear3", "conv2d2"); the engine thread negotiates and reduces it
+ *            while the main thread differentiates the layers below. nn_dist_sync_grads then
+ *            waits for every handle.
+ * Every mode sums in place with CHORUS_SUM, so at two ranks (a + b) all three give the same
+ * bits.
+ *
+ * Timing, for the metrics: wait_s / grad_wait_s is the time the caller was blocked (exposed
+ * communication); comm_s is how long gradient communication took in wall time: in engine mode
+ * the time at least one gradient tensor was on its way, from its enqueue to the end of its
+ * handle (recorded by the handles' callbacks on the engine thread); hidden_s is the part of
+ * that before the caller started to wait, i.e. overlapped with backward.
  */
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
+#include "chorus/engine.h"
 #include "chorus/nn.h"
 
 static double now_s(void)
@@ -15,21 +36,86 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
-{
-    d->comm = comm;
-    d->rank = comm ? chorus_rank(comm) : 0;
-    d->size = comm ? chorus_size(comm) : 1;
-    d->mode = mode;
-    d->wait_s = 0.0;
-    d->err[0] = 0;
-}
+/* One tensor handed to the engine: the gradients of layers lo..hi, which are one contiguous
+ * range of model->grads (layers lie in order in it). Enqueued when backward finishes layer lo
+ * (it runs from the last layer down), so the bucket's layers are all final by then. */
+typedef struct grad_bucket {
+    int lo, hi;
+    size_t off, count;
+    char name[200];
+    chorus_engine_handle *h;  /* enqueued this step, or NULL */
+    double t_enq;             /* when it was enqueued */
+    double t_end;             /* when its handle ended (set by the callback, under x->mu) */
+    struct nn_dist_engine *x; /* for the callback */
+} grad_bucket;
+
+/* Engine mode state. The buckets are the main thread's; the fields under mu are shared with
+ * the callbacks, which run on the engine thread. */
+struct nn_dist_engine {
+    chorus_engine *eng;
+    int nlayers;        /* of the model the buckets were made for; 0 before the first step */
+    int nbuckets;       /* last layer's bucket first */
+    grad_bucket *b;     /* (nbuckets) */
+    int *bucket_of_lo;  /* (nlayers) bucket whose lowest layer this is, or -1 */
+    int enqueued;       /* handles enqueued this step */
+    char hook_err[512]; /* an enqueue that failed inside backward */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int ended; /* callbacks seen this step (under mu) */
+};
 
 static int failed(nn_dist *d, const char *what, chorus_result r)
 {
     snprintf(d->err, sizeof(d->err), "%s failed: %s (%s)", what, chorus_strerror(r),
              chorus_last_error(d->comm));
     return -1;
+}
+
+int nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
+{
+    d->comm = comm;
+    d->rank = comm ? chorus_rank(comm) : 0;
+    d->size = comm ? chorus_size(comm) : 1;
+    d->mode = mode;
+    d->wait_s = d->comm_s = d->grad_wait_s = d->hidden_s = 0.0;
+    d->eng = NULL;
+    d->bucket_bytes = 0;
+    d->err[0] = 0;
+    if (mode != NN_SYNC_ENGINE || d->size == 1) return 0;
+    struct nn_dist_engine *x = calloc(1, sizeof(*x));
+    if (!x) {
+        snprintf(d->err, sizeof(d->err), "out of memory");
+        return -1;
+    }
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->cv, NULL);
+    d->eng = x;
+    chorus_engine_opts eo;
+    chorus_engine_opts_init(&eo);
+    /* A step enqueues a handful of tensors, each as soon as it exists: negotiate at once
+     * rather than gathering them for a cycle (CHORUS_CYCLE_TIME_MS still overrides). */
+    if (!getenv("CHORUS_CYCLE_TIME_MS")) eo.cycle_time_ms = 0.0;
+    chorus_result r = chorus_engine_start(comm, &eo, &x->eng);
+    if (r != CHORUS_OK) {
+        failed(d, "starting the training engine", r);
+        nn_dist_finalize(d);
+        return -1;
+    }
+    return 0;
+}
+
+void nn_dist_finalize(nn_dist *d)
+{
+    struct nn_dist_engine *x = d->eng;
+    if (!x) return;
+    for (int i = 0; i < x->nbuckets; i++) chorus_engine_release(x->b[i].h);
+    if (x->eng) chorus_engine_shutdown(x->eng);
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->cv);
+    free(x->b);
+    free(x->bucket_of_lo);
+    free(x);
+    d->eng = NULL;
 }
 
 int nn_dist_broadcast_params(nn_dist *d, nn_model *m)
@@ -41,23 +127,190 @@ int nn_dist_broadcast_params(nn_dist *d, nn_model *m)
     return r == CHORUS_OK ? 0 : failed(d, "broadcast of the parameters", r);
 }
 
+/* Engine thread: a bucket's handle ended. */
+static void on_end(chorus_engine_handle *h, chorus_result r, void *arg)
+{
+    (void)h;
+    (void)r;
+    grad_bucket *b = arg;
+    struct nn_dist_engine *x = b->x;
+    double t = now_s();
+    pthread_mutex_lock(&x->mu);
+    b->t_end = t;
+    x->ended++;
+    pthread_cond_signal(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
+/* Cuts the model into buckets the first time it is seen: walking from the last layer down,
+ * layers with parameters join the current bucket until it holds d->bucket_bytes (0: one
+ * layer per bucket). Names list the layers, e.g. "linear3" or "linear2+linear3" (kind and
+ * ordinal among the layers of that kind), the same on every rank. 0 or -1. */
+static int engine_prepare(nn_dist *d, nn_model *m)
+{
+    struct nn_dist_engine *x = d->eng;
+    if (x->nlayers == m->nlayers && x->b) return 0;
+    if (x->b) {
+        snprintf(d->err, sizeof(d->err), "nn_dist: one model per nn_dist in engine mode");
+        return -1;
+    }
+    char(*lname)[24] = calloc((size_t)m->nlayers, sizeof(*lname));
+    x->b = calloc((size_t)m->nlayers, sizeof(*x->b));
+    x->bucket_of_lo = malloc((size_t)m->nlayers * sizeof(int));
+    if (!lname || !x->b || !x->bucket_of_lo) {
+        free(lname);
+        snprintf(d->err, sizeof(d->err), "out of memory");
+        return -1;
+    }
+    int count[NN_KIND_COUNT] = {0};
+    for (int i = 0; i < m->nlayers; i++) {
+        nn_kind k = m->layers[i].kind;
+        snprintf(lname[i], sizeof(lname[i]), "%s%d", nn_kind_name(k), ++count[k]);
+        x->bucket_of_lo[i] = -1;
+    }
+    grad_bucket *cur = NULL;
+    for (int i = m->nlayers - 1; i >= 0; i--) {
+        const nn_layer *L = &m->layers[i];
+        if (!L->nparams) continue;
+        if (!cur) {
+            cur = &x->b[x->nbuckets++];
+            cur->hi = i;
+            cur->name[0] = 0;
+        }
+        cur->lo = i;
+        cur->off = L->param_off;
+        cur->count = m->layers[cur->hi].param_off + m->layers[cur->hi].nparams - L->param_off;
+        /* names list the layers from the lowest up: prepend "lname+" */
+        size_t ln = strlen(lname[i]), cn = strlen(cur->name), add = ln + (cn ? 1 : 0);
+        if (add + cn < sizeof(cur->name)) {
+            memmove(cur->name + add, cur->name, cn + 1);
+            memcpy(cur->name, lname[i], ln);
+            if (cn) cur->name[ln] = '+';
+        }
+        if (cur->count * sizeof(float) >= d->bucket_bytes) cur = NULL;
+    }
+    for (int j = 0; j < x->nbuckets; j++) x->bucket_of_lo[x->b[j].lo] = j;
+    x->nlayers = m->nlayers;
+    free(lname);
+    return 0;
+}
+
+/* Enqueues bucket j (in place, summed). */
+static void engine_enqueue(nn_dist *d, nn_model *m, int j)
+{
+    struct nn_dist_engine *x = d->eng;
+    grad_bucket *b = &x->b[j];
+    if (b->h || x->hook_err[0]) return;
+    b->x = x;
+    b->t_enq = now_s();
+    chorus_engine_tensor_opts to = {0};
+    to.callback = on_end;
+    to.callback_arg = b;
+    float *g = m->grads + b->off;
+    chorus_result r = chorus_engine_allreduce(x->eng, b->name, g, g, b->count, CHORUS_FLOAT32,
+                                              CHORUS_SUM, &to, &b->h);
+    if (r != CHORUS_OK) {
+        b->h = NULL;
+        snprintf(x->hook_err, sizeof(x->hook_err),
+                 "gradient allreduce of '%s' could not be enqueued: %s (%s)", b->name,
+                 chorus_strerror(r), chorus_engine_last_error(x->eng));
+        return;
+    }
+    x->enqueued++;
+}
+
+static void grad_hook(nn_model *m, int layer, void *arg)
+{
+    nn_dist *d = arg;
+    int j = d->eng->bucket_of_lo[layer];
+    if (j >= 0) engine_enqueue(d, m, j);
+}
+
+void nn_dist_begin_backward(nn_dist *d, nn_model *m)
+{
+    if (!d->eng || engine_prepare(d, m)) return; /* a failure shows in nn_dist_sync_grads */
+    m->grad_hook = grad_hook;
+    m->grad_hook_arg = d;
+}
+
+static int engine_sync(nn_dist *d, nn_model *m)
+{
+    struct nn_dist_engine *x = d->eng;
+    m->grad_hook = NULL;
+    m->grad_hook_arg = NULL;
+    if (engine_prepare(d, m)) return -1;
+    /* Whatever backward did not hand over (no nn_dist_begin_backward this step). */
+    for (int j = 0; j < x->nbuckets; j++) engine_enqueue(d, m, j);
+    double t0 = now_s();
+    pthread_mutex_lock(&x->mu);
+    while (x->ended < x->enqueued) pthread_cond_wait(&x->cv, &x->mu);
+    x->ended = 0;
+    pthread_mutex_unlock(&x->mu);
+    double waited = now_s() - t0;
+    d->wait_s += waited;
+    d->grad_wait_s += waited;
+    /* Communication time: the union of the buckets' [enqueue, end] intervals, i.e. the time
+     * at least one gradient was on its way. Buckets are enqueued in index order. */
+    double busy = 0.0, hidden = 0.0, lo = 0.0, hi = -1.0;
+    for (int j = 0; j <= x->nbuckets; j++) {
+        grad_bucket *b = j < x->nbuckets ? &x->b[j] : NULL;
+        if (b && !b->h) continue;
+        if (!b || b->t_enq > hi) { /* close [lo, hi]; the part before t0 was hidden */
+            if (hi > lo) {
+                busy += hi - lo;
+                if (t0 > lo) hidden += (hi < t0 ? hi : t0) - lo;
+            }
+            if (!b) break;
+            lo = b->t_enq;
+            hi = b->t_end;
+        } else if (b->t_end > hi) {
+            hi = b->t_end;
+        }
+    }
+    d->comm_s += busy;
+    d->hidden_s += hidden;
+    x->enqueued = 0;
+    int rc = 0;
+    for (int j = 0; j < x->nbuckets; j++) {
+        grad_bucket *b = &x->b[j];
+        if (!b->h) continue;
+        chorus_result r = chorus_engine_wait(b->h); /* ended: returns at once */
+        if (r != CHORUS_OK && rc == 0) {
+            snprintf(d->err, sizeof(d->err), "gradient allreduce failed: %s (%s)",
+                     chorus_strerror(r), chorus_engine_handle_error(b->h));
+            rc = -1;
+        }
+        chorus_engine_release(b->h);
+        b->h = NULL;
+    }
+    if (x->hook_err[0] && rc == 0) {
+        snprintf(d->err, sizeof(d->err), "%s", x->hook_err);
+        rc = -1;
+    }
+    x->hook_err[0] = 0;
+    return rc;
+}
+
 int nn_dist_sync_grads(nn_dist *d, nn_model *m)
 {
     if (d->size == 1) return 0;
+    if (d->eng) return engine_sync(d, m);
     double t0 = now_s();
     chorus_result r = CHORUS_OK;
-    if (d->mode == NN_SYNC_FUSED) {
-        r = chorus_allreduce(d->comm, m->grads, m->grads, m->nparams, CHORUS_FLOAT32, CHORUS_SUM);
-    } else {
-        /* Last layer first: the order backward produces them, the order an overlapping
-         * runtime would send them. */
+    if (d->mode == NN_SYNC_LAYER) {
+        /* Last layer first: the order backward produces them. */
         for (int i = m->nlayers - 1; i >= 0 && r == CHORUS_OK; i--) {
             nn_layer *L = &m->layers[i];
             if (!L->nparams) continue;
             r = chorus_allreduce(d->comm, L->dw, L->dw, L->nparams, CHORUS_FLOAT32, CHORUS_SUM);
         }
+    } else {
+        r = chorus_allreduce(d->comm, m->grads, m->grads, m->nparams, CHORUS_FLOAT32, CHORUS_SUM);
     }
-    d->wait_s += now_s() - t0;
+    double dt = now_s() - t0;
+    d->wait_s += dt;
+    d->grad_wait_s += dt;
+    d->comm_s += dt;
     return r == CHORUS_OK ? 0 : failed(d, "gradient allreduce", r);
 }
 

@@ -394,6 +394,7 @@ void nn_backward(nn_model *m, const float *dout, int B)
         case NN_LAYERNORM: layernorm_backward(L, dy, dx, B); break;
         default: break;
         }
+        if (L->nparams && m->grad_hook) m->grad_hook(m, i, m->grad_hook_arg);
         if (!need_dx) break;
         dy = dx;
         which = next;

@@ -5,8 +5,10 @@
  * Every rank holds the whole model. Rank 0's initial parameters are broadcast; each global
  * batch is split across the ranks by the distributed sampler; the gradients are summed
  * (nn_dist_sync_grads, the loss gradient already scaled by 1/global batch) and every rank
- * takes the same optimizer step, so the parameters stay bitwise identical. Rank 0 prints
- * progress, writes metrics and checkpoints.
+ * takes the same optimizer step, so the parameters stay bitwise identical. With
+ * --grad-sync engine each layer's gradient is handed to the training runtime as soon as the
+ * backward pass has produced it, so its allreduce overlaps the rest of backward. Rank 0
+ * prints progress, writes metrics and checkpoints.
  */
 #include <cblas.h>
 #include <errno.h>
@@ -44,6 +46,8 @@ typedef struct opts {
     const char *data;
     const char *dump;
     const char *sync;
+    long bucket_kb;
+    int no_eval;
     int log_every;
 } opts;
 
@@ -98,10 +102,16 @@ static void usage(FILE *f)
             "  --metrics FILE         JSON line per step: loss, acc, lr, samples/s, comm wait\n"
             "  --max-steps N          stop after N optimizer steps in all\n"
             "  --dump-params FILE     write each rank's final parameters to FILE.<rank>\n"
-            "  --grad-sync layer|fused  one allreduce per layer, or one over the whole\n"
-            "                         contiguous gradient buffer (fused)\n"
+            "  --grad-sync fused|layer|engine  after backward, one allreduce over the whole\n"
+            "                         contiguous gradient buffer (fused) or one per layer; or\n"
+            "                         each layer's allreduce started by the training engine\n"
+            "                         as soon as backward produced it, overlapping the rest\n"
+            "                         of backward (engine) (fused)\n"
+            "  --bucket-kb N          engine: send consecutive layers as one tensor until it\n"
+            "                         holds N KiB (0: one tensor per layer) (0)\n"
             "  --log-every N          progress line every N steps when not on a terminal "
-            "(50)\n");
+            "(50)\n"
+            "  --no-eval              skip the test-set evaluation (for timing runs)\n");
 }
 
 static void parse(int argc, char **argv, opts *o)
@@ -146,7 +156,9 @@ static void parse(int argc, char **argv, opts *o)
         O_DATA,
         O_DUMP,
         O_SYNC,
+        O_BUCKET,
         O_LOGEVERY,
+        O_NOEVAL,
         O_HELP
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -172,7 +184,9 @@ static void parse(int argc, char **argv, opts *o)
                                        {"data", 1, 0, O_DATA},
                                        {"dump-params", 1, 0, O_DUMP},
                                        {"grad-sync", 1, 0, O_SYNC},
+                                       {"bucket-kb", 1, 0, O_BUCKET},
                                        {"log-every", 1, 0, O_LOGEVERY},
+                                       {"no-eval", 0, 0, O_NOEVAL},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int c;
@@ -211,7 +225,9 @@ static void parse(int argc, char **argv, opts *o)
         case O_DATA: o->data = optarg; break;
         case O_DUMP: o->dump = optarg; break;
         case O_SYNC: o->sync = optarg; break;
+        case O_BUCKET: NUM(o->bucket_kb, strtol(optarg, &end, 10), o->bucket_kb >= 0); break;
         case O_LOGEVERY: NUM(o->log_every, (int)strtol(optarg, &end, 10), o->log_every > 0); break;
+        case O_NOEVAL: o->no_eval = 1; break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -226,8 +242,8 @@ static void parse(int argc, char **argv, opts *o)
     if (strcmp(o->schedule, "cosine") && strcmp(o->schedule, "step") &&
         strcmp(o->schedule, "const"))
         die("--lr-schedule must be cosine, step or const, not '%s'", o->schedule);
-    if (strcmp(o->sync, "layer") && strcmp(o->sync, "fused"))
-        die("--grad-sync must be layer or fused, not '%s'", o->sync);
+    if (strcmp(o->sync, "layer") && strcmp(o->sync, "fused") && strcmp(o->sync, "engine"))
+        die("--grad-sync must be fused, layer or engine, not '%s'", o->sync);
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
@@ -305,6 +321,12 @@ static double evaluate(nn_model *m, nn_dist *d, const nn_dataset *test, float *x
     return acc[1] / acc[2];
 }
 
+/* Share of the gradient communication time that overlapped backward. */
+static double hidden_share(const nn_dist *d)
+{
+    return d->comm_s > 0 ? d->hidden_s / d->comm_s : 0.0;
+}
+
 static void fmt_eta(char *buf, size_t len, double s)
 {
     if (s < 0 || !isfinite(s)) s = 0;
@@ -325,7 +347,11 @@ int main(int argc, char **argv)
     if (cr != CHORUS_OK)
         die("chorus_init failed: %s (%s)", chorus_strerror(cr), chorus_last_error(NULL));
     nn_dist dist;
-    nn_dist_init(&dist, comm, !strcmp(o.sync, "fused") ? NN_SYNC_FUSED : NN_SYNC_LAYER);
+    nn_sync_mode mode = !strcmp(o.sync, "fused")   ? NN_SYNC_FUSED
+                        : !strcmp(o.sync, "layer") ? NN_SYNC_LAYER
+                                                   : NN_SYNC_ENGINE;
+    if (nn_dist_init(&dist, comm, mode)) die("%s", dist.err);
+    dist.bucket_bytes = (size_t)o.bucket_kb * 1024;
     int rank = dist.rank, world = dist.size;
     g_rank = rank;
     openblas_set_num_threads(o.threads);
@@ -421,7 +447,7 @@ int main(int argc, char **argv)
 
     uint64_t total_steps = (uint64_t)o.epochs * steps_per_epoch;
     if (o.max_steps > 0 && (uint64_t)o.max_steps < total_steps) total_steps = (uint64_t)o.max_steps;
-    double t_start = now_s(), train_time = 0.0;
+    double t_start = now_s(), train_time = 0.0, step_wait = 0.0;
     uint64_t steps_done = 0; /* in this process, for speed and ETA */
     double samples_done = 0.0;
     int stop = 0;
@@ -436,7 +462,8 @@ int main(int argc, char **argv)
                 stop = 1;
                 break;
             }
-            double t0 = now_s(), w0 = dist.wait_s;
+            double t0 = now_s(), w0 = dist.wait_s, gw0 = dist.grad_wait_s, gc0 = dist.comm_s,
+                   gh0 = dist.hidden_s;
             float lr = lr_at(&o, st.global_step, steps_per_epoch, world);
             const uint32_t *idx;
             size_t gcount;
@@ -453,6 +480,9 @@ int main(int argc, char **argv)
                 int hits = 0;
                 stats[0] += nn_xent(z, y, (int)nb, C, scale, dl, &hits);
                 stats[1] += hits;
+                /* The last pass completes the gradients: in engine mode each layer's goes to
+                 * the other ranks the moment it is done; earlier passes only accumulate. */
+                if (k + 1 == o.accum) nn_dist_begin_backward(&dist, m);
                 nn_backward(m, dl, (int)nb);
                 off += nb;
             }
@@ -465,6 +495,7 @@ int main(int argc, char **argv)
             st.step_in_epoch = step + 1 == steps_per_epoch ? 0 : step + 1;
             double t1 = now_s(), dt = t1 - t0;
             train_time += dt;
+            step_wait += dist.wait_s - w0;
             steps_done++;
             samples_done += (double)gcount;
             ep_loss += stats[0];
@@ -475,10 +506,12 @@ int main(int argc, char **argv)
                 if (metrics)
                     fprintf(metrics,
                             "{\"step\":%llu,\"epoch\":%llu,\"loss\":%.6f,\"acc\":%.4f,\"lr\":%.6g,"
-                            "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f}\n",
+                            "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f,"
+                            "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f}\n",
                             (unsigned long long)st.global_step, (unsigned long long)epoch + 1,
                             stats[0] / stats[2], stats[1] / stats[2], (double)lr,
-                            (double)gcount / dt, dt, dist.wait_s - w0);
+                            (double)gcount / dt, dt, dist.wait_s - w0, dist.comm_s - gc0,
+                            dist.hidden_s - gh0, dist.grad_wait_s - gw0);
                 int last = step + 1 == steps_per_epoch || st.global_step >= total_steps;
                 int due = tty ? (t1 - last_print > 0.2 || last)
                               : (st.global_step % (uint64_t)o.log_every == 0);
@@ -500,14 +533,18 @@ int main(int argc, char **argv)
         }
         if (stop && ep_n == 0) break;
         if (rank == 0 && tty) printf("\n");
-        double test_loss;
-        last_test_acc = evaluate(m, &dist, &test, x, y, &test_loss);
-        if (rank == 0) {
+        double test_loss = 0;
+        if (!o.no_eval) last_test_acc = evaluate(m, &dist, &test, x, y, &test_loss);
+        if (rank == 0 && !o.no_eval) {
+            char hid[64] = "";
+            if (dist.eng && dist.comm_s > 0)
+                snprintf(hid, sizeof(hid), ", %.0f%% of gradient comm hidden",
+                         100.0 * hidden_share(&dist));
             printf("epoch %llu/%d: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f "
-                   "samples/s, comm wait %.1f%%\n",
+                   "samples/s, comm wait %.1f%%%s\n",
                    (unsigned long long)epoch + 1, o.epochs, ep_n ? ep_loss / ep_n : 0.0,
                    ep_n ? ep_hits / ep_n : 0.0, test_loss, last_test_acc, samples_done / train_time,
-                   100.0 * dist.wait_s / (now_s() - t_start));
+                   100.0 * dist.wait_s / (now_s() - t_start), hid);
             fflush(stdout);
         }
         if (rank == 0 && o.ckpt_dir &&
@@ -515,12 +552,25 @@ int main(int argc, char **argv)
             if (nn_ckpt_save(o.ckpt_dir, m, &opt, &st, err, sizeof(err))) die("%s", err);
     }
 
+    if (rank == 0 && world > 1 && steps_done > 0) {
+        double hid = dist.hidden_s;
+        printf("gradient sync (%s): %.3f ms/step in flight, %.3f ms/step waited for (%.0f%% "
+               "hidden behind backward, %.1f%% of step time); %.1f%% of step time waiting in "
+               "collectives\n",
+               o.sync, 1e3 * dist.comm_s / (double)steps_done,
+               1e3 * dist.grad_wait_s / (double)steps_done, 100.0 * hidden_share(&dist),
+               train_time > 0 && hid > 0 ? 100.0 * hid / train_time : 0.0,
+               train_time > 0 ? 100.0 * step_wait / train_time : 0.0);
+    }
     if (rank == 0) {
         if (last_test_acc >= 0)
             printf("done: %llu steps, test accuracy %.4f, %.0f samples/s over %.1f s of "
                    "training\n",
                    (unsigned long long)st.global_step, last_test_acc,
                    train_time > 0 ? samples_done / train_time : 0.0, train_time);
+        else if (steps_done > 0)
+            printf("done: %llu steps, %.0f samples/s over %.1f s of training (not evaluated)\n",
+                   (unsigned long long)st.global_step, samples_done / train_time, train_time);
         else
             printf("done: %llu steps (nothing left to train)\n",
                    (unsigned long long)st.global_step);
@@ -533,6 +583,7 @@ int main(int argc, char **argv)
             die("cannot write %s: %s", path, strerror(errno));
     }
     if (metrics) fclose(metrics);
+    nn_dist_finalize(&dist);
     free(x);
     free(y);
     free(dl);

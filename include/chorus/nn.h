@@ -77,19 +77,27 @@ typedef struct nn_layer {
     int32_t *idx;            /* maxpool2d: argmax within the input plane (B, C, OH, OW) */
 } nn_layer;
 
+struct nn_model;
+/* Called by nn_backward right after layer `layer` has added its parameter gradients: from then
+ * on, in this backward pass, nothing writes that layer's dw and db (an overlapping runtime may
+ * start sending them while the layers below are still being differentiated). */
+typedef void (*nn_grad_hook)(struct nn_model *m, int layer, void *arg);
+
 typedef struct nn_model {
     int nlayers, cap;
     nn_layer *layers;
-    int in_c, in_h, in_w; /* per-sample input shape */
-    int max_batch;        /* largest batch forward() accepts, fixed by finalize */
-    size_t nparams;       /* total parameter count */
-    float *params;        /* (nparams) every parameter, layer after layer */
-    float *grads;         /* (nparams) gradients, same layout */
-    float *dbuf[2];       /* ping-pong buffers for gradients w.r.t. activations */
-    int training;         /* dropout active when set */
-    uint64_t seed;        /* dropout streams derive from seed, rank and step */
-    uint64_t step;        /* set by the trainer before forward() */
-    int rank;             /* set by the trainer before forward() */
+    int in_c, in_h, in_w;   /* per-sample input shape */
+    int max_batch;          /* largest batch forward() accepts, fixed by finalize */
+    size_t nparams;         /* total parameter count */
+    float *params;          /* (nparams) every parameter, layer after layer */
+    float *grads;           /* (nparams) gradients, same layout */
+    float *dbuf[2];         /* ping-pong buffers for gradients w.r.t. activations */
+    int training;           /* dropout active when set */
+    uint64_t seed;          /* dropout streams derive from seed, rank and step */
+    uint64_t step;          /* set by the trainer before forward() */
+    int rank;               /* set by the trainer before forward() */
+    nn_grad_hook grad_hook; /* when set, called by nn_backward per layer with parameters */
+    void *grad_hook_arg;
 } nn_model;
 
 /* Starts an empty model taking inputs of per-sample shape (c,h,w); features are (F,1,1).
@@ -127,7 +135,8 @@ const float *nn_forward(nn_model *m, const float *x, int B);
 
 /* Back-propagates dout (B, out_features) through the layers of the last forward, ADDING
  * the parameter gradients to model->grads (so several backward passes accumulate). The
- * gradient w.r.t. the model input is not computed. dout is not modified. */
+ * gradient w.r.t. the model input is not computed. dout is not modified. Calls
+ * m->grad_hook (when set) after each layer with parameters, last layer first. */
 void nn_backward(nn_model *m, const float *dout, int B);
 
 void nn_zero_grad(nn_model *m);
@@ -267,27 +276,53 @@ int nn_ckpt_load_latest(const char *dir, nn_model *m, nn_optim *o, nn_train_stat
 
 /* ---- data-parallel gradient synchronisation ------------------------------------------ */
 
-/* The one place where the trainer talks to the communicator about gradients. Today it calls
- * chorus_allreduce in place, per layer or once over the whole (contiguous) gradient buffer;
- * an overlapping runtime can replace it without touching the training loop. */
+/* The one place where the trainer talks to the communicator about gradients. */
 typedef enum {
-    NN_SYNC_LAYER, /* one allreduce per layer that has parameters, last layer first */
-    NN_SYNC_FUSED  /* one allreduce over model->grads */
+    NN_SYNC_LAYER, /* one blocking allreduce per layer that has parameters, last layer first,
+                      after the backward pass */
+    NN_SYNC_FUSED, /* one blocking allreduce over model->grads after the backward pass */
+    NN_SYNC_ENGINE /* through the training runtime (chorus/engine.h): each layer's gradient
+                      is enqueued by name as soon as backward has produced it, so it travels
+                      while the layers below are differentiated; the step waits on them */
 } nn_sync_mode;
+
+struct nn_dist_engine; /* engine mode: the engine, handles and timings (nn/dist.c) */
 
 typedef struct nn_dist {
     chorus_comm *comm;
     int rank, size;
     nn_sync_mode mode;
-    double wait_s; /* seconds spent in collectives since init (comm wait time) */
+    double wait_s;       /* seconds the caller was blocked in collectives since init (exposed
+                            communication: in engine mode only the waits on the handles) */
+    double comm_s;       /* seconds gradient communication took since init: engine mode, the time
+                            at least one gradient tensor was on its way (from its enqueue to the end
+                            of its handle; union over the tensors of a step, summed over steps);
+                            blocking modes, the time in the gradient allreduces */
+    double hidden_s;     /* the part of comm_s before the step began to wait for the gradients,
+                            i.e. overlapped with backward (0 in the blocking modes) */
+    double grad_wait_s;  /* the part of wait_s spent waiting for gradients */
+    size_t bucket_bytes; /* engine mode: consecutive layers are sent as one tensor until it
+                            holds this many bytes (0, the default: one tensor per layer). Set
+                            before the first step, the same on every rank. */
+    struct nn_dist_engine *eng;
     char err[512]; /* detail of the last failure */
 } nn_dist;
 
-void nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode);
+/* Sets d up over comm (NULL: one rank, nothing to communicate). NN_SYNC_ENGINE with more than
+ * one rank starts an engine (collective: every rank calls this). 0, or -1 (d->err says why). */
+int nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode);
+/* Stops the engine, if any (collective in engine mode). d->comm is not finalized. */
+void nn_dist_finalize(nn_dist *d);
 /* Copies rank 0's parameters to every rank. 0 or -1 (d->err says why). */
 int nn_dist_broadcast_params(nn_dist *d, nn_model *m);
-/* Sums model->grads over the ranks, in place. The caller scales the loss gradient by
- * 1/global batch, so the sum is the gradient of the global mean loss. 0 or -1. */
+/* Call before the LAST backward pass of a step (after nn_zero_grad and any earlier
+ * accumulating passes). In engine mode it installs m->grad_hook so that each layer's
+ * gradient is enqueued the moment backward finishes it; other modes do nothing. */
+void nn_dist_begin_backward(nn_dist *d, nn_model *m);
+/* Sums model->grads over the ranks, in place: the blocking modes allreduce now; engine mode
+ * enqueues what backward has not (a step without nn_dist_begin_backward), waits on every
+ * handle and removes the hook. The caller scales the loss gradient by 1/global batch, so the
+ * sum is the gradient of the global mean loss. 0 or -1. */
 int nn_dist_sync_grads(nn_dist *d, nn_model *m);
 /* Sums n doubles over the ranks, in place (loss and accuracy counters). 0 or -1. */
 int nn_dist_sum(nn_dist *d, double *v, int n);

@@ -20,22 +20,45 @@
 #include "coll/comm.h"
 #include "transport/shm/shm.h"
 
-static chorus_result oneshot(chorus_comm *c, const void *send, void *recv, size_t count,
-                             chorus_dtype t, chorus_op op)
+#define NT_BLOCK CHORUS_SHM_BLOCK /* bytes reduced in cache before a non-temporal copy */
+
+/* Every rank reduces everything, chunk by chunk: copy my chunk into my slot, post, wait for
+ * everyone's, reduce all slots in rank order into my output. One synchronisation per chunk.
+ * With a single chunk this is the one-shot. Large outputs go through a small cached block and
+ * are written with non-temporal stores. */
+static chorus_result flat(chorus_comm *c, const char *send, char *recv, size_t count,
+                          chorus_dtype t, chorus_op op)
 {
     chorus_shm *s = c->shm;
     chorus_errbuf *e = &c->err;
-    size_t bytes = count * chorus_dtype_size(t);
-    uint64_t g = s->g++, sig = chorus__shm_sig(CHORUS_COLL_ALLREDUCE, (int)t, (int)op, 1, 0);
-    CHORUS_CHECK(chorus__shm_wait_slot(s, g, e));
-    memcpy(chorus__shm_slot(s, s->rank, g), send, bytes);
-    chorus__shm_post_in(s, g, sig, count);
-    CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
-    chorus__reduce(recv, chorus__shm_slot(s, 0, g), chorus__shm_slot(s, 1, g), count, t, op);
-    for (int q = 2; q < s->size; q++)
-        chorus__reduce(recv, recv, chorus__shm_slot(s, q, g), count, t, op);
-    chorus__reduce_finish(recv, count, t, op, s->size);
-    chorus__shm_end_chunk(s, g);
+    int p = s->size, me = s->rank;
+    size_t es = chorus_dtype_size(t), per = s->chunk / es;
+    size_t nch = (count + per - 1) / per;
+    int nt = count * es >= s->nt_min;
+    size_t blk = NT_BLOCK / es;
+    uint64_t sig = chorus__shm_sig(CHORUS_COLL_ALLREDUCE, (int)t, (int)op, 1, 0);
+    for (size_t k = 0; k < nch; k++) {
+        uint64_t g = s->g + k;
+        size_t base = k * per, n = count - base < per ? count - base : per;
+        CHORUS_CHECK(chorus__shm_wait_slot(s, g, e));
+        memcpy(chorus__shm_slot(s, me, g), send + base * es, n * es);
+        chorus__shm_post_in(s, g, sig, count);
+        CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
+        char *out = recv + base * es;
+        for (size_t i = 0; i < n; i += nt ? blk : n) {
+            size_t m = nt && n - i > blk ? blk : n - i;
+            char *dst = nt ? s->block : out + i * es;
+            size_t at = i * es;
+            chorus__reduce(dst, chorus__shm_slot(s, 0, g) + at, chorus__shm_slot(s, 1, g) + at, m,
+                           t, op);
+            for (int q = 2; q < p; q++)
+                chorus__reduce(dst, dst, chorus__shm_slot(s, q, g) + at, m, t, op);
+            chorus__reduce_finish(dst, m, t, op, p);
+            if (nt) chorus__shm_copy(out + i * es, dst, m * es, 1);
+        }
+        chorus__shm_end_chunk(s, g);
+    }
+    s->g += nch;
     return CHORUS_OK;
 }
 
@@ -95,10 +118,9 @@ static chorus_result pipelined(chorus_comm *c, const char *send, char *recv, siz
 }
 
 chorus_result chorus__allreduce_shm(chorus_comm *c, const void *send, void *recv, size_t count,
-                                    chorus_dtype t, chorus_op op)
+                                    chorus_dtype t, chorus_op op, int rsag)
 {
     c->shm->what = "allreduce";
-    if (count * chorus_dtype_size(t) <= c->shm->oneshot_max)
-        return oneshot(c, send, recv, count, t, op);
-    return pipelined(c, send, recv, count, t, op);
+    if (rsag) return pipelined(c, send, recv, count, t, op);
+    return flat(c, send, recv, count, t, op);
 }

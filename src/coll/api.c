@@ -77,7 +77,8 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     }
     chorus_result r;
     switch (chorus__select_allreduce(c, bytes)) {
-    case CHORUS_AR_SHM: r = chorus__allreduce_shm(c, send, recv, count, t, op); break;
+    case CHORUS_AR_SHM_FLAT: r = chorus__allreduce_shm(c, send, recv, count, t, op, 0); break;
+    case CHORUS_AR_SHM_RSAG: r = chorus__allreduce_shm(c, send, recv, count, t, op, 1); break;
     case CHORUS_AR_RD: r = chorus__allreduce_rd(c, send, recv, count, t, op); break;
     default: r = chorus__allreduce_ring(c, send, recv, count, t, op); break;
     }

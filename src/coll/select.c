@@ -26,6 +26,7 @@
  * tree, chain, pairwise, dissemination or shm); forcing shm where there is no shared memory
  * warns once and uses the rules. Every rank must see the same settings.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "coll/comm.h"
@@ -33,11 +34,11 @@
 
 static const char *forced(chorus_comm *c, const char *var, int bit, const char *const *known)
 {
-    const char *v = chorus__cfg_str(var);
-    if (!v) return NULL;
+    const char *v = getenv(var); /* not chorus__cfg_str: no default, and this is per call */
+    if (!v || !*v) return NULL;
     for (int i = 0; known[i]; i++)
         if (!strcmp(v, known[i])) {
-            if (strcmp(v, "shm") || c->shm) return known[i];
+            if (strncmp(v, "shm", 3) || c->shm) return known[i];
             if (!(c->select_warned & (1u << bit))) {
                 c->select_warned |= 1u << bit;
                 CHORUS_WARN(CHORUS_LOG_COLL,
@@ -59,10 +60,14 @@ static const char *forced(chorus_comm *c, const char *var, int bit, const char *
 
 chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes)
 {
-    static const char *const known[] = {"rd", "ring", "shm", NULL};
+    static const char *const known[] = {"rd", "ring", "shm", "shm_flat", "shm_rsag", NULL};
     const char *f = forced(c, "CHORUS_ALGO_ALLREDUCE", CHORUS_COLL_ALLREDUCE, known);
-    if (f) return f[0] == 'r' ? (f[1] == 'd' ? CHORUS_AR_RD : CHORUS_AR_RING) : CHORUS_AR_SHM;
-    if (c->shm) return CHORUS_AR_SHM;
+    if (f && f[0] == 'r') return f[1] == 'd' ? CHORUS_AR_RD : CHORUS_AR_RING;
+    if (f && !strcmp(f, "shm_flat")) return CHORUS_AR_SHM_FLAT;
+    if (f && !strcmp(f, "shm_rsag")) return CHORUS_AR_SHM_RSAG;
+    if (c->shm) /* flat: one sync per slot, but every rank reads all p inputs */
+        return c->size <= 2 || bytes <= c->shm->oneshot_max ? CHORUS_AR_SHM_FLAT
+                                                            : CHORUS_AR_SHM_RSAG;
     return bytes <= (size_t)chorus__cfg_long("CHORUS_ALLREDUCE_RD_MAX") ? CHORUS_AR_RD
                                                                         : CHORUS_AR_RING;
 }

@@ -57,7 +57,8 @@ static chorus_shm *map_segment(int fd, size_t total, int size, int rank, chorus_
     s->data = calloc((size_t)size, sizeof(char *));
     s->pidfd = calloc((size_t)size, sizeof(int));
     s->pid_ok = calloc((size_t)size, sizeof(int));
-    if (!s->data || !s->pidfd || !s->pid_ok) {
+    s->block = chorus__malloc_aligned(CHORUS_SHM_BLOCK);
+    if (!s->data || !s->pidfd || !s->pid_ok || !s->block) {
         chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
         chorus__shm_destroy(s);
         return NULL;
@@ -203,6 +204,7 @@ void chorus__shm_destroy(chorus_shm *s)
     free(s->pidfd);
     free(s->pid_ok);
     free(s->data);
+    free(s->block);
     free(s);
 }
 

@@ -80,9 +80,12 @@ typedef struct chorus_shm {
     int *pid_ok;      /* [size]: pid is meaningful in this pid namespace */
     chorus_net *net;  /* to notice a failure reported over TCP */
     const char *what; /* the running collective, for error messages */
+    char *block;      /* CHORUS_SHM_BLOCK private bytes, 64-byte aligned */
     char name[64];
     int unlinked;
 } chorus_shm;
+
+#define CHORUS_SHM_BLOCK 16384
 
 /* Rank 0: creates and maps the segment `name` for size ranks and reserves its memory (so a
  * full /dev/shm is an error here, not a SIGBUS later). The name stays in /dev/shm until

@@ -7,7 +7,8 @@ Used by bench/compare_tcp.sh and bench/compare_shm.sh; handy on its own for save
 
 Each input is the stdout of chorus-bench, bench/mpi_allreduce or bench/gloo_allreduce.py (or
 nccl-tests). Several files for one label are repeated runs: the table shows, per size, the
-median of their times and busbws. The first label is the subject: the ratio columns compare it
+median of their times, the busbw that goes with it, and 'spr', the slowest run's time over the
+fastest's (how noisy the machine was). The first label is the subject: the ratio columns compare it
 with every other label (busbw ratio subject/other: >1 means the subject is faster; time ratio
 subject/other: <1 means the subject is faster).
 
@@ -147,7 +148,9 @@ def median_rows(runs):
         t = statistics.median(v[0] for v in vals)
         k = [bw * tt for tt, bw in vals if bw > 0 and tt > 0]
         bw = statistics.median(k) / t if k and t > 0 else statistics.median(v[1] for v in vals)
-        out[size] = (t, bw)
+        times = [v[0] for v in vals]
+        spread = max(times) / min(times) if min(times) > 0 else None
+        out[size] = (t, bw, spread)
     return out
 
 
@@ -206,6 +209,9 @@ def main():
     if a.membw:
         print(f"#   memory (GB/s): {bw_note}; bound busbw = sum_bw*(P-1)/P^2 = "
               + (f"{bound:.3f} GB/s at P={a.np}" if bound else "n/a"))
+    spread = any(n > 1 for _, _, n in series)
+    if spread:
+        print("#   spr = slowest / fastest run's time for that size (noise between runs)")
     print(f"#   busbw in GB/s (1e9), time in us; bw/X = {subject[0]} busbw / X busbw (>1: "
           f"{subject[0]} faster), t/X = {subject[0]} time / X time (<1: {subject[0]} faster)")
 
@@ -215,6 +221,8 @@ def main():
     head = [f"{'size':>6}"]
     for label, _, _ in series:
         head.append(f"{label + ' us':>{tw[label]}} {label + ' bw':>{tw[label]}}")
+        if spread:
+            head.append(f"{'spr':>4}")
         if bound:
             head.append(f"{'%bnd':>4}")
     for label, _, _ in others:
@@ -223,13 +231,15 @@ def main():
     for size in sizes:
         row = [f"{fmt_size(size):>6}"]
         for label, rows, _ in series:
-            t, bw = rows.get(size, (None, None))
+            t, bw, spr = rows.get(size, (None, None, None))
             row.append(f"{fmt(t, '.2f', tw[label])} {fmt(bw, '.3f', tw[label])}")
+            if spread:
+                row.append(fmt(spr, '.1f', 4))
             if bound:
                 row.append(fmt(100.0 * bw / bound if bw is not None else None, '.0f', 4))
-        st = subject[1].get(size, (None, None))[0]
+        st = subject[1].get(size, (None,))[0]
         for label, rows, _ in others:
-            ot, obw = rows.get(size, (None, None))
+            ot = rows.get(size, (None,))[0]
             # Same size, same collective: the busbw ratio is the inverse time ratio; taking it
             # from the times avoids the rounding of tiny printed busbws.
             rbw = ot / st if st and ot is not None else None

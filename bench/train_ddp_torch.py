@@ -1,11 +1,13 @@
 #!/usr/bin/python3
-"""PyTorch DistributedDataParallel (gloo, CPU) baseline for chorus-train.
+"""PyTorch baselines for chorus-train: DistributedDataParallel (gloo, CPU), or one plain
+process with several intra-op threads.
 
 Trains the same 784-512-256-10 MLP on Fashion-MNIST with the same global batch split
-across ranks, SGD with Nesterov momentum, one intra-op thread per rank, and prints the
+across ranks, SGD with Nesterov momentum, --threads intra-op threads per rank, and prints the
 training throughput in samples/s over all ranks, timed after a warm-up, like chorus-train.
 
     /usr/bin/python3 bench/train_ddp_torch.py --np 2 --batch 256 --steps 200
+    /usr/bin/python3 bench/train_ddp_torch.py --plain --threads 2 --batch 256   # no DDP
 """
 import argparse
 import gzip
@@ -31,15 +33,16 @@ def load(path_dir):
 
 
 def worker(rank, args):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(args.port)
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=args.np)
+    if not args.plain:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(args.port)
+        dist.init_process_group("gloo", rank=rank, world_size=args.np)
     torch.manual_seed(1)
     x, y = load(args.data)
     model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
                           nn.Linear(256, 10))
-    ddp = nn.parallel.DistributedDataParallel(model)
+    ddp = model if args.plain else nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9, nesterov=True,
                           weight_decay=5e-4)
     loss_fn = nn.CrossEntropyLoss()
@@ -50,7 +53,8 @@ def worker(rank, args):
     t0 = None
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
-            dist.barrier()
+            if not args.plain:
+                dist.barrier()
             t0 = time.perf_counter()
         s = step % steps_per_epoch
         idx = perm[s * args.batch + rank * per: s * args.batch + (rank + 1) * per]
@@ -58,13 +62,16 @@ def worker(rank, args):
         loss = loss_fn(ddp(x[idx]), y[idx])
         loss.backward()
         opt.step()
-    dist.barrier()
+    if not args.plain:
+        dist.barrier()
     dt = time.perf_counter() - t0
     if rank == 0:
-        print(f"torch DDP (gloo) mlp: {args.np} ranks x {args.threads} thread, global batch "
+        what = "torch plain" if args.plain else "torch DDP (gloo)"
+        print(f"{what} mlp: {args.np} ranks x {args.threads} thread, global batch "
               f"{args.batch}: {args.steps * args.batch / dt:.0f} samples/s "
               f"({dt / args.steps * 1e3:.2f} ms/step, loss {loss.item():.3f})")
-    dist.destroy_process_group()
+    if not args.plain:
+        dist.destroy_process_group()
 
 
 def main():
@@ -76,8 +83,14 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--port", type=int, default=29533)
     ap.add_argument("--data", default=DATA)
+    ap.add_argument("--plain", action="store_true",
+                    help="one process, no DDP (the --threads intra-op threads do the work)")
     args = ap.parse_args()
-    mp.spawn(worker, args=(args,), nprocs=args.np, join=True)
+    if args.plain:
+        args.np = 1
+        worker(0, args)
+    else:
+        mp.spawn(worker, args=(args,), nprocs=args.np, join=True)
 
 
 if __name__ == "__main__":

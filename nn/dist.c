@@ -239,9 +239,10 @@ static int engine_sync(nn_dist *d, nn_model *m)
     m->grad_hook = NULL;
     m->grad_hook_arg = NULL;
     if (engine_prepare(d, m)) return -1;
-    /* Whatever backward did not hand over (no nn_dist_begin_backward this step). */
-    for (int j = 0; j < x->nbuckets; j++) engine_enqueue(d, m, j);
+    /* From here the caller waits; whatever backward did not hand over (no
+     * nn_dist_begin_backward this step) goes now, exposed. */
     double t0 = now_s();
+    for (int j = 0; j < x->nbuckets; j++) engine_enqueue(d, m, j);
     pthread_mutex_lock(&x->mu);
     while (x->ended < x->enqueued) pthread_cond_wait(&x->cv, &x->mu);
     x->ended = 0;

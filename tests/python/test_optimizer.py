@@ -41,14 +41,16 @@ def assert_same_on_all_ranks(model):
         assert torch.equal(everyone[r], mine), "rank %d's parameters differ" % r
 
 
-def train(distributed, steps=4, passes=1, compression=hvd.Compression.none, opt_cls=None):
+def train(distributed, steps=4, passes=1, compression=hvd.Compression.none, opt_cls=None,
+          bucket_cap_mb=25.0):
     model = make_model()
     opt_cls = opt_cls or (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9))
     opt = opt_cls(model.parameters())
     if distributed:
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
                                        compression=compression,
-                                       backward_passes_per_step=passes)
+                                       backward_passes_per_step=passes,
+                                       bucket_cap_mb=bucket_cap_mb)
     loss_fn = torch.nn.CrossEntropyLoss()
     for step in range(steps):
         opt.zero_grad()
@@ -68,6 +70,15 @@ def test_matches_single_process_global_batch(opt_name):
     ref = train(False, opt_cls=cls)
     assert_same_on_all_ranks(dist)
     assert torch.allclose(flat(dist), flat(ref), atol=1e-5), (flat(dist) - flat(ref)).abs().max()
+
+
+@pytest.mark.parametrize("cap", [0, 0.0005])
+def test_buckets(cap):
+    """One allreduce per parameter (cap 0), and buckets of a few parameters each."""
+    dist = train(True, bucket_cap_mb=cap)
+    ref = train(False)
+    assert_same_on_all_ranks(dist)
+    assert torch.allclose(flat(dist), flat(ref), atol=1e-5)
 
 
 def test_gradient_accumulation():

@@ -22,6 +22,13 @@ _libc.free.argtypes = [_P]
 _libc.free.restype = None
 
 
+class _Stats(ctypes.Structure):
+    _fields_ = [("cycles", ctypes.c_uint64), ("coord_rounds", ctypes.c_uint64),
+                ("tensors", ctypes.c_uint64), ("cache_hits", ctypes.c_uint64),
+                ("fused_batches", ctypes.c_uint64), ("bytes_reduced", ctypes.c_uint64),
+                ("thread_cpu_s", ctypes.c_double)]
+
+
 class _TensorOpts(ctypes.Structure):
     _fields_ = [("prescale", ctypes.c_double), ("postscale", ctypes.c_double),
                 ("compressor", _P), ("no_compression", ctypes.c_int),
@@ -53,6 +60,7 @@ def _protos():
         ("chorus_engine_join", c.c_int, [_P, c.POINTER(c.c_int)]),
         ("chorus_engine_barrier", c.c_int, [_P]),
         ("chorus_compressor_fp16", _P, []),
+        ("chorus_engine_get_stats", c.c_int, [_P, c.POINTER(_Stats)]),
     ]
     for name, res, args in table:
         f = getattr(lib, name)
@@ -212,6 +220,13 @@ class Engine:
                     _libc.free(buf)
             return post(out)
         return self._finish([h], "allgather", [host], sync, finish, name)
+
+    def stats(self):
+        st = _Stats()
+        r = lib.chorus_engine_get_stats(self.ptr, ctypes.byref(st))
+        if r != 0:
+            self._fail(r, "chorus engine_stats")
+        return {name: getattr(st, name) for name, _ in _Stats._fields_}
 
     def join(self):
         last = ctypes.c_int(-1)

@@ -106,6 +106,13 @@ def backend():
     return "engine" if _core.S.engine is not None else "thread"
 
 
+def engine_stats():
+    """Counters of the training runtime (cycles, coordinator rounds, tensors, cache hits,
+    fused allreduce calls, bytes reduced, engine thread CPU seconds), or None without it."""
+    eng = _core.S.engine
+    return eng.stats() if eng is not None else None
+
+
 def start_timeline(file_path, mark_cycles=False):
     """Records every operation this process issues (enqueue, start, end) into a Chrome trace
     (chrome://tracing, Perfetto) at file_path; stop_timeline() closes it."""
@@ -688,7 +695,7 @@ def barrier(process_set=global_process_set):
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
-    "cross_size", "cross_rank", "is_homogeneous", "backend", "mpi_built", "mpi_enabled",
+    "cross_size", "cross_rank", "is_homogeneous", "backend", "engine_stats", "mpi_built", "mpi_enabled",
     "gloo_built", "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built",
     "rocm_built", "mpi_threads_supported", "start_timeline", "stop_timeline", "poll",
     "synchronize", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

@@ -1,11 +1,12 @@
 """DistributedOptimizer: data-parallel gradient averaging that overlaps backward.
 
-A hook on every parameter fires as soon as autograd has accumulated its gradient; on the
-last of backward_passes_per_step passes it starts an asynchronous in-place allreduce of
-p.grad, named after the parameter. So the gradients of the last layers travel while the
-first layers are still being differentiated. step() (or synchronize()) waits for all of them
-and then runs the wrapped optimizer's update. With the engine, ready gradients are fused into
-few large allreduces; fp16 compression then happens inside the engine.
+A hook on every parameter fires as soon as autograd has accumulated its gradient (on the last
+of backward_passes_per_step passes). Parameters are grouped into buckets in backward order
+(bucket_cap_mb, as DDP); when every gradient of a bucket is there, one asynchronous in-place
+grouped allreduce of the bucket starts, named after its first parameter. So the gradients of
+the last layers travel while the first layers are still being differentiated. step() (or
+synchronize()) waits for all of them and then runs the wrapped optimizer's update. With the
+engine, fp16 compression happens inside the engine.
 """
 
 import contextlib
@@ -22,7 +23,7 @@ from . import mpi_ops
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, sparse_as_dense=False,
-                 process_set=global_process_set):
+                 process_set=global_process_set, bucket_cap_mb=25.0):
         super(self.__class__, self).__init__(params)
         self._compression = compression
         if named_parameters is not None:
@@ -54,17 +55,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
-        self._handles = {}
+        self._handles = {}      # parameter -> True once its hook ran this step
+        self._inflight = {}     # bucket index -> (handle, [(param, compressed, ctx)])
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
-        self._order = [p for g in reversed(self.param_groups) for p in reversed(g["params"])
-                       if p.requires_grad]
-        self._ready, self._next = set(), 0
+        # Buckets: consecutive parameters in reverse registration order (the usual order in
+        # which backward produces their gradients), up to bucket_cap_mb each.
+        order = [p for g in reversed(self.param_groups) for p in reversed(g["params"])
+                 if p.requires_grad]
+        cap = float(bucket_cap_mb) * 1024 * 1024
+        self._buckets, filled = [], 0
+        for p in order:
+            nbytes = p.numel() * p.element_size()
+            if not self._buckets or cap <= 0 or filled + nbytes > cap:
+                self._buckets.append([])
+                filled = 0
+            self._buckets[-1].append(p)
+            filled += nbytes
+        self._bucket_of = {p: i for i, b in enumerate(self._buckets) for p in b}
+        self._left = [len(b) for b in self._buckets]
+        self._next = 0
         ps = _core.resolve_set(process_set) if process_set.included() else None
         eng = _core.S.engine
-        self._in_order = not (eng is not None and ps is not None and eng.handles(ps))
+        self._engine = eng if (eng is not None and ps is not None and eng.handles(ps)) else None
         if self.process_set.included():
             self._register_hooks()
 
@@ -98,83 +113,85 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     "accumulate gradients locally.")
             assert not p.grad.requires_grad
             self._allreduce_delay[p] -= 1
-            self._handles[p] = (None, None)
+            self._handles[p] = True
             if self._allreduce_delay[p] == 0:
-                if self._in_order:
-                    self._ready.add(p)
-                    self._issue_ready()
-                else:
-                    self._handles[p] = self._allreduce_grad_async(p)
+                self._ready(p)
         return hook
 
-    def _issue_ready(self):
-        """Without the engine nothing negotiates the order of named allreduces across ranks,
-        so they are issued in one fixed order (the reverse of registration, which is the
-        usual order of backward): a gradient waits for those before it."""
-        order = self._order
-        while self._next < len(order) and order[self._next] in self._ready:
-            p = order[self._next]
-            self._handles[p] = self._allreduce_grad_async(p)
+    def _ready(self, p):
+        i = self._bucket_of[p]
+        self._left[i] -= 1
+        if self._engine is not None:
+            # The engine negotiates the order across ranks: a full bucket goes at once.
+            if self._left[i] == 0:
+                self._issue(i)
+            return
+        # Without the engine nothing negotiates the order of collectives across ranks, so
+        # buckets are issued in their fixed order: a full bucket waits for those before it.
+        while self._next < len(self._buckets) and self._left[self._next] == 0:
+            self._issue(self._next)
             self._next += 1
 
-    def _allreduce_grad_async(self, p):
-        if p.grad is None:
-            # This rank did not use p, others may have: it still takes part, with zeros.
-            p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse:
-            if not self.sparse_as_dense:
-                raise ValueError("chorus DistributedOptimizer: sparse gradients are not "
-                                 "supported; pass sparse_as_dense=True")
-            p.grad = p.grad.to_dense()
-        name = "allreduce." + self._parameter_names.get(p)
+    def _issue(self, i):
+        """Starts the allreduce of bucket i's gradients (one fused operation)."""
+        params = self._buckets[i]
+        for p in params:
+            if p.grad is None:
+                # This rank did not use p, others may have: it still takes part, with zeros.
+                p.grad = torch.zeros_like(p)
+            if p.grad.is_sparse:
+                if not self.sparse_as_dense:
+                    raise ValueError("chorus DistributedOptimizer: sparse gradients are not "
+                                     "supported; pass sparse_as_dense=True")
+                p.grad = p.grad.to_dense()
+        name = "allreduce." + self._parameter_names.get(params[0])
         if self.op == Average:
             pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         else:
             pre, post = 1.0, 1.0
-        tensor = p.grad
-        ps = _core.resolve_set(self.process_set)
-        eng = _core.S.engine
-        if (eng is not None and eng.handles(ps) and self._compression is Compression.fp16
-                and tensor.dtype in (torch.float32, torch.float64)
-                and tensor.device.type == "cpu" and tensor.is_contiguous()):
+        grads = [p.grad for p in params]
+        eng = self._engine
+        if (eng is not None and self._compression is Compression.fp16 and
+                all(g.dtype in (torch.float32, torch.float64) and g.device.type == "cpu"
+                    and g.is_contiguous() for g in grads)):
             # fp16 on the wire, converted by the engine: no Python copies.
-            h = eng.allreduce(tensor, tensor, self.op, pre, post, name, False,
-                              lambda: tensor, compress=True)
-            return h, None
-        compressed, ctx = self._compression.compress(tensor)
-        h = mpi_ops.allreduce_async_(compressed, name=name, op=self.op, prescale_factor=pre,
-                                     postscale_factor=post, process_set=self.process_set)
-        return h, (compressed, ctx)
+            h = eng.grouped_allreduce(grads, self.op, pre, post, name, False, lambda: grads,
+                                      compress=True)
+            self._inflight[i] = (h, [(p, None, None) for p in params])
+            return
+        comp = [self._compression.compress(g) for g in grads]
+        h = mpi_ops.grouped_allreduce_async_([c for c, _ in comp], name=name, op=self.op,
+                                             prescale_factor=pre, postscale_factor=post,
+                                             process_set=self.process_set)
+        self._inflight[i] = (h, [(p, c, ctx) for p, (c, ctx) in zip(params, comp)])
 
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hook did not fire: a
-        parameter unused on this rank) and writes the averaged gradients into p.grad."""
+        parameter unused on this rank, or fewer backward passes than announced) and writes
+        the averaged gradients into p.grad."""
         if not self.process_set.included():
             self._synchronized = True
             return
-        if self._in_order:
-            self._ready.update(self._requires_update)
-            self._issue_ready()
-        else:
-            missing = self._requires_update - set(self._handles)
-            for p in [q for q in self._order if q in missing]:
-                self._handles[p] = self._allreduce_grad_async(p)
-            for p, (handle, ctx) in list(self._handles.items()):
-                if handle is None:
-                    self._handles[p] = self._allreduce_grad_async(p)
         try:
-            for p, (handle, ctx) in self._handles.items():
-                out = mpi_ops.synchronize(handle)
-                self._allreduce_delay[p] = self.backward_passes_per_step
-                if ctx is not None:
-                    compressed, c = ctx
-                    res = self._compression.decompress(out if out is not None else compressed, c)
+            for i, b in enumerate(self._buckets):
+                if i not in self._inflight and (self._engine is not None or i >= self._next):
+                    self._issue(i)
+            for i in sorted(self._inflight):
+                h, items = self._inflight[i]
+                mpi_ops.synchronize(h)
+                for p, compressed, ctx in items:
+                    if compressed is None:
+                        continue
+                    res = self._compression.decompress(compressed, ctx)
                     if res.data_ptr() != p.grad.data_ptr():
                         p.grad.copy_(res)
         finally:
+            self._inflight.clear()
             self._handles.clear()
-            self._ready.clear()
+            self._left = [len(b) for b in self._buckets]
             self._next = 0
+            for p in self._allreduce_delay:
+                self._allreduce_delay[p] = self.backward_passes_per_step
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -210,7 +227,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+                         process_set=global_process_set, bucket_cap_mb=25.0):
     """Wraps a torch optimizer so that step() applies gradients averaged over all ranks.
 
     named_parameters: model.named_parameters(), naming each gradient's allreduce (the same
@@ -218,6 +235,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     backward_passes_per_step: local backward passes (gradient accumulation) per step().
     op: Average (default) or Sum. gradient_predivide_factor: with Average, gradients are
     divided by this before the sum and by size/this after it.
+    bucket_cap_mb (a Chorus extension): gradients are reduced in buckets of up to this many
+    MiB, in backward order, each started as soon as all its gradients exist (as DDP's
+    buckets): one fused allreduce per bucket instead of one per tensor, which matters when
+    ranks share cores. 0 gives one allreduce per parameter (Horovod's way).
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("chorus DistributedOptimizer: gradient_predivide_factor is only "
@@ -232,6 +253,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-              op, gradient_predivide_factor, sparse_as_dense, process_set)
+              op, gradient_predivide_factor, sparse_as_dense, process_set, bucket_cap_mb)
     opt.state = optimizer.state  # keep state loaded into the wrapped optimizer
     return opt

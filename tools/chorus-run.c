@@ -850,7 +850,7 @@ int main(int argc, char **argv)
                 describe_status(status, how, sizeof(how));
                 if (w->leaving || stopping) break;
                 if (!failed_status(status)) {
-                    if (w->rank >= 0) j.completing = 1;
+                    j.completing = 1; /* a worker finished: the job is ending */
                     break;
                 }
                 last_failed = r;

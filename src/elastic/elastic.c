@@ -52,7 +52,8 @@ struct chorus_elastic {
 chorus_result chorus_elastic_create(chorus_elastic **out)
 {
     if (!out)
-        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_elastic_create: out is NULL");
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_elastic_create: out is NULL");
     *out = NULL;
     chorus_elastic *el = calloc(1, sizeof(*el));
     if (!el) return CHORUS_ERR_NOMEM;
@@ -94,7 +95,8 @@ void chorus_elastic_destroy(chorus_elastic *el)
 chorus_result chorus_elastic_register(chorus_elastic *el, const char *name, void *buf, size_t bytes)
 {
     if (!el)
-        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_elastic_register: NULL state");
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_elastic_register: NULL state");
     if (!name || !*name || strlen(name) >= sizeof(el->vars[0].name) || (bytes && !buf))
         return FAIL(el, CHORUS_ERR_INVALID_ARG,
                     "chorus_elastic_register: need a name of 1 to 63 bytes and a buffer (name "
@@ -135,7 +137,8 @@ static void save(chorus_elastic *el)
 chorus_result chorus_elastic_restore(chorus_elastic *el)
 {
     if (!el)
-        return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_elastic_restore: NULL state");
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_elastic_restore: NULL state");
     if (!el->has_saved) return CHORUS_OK;
     for (int i = 0; i < el->nvars; i++)
         if (el->vars[i].bytes) memcpy(el->vars[i].buf, el->vars[i].saved, el->vars[i].bytes);
@@ -169,7 +172,9 @@ static chorus_result membership_pending(chorus_elastic *el, int64_t *pending)
 
 chorus_result chorus_elastic_commit(chorus_elastic *el)
 {
-    if (!el) return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_elastic_commit: NULL state");
+    if (!el)
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_elastic_commit: NULL state");
     if (!el->comm)
         return FAIL(el, CHORUS_ERR_INVALID_ARG,
                     "chorus_elastic_commit: no communicator (call it from the train function)");
@@ -199,7 +204,9 @@ static uint64_t layout_hash(const chorus_elastic *el)
 
 chorus_result chorus_elastic_sync(chorus_elastic *el)
 {
-    if (!el) return chorus__fail(NULL, CHORUS_ERR_INVALID_ARG, "chorus_elastic_sync: NULL state");
+    if (!el)
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_elastic_sync: NULL state");
     chorus_comm *c = el->comm;
     if (!c) return FAIL(el, CHORUS_ERR_INVALID_ARG, "chorus_elastic_sync: no communicator");
     int n = chorus_size(c);
@@ -216,11 +223,12 @@ chorus_result chorus_elastic_sync(chorus_elastic *el)
     int64_t best = -1;
     for (int p = 0; p < n; p++) {
         if (all[3 * p + 1] != mine[1] || all[3 * p + 2] != mine[2]) {
+            long long theirs = (long long)all[3 * p + 1];
             free(all);
             return FAIL(el, CHORUS_ERR_MISMATCH,
                         "chorus_elastic_sync: rank %d registered different state buffers than "
                         "rank %d (%lld vs %lld buffers, or other names or sizes)",
-                        p, chorus_rank(c), (long long)all[3 * p + 1], (long long)mine[1]);
+                        p, chorus_rank(c), theirs, (long long)mine[1]);
         }
         if (all[3 * p] > best) {
             best = all[3 * p];
@@ -355,7 +363,7 @@ chorus_result chorus_elastic_run(chorus_elastic *el, chorus_elastic_train_fn tra
                                  chorus_elastic_reset_fn reset, void *arg)
 {
     if (!el || !train)
-        return chorus__fail(el ? &el->err : NULL, CHORUS_ERR_INVALID_ARG,
+        return chorus__fail(el ? &el->err : chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
                             "chorus_elastic_run: %s is NULL", el ? "train" : "state");
     for (;;) {
         if (!el->comm) {

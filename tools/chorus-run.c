@@ -235,8 +235,11 @@ static void signal_all(job *j, int sig)
 {
     for (int i = 0; i < j->nw; i++)
         if (j->w[i].running) {
-            kill(j->w[i].pid, sig);
-            if (sig == SIGTERM && j->w[i].stopped) kill(j->w[i].pid, SIGCONT);
+            /* Each rank leads its own process group: signal the whole group, so that a
+             * rank started through a shell script does not leave its children running (and
+             * holding the output pipes open). */
+            if (kill(-j->w[i].pid, sig)) kill(j->w[i].pid, sig);
+            if (sig == SIGTERM && j->w[i].stopped) kill(-j->w[i].pid, SIGCONT);
         }
 }
 
@@ -300,6 +303,7 @@ static worker *spawn(job *j, int rank, int size)
         fprintf(stderr, "chorus-run: cannot run '%s': %s\n", j->argv[0], strerror(errno));
         _exit(127);
     }
+    setpgid(pid, pid); /* also here: the child may not have run yet when we signal it */
     close(out[1]);
     close(errp[1]);
     worker *w = &j->w[j->nw++];

@@ -45,8 +45,8 @@ static chorus_result flat(chorus_comm *c, const char *send, char *recv, size_t c
         chorus__shm_post_in(s, g, sig, count);
         CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
         char *out = recv + base * es;
-        for (size_t i = 0; i < n; i += nt ? blk : n) {
-            size_t m = nt && n - i > blk ? blk : n - i;
+        for (size_t i = 0; i < n; i += blk) {
+            size_t m = n - i > blk ? blk : n - i;
             char *dst = nt ? s->block : out + i * es;
             size_t at = i * es;
             chorus__reduce(dst, chorus__shm_slot(s, 0, g) + at, chorus__shm_slot(s, 1, g) + at, m,

@@ -5,26 +5,35 @@
  * (seconds per byte: TCP loopback ~1/2 GB/s, a copy through memory ~1/10 GB/s). For p ranks and
  * S bytes:
  *
- *   allreduce, shm one-shot:        2 alpha_shm + S beta_copy + p S beta_read  -> small S
- *   allreduce, shm pipelined:       3 (S/C) alpha_shm + ~2 S beta_mem          -> large S
- *          (C: slot size; each rank reads its input once and writes its output once, the
- *           slots stay in cache; the one-shot reads p S, so it loses once p S leaves L2)
+ *   allreduce, shm flat:            (S/C) * (alpha_shm + C beta_copy + (p-1) C beta_x)
+ *          every rank copies its chunk of C bytes into its slot, then reduces all p slots:
+ *          one synchronisation per chunk, (p-1) S bytes read across cores per rank; with one
+ *          chunk (S <= C) this is the one-shot
+ *   allreduce, shm rsag:            (S/C) * (3 alpha_shm + C beta_copy + 2(p-1)/p C beta_x)
+ *          reduce-scatter + allgather through the slots: three synchronisations per chunk,
+ *          2(p-1)/p S bytes across cores per rank
+ *          (beta_x: cross-core transfer, ~1/12 GB/s here; both keep memory traffic at the
+ *           bound, one read of the input and one write of the output per rank, as the slots
+ *           stay in cache. For p = 2 the cross-core bytes are equal, so flat wins by its single
+ *           synchronisation; for p > 2 flat reads p/2 times more, so rsag wins once S is
+ *           large: the crossover is CHORUS_SHM_ONESHOT_MAX)
  *   allreduce, recursive doubling:  log2(p) * (alpha + S*beta)                 -> small S
  *   allreduce, ring:                2(p-1) * alpha + 2(p-1)/p * S*beta         -> large S
  *   broadcast, shm:                 (S/C + 1) (alpha_shm + C beta_copy)
  *   broadcast, binomial tree:       log2(p) * (alpha + S*beta)                 -> small S
- *   broadcast, pipelined chain:     (p-2+S/s) * (alpha + s*beta)               -> large S (s:
- * segment) allgather / reduce-scatter / alltoall / barrier over shm: one copy in and one copy out
- *          of each byte, alpha_shm per slot; over TCP: ring / ring / pairwise / dissemination.
+ *   broadcast, pipelined chain:     (p-2+S/s) * (alpha + s*beta)   -> large S (s: segment)
+ *   allgather / reduce-scatter / alltoall / barrier over shm: one copy in and one copy out of
+ *          each byte, alpha_shm per slot; over TCP: ring / ring / pairwise / dissemination.
  *
  * Topology: when every rank of the communicator is on one host (comm->nhosts == 1) and
  * CHORUS_SHM is not 0, the communicator has a shared-memory group (comm_shm.c) and shared
  * memory wins for every size - alpha_shm and beta_copy are both far below TCP's - so it is
  * the default for all collectives; otherwise TCP, with the size crossovers
- * CHORUS_ALLREDUCE_RD_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, CHORUS_SHM_ONESHOT_MAX is
- * the one-shot/pipelined crossover. CHORUS_ALGO_<COLLECTIVE> forces one algorithm (rd, ring,
- * tree, chain, pairwise, dissemination or shm); forcing shm where there is no shared memory
- * warns once and uses the rules. Every rank must see the same settings.
+ * CHORUS_ALLREDUCE_RD_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce is flat for 2 ranks
+ * or up to CHORUS_SHM_ONESHOT_MAX bytes, rsag above. CHORUS_ALGO_<COLLECTIVE> forces one
+ * algorithm (rd, ring, tree, chain, pairwise, dissemination, shm, and for allreduce shm_flat or
+ * shm_rsag); forcing shm where there is no shared memory warns once and uses the rules. Every
+ * rank must see the same settings.
  */
 #include <stdlib.h>
 #include <string.h>

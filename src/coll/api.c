@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coll/comm.h"
+#include "coll/direct.h"
 #include "transport/shm/shm.h"
 
 size_t chorus_dtype_size(chorus_dtype t)
@@ -32,8 +33,8 @@ static chorus_result check(chorus_comm *c, const char *fn, size_t count, size_t 
 {
     if ((unsigned)t >= CHORUS_DTYPE_COUNT) return BAD("%s: unknown dtype %d", fn, (int)t);
     size_t n;
-    if (chorus__mul_overflow(count, mult, &n) || chorus__mul_overflow(n, chorus_dtype_size(t), bytes) ||
-        *bytes > (size_t)1 << 62)
+    if (chorus__mul_overflow(count, mult, &n) ||
+        chorus__mul_overflow(n, chorus_dtype_size(t), bytes) || *bytes > (size_t)1 << 62)
         return BAD("%s: count %zu (x%zu) of %s overflows the addressable size", fn, count, mult,
                    chorus__dtype_name((int)t));
     return chorus__net_error(c->net, &c->err);
@@ -59,7 +60,8 @@ static chorus_result done(chorus_comm *c, chorus_result r)
 }
 
 #define NULL_COMM(fn)                                                                              \
-    if (!c) return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG, "%s: comm is NULL", fn)
+    if (!c)                                                                                        \
+    return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG, "%s: comm is NULL", fn)
 
 chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, size_t count,
                                chorus_dtype t, chorus_op op)
@@ -68,7 +70,8 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     size_t bytes;
     CHORUS_CHECK(check(c, "chorus_allreduce", count, 1, t, &bytes));
     CHORUS_CHECK(check_op(c, "chorus_allreduce", op));
-    if (count && (!send || !recv)) return BAD("chorus_allreduce: NULL buffer with count %zu", count);
+    if (count && (!send || !recv))
+        return BAD("chorus_allreduce: NULL buffer with count %zu", count);
     if (count == 0) return CHORUS_OK;
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
@@ -79,6 +82,8 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     switch (chorus__select_allreduce(c, bytes)) {
     case CHORUS_AR_SHM_FLAT: r = chorus__allreduce_shm(c, send, recv, count, t, op, 0); break;
     case CHORUS_AR_SHM_RSAG: r = chorus__allreduce_shm(c, send, recv, count, t, op, 1); break;
+    case CHORUS_AR_ONESHOT: r = chorus__allreduce_oneshot(c, send, recv, count, t, op); break;
+    case CHORUS_AR_RSAG: r = chorus__allreduce_rsag(c, send, recv, count, t, op); break;
     case CHORUS_AR_RD: r = chorus__allreduce_rd(c, send, recv, count, t, op); break;
     default: r = chorus__allreduce_ring(c, send, recv, count, t, op); break;
     }
@@ -110,7 +115,8 @@ chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, siz
     size_t bytes, all;
     CHORUS_CHECK(check(c, "chorus_allgather", sendcount, 1, t, &bytes));
     CHORUS_CHECK(check(c, "chorus_allgather", sendcount, (size_t)c->size, t, &all));
-    if (sendcount && (!send || !recv)) return BAD("chorus_allgather: NULL buffer with count %zu", sendcount);
+    if (sendcount && (!send || !recv))
+        return BAD("chorus_allgather: NULL buffer with count %zu", sendcount);
     if (sendcount == 0) return CHORUS_OK;
     /* In place: send is recv's own slot (as MPI_IN_PLACE), or recv itself (moved into place). */
     char *slot = (char *)recv + (size_t)c->rank * bytes;
@@ -132,8 +138,8 @@ chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, siz
     return done(c, r);
 }
 
-chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv,
-                                    size_t recvcount, chorus_dtype t, chorus_op op)
+chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv, size_t recvcount,
+                                    chorus_dtype t, chorus_op op)
 {
     NULL_COMM("chorus_reduce_scatter");
     size_t bytes, all;
@@ -267,21 +273,30 @@ chorus_result chorus_send(chorus_comm *c, const void *buf, size_t count, chorus_
     NULL_COMM("chorus_send");
     size_t bytes;
     CHORUS_CHECK(check_p2p(c, "chorus_send", buf, count, t, peer, tag, &bytes));
-    chorus_wire_hdr h = {.type = CHORUS_MSG_P2P, .comm_id = c->id, .tag = tag, .len = bytes,
-                         .count = count, .coll = (uint32_t)t << 8};
+    chorus_wire_hdr h = {.type = CHORUS_MSG_P2P,
+                         .comm_id = c->id,
+                         .tag = tag,
+                         .len = bytes,
+                         .count = count,
+                         .coll = (uint32_t)t << 8};
     chorus_req rq;
     chorus__net_isend(c->net, &rq, c->world[peer], &h, buf);
     chorus_req *p = &rq;
     return done(c, chorus__net_wait(c->net, &p, 1, chorus__deadline(), &c->err));
 }
 
-chorus_result chorus_recv(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int peer, int tag)
+chorus_result chorus_recv(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int peer,
+                          int tag)
 {
     NULL_COMM("chorus_recv");
     size_t bytes;
     CHORUS_CHECK(check_p2p(c, "chorus_recv", buf, count, t, peer, tag, &bytes));
-    chorus_wire_hdr h = {.type = CHORUS_MSG_P2P, .comm_id = c->id, .tag = tag, .len = bytes,
-                         .count = count, .coll = (uint32_t)t << 8};
+    chorus_wire_hdr h = {.type = CHORUS_MSG_P2P,
+                         .comm_id = c->id,
+                         .tag = tag,
+                         .len = bytes,
+                         .count = count,
+                         .coll = (uint32_t)t << 8};
     chorus_req rq;
     chorus__net_irecv(c->net, &rq, c->world[peer], &h, buf);
     chorus_req *p = &rq;

@@ -15,11 +15,11 @@ struct chorus_comm {
     chorus_net *net;
     int rank, size;
     int local_rank, local_size;
-    int *world;    /* comm rank -> world rank */
-    int *host;     /* comm rank -> host index (equal index: same host) */
+    int *world; /* comm rank -> world rank */
+    int *host;  /* comm rank -> host index (equal index: same host) */
     int nhosts;
-    uint64_t id;   /* carried in every header so split communicators share connections */
-    uint64_t seq;  /* collectives started on this communicator */
+    uint64_t id;  /* carried in every header so split communicators share connections */
+    uint64_t seq; /* collectives started on this communicator */
     unsigned nsplit;
     chorus_errbuf err;
     void *scratch; /* grow-only, reused by algorithms (page faults cost more than a copy) */
@@ -77,10 +77,11 @@ chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, cha
                                           const size_t *off, const size_t *cnt, chorus_dtype t,
                                           chorus_op op, int tag_base);
 /* Ring allgather in place: chunk i (at off(i), cnt(i) elements) starts at rank i. */
-chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *off, const size_t *cnt,
-                                     size_t esize, int tag_base);
+chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *off,
+                                     const size_t *cnt, size_t esize, int tag_base);
 chorus_result chorus__bcast_tree(chorus_comm *c, void *buf, size_t bytes, int root, chorus_coll *x);
-chorus_result chorus__bcast_chain(chorus_comm *c, void *buf, size_t bytes, int root, chorus_coll *x);
+chorus_result chorus__bcast_chain(chorus_comm *c, void *buf, size_t bytes, int root,
+                                  chorus_coll *x);
 
 /* Shared memory (the *_shm.c files): c->shm must be set; counts are elements. */
 chorus_result chorus__comm_shm_setup(chorus_comm *c);
@@ -97,7 +98,14 @@ chorus_result chorus__alltoall_shm(chorus_comm *c, const void *send, void *recv,
 chorus_result chorus__barrier_shm(chorus_comm *c);
 
 /* select.c */
-typedef enum { CHORUS_AR_RD, CHORUS_AR_RING, CHORUS_AR_SHM_FLAT, CHORUS_AR_SHM_RSAG } chorus_ar_algo;
+typedef enum {
+    CHORUS_AR_ONESHOT, /* TCP, canonical order (allreduce_direct.c) */
+    CHORUS_AR_RSAG,    /* TCP, canonical order (allreduce_direct.c) */
+    CHORUS_AR_RD,
+    CHORUS_AR_RING,
+    CHORUS_AR_SHM_FLAT,
+    CHORUS_AR_SHM_RSAG
+} chorus_ar_algo;
 typedef enum { CHORUS_BC_TREE, CHORUS_BC_CHAIN, CHORUS_BC_SHM } chorus_bc_algo;
 chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes);
 chorus_bc_algo chorus__select_broadcast(chorus_comm *c, size_t bytes);

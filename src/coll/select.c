@@ -17,8 +17,16 @@
  *           stay in cache. For p = 2 the cross-core bytes are equal, so flat wins by its single
  *           synchronisation; for p > 2 flat reads p/2 times more, so rsag wins once S is
  *           large: the crossover is CHORUS_SHM_ONESHOT_MAX)
- *   allreduce, recursive doubling:  log2(p) * (alpha + S*beta)                 -> small S
- *   allreduce, ring:                2(p-1) * alpha + 2(p-1)/p * S*beta         -> large S
+ *   allreduce, one-shot:            alpha + (p-1) S beta                       -> small S
+ *          every rank sends its buffer to every other (concurrently) and folds all p in rank
+ *          order: one round instead of log2(p)
+ *   allreduce, direct rs + ring ag: 2(p-1) alpha + 2(p-1)/p S beta             -> large S
+ *          rank r receives slice r from everyone and folds it in rank order (as much traffic
+ *          as a ring's reduce-scatter), then the ring allgather; both default TCP algorithms
+ *          fold in rank order like the shm ones, so the result of an element depends neither
+ *          on the algorithm nor on its position - fusing tensors never changes a result
+ *   allreduce, recursive doubling:  log2(p) * (alpha + S*beta)        (forced only: rd)
+ *   allreduce, ring:                2(p-1) * alpha + 2(p-1)/p * S*beta  (forced only: ring)
  *   broadcast, shm:                 (S/C + 1) (alpha_shm + C beta_copy)
  *   broadcast, binomial tree:       log2(p) * (alpha + S*beta)                 -> small S
  *   broadcast, pipelined chain:     (p-2+S/s) * (alpha + s*beta)   -> large S (s: segment)
@@ -29,11 +37,11 @@
  * CHORUS_SHM is not 0, the communicator has a shared-memory group (comm_shm.c) and shared
  * memory wins for every size - alpha_shm and beta_copy are both far below TCP's - so it is
  * the default for all collectives; otherwise TCP, with the size crossovers
- * CHORUS_ALLREDUCE_RD_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce is flat for 2 ranks
+ * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce is flat for 2 ranks
  * or up to CHORUS_SHM_ONESHOT_MAX bytes, rsag above. CHORUS_ALGO_<COLLECTIVE> forces one
- * algorithm (rd, ring, tree, chain, pairwise, dissemination, shm, and for allreduce shm_flat or
- * shm_rsag); forcing shm where there is no shared memory warns once and uses the rules. Every
- * rank must see the same settings.
+ * algorithm (oneshot, rsag, rd, ring, tree, chain, pairwise, dissemination, shm, and for allreduce
+ * shm_flat or shm_rsag); forcing shm where there is no shared memory warns once and uses the rules.
+ * Every rank must see the same settings.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -69,16 +77,22 @@ static const char *forced(chorus_comm *c, const char *var, int bit, const char *
 
 chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes)
 {
-    static const char *const known[] = {"rd", "ring", "shm", "shm_flat", "shm_rsag", NULL};
+    static const char *const known[] = {"oneshot", "rsag",     "rd",       "ring",
+                                        "shm",     "shm_flat", "shm_rsag", NULL};
     const char *f = forced(c, "CHORUS_ALGO_ALLREDUCE", CHORUS_COLL_ALLREDUCE, known);
-    if (f && f[0] == 'r') return f[1] == 'd' ? CHORUS_AR_RD : CHORUS_AR_RING;
+    if (f && !strcmp(f, "oneshot")) return CHORUS_AR_ONESHOT;
+    if (f && !strcmp(f, "rsag")) return CHORUS_AR_RSAG;
+    if (f && !strcmp(f, "rd")) return CHORUS_AR_RD;
+    if (f && !strcmp(f, "ring")) return CHORUS_AR_RING;
     if (f && !strcmp(f, "shm_flat")) return CHORUS_AR_SHM_FLAT;
     if (f && !strcmp(f, "shm_rsag")) return CHORUS_AR_SHM_RSAG;
     if (c->shm) /* flat: one sync per slot, but every rank reads all p inputs */
         return c->size <= 2 || bytes <= c->shm->oneshot_max ? CHORUS_AR_SHM_FLAT
                                                             : CHORUS_AR_SHM_RSAG;
-    return bytes <= (size_t)chorus__cfg_long("CHORUS_ALLREDUCE_RD_MAX") ? CHORUS_AR_RD
-                                                                        : CHORUS_AR_RING;
+    /* The defaults fold in rank order, as the shared-memory algorithms do: results do not
+     * depend on the algorithm, the size or the position (rd and ring, when forced, do). */
+    return bytes <= (size_t)chorus__cfg_long("CHORUS_TCP_ONESHOT_MAX") ? CHORUS_AR_ONESHOT
+                                                                       : CHORUS_AR_RSAG;
 }
 
 chorus_bc_algo chorus__select_broadcast(chorus_comm *c, size_t bytes)
@@ -120,10 +134,11 @@ void chorus__select_describe(const chorus_comm *c)
                     c->shm->nt_min);
     else
         CHORUS_INFO(CHORUS_LOG_COLL,
-                    "comm %016llx (%d ranks, %d hosts): TCP; allreduce recursive doubling up to "
-                    "%ld B, ring above; broadcast binomial tree up to %ld B, chain above; ring "
+                    "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %ld B, "
+                    "direct reduce-scatter + ring allgather above (both fold in rank order); "
+                    "broadcast binomial tree up to %ld B, chain above; ring "
                     "allgather and reduce-scatter, pairwise alltoall, dissemination barrier",
                     (unsigned long long)c->id, c->size, c->nhosts,
-                    chorus__cfg_long("CHORUS_ALLREDUCE_RD_MAX"),
+                    chorus__cfg_long("CHORUS_TCP_ONESHOT_MAX"),
                     chorus__cfg_long("CHORUS_BCAST_TREE_MAX"));
 }

@@ -275,9 +275,9 @@ int main(int argc, char **argv)
     uint64_t salt = 1;
     /* shm: the shared-memory algorithms (one-shot and pipelined), unless CHORUS_SHM=0 */
     const char *shm_env = getenv("CHORUS_SHM");
-    int nalgo = shm_env && !strcmp(shm_env, "0") ? 2 : 3;
-    static const char *algos[] = {"rd", "ring", "shm"};
-    for (int a = 0; a < nalgo; a++) {
+    int noshm = shm_env && !strcmp(shm_env, "0");
+    static const char *algos[] = {"oneshot", "rsag", "rd", "ring", "shm"};
+    for (int a = 0; a < 5 - noshm; a++) {
         setenv("CHORUS_ALGO_ALLREDUCE", algos[a], 1);
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
             for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
                 test_reduce_scatter(counts[k], dtypes[d], ops[o], (int)(k % 2), salt++);
     static const char *bcast_algos[] = {"tree", "chain", "shm"};
-    for (int a = 0; a < nalgo; a++) {
+    for (int a = 0; a < 3 - noshm; a++) {
         setenv("CHORUS_ALGO_BROADCAST", bcast_algos[a], 1);
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)

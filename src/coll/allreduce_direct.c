@@ -1,0 +1,168 @@
+/*
+ * allreduce_direct.c - reductions in the canonical order: every element's result is
+ * ((x0 op x1) op x2) ... op x(p-1), folded in rank order, whatever its position in the buffer
+ * and whatever the buffer's size. The shared-memory algorithms fold in the same order, so an
+ * allreduce gives the same bits whichever algorithm runs it — which is what lets the training
+ * runtime fuse tensors (or not) without changing a single result.
+ *
+ *   one-shot (small): every rank sends its whole buffer to every other rank and folds all of
+ *     them locally: one round, (p-1)·S bytes out per rank.
+ *   reduce-scatter + allgather (large): rank r receives slice r of every rank's buffer and
+ *     folds it (a direct reduce-scatter: p-1 transfers at once, (p-1)/p·S bytes each way, the
+ *     same volume as a ring), segment by segment so folding overlaps the transfers; then the
+ *     ring allgather spreads the reduced slices.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/comm.h"
+#include "coll/direct.h"
+
+/* Folds n contributions, the one of rank q at src(q), into dst in rank order. */
+static void fold(char *dst, char *const *src, int n, size_t m, chorus_dtype t, chorus_op op)
+{
+    chorus__reduce(dst, src[0], src[1], m, t, op);
+    for (int q = 2; q < n; q++) chorus__reduce(dst, dst, src[q], m, t, op);
+}
+
+chorus_result chorus__direct_reduce_scatter(chorus_coll *x, const char *local, char *out,
+                                            const size_t *off, const size_t *cnt, chorus_dtype t,
+                                            chorus_op op, int tag_base)
+{
+    chorus_comm *c = x->c;
+    int n = c->size, r = c->rank;
+    size_t es = chorus_dtype_size(t), maxcnt = 0, mine = cnt[r] * es;
+    for (int i = 0; i < n; i++)
+        if (cnt[i] > maxcnt) maxcnt = cnt[i];
+    size_t segc;
+    int nseg;
+    chorus__segments(maxcnt, es, &segc, &nseg);
+    const char *own = local + off[r] * es;
+    /* When the output overlaps this rank's own slice and the fold writes the output before it
+     * reads that slice (rank 2 and up), the slice is copied first. */
+    int copy_own = r >= 2 && out < own + mine && own < out + mine;
+    size_t slot = (mine + 63) & ~(size_t)63;
+    char *tmp = chorus__comm_scratch(c, slot * (size_t)n + 64);
+    size_t nmsg = (size_t)(n - 1) * (size_t)nseg;
+    chorus_req *rq = malloc(sizeof(chorus_req) * 2 * nmsg);
+    chorus_req **ps = malloc(sizeof(chorus_req *) * nmsg);
+    char **src = malloc(sizeof(char *) * (size_t)n);
+    if (!tmp || !rq || !ps || !src) {
+        free(rq);
+        free(ps);
+        free(src);
+        return chorus__fail(&c->err, CHORUS_ERR_NOMEM,
+                            "out of memory for a reduce-scatter of %zu bytes", mine);
+    }
+    chorus_req *sq = rq + nmsg;
+#define SEG_LO(i, k) ((size_t)(k)*segc < cnt[i] ? (size_t)(k)*segc : cnt[i])
+#define SEG_N(i, k)  (SEG_LO(i, (k) + 1) - SEG_LO(i, k))
+    /* receives: slice r of every other rank, into its slot; message (p, k) is rq[idx(p) + k] */
+    for (int j = 1; j < n; j++) {
+        int p = (r + n - j) % n;
+        for (int k = 0; k < nseg; k++)
+            chorus__coll_irecv(x, &rq[(size_t)(j - 1) * (size_t)nseg + (size_t)k], p, tag_base + k,
+                               tmp + (size_t)p * slot + SEG_LO(r, k) * es, SEG_N(r, k) * es);
+    }
+    /* sends: slice p to rank p, starting with the next rank so no rank is everyone's first */
+    for (int j = 1; j < n; j++) {
+        int p = (r + j) % n;
+        for (int k = 0; k < nseg; k++)
+            chorus__coll_isend(x, &sq[(size_t)(j - 1) * (size_t)nseg + (size_t)k], p, tag_base + k,
+                               local + (off[p] + SEG_LO(p, k)) * es, SEG_N(p, k) * es);
+    }
+    if (copy_own) memcpy(tmp + (size_t)r * slot, own, mine);
+    chorus_result res = CHORUS_OK;
+    for (int k = 0; k < nseg && res == CHORUS_OK; k++) {
+        size_t lo = SEG_LO(r, k) * es;
+        for (int p = 0; p < n && res == CHORUS_OK; p++) {
+            if (p == r) {
+                src[p] = copy_own ? tmp + (size_t)r * slot + lo : (char *)own + lo;
+                continue;
+            }
+            int j = (r - p + n) % n;
+            res = chorus__coll_wait1(x, &rq[(size_t)(j - 1) * (size_t)nseg + (size_t)k]);
+            src[p] = tmp + (size_t)p * slot + lo;
+        }
+        if (res == CHORUS_OK) fold(out + lo, src, n, SEG_N(r, k), t, op);
+    }
+#undef SEG_LO
+#undef SEG_N
+    if (res == CHORUS_OK) {
+        for (size_t i = 0; i < nmsg; i++) ps[i] = &sq[i];
+        res = chorus__coll_wait(x, ps, (int)nmsg);
+    }
+    free(rq);
+    free(ps);
+    free(src);
+    return res;
+}
+
+chorus_result chorus__allreduce_rsag(chorus_comm *c, const void *send, void *recv, size_t count,
+                                     chorus_dtype t, chorus_op op)
+{
+    int n = c->size;
+    size_t es = chorus_dtype_size(t);
+    size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
+    if (!off) return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    size_t *cnt = off + n;
+    for (int i = 0; i < n; i++) {
+        off[i] = chorus__chunk_off(count, n, i);
+        cnt[i] = chorus__chunk_cnt(count, n, i);
+    }
+    chorus_coll x;
+    chorus__coll_begin(&x, c, CHORUS_COLL_ALLREDUCE, t, op, count);
+    char *out = (char *)recv + off[c->rank] * es;
+    chorus_result r = chorus__direct_reduce_scatter(&x, send, out, off, cnt, t, op, 0);
+    if (r == CHORUS_OK) {
+        chorus__reduce_finish(out, cnt[c->rank], t, op, n);
+        int nseg;
+        size_t segc;
+        chorus__segments(cnt[0], es, &segc, &nseg);
+        r = chorus__ring_allgather(&x, recv, off, cnt, es, nseg);
+    }
+    free(off);
+    return r;
+}
+
+chorus_result chorus__allreduce_oneshot(chorus_comm *c, const void *send, void *recv, size_t count,
+                                        chorus_dtype t, chorus_op op)
+{
+    int n = c->size, r = c->rank;
+    size_t bytes = count * chorus_dtype_size(t), slot = (bytes + 63) & ~(size_t)63;
+    char *tmp = chorus__comm_scratch(c, slot * (size_t)n + 64);
+    chorus_req *rq = malloc(sizeof(chorus_req) * 2 * (size_t)n);
+    chorus_req **ps = malloc(sizeof(chorus_req *) * 2 * (size_t)n);
+    char **src = malloc(sizeof(char *) * (size_t)n);
+    if (!tmp || !rq || !ps || !src) {
+        free(rq);
+        free(ps);
+        free(src);
+        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    chorus_coll x;
+    chorus__coll_begin(&x, c, CHORUS_COLL_ALLREDUCE, t, op, count);
+    memcpy(tmp + (size_t)r * slot, send, bytes); /* recv may be send: keep our input aside */
+    int k = 0;
+    for (int j = 1; j < n; j++) {
+        int p = (r + n - j) % n;
+        chorus__coll_irecv(&x, &rq[k], p, 0, tmp + (size_t)p * slot, bytes);
+        ps[k] = &rq[k];
+        k++;
+    }
+    for (int j = 1; j < n; j++) {
+        chorus__coll_isend(&x, &rq[k], (r + j) % n, 0, tmp + (size_t)r * slot, bytes);
+        ps[k] = &rq[k];
+        k++;
+    }
+    chorus_result res = chorus__coll_wait(&x, ps, k);
+    if (res == CHORUS_OK) {
+        for (int p = 0; p < n; p++) src[p] = tmp + (size_t)p * slot;
+        fold(recv, src, n, count, t, op);
+        chorus__reduce_finish(recv, count, t, op, n);
+    }
+    free(rq);
+    free(ps);
+    free(src);
+    return res;
+}

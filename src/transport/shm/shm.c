@@ -175,8 +175,9 @@ void chorus__shm_start(chorus_shm *s, chorus_net *net, int local_size)
     s->net = net;
     long spin = chorus__cfg_long("CHORUS_SHM_SPIN_US");
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    /* More ranks than cores: a spinning rank steals the core of the rank it waits for. */
-    if (ncpu > 0 && local_size > ncpu && spin > 2) spin = 2;
+    /* More ranks than cores: a spinning rank steals the core of the rank it waits for, so
+     * it yields from the start. */
+    s->yield_now = ncpu > 0 && local_size > ncpu;
     s->spin_ns = spin > 0 ? (uint64_t)spin * 1000 : 0;
     long nt = chorus__cfg_long("CHORUS_SHM_NT_MIN");
     s->nt_min = nt > 0 ? (size_t)nt : (size_t)-1;
@@ -270,12 +271,19 @@ chorus_result chorus__shm_wait_slow(chorus_shm *s, int peer, int ch, uint32_t ta
     chorus_shm_flag *f = &s->ctrl[peer].ch[ch];
     uint32_t *ab = &s->hdr->abort;
     if (s->spin_ns) {
+        /* Spin (pause) for spin_ns, longer than a sleeping CPU takes to wake (~100 us in a
+         * VM): sleeping sooner makes ranks take turns oversleeping, each one's late arrival
+         * sending the other to sleep. With more ranks than cores, yield between polls so that
+         * the rank being waited for can run. */
         uint64_t until = chorus__now_ns() + s->spin_ns;
         for (unsigned i = 1;; i++) {
-            cpu_relax();
+            if (s->yield_now)
+                sched_yield();
+            else
+                cpu_relax();
             if (chorus__shm_reached(__atomic_load_n(&f->seq, __ATOMIC_ACQUIRE), target))
                 return CHORUS_OK;
-            if ((i & 63) == 0) {
+            if (s->yield_now || (i & 63) == 0) {
                 if (__atomic_load_n(ab, __ATOMIC_RELAXED)) return aborted(s, e);
                 if (chorus__now_ns() > until) break;
             }

@@ -17,7 +17,8 @@
  * may write slot g % 2 again (for chunk g+2) once every rank's OUT >= g+1. Flags only grow
  * (32-bit, compared with wrap-around), so a wait is "flag >= target".
  *
- * Waits spin for CHORUS_SHM_SPIN_US, then sleep in FUTEX_WAIT on the flag word (shared, not
+ * Waits spin for CHORUS_SHM_SPIN_US (yielding between polls when ranks outnumber cores), then
+ * sleep in FUTEX_WAIT on the flag word (shared, not
  * private, futexes), waking every few milliseconds to check the abort word, the deadline
  * (CHORUS_TIMEOUT_S without progress), the TCP net's state and whether the awaited peer is
  * still alive (pidfd, else kill(pid, 0)). A poster wakes sleepers only when the flag's
@@ -75,7 +76,8 @@ typedef struct chorus_shm {
     size_t nt_min;    /* copy-outs of messages this large use non-temporal stores */
     uint64_t g;       /* next chunk number (equal on all ranks) */
     uint64_t out_min; /* known: every peer's OUT flag is at least this */
-    uint64_t spin_ns; /* spin this long before sleeping */
+    uint64_t spin_ns; /* poll this long before sleeping */
+    int yield_now;    /* more ranks than cores: yield between polls from the start */
     int *pidfd;       /* [size], -1: use kill(pid, 0) or nothing */
     int *pid_ok;      /* [size]: pid is meaningful in this pid namespace */
     chorus_net *net;  /* to notice a failure reported over TCP */

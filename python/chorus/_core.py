@@ -91,10 +91,12 @@ def as_op(op, average=None):
 
 
 class Comm:
-    """A libchorus communicator (world or split)."""
+    """A libchorus communicator (world or split). owned=False: someone else (the elastic
+    runtime) finalizes it."""
 
-    def __init__(self, ptr):
+    def __init__(self, ptr, owned=True):
         self.ptr = ptr
+        self.owned = owned
         self.rank = lib.chorus_rank(ptr)
         self.size = lib.chorus_size(ptr)
         self.local_rank = lib.chorus_local_rank(ptr)
@@ -106,7 +108,8 @@ class Comm:
     def finalize(self):
         if self.ptr:
             p, self.ptr = self.ptr, None
-            lib.chorus_finalize(p)
+            if self.owned:
+                lib.chorus_finalize(p)
 
     # Raw collectives: pointers are ints (addresses), counts in elements.
     def allreduce(self, send, recv, count, dt, op):
@@ -304,18 +307,38 @@ def init(process_sets=None):
     right away, on every rank."""
     with S.lock:
         if S.world is None:
+            if elastic_pending():
+                return  # the job forms inside chorus.torch.elastic.run
             p = ctypes.c_void_p()
             check(lib.chorus_init(ctypes.byref(p)), None, "chorus init")
-            S.world = Comm(p.value)
-            S.executor = Executor()
-            S.global_set.ranks = list(range(S.world.size))
-            S.global_set.process_set_id = 0
-            S.global_set.comm = S.world
-            S.sets = {0: S.global_set}
-            S.next_set_id = 1
-            _compute_cross()
+            _adopt(Comm(p.value))
     for ps in process_sets or []:
         add_process_set(ps)
+
+
+def elastic_pending():
+    """True in a worker of `chorus-run --elastic` outside elastic.run(): the communicator only
+    exists inside chorus_elastic_run, so init() leaves it to elastic.run()."""
+    return os.environ.get("CHORUS_ELASTIC") == "1" and hasattr(lib, "chorus_elastic_run")
+
+
+def adopt(comm_ptr):
+    """Makes a communicator someone else owns (the elastic runtime's) the world."""
+    with S.lock:
+        if S.world is not None:
+            raise ValueError("chorus: a world communicator already exists")
+        _adopt(Comm(comm_ptr, owned=False))
+
+
+def _adopt(comm):
+    S.world = comm
+    S.executor = Executor()
+    S.global_set.ranks = list(range(S.world.size))
+    S.global_set.process_set_id = 0
+    S.global_set.comm = S.world
+    S.sets = {0: S.global_set}
+    S.next_set_id = 1
+    _compute_cross()
 
 
 def _compute_cross():
@@ -333,6 +356,10 @@ def _compute_cross():
 
 def world():
     if S.world is None:
+        if elastic_pending():
+            raise ValueError("chorus: under chorus-run --elastic the job forms inside "
+                             "chorus.torch.elastic.run(); call this from the training "
+                             "function or a reset callback")
         raise ValueError("chorus has not been initialized; call chorus.torch.init() (or "
                          "chorus.init()) first")
     return S.world

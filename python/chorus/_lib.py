@@ -74,6 +74,7 @@ RESULT_NAMES = [
     "CHORUS_OK", "CHORUS_ERR_INVALID_ARG", "CHORUS_ERR_SYSTEM", "CHORUS_ERR_TIMEOUT",
     "CHORUS_ERR_PEER_LOST", "CHORUS_ERR_MISMATCH", "CHORUS_ERR_AUTH", "CHORUS_ERR_NOMEM",
     "CHORUS_ERR_INTERNAL", "CHORUS_ERR_PROTOCOL", "CHORUS_ERR_ABORTED", "CHORUS_ERR_ENV",
+    "CHORUS_ERR_MEMBERSHIP",
 ]
 _RESULT_CLASS = {
     "CHORUS_ERR_INVALID_ARG": ChorusInvalidArgument,
@@ -87,6 +88,7 @@ _RESULT_CLASS = {
     "CHORUS_ERR_PROTOCOL": HorovodInternalError,
     "CHORUS_ERR_ABORTED": HorovodInternalError,
     "CHORUS_ERR_ENV": ChorusEnvError,
+    "CHORUS_ERR_MEMBERSHIP": HorovodInternalError,
 }
 
 # chorus_dtype and chorus_op values (include/chorus.h).

@@ -164,3 +164,58 @@ def test_dead_peer_raises_horovod_internal_error(tmp_path):
     assert "[0] caught" in r.stdout, r.stdout + r.stderr
     assert "[0] caught ChorusPeerLostError True" in r.stdout or \
         "[0] caught ChorusTimeoutError" in r.stdout, r.stdout
+
+
+def _elastic_done(out):
+    lines = [l for l in out.splitlines() if "done:" in l]
+    return {l.split("digest")[1].strip() for l in lines}, lines
+
+
+def test_elastic_lost_and_replaced_workers():
+    """hvd.elastic.run under chorus-run --elastic: a worker dies between a step and its
+    commit; the survivors go on from the last commit (alone, then with a replacement that
+    takes the state from them) and end exactly where a run without failure ends."""
+    script = os.path.join(HERE, "elastic_train.py")
+    r = run([RUN, "-np", "2", PY, script], env=env())
+    assert r.returncode == 0, r.stdout + r.stderr
+    want, lines = _elastic_done(r.stdout)
+    assert len(want) == 1 and len(lines) == 2 and "same True" in lines[0], r.stdout
+
+    r = run([RUN, "--elastic", "-np", "3", "--min-np", "2", "--max-restarts", "0", PY, script],
+            env=env(CHORUS_TEST_DIE_WORKER="2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[0] reset: generation 2 rank 0 of 2 at step 20" in r.stdout, r.stdout
+    got, lines = _elastic_done(r.stdout)
+    assert got == want and len(lines) == 2 and all("size 2 same True" in l for l in lines)
+
+    r = run([RUN, "--elastic", "-np", "3", "--min-np", "2", "--max-np", "3", PY, script],
+            env=env(CHORUS_TEST_DIE_WORKER="2"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "[3] reset: generation 2 rank 2 of 3 at step 20" in r.stdout, r.stdout
+    got, lines = _elastic_done(r.stdout)
+    assert got == want and len(lines) == 3 and all("size 3 same True" in l for l in lines)
+
+
+def test_elastic_outside_an_elastic_job_restores_and_explains(tmp_path):
+    code = textwrap.dedent("""
+        import os, torch, chorus.torch as hvd
+        hvd.init()
+        model = torch.nn.Linear(2, 1)
+        state = hvd.elastic.TorchState(model=model, step=0)
+        @hvd.elastic.run
+        def train(state):
+            state.step = 5
+            state.commit()
+            state.step = 6
+            if hvd.rank() == 1:
+                os._exit(3)
+            hvd.allreduce(torch.ones(1 << 16))
+        try:
+            train(state)
+        except hvd.HorovodInternalError as e:
+            print("caught step", state.step, e)
+    """)
+    r = run([RUN, "-np", "2", "--grace", "20", PY, script(tmp_path, code)],
+            env=env(CHORUS_TIMEOUT_S="10"))
+    assert "[0] caught step 5" in r.stdout, r.stdout + r.stderr
+    assert "cannot change in place outside `chorus-run --elastic`" in r.stdout

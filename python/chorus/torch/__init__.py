@@ -16,6 +16,7 @@ from .functions import (broadcast_parameters, broadcast_optimizer_state, broadca
                         allgather_object)
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
+from . import elastic  # noqa: F401
 from .._lib import (ChorusError, HorovodInternalError, ChorusMismatchError,  # noqa: F401
                     ChorusPeerLostError, ChorusTimeoutError, HostsUpdatedInterrupt)
 

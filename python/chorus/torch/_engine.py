@@ -69,7 +69,7 @@ def _protos():
 
 def maybe_start():
     """Starts the engine at init() when the library has one and CHORUS_PY_ENGINE allows."""
-    if _core.S.engine is not None or not available():
+    if _core.S.engine is not None or not available() or not _core.is_initialized():
         return
     if not _core.env_flag("CHORUS_PY_ENGINE", True):
         return

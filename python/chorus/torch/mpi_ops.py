@@ -76,8 +76,16 @@ def init(comm=None, process_sets=None):
     MASTER_PORT as torchrun sets them; mpirun; srun), or a one-rank job when there is none.
     Starts the training runtime when libchorus has it. Idempotent."""
     _np.init(comm, process_sets)
+    _reset_names()
     from . import _engine
     _engine.maybe_start()
+
+
+def _reset_names():
+    """Unnamed ops count from 0 in every new job (every generation of an elastic one), so
+    that ranks that joined later agree with the others on names."""
+    global _names
+    _names = itertools.count()
 
 
 def shutdown():

@@ -77,11 +77,21 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._bucket_of = {p: i for i, b in enumerate(self._buckets) for p in b}
         self._left = [len(b) for b in self._buckets]
         self._next = 0
-        ps = _core.resolve_set(process_set) if process_set.included() else None
-        eng = _core.S.engine
-        self._engine = eng if (eng is not None and ps is not None and eng.handles(ps)) else None
-        if self.process_set.included():
+        if self._included():
             self._register_hooks()
+
+    def _included(self):
+        # The global set holds every rank (also before an elastic job has formed).
+        return self.process_set is global_process_set or self.process_set.included()
+
+    @property
+    def _engine(self):
+        """The engine when it runs this optimizer's allreduces (looked up each time: an
+        elastic job starts a new one with every generation)."""
+        eng = _core.S.engine
+        if eng is None or not eng.handles(_core.resolve_set(self.process_set)):
+            return None
+        return eng
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = int(passes)
@@ -169,7 +179,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Waits for every gradient's allreduce (starting those whose hook did not fire: a
         parameter unused on this rank, or fewer backward passes than announced) and writes
         the averaged gradients into p.grad."""
-        if not self.process_set.included():
+        if not self._included():
             self._synchronized = True
             return
         try:
@@ -186,13 +196,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     if res.data_ptr() != p.grad.data_ptr():
                         p.grad.copy_(res)
         finally:
-            self._inflight.clear()
-            self._handles.clear()
-            self._left = [len(b) for b in self._buckets]
-            self._next = 0
-            for p in self._allreduce_delay:
-                self._allreduce_delay[p] = self.backward_passes_per_step
+            self._reset_comm_state()
         self._synchronized = True
+
+    def _reset_comm_state(self):
+        """Forgets the gradients of the current step (after it was synchronized, or after a
+        failure: an elastic job restores the optimizer and goes on from there)."""
+        self._inflight.clear()
+        self._handles.clear()
+        self._left = [len(b) for b in self._buckets]
+        self._next = 0
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
 
     @contextlib.contextmanager
     def skip_synchronize(self):

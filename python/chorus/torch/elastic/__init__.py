@@ -1,34 +1,44 @@
 """chorus.torch.elastic: horovod.torch.elastic's run / TorchState / ElasticSampler.
 
-What works: state objects that commit (an in-memory copy of model, optimizer, sampler and
-scalar attributes), restore the last commit, and sync from rank 0; ElasticSampler, which
-shards the not yet processed indices of an epoch over the current ranks and can resume in
-the middle of an epoch; run(), which syncs the state, runs the training function, and on a
-HorovodInternalError (a peer died or timed out) restores the last commit.
+State objects commit (an in-memory copy of model, optimizer, samplers and plain attributes),
+restore the last commit, and sync from another rank. ElasticSampler shards the not yet
+processed indices of an epoch over the current ranks and resumes mid-epoch.
 
-Not done: continuing with a different set of ranks inside the same processes (that needs a
-C elastic runtime to rebuild the communicator, which this package does not drive yet). On a
-failure run() restores the last commit and re-raises with a message saying so; restart the
-job (for example from a checkpoint written after a commit) instead.
+Under `chorus-run --elastic -np N --min-np A --max-np B` (and a libchorus with
+include/chorus/elastic.h), run() drives chorus_elastic_run: the job forms inside it; for every
+generation the world communicator is the elastic runtime's, the state is restored to the last
+commit and synced from the rank with the most commits (as the C runtime does), the reset
+callbacks run (rescale the learning rate, re-shard), then the training function. A lost peer
+(HorovodInternalError) or a membership change (state.commit() raising HostsUpdatedInterrupt
+when workers wait to join or leave) ends the generation; survivors and newcomers form the
+next one and go on from the last commit. init() under --elastic does not form a job:
+size()/rank() are valid inside run().
+
+Under any other launcher run() syncs from rank 0 and runs the function once; a
+HorovodInternalError restores the last commit and is re-raised, since the ranks cannot change
+in place there.
 """
 
 import copy
+import ctypes
 import functools
+import sys
 
 import torch
 
-from ... import _core
-from ..._lib import HorovodInternalError, HostsUpdatedInterrupt
+from ... import _core, _lib
+from ..._lib import HorovodInternalError, HostsUpdatedInterrupt, lib
 from .. import mpi_ops
 from ..functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
-__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler", "runtime_available"]
+__all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler", "runtime_available",
+           "generation"]
 
 
 def runtime_available():
-    """Whether run() can continue in place with a new set of ranks. Not yet: this package
-    does not drive a C elastic runtime, so the answer is False."""
-    return False
+    """True when run() can go on with a new set of ranks in place: a worker of
+    `chorus-run --elastic` with a libchorus that has the elastic runtime."""
+    return _core.elastic_pending()
 
 
 class State:
@@ -36,6 +46,8 @@ class State:
 
     def __init__(self):
         self._reset_callbacks = []
+        self._commits = 0
+        self._elastic = None  # the chorus_elastic handle while run() drives one
 
     def register_reset_callbacks(self, callbacks):
         self._reset_callbacks.extend(callbacks)
@@ -48,14 +60,33 @@ class State:
         pass
 
     def commit(self):
-        """Saves the current state (restore() returns to it) and checks for host changes."""
+        """Saves the current state (restore() returns to it); a collective where every rank
+        agrees, after an optimizer step. In an elastic job it is also where workers join or
+        leave: HostsUpdatedInterrupt is raised on every rank then (the state is saved)."""
         self.save()
+        self._commits += 1
+        if self._elastic is not None:
+            r = lib.chorus_elastic_commit(self._elastic)
+            if r == _MEMBERSHIP:
+                raise HostsUpdatedInterrupt(skip_sync=False)
+            if r != 0:
+                _lib.raise_for(r, None, "chorus elastic commit",
+                               _dec(lib.chorus_elastic_last_error(self._elastic)))
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt when the job's membership changed. Without the
-        elastic runtime the membership is fixed, so this never raises."""
+        """Membership changes surface in commit() (the elastic runtime checks there), so
+        this never raises on its own."""
         return None
+
+    def sync_from_most_advanced(self):
+        """Every rank takes the state of the rank with the most commits (the lowest such
+        rank), as the C elastic runtime does; rank 0's when nobody has committed."""
+        counts = mpi_ops.allgather(torch.tensor([self._commits], dtype=torch.int64))
+        root = int(torch.argmax(counts).item())  # first maximum: the lowest such rank
+        self.sync(root)
+        self._commits = int(counts[root])
+        self.save()
 
     def save(self):
         raise NotImplementedError
@@ -63,7 +94,7 @@ class State:
     def restore(self):
         raise NotImplementedError
 
-    def sync(self):
+    def sync(self, root=0):
         raise NotImplementedError
 
 
@@ -87,9 +118,9 @@ class ObjectState(State):
     def restore(self):
         self._set_attrs()
 
-    def sync(self):
+    def sync(self, root=0):
         if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state, 0)
+            self._saved_state = self._bcast_object(self._saved_state, root)
             self._set_attrs()
 
 
@@ -106,8 +137,8 @@ class _ModelHandler(_Handler):
     def restore(self):
         self.value.load_state_dict(self._saved)
 
-    def sync(self):
-        broadcast_parameters(self.value.state_dict(), root_rank=0)
+    def sync(self, root):
+        broadcast_parameters(self.value.state_dict(), root_rank=root)
 
 
 class _OptimizerHandler(_Handler):
@@ -115,10 +146,12 @@ class _OptimizerHandler(_Handler):
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
+        if hasattr(self.value, "_reset_comm_state"):  # a DistributedOptimizer
+            self.value._reset_comm_state()
         self.value.load_state_dict(self._saved)
 
-    def sync(self):
-        broadcast_optimizer_state(self.value, root_rank=0)
+    def sync(self, root):
+        broadcast_optimizer_state(self.value, root_rank=root)
 
 
 class _SamplerHandler(_Handler):
@@ -128,13 +161,13 @@ class _SamplerHandler(_Handler):
     def restore(self):
         self.value.load_state_dict(self._saved)
 
-    def sync(self):
+    def sync(self, root):
         # The union of every rank's processed indices, so none is seen twice after a reset.
         everyone = mpi_ops.allgather_object(self.value.state_dict())
         processed = set()
         for s in everyone:
             processed.update(s["processed_indices"])
-        st = broadcast_object(self.value.state_dict(), 0)
+        st = broadcast_object(self.value.state_dict(), root)
         st["processed_indices"] = sorted(processed)
         self.value.load_state_dict(st)
 
@@ -170,10 +203,10 @@ class TorchState(ObjectState):
             h.restore()
         super().restore()
 
-    def sync(self):
+    def sync(self, root=0):
         for h in self._handlers.values():
-            h.sync()
-        super().sync()
+            h.sync(root)
+        super().sync(root)
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -237,13 +270,13 @@ class ElasticSampler(torch.utils.data.Sampler):
 
 
 def run(func):
-    """Decorator for the training function f(state, ...): syncs state from rank 0, then runs
-    f. A HostsUpdatedInterrupt restores nothing and runs f again after a sync; a
-    HorovodInternalError (a rank died or timed out) restores the last commit and, without
-    the elastic runtime, re-raises with an explanation (see the module text)."""
+    """Decorator for the training function f(state, ...), as horovod.torch.elastic.run.
+    See the module text for what happens under chorus-run --elastic and elsewhere."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
+        if _core.elastic_pending() and not _core.is_initialized():
+            return _run_elastic(func, state, args, kwargs)
         skip_sync = False
         while True:
             if not skip_sync:
@@ -255,8 +288,131 @@ def run(func):
             except HorovodInternalError as e:
                 state.restore()
                 raise HorovodInternalError(
-                    "%s -- chorus.torch.elastic restored the last commit, but cannot go on "
-                    "with the remaining ranks in place (no elastic runtime); restart the "
-                    "job, e.g. from a checkpoint written after a commit" % e) from e
+                    "%s -- chorus.torch.elastic restored the last commit, but the ranks cannot "
+                    "change in place outside `chorus-run --elastic`; restart the job, e.g. "
+                    "from a checkpoint written after a commit" % e) from e
             state.on_reset()
     return wrapper
+
+
+# ---- driving chorus_elastic_run ------------------------------------------------------------
+
+_MEMBERSHIP = _lib.RESULT_NAMES.index("CHORUS_ERR_MEMBERSHIP")
+_RECOVERABLE = {_lib.RESULT_NAMES.index(n) for n in (
+    "CHORUS_ERR_PEER_LOST", "CHORUS_ERR_TIMEOUT", "CHORUS_ERR_ABORTED", "CHORUS_ERR_MEMBERSHIP")}
+_CB = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _dec(b):
+    return b.decode("utf-8", "replace") if b else ""
+
+
+def _protos():
+    c, P = ctypes, ctypes.c_void_p
+    for name, res, argt in [
+        ("chorus_elastic_create", c.c_int, [c.POINTER(P)]),
+        ("chorus_elastic_destroy", None, [P]),
+        ("chorus_elastic_register", c.c_int, [P, c.c_char_p, P, c.c_size_t]),
+        ("chorus_elastic_commit", c.c_int, [P]),
+        ("chorus_elastic_run", c.c_int, [P, _CB, _CB, P]),
+        ("chorus_elastic_generation", c.c_long, [P]),
+        ("chorus_elastic_worker_id", c.c_int, [P]),
+        ("chorus_elastic_last_error", c.c_char_p, [P]),
+    ]:
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, argt
+
+
+def generation():
+    """The generation of the elastic job this worker is in (1, 2, ...), 0 outside one."""
+    el = _current["el"]
+    return lib.chorus_elastic_generation(el) if el else 0
+
+
+_current = {"el": None}
+
+
+def _code_of(e):
+    if isinstance(e, HostsUpdatedInterrupt):
+        return _MEMBERSHIP
+    code = getattr(e, "code", None)
+    if isinstance(e, HorovodInternalError):
+        if code is None:  # raised by the Python layer (a mismatch found by its check)
+            return _lib.RESULT_NAMES.index("CHORUS_ERR_MISMATCH")
+        return code
+    return _lib.RESULT_NAMES.index("CHORUS_ERR_INTERNAL")
+
+
+def _attach(comm):
+    from .. import _engine
+    if not _core.is_initialized():
+        _core.adopt(comm)
+        mpi_ops._reset_names()
+        _engine.maybe_start()
+
+
+def _detach():
+    mpi_ops._handles.clear()
+    _core.shutdown()  # the world is the runtime's: stops engine and executor, keeps the comm
+
+
+def _run_elastic(func, state, args, kwargs):
+    _protos()
+    el = ctypes.c_void_p()
+    _lib.check(lib.chorus_elastic_create(ctypes.byref(el)), None, "chorus elastic")
+    el = el.value
+    # The Python state is committed and synced by the State objects; the C runtime carries
+    # only a marker, so that its own sync has something to compare.
+    marker = ctypes.c_int64(0)
+    out = {"value": None, "error": None}
+
+    def fail(e):
+        code = _code_of(e)
+        if code not in _RECOVERABLE:
+            out["error"] = e
+        return code
+
+    def reset_cb(_el, comm, _arg):
+        try:
+            _attach(comm)
+            state._elastic = el
+            state.restore()
+            state.sync_from_most_advanced()
+            state.on_reset()
+            return 0
+        except BaseException as e:  # noqa: B902 - handed back after chorus_elastic_run
+            code = fail(e)
+            _detach()
+            return code
+
+    def train_cb(_el, comm, _arg):
+        try:
+            _attach(comm)
+            state._elastic = el
+            out["value"] = func(state, *args, **kwargs)
+            return 0
+        except BaseException as e:  # noqa: B902
+            return fail(e)
+        finally:
+            state._elastic = None
+            _detach()
+
+    reset_c, train_c = _CB(reset_cb), _CB(train_cb)  # kept alive during the run
+    _current["el"] = el
+    try:
+        _lib.check(lib.chorus_elastic_register(el, b"chorus.torch.marker",
+                                               ctypes.addressof(marker), 8), None,
+                   "chorus elastic register")
+        r = lib.chorus_elastic_run(el, train_c, reset_c, None)
+        if out["error"] is not None:
+            raise out["error"]
+        if r == _MEMBERSHIP:
+            print("chorus: this worker was retired from the elastic job", file=sys.stderr)
+            return None
+        if r != 0:
+            _lib.raise_for(r, None, "chorus elastic run",
+                           _dec(lib.chorus_elastic_last_error(el)))
+        return out["value"]
+    finally:
+        _current["el"] = None
+        lib.chorus_elastic_destroy(el)

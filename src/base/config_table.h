@@ -34,7 +34,7 @@ CHORUS_CFG(CHORUS_SHM, "1", "0 turns shared memory off: ranks on one host then t
 CHORUS_CFG(CHORUS_SHM_CHUNK, "262144", "Bytes per shared-memory staging slot (two per rank): the pipeline chunk of large shared-memory collectives.")
 CHORUS_CFG(CHORUS_SHM_ONESHOT_MAX, "65536", "With more than 2 ranks, the largest allreduce in bytes in which every rank reduces everything over shared memory (flat); larger ones are pipelined reduce-scatter + allgather. 2 ranks always use flat.")
 CHORUS_CFG(CHORUS_SHM_SPIN_US, "500", "Microseconds a rank spins on a shared-memory flag before sleeping on a futex; more than a CPU takes to wake (~100 us in a VM). Ranks outnumbering cores yield the core between polls.")
-CHORUS_CFG(CHORUS_SHM_NT_MIN, "8388608", "Shared-memory collectives whose output is at least this many bytes write it with non-temporal stores (0: never).")
+CHORUS_CFG(CHORUS_SHM_NT_MIN, "33554432", "Shared-memory collectives whose output is at least this many bytes write it with non-temporal stores (0: never).")
 CHORUS_CFG(CHORUS_TCP_ONESHOT_MAX, "32768", "Largest allreduce in bytes done one-shot over TCP (every rank sends its buffer to every other); larger ones are a direct reduce-scatter and a ring allgather.")
 CHORUS_CFG(CHORUS_BCAST_TREE_MAX, "262144", "Largest broadcast in bytes that uses the binomial tree over TCP; larger messages use the pipelined chain.")
 CHORUS_CFG(CHORUS_MAX_MESSAGE, "17179869184", "Largest message in bytes a peer may announce; a longer header is treated as corrupt.")

@@ -199,6 +199,12 @@ def test_process_sets():
     assert hvd.remove_process_set(even) and hvd.remove_process_set(first)
     with pytest.raises(ValueError, match="global process set"):
         hvd.remove_process_set(hvd.global_process_set)
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(torch.zeros(1), process_set=hvd.ProcessSet([0]))
+    with pytest.raises(ValueError, match="must be distinct ranks"):
+        hvd.add_process_set([0, 0])
+    with pytest.raises(ValueError, match="must be distinct ranks"):
+        hvd.add_process_set([N])
 
 
 def test_mismatched_shapes_raise_everywhere():
@@ -260,6 +266,8 @@ def test_bad_arguments():
 def test_timeline(tmp_path):
     path = str(tmp_path / "tl-%r.json")
     hvd.start_timeline(path)
+    with pytest.raises(ValueError, match="already being written"):
+        hvd.start_timeline(path)
     hvd.allreduce(torch.ones(4), name="timed")
     hvd.synchronize(hvd.allgather_async(torch.ones(1)))
     hvd.stop_timeline()

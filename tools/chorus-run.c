@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,34 +77,37 @@ static void on_signal(int sig)
 static void usage(FILE *f)
 {
     fprintf(
-        f, "usage: chorus-run -np N [options] [--] program [args...]\n"
-           "\n"
-           "Starts N ranks of a Chorus job on this host.\n"
-           "\n"
-           "options:\n"
-           "  -np N, -n N      number of ranks (required unless a discovery script gives it)\n"
-           "  --no-prefix      do not prefix output lines with [rank]\n"
-           "  --timeout S      stop the whole job after S seconds (exit status 124)\n"
-           "  --grace S        after a rank fails, give the others S seconds to exit on their own\n"
-           "                   before stopping them (default 5)\n"
-           "  --help-env       print the CHORUS_* environment variables and their defaults\n"
-           "  -h, --help       this help\n"
-           "\n"
-           "elastic jobs (the program uses chorus_elastic_run; output is prefixed [worker id]):\n"
-           "  --elastic        keep the job alive when workers fail: survivors form a new\n"
-           "                   generation and go on from the last commit\n"
-           "  --min-np A       stop the job when fewer than A workers remain (default 1)\n"
-           "  --max-np B       never run more than B workers (default N)\n"
-           "  --max-restarts K start at most K replacements for failed workers (default 3)\n"
-           "  --host-discovery-script PATH\n"
-           "                   run PATH every --discovery-interval seconds (default 5); each line\n"
-           "                   'host:slots' names a host and its slots. Workers are started or\n"
-           "                   retired (at their next commit) to match the slots of local hosts\n"
-           "                   (localhost, 127.0.0.1, this host's name), capped at --max-np.\n"
-           "  --discovery-interval S\n"
-           "\n"
-           "chorus-run starts ranks on this host only; launch across hosts with mpirun or srun\n"
-           "(set CHORUS_SECRET, MASTER_ADDR, MASTER_PORT) - see docs/FAULT_TOLERANCE.md.\n");
+        f,
+        "usage: chorus-run -np N [options] [--] program [args...]\n"
+        "\n"
+        "Starts N ranks of a Chorus job on this host.\n"
+        "\n"
+        "options:\n"
+        "  -np N, -n N      number of ranks (required unless a discovery script gives it)\n"
+        "  --no-prefix      do not prefix output lines with [rank]\n"
+        "  --timeout S      stop the whole job after S seconds (exit status 124)\n"
+        "  --bind-to core|none  pin each rank to its own block of the CPUs this launcher may use\n"
+        "                   (default core when there are at least as many CPUs as ranks)\n"
+        "  --grace S        after a rank fails, give the others S seconds to exit on their own\n"
+        "                   before stopping them (default 5)\n"
+        "  --help-env       print the CHORUS_* environment variables and their defaults\n"
+        "  -h, --help       this help\n"
+        "\n"
+        "elastic jobs (the program uses chorus_elastic_run; output is prefixed [worker id]):\n"
+        "  --elastic        keep the job alive when workers fail: survivors form a new\n"
+        "                   generation and go on from the last commit\n"
+        "  --min-np A       stop the job when fewer than A workers remain (default 1)\n"
+        "  --max-np B       never run more than B workers (default N)\n"
+        "  --max-restarts K start at most K replacements for failed workers (default 3)\n"
+        "  --host-discovery-script PATH\n"
+        "                   run PATH every --discovery-interval seconds (default 5); each line\n"
+        "                   'host:slots' names a host and its slots. Workers are started or\n"
+        "                   retired (at their next commit) to match the slots of local hosts\n"
+        "                   (localhost, 127.0.0.1, this host's name), capped at --max-np.\n"
+        "  --discovery-interval S\n"
+        "\n"
+        "chorus-run starts ranks on this host only; launch across hosts with mpirun or srun\n"
+        "(set CHORUS_SECRET, MASTER_ADDR, MASTER_PORT) - see docs/FAULT_TOLERANCE.md.\n");
 }
 
 static void help_env(void)
@@ -229,7 +233,41 @@ typedef struct job {
     int completing; /* a member finished successfully: the job is ending */
     int scale_down; /* a generation is needed to retire workers */
     double timeout_s;
+    /* CPU binding: rank slot i runs on cpus[i*per .. (i+1)*per) */
+    int bind, ncpus, per;
+    int *cpus;
 } job;
+
+/* Loopback TCP and shared memory wake the receiver on the sender's CPU, so two ranks that
+ * float can end up taking turns on one core while the other idles; pinned ranks cannot.
+ * Pins the calling (child) process to the block of slot i. */
+static void bind_slot(const job *j, int slot)
+{
+    if (!j->bind || j->per < 1) return;
+    int blocks = j->ncpus / j->per;
+    if (blocks < 1) return;
+    int b = slot % blocks;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int k = 0; k < j->per; k++) CPU_SET(j->cpus[b * j->per + k], &set);
+    sched_setaffinity(0, sizeof(set), &set); /* best effort: a failure leaves it floating */
+}
+
+static void plan_binding(job *j, int requested)
+{
+    cpu_set_t set;
+    j->bind = 0;
+    if (requested == 0 || sched_getaffinity(0, sizeof(set), &set)) return;
+    int n = CPU_COUNT(&set);
+    if (n < j->np || n < 2) return; /* oversubscribed: pinning would only hurt */
+    j->cpus = malloc(sizeof(int) * (size_t)n);
+    if (!j->cpus) return;
+    for (int c = 0, k = 0; c < CPU_SETSIZE && k < n; c++)
+        if (CPU_ISSET(c, &set)) j->cpus[k++] = c;
+    j->ncpus = n;
+    j->per = n / j->np;
+    j->bind = 1;
+}
 
 static void signal_all(job *j, int sig)
 {
@@ -274,6 +312,7 @@ static worker *spawn(job *j, int rank, int size)
         dup2(out[1], 1);
         dup2(errp[1], 2);
         setpgid(0, 0); /* terminal signals reach the launcher, which forwards them */
+        bind_slot(j, rank >= 0 ? rank : wid);
         char v[32];
         if (rank >= 0) {
             snprintf(v, sizeof(v), "%d", rank);
@@ -635,7 +674,7 @@ static int make_secret(void)
 int main(int argc, char **argv)
 {
     job j = {.np = -1, .prefix = 1, .max_restarts = 3, .discovery_every = 5, .min_np = 1};
-    int ai = 1, max_np_set = 0;
+    int ai = 1, max_np_set = 0, bind_req = -1;
     double timeout = 0, grace = 5;
     for (; ai < argc; ai++) {
         const char *a = argv[ai], *v = ai + 1 < argc ? argv[ai + 1] : NULL;
@@ -655,6 +694,16 @@ int main(int argc, char **argv)
             j.prefix = 0;
         } else if (!strcmp(a, "--timeout") && v) {
             timeout = atof(argv[++ai]);
+        } else if (!strcmp(a, "--bind-to") && v) {
+            ai++;
+            if (!strcmp(v, "core"))
+                bind_req = 1;
+            else if (!strcmp(v, "none"))
+                bind_req = 0;
+            else {
+                fprintf(stderr, "chorus-run: --bind-to takes core or none, not '%s'\n", v);
+                return 2;
+            }
         } else if (!strcmp(a, "--grace") && v) {
             grace = atof(argv[++ai]);
         } else if (!strcmp(a, "--elastic")) {
@@ -712,6 +761,15 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!max_np_set) j.max_np = j.np;
+    {
+        const char *b = getenv("CHORUS_BIND");
+        if (bind_req < 0 && b && !strcmp(b, "none")) bind_req = 0;
+        /* an elastic job may grow to max_np: plan for that many */
+        int np = j.np;
+        if (j.elastic && j.max_np > np) j.np = j.max_np;
+        plan_binding(&j, bind_req);
+        j.np = np;
+    }
     if (j.elastic && (j.min_np > j.np || j.np > j.max_np)) {
         fprintf(stderr, "chorus-run: --elastic needs --min-np (%d) <= -np (%d) <= --max-np (%d)\n",
                 j.min_np, j.np, j.max_np);

@@ -44,4 +44,16 @@ wait $pid; rc=$?
 cat "$tmp/log"
 [ -e "$tmp/int.0" ] && [ -e "$tmp/int.1" ] || fail "SIGINT was not forwarded to every rank"
 [ $rc = 130 ] || fail "interrupted job: exit $rc, expected 130"
+# pinning: with at least as many CPUs as ranks each rank gets its own block; --bind-to none
+# leaves them floating
+ncpu=$(nproc)
+if [ "$ncpu" -ge 2 ]; then
+    out=$(chorus-run -np 2 sh -c 'grep Cpus_allowed_list /proc/self/status' 2>&1)
+    echo "$out"
+    [ "$(echo "$out" | awk '{print $NF}' | sort -u | wc -l)" = 2 ] || fail "ranks were not pinned to different CPUs"
+    out=$(chorus-run --bind-to none -np 2 sh -c 'grep Cpus_allowed_list /proc/self/status' 2>&1)
+    [ "$(echo "$out" | awk '{print $NF}' | sort -u | wc -l)" = 1 ] || fail "--bind-to none still pinned"
+fi
+out=$(chorus-run --bind-to sockets -np 1 true 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "takes core or none" || fail "bad --bind-to value"
 echo "launcher ok"

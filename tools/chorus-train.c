@@ -464,6 +464,7 @@ int main(int argc, char **argv)
             }
             double t0 = now_s(), w0 = dist.wait_s, gw0 = dist.grad_wait_s, gc0 = dist.comm_s,
                    gh0 = dist.hidden_s;
+            uint64_t ib0 = dist.in_backward;
             float lr = lr_at(&o, st.global_step, steps_per_epoch, world);
             const uint32_t *idx;
             size_t gcount;
@@ -505,13 +506,16 @@ int main(int argc, char **argv)
             if (rank == 0) {
                 if (metrics)
                     fprintf(metrics,
-                            "{\"step\":%llu,\"epoch\":%llu,\"loss\":%.6f,\"acc\":%.4f,\"lr\":%.6g,"
+                            "{\"step\":%llu,\"sync\":\"%s\",\"epoch\":%llu,\"loss\":%.6f,\"acc\":%."
+                            "4f,\"lr\":%.6g,"
                             "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f,"
-                            "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f}\n",
-                            (unsigned long long)st.global_step, (unsigned long long)epoch + 1,
-                            stats[0] / stats[2], stats[1] / stats[2], (double)lr,
-                            (double)gcount / dt, dt, dist.wait_s - w0, dist.comm_s - gc0,
-                            dist.hidden_s - gh0, dist.grad_wait_s - gw0);
+                            "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f,"
+                            "\"grad_tensors_in_backward\":%llu}\n",
+                            (unsigned long long)st.global_step, o.sync,
+                            (unsigned long long)epoch + 1, stats[0] / stats[2], stats[1] / stats[2],
+                            (double)lr, (double)gcount / dt, dt, dist.wait_s - w0,
+                            dist.comm_s - gc0, dist.hidden_s - gh0, dist.grad_wait_s - gw0,
+                            (unsigned long long)(dist.in_backward - ib0));
                 int last = step + 1 == steps_per_epoch || st.global_step >= total_steps;
                 int due = tty ? (t1 - last_print > 0.2 || last)
                               : (st.global_step % (uint64_t)o.log_every == 0);

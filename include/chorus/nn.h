@@ -292,18 +292,22 @@ typedef struct nn_dist {
     chorus_comm *comm;
     int rank, size;
     nn_sync_mode mode;
-    double wait_s;       /* seconds the caller was blocked in collectives since init (exposed
-                            communication: in engine mode only the waits on the handles) */
-    double comm_s;       /* seconds gradient communication took since init: engine mode, the time
-                            at least one gradient tensor was on its way (from its enqueue to the end
-                            of its handle; union over the tensors of a step, summed over steps);
-                            blocking modes, the time in the gradient allreduces */
-    double hidden_s;     /* the part of comm_s before the step began to wait for the gradients,
-                            i.e. overlapped with backward (0 in the blocking modes) */
-    double grad_wait_s;  /* the part of wait_s spent waiting for gradients */
-    size_t bucket_bytes; /* engine mode: consecutive layers are sent as one tensor until it
-                            holds this many bytes (0, the default: one tensor per layer). Set
-                            before the first step, the same on every rank. */
+    double wait_s;        /* seconds the caller was blocked in collectives since init (exposed
+                             communication: in engine mode only the waits on the handles) */
+    double comm_s;        /* seconds gradient communication took since init: engine mode, the time
+                             at least one gradient tensor was on its way (from its enqueue to the end
+                             of its handle; union over the tensors of a step, summed over steps);
+                             blocking modes, the time in the gradient allreduces */
+    double hidden_s;      /* the part of comm_s that overlapped backward: in flight before the
+                             step began to wait for the gradients, less the time the caller's
+                             thread was off the CPU meanwhile (a lower bound; 0 in the blocking
+                             modes) */
+    double grad_wait_s;   /* the part of wait_s spent waiting for gradients */
+    uint64_t in_backward; /* engine mode: gradient tensors handed to the engine during backward
+                             (by the hook) rather than by nn_dist_sync_grads, since init */
+    size_t bucket_bytes;  /* engine mode: consecutive layers are sent as one tensor until it
+                             holds this many bytes (0, the default: one tensor per layer). Set
+                             before the first step, the same on every rank. */
     struct nn_dist_engine *eng;
     char err[512]; /* detail of the last failure */
 } nn_dist;

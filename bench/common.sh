@@ -1,4 +1,4 @@
-# shellcheck shell=sh
+# shellcheck shell=sh disable=SC2034  # FAILED and the knobs are read by the sourcing scripts
 # Shared by bench/compare_*.sh: paths, knobs, building the baselines, running each library.
 # Sourced, not run. Every knob is an environment variable with a default:
 #
@@ -31,7 +31,6 @@ CHORUS_BENCH=$BUILD/bin/chorus-bench
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/chorus-compare.XXXXXX")}
 mkdir -p "$OUT"
 NCPU=$(nproc 2>/dev/null || echo 1)
-# shellcheck disable=SC2034  # FAILED is read by the scripts that source this file
 FAILED=0
 
 # Open MPI refuses to start as root without this flag; --oversubscribe lets np exceed cores.

@@ -29,6 +29,13 @@ chorus_result chorus__direct_reduce_scatter(chorus_coll *x, const char *local, c
                                             const size_t *off, const size_t *cnt, chorus_dtype t,
                                             chorus_op op, int tag_base)
 {
+    return chorus__direct_rs_ag(x, local, out, off, cnt, t, op, tag_base, NULL);
+}
+
+chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out, const size_t *off,
+                                   const size_t *cnt, chorus_dtype t, chorus_op op, int tag_base,
+                                   char *ag_buf)
+{
     chorus_comm *c = x->c;
     int n = c->size, r = c->rank;
     size_t es = chorus_dtype_size(t), maxcnt = 0, mine = cnt[r] * es;
@@ -64,6 +71,18 @@ chorus_result chorus__direct_reduce_scatter(chorus_coll *x, const char *local, c
             chorus__coll_irecv(x, &rq[(size_t)(j - 1) * (size_t)nseg + (size_t)k], p, tag_base + k,
                                tmp + (size_t)p * slot + SEG_LO(r, k) * es, SEG_N(r, k) * es);
     }
+    /* the allgather's receives come after the reduce-scatter's: each peer sends in that order */
+    chorus_ring_ag agst, *ag = NULL;
+    if (ag_buf) {
+        chorus_result pr = chorus__ring_ag_post(&agst, x, ag_buf, off, cnt, es, tag_base + nseg);
+        if (pr != CHORUS_OK) {
+            free(rq);
+            free(ps);
+            free(src);
+            return pr;
+        }
+        ag = &agst;
+    }
     /* sends: slice p to rank p, starting with the next rank so no rank is everyone's first */
     for (int j = 1; j < n; j++) {
         int p = (r + j) % n;
@@ -84,10 +103,17 @@ chorus_result chorus__direct_reduce_scatter(chorus_coll *x, const char *local, c
             res = chorus__coll_wait1(x, &rq[(size_t)(j - 1) * (size_t)nseg + (size_t)k]);
             src[p] = tmp + (size_t)p * slot + lo;
         }
-        if (res == CHORUS_OK) fold(out + lo, src, n, SEG_N(r, k), t, op);
+        if (res == CHORUS_OK) {
+            fold(out + lo, src, n, SEG_N(r, k), t, op);
+            if (ag) {
+                chorus__reduce_finish(out + lo, SEG_N(r, k), t, op, n);
+                chorus__ring_ag_send_own(ag, k);
+            }
+        }
     }
 #undef SEG_LO
 #undef SEG_N
+    if (ag) res = chorus__ring_ag_finish(ag, res);
     if (res == CHORUS_OK) {
         for (size_t i = 0; i < nmsg; i++) ps[i] = &sq[i];
         res = chorus__coll_wait(x, ps, (int)nmsg);
@@ -113,14 +139,9 @@ chorus_result chorus__allreduce_rsag(chorus_comm *c, const void *send, void *rec
     chorus_coll x;
     chorus__coll_begin(&x, c, CHORUS_COLL_ALLREDUCE, t, op, count);
     char *out = (char *)recv + off[c->rank] * es;
-    chorus_result r = chorus__direct_reduce_scatter(&x, send, out, off, cnt, t, op, 0);
-    if (r == CHORUS_OK) {
-        chorus__reduce_finish(out, cnt[c->rank], t, op, n);
-        int nseg;
-        size_t segc;
-        chorus__segments(cnt[0], es, &segc, &nseg);
-        r = chorus__ring_allgather(&x, recv, off, cnt, es, nseg);
-    }
+    /* Allgather data for slice q lands in recv only after rank q folded it, which needed this
+     * rank's reduce-scatter message for q to have left recv first: in place is safe. */
+    chorus_result r = chorus__direct_rs_ag(&x, send, out, off, cnt, t, op, 0, recv);
     free(off);
     return r;
 }

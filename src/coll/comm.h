@@ -76,6 +76,21 @@ chorus_result chorus__allreduce_ring(chorus_comm *c, const void *send, void *rec
 chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, char *work, char *out,
                                           const size_t *off, const size_t *cnt, chorus_dtype t,
                                           chorus_op op, int tag_base);
+/* Ring allgather in steps, so that another algorithm can feed it: post (every receive),
+ * send_own(k) once this rank's own segment k is final, finish (forwarding, waits). */
+typedef struct chorus_ring_ag {
+    chorus_coll *x;
+    char *buf;
+    const size_t *off, *cnt;
+    size_t es, segc;
+    int nseg, tag_base;
+    chorus_req *sreq, *rreq;
+} chorus_ring_ag;
+chorus_result chorus__ring_ag_post(chorus_ring_ag *ag, chorus_coll *x, char *buf, const size_t *off,
+                                   const size_t *cnt, size_t es, int tag_base);
+void chorus__ring_ag_send_own(chorus_ring_ag *ag, int k);
+/* Frees what post allocated; with res != CHORUS_OK it only cleans up. */
+chorus_result chorus__ring_ag_finish(chorus_ring_ag *ag, chorus_result res);
 /* Ring allgather in place: chunk i (at off(i), cnt(i) elements) starts at rank i. */
 chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *off,
                                      const size_t *cnt, size_t esize, int tag_base);

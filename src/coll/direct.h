@@ -12,6 +12,12 @@
 chorus_result chorus__direct_reduce_scatter(chorus_coll *x, const char *local, char *out,
                                             const size_t *off, const size_t *cnt, chorus_dtype t,
                                             chorus_op op, int tag_base);
+/* With ag_buf: an allreduce. Each final segment of this rank's slice (out, inside ag_buf) goes
+ * to a ring allgather over ag_buf at once (after CHORUS_AVG's division), so the two phases
+ * overlap. */
+chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out, const size_t *off,
+                                   const size_t *cnt, chorus_dtype t, chorus_op op, int tag_base,
+                                   char *ag_buf);
 /* Large messages: direct reduce-scatter + ring allgather. */
 chorus_result chorus__allreduce_rsag(chorus_comm *c, const void *send, void *recv, size_t count,
                                      chorus_dtype t, chorus_op op);

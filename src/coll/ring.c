@@ -81,60 +81,92 @@ chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, cha
     return res;
 }
 
-chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *off,
-                                     const size_t *cnt, size_t es, int tag_base)
+chorus_result chorus__ring_ag_post(chorus_ring_ag *ag, chorus_coll *x, char *buf, const size_t *off,
+                                   const size_t *cnt, size_t es, int tag_base)
 {
     chorus_comm *c = x->c;
     int n = c->size, r = c->rank;
-    int right = (r + 1) % n, left = (r + n - 1) % n;
+    memset(ag, 0, sizeof(*ag));
+    ag->x = x;
+    ag->buf = buf;
+    ag->off = off;
+    ag->cnt = cnt;
+    ag->es = es;
+    ag->tag_base = tag_base;
     size_t maxcnt = 0;
     for (int i = 0; i < n; i++)
         if (cnt[i] > maxcnt) maxcnt = cnt[i];
-    size_t segc;
-    int nseg;
-    chorus__segments(maxcnt, es, &segc, &nseg);
-    size_t nmsg = (size_t)(n - 1) * (size_t)nseg;
-    chorus_req *sreq = malloc(sizeof(chorus_req) * nmsg), *rreq = malloc(sizeof(chorus_req) * nmsg);
-    chorus_req **all = malloc(sizeof(chorus_req *) * nmsg);
-    if (!sreq || !rreq || !all) {
-        free(sreq);
-        free(rreq);
-        free(all);
+    chorus__segments(maxcnt, es, &ag->segc, &ag->nseg);
+    size_t nmsg = (size_t)(n - 1) * (size_t)ag->nseg;
+    ag->sreq = malloc(sizeof(chorus_req) * nmsg);
+    ag->rreq = malloc(sizeof(chorus_req) * nmsg);
+    if (!ag->sreq || !ag->rreq) {
+        free(ag->sreq);
+        free(ag->rreq);
         return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
     }
+    size_t segc = ag->segc;
+    int nseg = ag->nseg, left = (r + n - 1) % n;
     /* every step receives a different chunk: post them all, in the order they will arrive */
     for (int s = 0; s < n - 1; s++) {
         int rc = chorus__mod(r - s - 1, n);
         for (int k = 0; k < nseg; k++)
-            chorus__coll_irecv(x, &rreq[s * nseg + k], left, tag_base + s * nseg + k,
+            chorus__coll_irecv(x, &ag->rreq[s * nseg + k], left, tag_base + s * nseg + k,
                                buf + (off[rc] + SEG_LO(rc, k)) * es, SEG_N(rc, k) * es);
     }
-    for (int k = 0; k < nseg; k++)
-        chorus__coll_isend(x, &sreq[k], right, tag_base + k, buf + (off[r] + SEG_LO(r, k)) * es,
-                           SEG_N(r, k) * es);
-    chorus_result res = CHORUS_OK;
+    return CHORUS_OK;
+}
+
+void chorus__ring_ag_send_own(chorus_ring_ag *ag, int k)
+{
+    chorus_comm *c = ag->x->c;
+    int r = c->rank;
+    size_t segc = ag->segc, es = ag->es;
+    const size_t *off = ag->off, *cnt = ag->cnt;
+    chorus__coll_isend(ag->x, &ag->sreq[k], (r + 1) % c->size, ag->tag_base + k,
+                       ag->buf + (off[r] + SEG_LO(r, k)) * es, SEG_N(r, k) * es);
+}
+
+chorus_result chorus__ring_ag_finish(chorus_ring_ag *ag, chorus_result res)
+{
+    chorus_coll *x = ag->x;
+    chorus_comm *c = x->c;
+    int n = c->size, r = c->rank, nseg = ag->nseg;
+    size_t segc = ag->segc, es = ag->es;
+    const size_t *off = ag->off, *cnt = ag->cnt;
+    size_t nmsg = (size_t)(n - 1) * (size_t)nseg;
     for (int s = 0; s < n - 2 && res == CHORUS_OK; s++) {
         int rc = chorus__mod(r - s - 1, n);
         for (int k = 0; k < nseg && res == CHORUS_OK; k++) {
-            res = chorus__coll_wait1(x, &rreq[s * nseg + k]);
+            res = chorus__coll_wait1(x, &ag->rreq[s * nseg + k]);
             if (res == CHORUS_OK)
-                chorus__coll_isend(x, &sreq[(s + 1) * nseg + k], right,
-                                   tag_base + (s + 1) * nseg + k,
-                                   buf + (off[rc] + SEG_LO(rc, k)) * es, SEG_N(rc, k) * es);
+                chorus__coll_isend(x, &ag->sreq[(s + 1) * nseg + k], (r + 1) % n,
+                                   ag->tag_base + (s + 1) * nseg + k,
+                                   ag->buf + (off[rc] + SEG_LO(rc, k)) * es, SEG_N(rc, k) * es);
         }
     }
+    chorus_req **all = res == CHORUS_OK ? malloc(sizeof(chorus_req *) * 2 * nmsg) : NULL;
+    if (res == CHORUS_OK && !all) res = chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
     if (res == CHORUS_OK) {
-        for (size_t i = 0; i < nmsg; i++) all[i] = &rreq[i];
-        res = chorus__coll_wait(x, all, (int)nmsg);
+        for (size_t i = 0; i < nmsg; i++) {
+            all[i] = &ag->rreq[i];
+            all[nmsg + i] = &ag->sreq[i];
+        }
+        res = chorus__coll_wait(x, all, (int)(2 * nmsg));
     }
-    if (res == CHORUS_OK) {
-        for (size_t i = 0; i < nmsg; i++) all[i] = &sreq[i];
-        res = chorus__coll_wait(x, all, (int)nmsg);
-    }
-#undef SEG_LO
-#undef SEG_N
     free(all);
-    free(sreq);
-    free(rreq);
+    free(ag->sreq);
+    free(ag->rreq);
     return res;
 }
+
+chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *off,
+                                     const size_t *cnt, size_t es, int tag_base)
+{
+    chorus_ring_ag ag;
+    CHORUS_CHECK(chorus__ring_ag_post(&ag, x, buf, off, cnt, es, tag_base));
+    for (int k = 0; k < ag.nseg; k++) chorus__ring_ag_send_own(&ag, k);
+    return chorus__ring_ag_finish(&ag, CHORUS_OK);
+}
+#undef SEG_LO
+#undef SEG_N

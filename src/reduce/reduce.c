@@ -8,7 +8,7 @@
 
 #include "reduce/reduce.h"
 
-#define VEC __attribute__((optimize("tree-vectorize")))
+#define VEC __attribute__((optimize("tree-vectorize"), target_clones("avx512f", "avx2", "default")))
 
 /* ---- f16 / bf16 conversion (round to nearest even) ------------------------------------ */
 

@@ -104,7 +104,8 @@ const char *chorus_engine_last_error(const chorus_engine *e);
 
 /* ---- enqueueing (any thread) -------------------------------------------------------------- */
 
-/* Called on the engine thread when a handle ends; must not wait on the engine. */
+/* Called on the engine thread when a handle ends, before a wait on it returns; it must not
+ * wait on the engine (or on this handle). */
 typedef void (*chorus_engine_callback)(chorus_engine_handle *h, chorus_result r, void *arg);
 
 typedef struct chorus_engine_tensor_opts {

@@ -177,10 +177,14 @@ void chorus__eng_complete(chorus_engine *e, eng_req *r, chorus_result res, const
     pthread_mutex_lock(&h->mu);
     h->res = res;
     if (res != CHORUS_OK) h->msg = strdup(msg && *msg ? msg : chorus_strerror(res));
+    pthread_mutex_unlock(&h->mu);
+    /* The callback runs before the handle is done, so a wait or poll that sees it done also
+     * sees everything the callback did. */
+    if (h->cb) h->cb(h, res, h->cb_arg);
+    pthread_mutex_lock(&h->mu);
     h->done = 1;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
-    if (h->cb) h->cb(h, res, h->cb_arg);
     handle_unref(h);
     req_free(r);
 }

@@ -129,13 +129,9 @@ chorus_result chorus__allreduce_rsag(chorus_comm *c, const void *send, void *rec
 {
     int n = c->size;
     size_t es = chorus_dtype_size(t);
-    size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
+    size_t *off = chorus__chunks(count, n);
     if (!off) return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
     size_t *cnt = off + n;
-    for (int i = 0; i < n; i++) {
-        off[i] = chorus__chunk_off(count, n, i);
-        cnt[i] = chorus__chunk_cnt(count, n, i);
-    }
     chorus_coll x;
     chorus__coll_begin(&x, c, CHORUS_COLL_ALLREDUCE, t, op, count);
     char *out = (char *)recv + off[c->rank] * es;

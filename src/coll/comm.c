@@ -3,9 +3,6 @@
  * chorus_comm_split, chorus_finalize, chorus_comm_abort, and the helpers the algorithms share.
  */
 #include <errno.h>
-#include <ifaddrs.h>
-#include <arpa/inet.h>
-#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +64,16 @@ void *chorus__comm_scratch(chorus_comm *c, size_t n)
     return c->scratch;
 }
 
+size_t *chorus__chunks(size_t count, int n)
+{
+    size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
+    for (int i = 0; off && i < n; i++) {
+        off[i] = chorus__chunk_off(count, n, i);
+        off[n + i] = chorus__chunk_cnt(count, n, i);
+    }
+    return off;
+}
+
 void chorus__segments(size_t max_cnt, size_t esize, size_t *seg_cnt, int *nseg)
 {
     size_t seg_bytes = (size_t)chorus__cfg_long("CHORUS_TCP_SEGMENT");
@@ -125,27 +132,7 @@ static void comm_free(chorus_comm *c)
 static chorus_result pick_ip(chorus_store *store, char *ip, size_t len, chorus_errbuf *e)
 {
     const char *iface = chorus__cfg_str("CHORUS_IFACE");
-    if (iface) {
-        struct in_addr a;
-        if (inet_pton(AF_INET, iface, &a) == 1) {
-            snprintf(ip, len, "%s", iface);
-            return CHORUS_OK;
-        }
-        struct ifaddrs *ifs, *i;
-        if (getifaddrs(&ifs) == 0) {
-            for (i = ifs; i; i = i->ifa_next)
-                if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !strcmp(i->ifa_name, iface)) {
-                    inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip,
-                              (socklen_t)len);
-                    freeifaddrs(ifs);
-                    return CHORUS_OK;
-                }
-            freeifaddrs(ifs);
-        }
-        return chorus__fail(e, CHORUS_ERR_ENV,
-                            "CHORUS_IFACE=%s is neither an IPv4 address nor an interface with one",
-                            iface);
-    }
+    if (iface) return chorus__iface_ip(iface, ip, len, e);
     if (store && chorus__store_local_ip(store, ip, len) == 0) return CHORUS_OK;
     snprintf(ip, len, "127.0.0.1");
     return CHORUS_OK;
@@ -191,8 +178,8 @@ static chorus_result read_rdzv_file(const char *path, char *addr, size_t len, do
 }
 
 /* Fetches every rank's "ip:port\nhost-id" record and fills addrs/hosts/host indices. */
-static chorus_result exchange(chorus_comm *c, chorus_store *store, const char *addr,
-                              char **addrs, char **hostnames, double deadline, chorus_errbuf *e)
+static chorus_result exchange(chorus_comm *c, chorus_store *store, const char *addr, char **addrs,
+                              char **hostnames, double deadline, chorus_errbuf *e)
 {
     char hid[300], rec[600], key[64], name[64] = "?";
     chorus__host_id(hid, sizeof(hid));
@@ -290,24 +277,24 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
         c->local_rank = 0;
         c->local_size = 1;
         c->nhosts = 1;
-        CHORUS_CHECK_GOTO(chorus__net_create(0, 1, job.job, "127.0.0.1", &c->net, addr,
-                                             sizeof(addr), e),
-                          r, out);
+        CHORUS_CHECK_GOTO(
+            chorus__net_create(0, 1, job.job, "127.0.0.1", &c->net, addr, sizeof(addr), e), r, out);
         goto out;
     }
     if (job.serve_store && job.rank == 0) {
         int port = 0;
         if (job.rdzv_file[0]) {
-            CHORUS_CHECK_GOTO(chorus__store_server_start("127.0.0.1", 0, &server, &port, e), r, out);
+            CHORUS_CHECK_GOTO(chorus__store_server_start("127.0.0.1", 0, &server, &port, e), r,
+                              out);
             CHORUS_CHECK_GOTO(write_rdzv_file(job.rdzv_file, port, e), r, out);
             snprintf(job.store_addr, sizeof(job.store_addr), "127.0.0.1:%d", port);
         } else {
             const char *colon = strrchr(job.store_addr, ':');
             char bind_ip[64] = ""; /* not every address unless asked (CHORUS_BIND_ANY) */
-            CHORUS_CHECK_GOTO(chorus__store_bind_ip(job.store_addr, bind_ip, sizeof(bind_ip), e),
-                              r, out);
-            CHORUS_CHECK_GOTO(chorus__store_server_start(bind_ip, atoi(colon + 1), &server, &port, e),
-                              r, out);
+            CHORUS_CHECK_GOTO(chorus__store_bind_ip(job.store_addr, bind_ip, sizeof(bind_ip), e), r,
+                              out);
+            CHORUS_CHECK_GOTO(
+                chorus__store_server_start(bind_ip, atoi(colon + 1), &server, &port, e), r, out);
         }
     } else if (job.rdzv_file[0]) {
         CHORUS_CHECK_GOTO(
@@ -316,13 +303,13 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
     }
     CHORUS_CHECK_GOTO(chorus__store_connect(job.store_addr, job.job, deadline, &store, e), r, out);
     CHORUS_CHECK_GOTO(pick_ip(store, ip, sizeof(ip), e), r, out);
-    CHORUS_CHECK_GOTO(chorus__net_create(job.rank, job.size, job.job, ip, &c->net, addr,
-                                         sizeof(addr), e),
-                      r, out);
+    CHORUS_CHECK_GOTO(
+        chorus__net_create(job.rank, job.size, job.job, ip, &c->net, addr, sizeof(addr), e), r,
+        out);
     CHORUS_CHECK_GOTO(exchange(c, store, addr, addrs, hosts, deadline, e), r, out);
     CHORUS_CHECK_GOTO(chorus__net_connect_all(c->net, addrs, hosts, deadline, e), r, out);
-    CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s",
-                c->rank, c->local_rank, c->local_size, c->nhosts, addr);
+    CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s", c->rank,
+                c->local_rank, c->local_size, c->nhosts, addr);
     /* Same host for all: a shared-memory group, set up over the TCP mesh just built. */
     r = chorus__comm_shm_setup(c);
     if (r != CHORUS_OK) {
@@ -391,8 +378,9 @@ const char *chorus_last_error(const chorus_comm *c)
 
 chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm **out)
 {
-    if (!c || !out) return chorus__fail(c ? &c->err : chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
-                                        "chorus_comm_split: %s is NULL", c ? "out" : "comm");
+    if (!c || !out)
+        return chorus__fail(c ? &c->err : chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_comm_split: %s is NULL", c ? "out" : "comm");
     *out = NULL;
     int32_t mine[2] = {color < 0 ? -1 : color, key};
     int32_t *all = malloc(sizeof(int32_t) * 2 * (size_t)c->size);

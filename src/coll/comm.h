@@ -57,6 +57,9 @@ static inline size_t chorus__chunk_cnt(size_t count, int n, int i)
 {
     return count / (size_t)n + ((size_t)i < count % (size_t)n ? 1 : 0);
 }
+/* off[i], cnt[i] = chorus__chunk_off/cnt(count, n, i) in one array of 2n (off, then cnt);
+ * free() it. NULL when out of memory. */
+size_t *chorus__chunks(size_t count, int n);
 static inline int chorus__mod(int a, int n)
 {
     return ((a % n) + n) % n;

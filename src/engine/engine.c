@@ -631,6 +631,18 @@ static void absorb(chorus_engine *e, eng_req *batch)
     }
 }
 
+/* Cached names in use: those executed in the last RECENT_CYCLES cycles. A name used once
+ * (a broadcast of the initial parameters, an object gathered at start) stays cached but must
+ * not keep "a whole step is ready" from ever being true. */
+#define RECENT_CYCLES 64
+static size_t recent_slots(const chorus_engine *e)
+{
+    size_t n = 0;
+    for (int s = 0; s < e->nslots; s++)
+        if (e->slots[s].name && e->slots[s].last_cycle + RECENT_CYCLES >= e->st.cycles) n++;
+    return n;
+}
+
 static void *engine_main(void *arg)
 {
     chorus_engine *e = arg;
@@ -647,9 +659,11 @@ static void *engine_main(void *arg)
         double now = chorus__now(), deadline;
         int active = e->npend > 0 || e->my_join;
         int go = shut;
+        size_t live = 0;
         if (active) {
             if (!e->all_active) go = 1; /* wait inside the cycle for the idle ranks */
-            if (e->live_slots > 0 && e->n_cached_ready >= (size_t)e->live_slots) go = 1;
+            live = e->live_slots > 0 ? recent_slots(e) : 0;
+            if (live > 0 && e->n_cached_ready >= live) go = 1;
             double iv = now - e->last_progress > 1.0 && e->o.cycle_time_ms < STALLED_PACE_MS
                             ? STALLED_PACE_MS
                             : e->o.cycle_time_ms;
@@ -663,8 +677,8 @@ static void *engine_main(void *arg)
                 size_t need = SIZE_MAX;
                 if (!active)
                     need = 1;
-                else if (e->live_slots > 0)
-                    need = (size_t)e->live_slots - e->n_cached_ready;
+                else if (live > 0)
+                    need = live - e->n_cached_ready;
                 e->wake_at = need;
                 e->sleeping = 1;
                 double d = deadline;

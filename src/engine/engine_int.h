@@ -113,6 +113,7 @@ typedef struct eng_exec {
 typedef struct eng_slot {
     char *name; /* NULL: free */
     eng_meta m;
+    uint64_t last_cycle; /* cycle in which it was cached or last executed */
 } eng_slot;
 
 typedef struct eng_centry {

@@ -100,6 +100,7 @@ static int cache_insert(chorus_engine *e, int s, const char *name, const eng_met
         return -1;
     }
     e->slots[s].m = *m;
+    e->slots[s].last_cycle = e->st.cycles;
     e->live_slots++;
     return 0;
 }
@@ -440,6 +441,7 @@ int chorus__eng_cycle(chorus_engine *e, int shutdown)
             eng_req *r = chorus__map_get(&e->pend_map, e->slots[s].name);
             if (r && !(r->state == REQ_CACHED && r->slot == s)) r = NULL;
             x[nx++] = (eng_exec){r, e->slots[s].name, e->slots[s].m, 1};
+            e->slots[s].last_cycle = e->st.cycles;
             hits++;
         }
     }

@@ -67,8 +67,7 @@ static void do_kernel(struct shared *sh, int id)
     } else {
         float *restrict c = sh->c;
         const float *restrict a = sh->a, *restrict b = sh->b;
-        for (size_t i = lo; i < hi; i++)
-            c[i] = a[i] + b[i];
+        for (size_t i = lo; i < hi; i++) c[i] = a[i] + b[i];
     }
 }
 
@@ -85,8 +84,7 @@ static void *worker_main(void *arg)
     }
     for (;;) {
         pthread_barrier_wait(&w->sh->start);
-        if (w->sh->quit)
-            return NULL;
+        if (w->sh->quit) return NULL;
         do_kernel(w->sh, w->id);
         pthread_barrier_wait(&w->sh->done);
     }
@@ -106,8 +104,7 @@ static double run_once(struct shared *sh, enum kernel k)
 static int measure(struct shared *sh, int nthreads, int runs, double gbps[2])
 {
     struct worker *w = calloc(nthreads, sizeof *w);
-    if (!w)
-        return -1;
+    if (!w) return -1;
     sh->nthreads = nthreads;
     sh->quit = 0;
     pthread_barrier_init(&sh->start, NULL, nthreads);
@@ -138,8 +135,7 @@ static int measure(struct shared *sh, int nthreads, int runs, double gbps[2])
     }
     sh->quit = 1;
     pthread_barrier_wait(&sh->start);
-    for (int i = 1; i < nthreads; i++)
-        pthread_join(w[i].tid, NULL);
+    for (int i = 1; i < nthreads; i++) pthread_join(w[i].tid, NULL);
     pthread_barrier_destroy(&sh->start);
     pthread_barrier_destroy(&sh->done);
     free(w);
@@ -151,9 +147,12 @@ static size_t parse_size(const char *s)
     char *end;
     double v = strtod(s, &end);
     switch (*end) {
-    case 'k': case 'K': v *= 1024.0; break;
-    case 'm': case 'M': v *= 1048576.0; break;
-    case 'g': case 'G': v *= 1073741824.0; break;
+    case 'k':
+    case 'K': v *= 1024.0; break;
+    case 'm':
+    case 'M': v *= 1048576.0; break;
+    case 'g':
+    case 'G': v *= 1073741824.0; break;
     default: break;
     }
     return v > 0 ? (size_t)v : 0;
@@ -175,8 +174,7 @@ int main(int argc, char **argv)
             break;
     }
     if (argc % 2 == 0 || bytes < 4096 || runs < 1) {
-        fprintf(stderr, "usage: %s [-s bytes-per-array (256M)] [-r runs (7)] [-t 1,2]\n",
-                argv[0]);
+        fprintf(stderr, "usage: %s [-s bytes-per-array (256M)] [-r runs (7)] [-t 1,2]\n", argv[0]);
         return 2;
     }
 
@@ -197,15 +195,13 @@ int main(int argc, char **argv)
     for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int nt = atoi(t);
         double gbps[2];
-        if (nt < 1 || measure(&sh, nt, runs, gbps))
-            continue;
+        if (nt < 1 || measure(&sh, nt, runs, gbps)) continue;
         printf("copy %d %.3f\n", nt, gbps[0]);
         printf("sum %d %.3f\n", nt, gbps[1]);
         fflush(stdout);
     }
     /* Keep the compiler honest about the sum results. */
-    if (sh.c[sh.n / 2] < 0)
-        printf("# impossible\n");
+    if (sh.c[sh.n / 2] < 0) printf("# impossible\n");
     free(list);
     free(sh.a);
     free(sh.b);

@@ -40,8 +40,7 @@
 
 enum coll { COLL_ALLREDUCE, COLL_BCAST, COLL_ALLGATHER, COLL_REDUCE_SCATTER, COLL_ALLTOALL };
 
-static const char *coll_names[] = {"allreduce", "bcast", "allgather", "reduce_scatter",
-                                   "alltoall"};
+static const char *coll_names[] = {"allreduce", "bcast", "allgather", "reduce_scatter", "alltoall"};
 
 struct opts {
     enum coll coll;
@@ -57,16 +56,26 @@ static size_t parse_size(const char *s)
 {
     char *end;
     double v = strtod(s, &end);
-    if (end == s || v < 0)
-        return 0;
+    if (end == s || v < 0) return 0;
     switch (*end) {
-    case 'k': case 'K': v *= 1024.0; end++; break;
-    case 'm': case 'M': v *= 1024.0 * 1024.0; end++; break;
-    case 'g': case 'G': v *= 1024.0 * 1024.0 * 1024.0; end++; break;
+    case 'k':
+    case 'K':
+        v *= 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        v *= 1024.0 * 1024.0;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        v *= 1024.0 * 1024.0 * 1024.0;
+        end++;
+        break;
     default: break;
     }
-    if (*end == 'B' || *end == 'b')
-        end++;
+    if (*end == 'B' || *end == 'b') end++;
     return *end ? 0 : (size_t)v;
 }
 
@@ -86,8 +95,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     *o = (struct opts){COLL_ALLREDUCE, 4, 64u << 20, 4.0, 0, 0, 2.0, 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (a[0] != '-' || !a[1] || a[2] || !v)
-            return -1;
+        if (a[0] != '-' || !a[1] || a[2] || !v) return -1;
         i++;
         switch (a[1]) {
         case 'c': {
@@ -105,8 +113,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
                 o->coll = COLL_BCAST;
                 found = 1;
             }
-            if (!found)
-                return -1;
+            if (!found) return -1;
             break;
         }
         case 'b': o->min_bytes = parse_size(v); break;
@@ -116,8 +123,12 @@ static int parse_opts(int argc, char **argv, struct opts *o)
         case 'w': o->warmup = atol(v); break;
         case 'T': o->budget = atof(v); break;
         case 'k': o->check = atoi(v); break;
-        case 'd': if (strcasecmp(v, "float32") && strcasecmp(v, "float")) return -1; break;
-        case 'o': if (strcasecmp(v, "sum")) return -1; break;
+        case 'd':
+            if (strcasecmp(v, "float32") && strcasecmp(v, "float")) return -1;
+            break;
+        case 'o':
+            if (strcasecmp(v, "sum")) return -1;
+            break;
         default: return -1;
         }
     }
@@ -127,9 +138,15 @@ static int parse_opts(int argc, char **argv, struct opts *o)
     return 0;
 }
 
-static long clampl(long v, long lo, long hi) { return v < lo ? lo : v > hi ? hi : v; }
+static long clampl(long v, long lo, long hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
 
-static long default_iters(size_t bytes) { return clampl((long)((1ul << 30) / bytes), 10, 1000); }
+static long default_iters(size_t bytes)
+{
+    return clampl((long)((1ul << 30) / bytes), 10, 1000);
+}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -144,9 +161,18 @@ static void buffer_counts(enum coll c, size_t count, int n, size_t *scount, size
     *rcount = count;
     switch (c) {
     case COLL_ALLREDUCE: break;
-    case COLL_BCAST: *scount = count; *rcount = 0; break;
-    case COLL_ALLGATHER: *scount = count / n; *rcount = count; break;
-    case COLL_REDUCE_SCATTER: *scount = count; *rcount = count / n; break;
+    case COLL_BCAST:
+        *scount = count;
+        *rcount = 0;
+        break;
+    case COLL_ALLGATHER:
+        *scount = count / n;
+        *rcount = count;
+        break;
+    case COLL_REDUCE_SCATTER:
+        *scount = count;
+        *rcount = count / n;
+        break;
     case COLL_ALLTOALL: break;
     }
 }
@@ -167,16 +193,13 @@ static void run_coll(enum coll c, float *sbuf, float *rbuf, size_t count, int n)
     case COLL_ALLREDUCE:
         MPI_Allreduce(sbuf, rbuf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         break;
-    case COLL_BCAST:
-        MPI_Bcast(sbuf, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
-        break;
+    case COLL_BCAST: MPI_Bcast(sbuf, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
     case COLL_ALLGATHER:
         MPI_Allgather(sbuf, (int)(count / n), MPI_FLOAT, rbuf, (int)(count / n), MPI_FLOAT,
                       MPI_COMM_WORLD);
         break;
     case COLL_REDUCE_SCATTER:
-        MPI_Reduce_scatter_block(sbuf, rbuf, (int)(count / n), MPI_FLOAT, MPI_SUM,
-                                 MPI_COMM_WORLD);
+        MPI_Reduce_scatter_block(sbuf, rbuf, (int)(count / n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         break;
     case COLL_ALLTOALL:
         MPI_Alltoall(sbuf, (int)(count / n), MPI_FLOAT, rbuf, (int)(count / n), MPI_FLOAT,
@@ -187,27 +210,26 @@ static void run_coll(enum coll c, float *sbuf, float *rbuf, size_t count, int n)
 
 /* Test values: small integers, exact in float32 and in any order of summation.
  * val(r, i) is what rank r contributes at element i of a reduction. */
-static float val(int r, size_t i) { return (float)((r + 1) * (int)(i % 13 + 1)); }
+static float val(int r, size_t i)
+{
+    return (float)((r + 1) * (int)(i % 13 + 1));
+}
 
 static void fill(enum coll c, float *sbuf, float *rbuf, size_t count, int rank, int n)
 {
     size_t sc, rc, blk = count / n;
     buffer_counts(c, count, n, &sc, &rc);
-    for (size_t i = 0; i < rc; i++)
-        rbuf[i] = -1.0f;
+    for (size_t i = 0; i < rc; i++) rbuf[i] = -1.0f;
     switch (c) {
     case COLL_ALLREDUCE:
     case COLL_REDUCE_SCATTER:
-        for (size_t i = 0; i < sc; i++)
-            sbuf[i] = val(rank, i);
+        for (size_t i = 0; i < sc; i++) sbuf[i] = val(rank, i);
         break;
     case COLL_BCAST:
-        for (size_t i = 0; i < sc; i++)
-            sbuf[i] = rank == 0 ? val(0, i) : -1.0f;
+        for (size_t i = 0; i < sc; i++) sbuf[i] = rank == 0 ? val(0, i) : -1.0f;
         break;
     case COLL_ALLGATHER: /* my block, as it will sit at offset rank*blk of the output */
-        for (size_t i = 0; i < sc; i++)
-            sbuf[i] = val(rank, rank * blk + i);
+        for (size_t i = 0; i < sc; i++) sbuf[i] = val(rank, rank * blk + i);
         break;
     case COLL_ALLTOALL: /* block j goes to rank j: encode (source, destination, index) */
         for (size_t j = 0; j < (size_t)n; j++)
@@ -218,24 +240,20 @@ static void fill(enum coll c, float *sbuf, float *rbuf, size_t count, int rank, 
 }
 
 /* Returns the number of wrong elements on this rank. */
-static long verify(enum coll c, const float *sbuf, const float *rbuf, size_t count, int rank,
-                   int n)
+static long verify(enum coll c, const float *sbuf, const float *rbuf, size_t count, int rank, int n)
 {
     size_t blk = count / n;
     long wrong = 0;
     float tri = (float)(n * (n + 1) / 2); /* sum over r of (r+1) */
     switch (c) {
     case COLL_ALLREDUCE:
-        for (size_t i = 0; i < count; i++)
-            wrong += rbuf[i] != tri * (float)(i % 13 + 1);
+        for (size_t i = 0; i < count; i++) wrong += rbuf[i] != tri * (float)(i % 13 + 1);
         break;
     case COLL_BCAST:
-        for (size_t i = 0; i < count; i++)
-            wrong += sbuf[i] != val(0, i);
+        for (size_t i = 0; i < count; i++) wrong += sbuf[i] != val(0, i);
         break;
     case COLL_ALLGATHER:
-        for (size_t i = 0; i < blk * n; i++)
-            wrong += rbuf[i] != val((int)(i / blk), i);
+        for (size_t i = 0; i < blk * n; i++) wrong += rbuf[i] != val((int)(i / blk), i);
         break;
     case COLL_REDUCE_SCATTER:
         for (size_t i = 0; i < blk; i++)
@@ -258,8 +276,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     if (parse_opts(argc, argv, &o)) {
-        if (rank == 0)
-            usage(argv[0]);
+        if (rank == 0) usage(argv[0]);
         MPI_Finalize();
         return 2;
     }
@@ -281,15 +298,16 @@ int main(int argc, char **argv)
         char version[MPI_MAX_LIBRARY_VERSION_STRING];
         MPI_Get_library_version(version, &len);
         version[strcspn(version, "\n,")] = 0;
-        printf("# mpi_allreduce: %s, %d ranks, float32 sum, %s\n", coll_names[o.coll], n,
-               version);
+        printf("# mpi_allreduce: %s, %d ranks, float32 sum, %s\n", coll_names[o.coll], n, version);
         printf("# time = median over iterations of the max over ranks; barrier before each call;"
-               " GB = 1e9; busbw factor %.4f\n", bus_factor(o.coll, n));
+               " GB = 1e9; busbw factor %.4f\n",
+               bus_factor(o.coll, n));
         if (o.iters)
             printf("# iterations %ld, check %s\n", o.iters, o.check ? "on" : "off");
         else
             printf("# iterations clamp(2^30/size, 10, 1000) cut to ~%gs per size (min 10), "
-                   "warm-up clamp(iters/10, 2, 20), check %s\n", o.budget, o.check ? "on" : "off");
+                   "warm-up clamp(iters/10, 2, 20), check %s\n",
+                   o.budget, o.check ? "on" : "off");
         printf("# %10s %12s %12s %11s %11s\n", "size", "count", "time_us", "algbw_GBps",
                "busbw_GBps");
         fflush(stdout);
@@ -297,11 +315,9 @@ int main(int argc, char **argv)
 
     for (double s = (double)o.min_bytes; s <= (double)o.max_bytes * 1.000001; s *= o.factor) {
         size_t count = (size_t)s / sizeof(float);
-        if (o.coll == COLL_ALLGATHER || o.coll == COLL_REDUCE_SCATTER ||
-            o.coll == COLL_ALLTOALL)
+        if (o.coll == COLL_ALLGATHER || o.coll == COLL_REDUCE_SCATTER || o.coll == COLL_ALLTOALL)
             count -= count % n;
-        if (count == 0)
-            continue;
+        if (count == 0) continue;
         size_t bytes = count * sizeof(float);
         long iters = o.iters ? o.iters : default_iters(bytes);
         long warmup = o.warmup ? o.warmup : clampl(iters / 10, 2, 20);

@@ -235,7 +235,7 @@ typedef struct job {
     double timeout_s;
     /* CPU binding: rank slot i runs on cpus[i*per .. (i+1)*per) */
     int bind, ncpus, per;
-    int *cpus;
+    int cpus[CPU_SETSIZE];
 } job;
 
 /* Loopback TCP and shared memory wake the receiver on the sender's CPU, so two ranks that
@@ -260,8 +260,6 @@ static void plan_binding(job *j, int requested)
     if (requested == 0 || sched_getaffinity(0, sizeof(set), &set)) return;
     int n = CPU_COUNT(&set);
     if (n < j->np || n < 2) return; /* oversubscribed: pinning would only hurt */
-    j->cpus = malloc(sizeof(int) * (size_t)n);
-    if (!j->cpus) return;
     for (int c = 0, k = 0; c < CPU_SETSIZE && k < n; c++)
         if (CPU_ISSET(c, &set)) j->cpus[k++] = c;
     j->ncpus = n;

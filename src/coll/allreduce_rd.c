@@ -51,8 +51,7 @@ chorus_result chorus__allreduce_rd(chorus_comm *c, const void *send, void *recv,
                 chorus__reduce(recv, recv, tmp, count, t, op);
         }
     } else {
-        tag += 0;
-        for (int mask = 1; mask < p2; mask <<= 1) tag++;
+        for (int mask = 1; mask < p2; mask <<= 1) tag++; /* the partner's tag for the last step */
     }
     if (r < 2 * rem) {
         if (r % 2 == 1) {
@@ -63,8 +62,7 @@ chorus_result chorus__allreduce_rd(chorus_comm *c, const void *send, void *recv,
             CHORUS_CHECK(chorus__coll_wait1(&x, &rq[0]));
         }
     }
-    /* Odd partners already divided? No: the final division happens once, after the result
-     * is complete, identically on every rank. */
+    /* CHORUS_AVG divides once, after the result is complete, identically on every rank. */
     chorus__reduce_finish(recv, count, t, op, n);
     return CHORUS_OK;
 }

@@ -157,30 +157,27 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
     }
     if (chorus__select_shm(c, CHORUS_COLL_REDUCE_SCATTER))
         return done(c, chorus__reduce_scatter_shm(c, send, recv, recvcount, t, op));
+    /* Rank order, as the allreduce (allreduce_direct.c). In place, the input is copied aside:
+     * the output (slice 0's place) would be overwritten while slice 0 is still being sent. */
     size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
-    /* The ring writes partial results for every chunk; they go to a private work buffer, and
-     * an in-place call works on a copy of its input. */
-    char *work = malloc(all + (send == recv ? all : 0));
-    if (!off || !work) {
+    char *copy = send == recv ? malloc(all) : NULL;
+    if (!off || (send == recv && !copy)) {
         free(off);
-        free(work);
+        free(copy);
         return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
     }
-    const char *local = send;
-    if (send == recv) {
-        memcpy(work + all, send, all);
-        local = work + all;
-    }
+    if (copy) memcpy(copy, send, all);
     for (int i = 0; i < n; i++) {
         off[i] = (size_t)i * recvcount;
         off[n + i] = recvcount;
     }
     chorus_coll x;
     chorus__coll_begin(&x, c, CHORUS_COLL_REDUCE_SCATTER, t, op, recvcount);
-    chorus_result r = chorus__ring_reduce_scatter(&x, local, work, recv, off, off + n, t, op, 0);
+    chorus_result r =
+        chorus__direct_reduce_scatter(&x, copy ? copy : send, recv, off, off + n, t, op, 0);
     if (r == CHORUS_OK) chorus__reduce_finish(recv, recvcount, t, op, n);
     free(off);
-    free(work);
+    free(copy);
     return done(c, r);
 }
 

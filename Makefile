@@ -73,7 +73,7 @@ $(BUILD)/lib/pkgconfig/chorus.pc: Makefile $(wildcard mk/*.mk)
 	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: chorus\nDescription: Distributed deep-learning collectives and training runtime\nVersion: 0.1.0\nLibs: -L$${libdir} -Wl,-rpath,$${libdir} -lchorus\nLibs.private: $(LIB_LDLIBS) -pthread\nCflags: -I$${includedir}\n' '$(PREFIX)' > $@
 
 test: deps $(ALL_TARGETS) $(TEST_BINS)
-	@BUILD=$(BUILD) sh tests/run.sh $(TESTS)
+	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) sh tests/run.sh $(TESTS)
 
 demo: deps $(ALL_TARGETS)
 	@BUILD=$(BUILD) sh tools/demo.sh

@@ -5,13 +5,16 @@ set -eu
 top=$PWD
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
-make --no-print-directory -s install PREFIX="$prefix" BUILD="$BUILD" CHORUS_SKIP_DEPS=1 >/dev/null
+make --no-print-directory -s install PREFIX="$prefix" BUILD="$BUILD" SANITIZE="${SANITIZE:-}" CHORUS_SKIP_DEPS=1 >/dev/null
 for f in lib/libchorus.so lib/libchorus.a include/chorus.h bin/chorus-run bin/chorus-bench lib/pkgconfig/chorus.pc; do
     [ -e "$prefix/$f" ] || { echo "install is missing $f"; exit 1; }
 done
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 cd "$prefix"
-cc -std=c11 -Wall -Werror -o hello "$top/tests/external/hello_allreduce.c" $(pkg-config --cflags --libs chorus)
+# A sanitizer build installs a sanitized library: the program must load the same runtime.
+san=""
+[ -n "${SANITIZE:-}" ] && san="-fsanitize=$SANITIZE"
+cc -std=c11 -Wall -Werror $san -o hello "$top/tests/external/hello_allreduce.c" $(pkg-config --cflags --libs chorus)
 echo "== chorus-run"
 "$prefix/bin/chorus-run" -np 3 ./hello
 echo "== torchrun-style environment (RANK WORLD_SIZE MASTER_ADDR MASTER_PORT), rank 0 starting 2 s late"

@@ -64,6 +64,7 @@ int main(int argc, char **argv)
             ASSERT(dt < chorus__cfg_double("CHORUS_TIMEOUT_S"));
             ASSERT(chorus_allreduce(c, x, x, count, CHORUS_FLOAT32, CHORUS_SUM) != CHORUS_OK);
             chorus_finalize(c);
+            free(x);
             printf("shm_kill: rank %d survived\n", test_rank);
             return 3;
         }

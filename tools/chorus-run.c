@@ -213,6 +213,8 @@ static int failed_status(int status)
     return !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 }
 
+extern char **environ;
+
 /* ---- the job ---------------------------------------------------------------------------- */
 
 typedef struct job {
@@ -279,6 +281,54 @@ static void signal_all(job *j, int sig)
         }
 }
 
+static void free_env(char **envp)
+{
+    for (char **e = envp; *e; e++) free(*e);
+    free(envp);
+}
+
+/* A copy of this process's environment with the rank's CHORUS_* variables set (or removed). */
+static char **child_env(const job *j, int rank, int size, int wid)
+{
+    static const char *const ours[] = {
+        "CHORUS_RANK=",    "CHORUS_LOCAL_RANK=", "CHORUS_SIZE=",       "CHORUS_LOCAL_SIZE=",
+        "CHORUS_ELASTIC=", "CHORUS_WORKER_ID=",  "CHORUS_STORE_ADDR=", "CHORUS_JOB_ID="};
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **envp = calloc(n + 9, sizeof(char *));
+    if (!envp) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int skip = 0;
+        for (size_t o = 0; o < sizeof(ours) / sizeof(ours[0]); o++)
+            if (!strncmp(environ[i], ours[o], strlen(ours[o]))) skip = 1;
+        if (!skip && !(envp[k++] = strdup(environ[i]))) goto fail;
+    }
+    char v[320];
+#define PUT(...)                                                                                   \
+    do {                                                                                           \
+        snprintf(v, sizeof(v), __VA_ARGS__);                                                       \
+        if (!(envp[k++] = strdup(v))) goto fail;                                                   \
+    } while (0)
+    if (rank >= 0) {
+        PUT("CHORUS_RANK=%d", rank);
+        PUT("CHORUS_LOCAL_RANK=%d", rank);
+        PUT("CHORUS_SIZE=%d", size);
+        PUT("CHORUS_LOCAL_SIZE=%d", size);
+    }
+    if (j->elastic) {
+        PUT("CHORUS_ELASTIC=1");
+        PUT("CHORUS_WORKER_ID=%d", wid);
+    }
+    PUT("CHORUS_STORE_ADDR=%s", j->store);
+    PUT("CHORUS_JOB_ID=%s", j->id);
+#undef PUT
+    return envp;
+fail:
+    free_env(envp);
+    return NULL;
+}
+
 static worker *spawn(job *j, int rank, int size)
 {
     if (j->nw == j->capw) {
@@ -296,10 +346,24 @@ static worker *spawn(job *j, int rank, int size)
         close(out[1]);
         return NULL;
     }
+    /* The child's environment is built here: between fork and exec only async-signal-safe
+     * calls are allowed (the store thread may hold the allocator's lock at fork time, and the
+     * child would wait for it forever). */
+    char **envp = child_env(j, rank, size, wid);
+    if (!envp) {
+        close(out[0]);
+        close(out[1]);
+        close(errp[0]);
+        close(errp[1]);
+        return NULL;
+    }
+    char execfail[300];
+    snprintf(execfail, sizeof(execfail), "chorus-run: cannot run '%s' (exec failed)\n", j->argv[0]);
     fflush(stdout);
     fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) {
+        free_env(envp);
         close(out[0]);
         close(out[1]);
         close(errp[0]);
@@ -311,35 +375,16 @@ static worker *spawn(job *j, int rank, int size)
         dup2(errp[1], 2);
         setpgid(0, 0); /* terminal signals reach the launcher, which forwards them */
         bind_slot(j, rank >= 0 ? rank : wid);
-        char v[32];
-        if (rank >= 0) {
-            snprintf(v, sizeof(v), "%d", rank);
-            setenv("CHORUS_RANK", v, 1);
-            setenv("CHORUS_LOCAL_RANK", v, 1);
-            snprintf(v, sizeof(v), "%d", size);
-            setenv("CHORUS_SIZE", v, 1);
-            setenv("CHORUS_LOCAL_SIZE", v, 1);
-        } else {
-            unsetenv("CHORUS_RANK");
-            unsetenv("CHORUS_SIZE");
-            unsetenv("CHORUS_LOCAL_RANK");
-            unsetenv("CHORUS_LOCAL_SIZE");
-        }
-        if (j->elastic) {
-            setenv("CHORUS_ELASTIC", "1", 1);
-            snprintf(v, sizeof(v), "%d", wid);
-            setenv("CHORUS_WORKER_ID", v, 1);
-        }
-        setenv("CHORUS_STORE_ADDR", j->store, 1);
-        setenv("CHORUS_JOB_ID", j->id, 1);
         signal(SIGPIPE, SIG_DFL);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        execvp(j->argv[0], j->argv);
-        fprintf(stderr, "chorus-run: cannot run '%s': %s\n", j->argv[0], strerror(errno));
+        execvpe(j->argv[0], j->argv, envp);
+        if (write(2, execfail, strlen(execfail)) < 0) { /* nothing more to do */
+        }
         _exit(127);
     }
+    free_env(envp);
     setpgid(pid, pid); /* also here: the child may not have run yet when we signal it */
     close(out[1]);
     close(errp[1]);

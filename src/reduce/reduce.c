@@ -8,7 +8,14 @@
 
 #include "reduce/reduce.h"
 
+/* Generic kernels are built for AVX-512, AVX2 and baseline x86-64, picked at load time (an
+ * ifunc). ThreadSanitizer's runtime is not up yet when ifunc resolvers run, so its builds
+ * get the baseline only. */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define VEC __attribute__((optimize("tree-vectorize"), target_clones("avx512f", "avx2", "default")))
+#else
+#define VEC __attribute__((optimize("tree-vectorize")))
+#endif
 
 /* ---- f16 / bf16 conversion (round to nearest even) ------------------------------------ */
 

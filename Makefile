@@ -38,6 +38,7 @@ TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 ALL_TARGETS = $(BUILD)/lib/libchorus.a $(BUILD)/lib/libchorus.so $(TOOLS) $(BUILD)/lib/pkgconfig/chorus.pc
 
+.DEFAULT_GOAL := all
 include $(sort $(wildcard mk/*.mk))
 
 .PHONY: all deps test demo install clean format format-check

@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "base/atomic_file.h"
 #include "chorus/nn.h"
 #include "nn_internal.h"
 
@@ -43,35 +44,6 @@ typedef struct ckpt_header {
 } ckpt_header;
 
 _Static_assert(sizeof(ckpt_header) == CKPT_HDR, "checkpoint header layout");
-
-static int write_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int mkdir_p(const char *dir)
-{
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s", dir);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0777) && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0777) && errno != EEXIST) return -1;
-    return 0;
-}
 
 /* Steps of the checkpoints in dir, newest first; returns the count (<= max). */
 static int list_ckpts(const char *dir, uint64_t *steps, int max)
@@ -104,7 +76,7 @@ static void ckpt_path(char *out, size_t len, const char *dir, uint64_t step)
 int nn_ckpt_save(const char *dir, const nn_model *m, const nn_optim *o, const nn_train_state *st,
                  char *err, size_t errlen)
 {
-    if (mkdir_p(dir))
+    if (chorus__mkdir_p(dir))
         return nn__fail(err, errlen, "cannot create checkpoint directory %s: %s", dir,
                         strerror(errno));
     char path[4096], tmp[4200];
@@ -133,10 +105,11 @@ int nn_ckpt_save(const char *dir, const nn_model *m, const nn_optim *o, const nn
 
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0) return nn__fail(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    if (write_all(fd, &h, sizeof(h)) || write_all(fd, m->params, m->nparams * sizeof(float)) ||
-        (nm && write_all(fd, o->m, nm * sizeof(float))) ||
-        (nv && write_all(fd, o->v, nv * sizeof(float))) || write_all(fd, &c32, 4) ||
-        write_all(fd, "DONE", 4) || fsync(fd)) {
+    if (chorus__write_all(fd, &h, sizeof(h)) ||
+        chorus__write_all(fd, m->params, m->nparams * sizeof(float)) ||
+        (nm && chorus__write_all(fd, o->m, nm * sizeof(float))) ||
+        (nv && chorus__write_all(fd, o->v, nv * sizeof(float))) || chorus__write_all(fd, &c32, 4) ||
+        chorus__write_all(fd, "DONE", 4) || fsync(fd)) {
         int e = errno;
         close(fd);
         unlink(tmp);

@@ -124,7 +124,7 @@ static int valid_name(const char *name)
     return 1;
 }
 
-static int write_all(int fd, const void *p, size_t n)
+int chorus__write_all(int fd, const void *p, size_t n)
 {
     const char *c = p;
     while (n) {
@@ -139,7 +139,7 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-static int mkdir_p(const char *dir)
+int chorus__mkdir_p(const char *dir)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s", dir) >= (int)sizeof(tmp)) {
@@ -232,7 +232,7 @@ chorus_result chorus__ckpt_write(const char *dir, const char *name, uint64_t ste
                             "checkpoint write: bad arguments (dir %s, name '%s', keep %d); names "
                             "use letters, digits, '-', '_' and '.'",
                             dir ? dir : "NULL", name ? name : "NULL", keep);
-    if (mkdir_p(dir))
+    if (chorus__mkdir_p(dir))
         return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot create checkpoint directory %s: %s", dir,
                             strerror(errno));
     char tmp[4200], path[4200];
@@ -243,7 +243,7 @@ chorus_result chorus__ckpt_write(const char *dir, const char *name, uint64_t ste
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot create %s: %s", tmp, strerror(errno));
-    if (write_all(fd, h, sizeof(h)) || write_all(fd, data, len) || fsync(fd)) {
+    if (chorus__write_all(fd, h, sizeof(h)) || chorus__write_all(fd, data, len) || fsync(fd)) {
         int err = errno;
         close(fd);
         unlink(tmp);

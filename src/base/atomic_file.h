@@ -29,6 +29,11 @@
  * chained over pieces. Table-driven, no zlib needed. */
 uint32_t chorus__crc32(uint32_t crc, const void *p, size_t n);
 
+/* write() until all n bytes are written (EINTR retried); 0 or -1 with errno. */
+int chorus__write_all(int fd, const void *p, size_t n);
+/* mkdir -p; 0 or -1 with errno. */
+int chorus__mkdir_p(const char *dir);
+
 /* Validates a whole checkpoint image held in memory. On success sets *step and points
  * *payload and *plen into buf; otherwise writes what is wrong into why and returns
  * CHORUS_ERR_PROTOCOL. Never reads outside buf[0..len). */

@@ -264,12 +264,12 @@ static chorus_result check_p2p(chorus_comm *c, const char *fn, const void *buf, 
     return CHORUS_OK;
 }
 
-chorus_result chorus_send(chorus_comm *c, const void *buf, size_t count, chorus_dtype t, int peer,
-                          int tag)
+/* One blocking point-to-point transfer (is_send: buf is sent, else received into). */
+static chorus_result p2p(chorus_comm *c, const char *fn, void *buf, size_t count, chorus_dtype t,
+                         int peer, int tag, int is_send)
 {
-    NULL_COMM("chorus_send");
     size_t bytes;
-    CHORUS_CHECK(check_p2p(c, "chorus_send", buf, count, t, peer, tag, &bytes));
+    CHORUS_CHECK(check_p2p(c, fn, buf, count, t, peer, tag, &bytes));
     chorus_wire_hdr h = {.type = CHORUS_MSG_P2P,
                          .comm_id = c->id,
                          .tag = tag,
@@ -277,25 +277,24 @@ chorus_result chorus_send(chorus_comm *c, const void *buf, size_t count, chorus_
                          .count = count,
                          .coll = (uint32_t)t << 8};
     chorus_req rq;
-    chorus__net_isend(c->net, &rq, c->world[peer], &h, buf);
+    if (is_send)
+        chorus__net_isend(c->net, &rq, c->world[peer], &h, buf);
+    else
+        chorus__net_irecv(c->net, &rq, c->world[peer], &h, buf);
     chorus_req *p = &rq;
     return done(c, chorus__net_wait(c->net, &p, 1, chorus__deadline(), &c->err));
+}
+
+chorus_result chorus_send(chorus_comm *c, const void *buf, size_t count, chorus_dtype t, int peer,
+                          int tag)
+{
+    NULL_COMM("chorus_send");
+    return p2p(c, "chorus_send", (void *)buf, count, t, peer, tag, 1);
 }
 
 chorus_result chorus_recv(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int peer,
                           int tag)
 {
     NULL_COMM("chorus_recv");
-    size_t bytes;
-    CHORUS_CHECK(check_p2p(c, "chorus_recv", buf, count, t, peer, tag, &bytes));
-    chorus_wire_hdr h = {.type = CHORUS_MSG_P2P,
-                         .comm_id = c->id,
-                         .tag = tag,
-                         .len = bytes,
-                         .count = count,
-                         .coll = (uint32_t)t << 8};
-    chorus_req rq;
-    chorus__net_irecv(c->net, &rq, c->world[peer], &h, buf);
-    chorus_req *p = &rq;
-    return done(c, chorus__net_wait(c->net, &p, 1, chorus__deadline(), &c->err));
+    return p2p(c, "chorus_recv", buf, count, t, peer, tag, 0);
 }

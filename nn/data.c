@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,20 +30,20 @@ typedef struct src {
     unsigned char in[1 << 16];
 } src;
 
-static int src_open(src *s, const char *path, char *err, size_t errlen)
+static chorus_result src_open(src *s, const char *path)
 {
     memset(s, 0, offsetof(src, in));
     s->path = path;
     s->f = fopen(path, "rb");
-    if (!s->f) return nn__fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (!s->f) return nn__fail(CHORUS_ERR_SYSTEM, "%s: cannot open: %s", path, strerror(errno));
     int c0 = fgetc(s->f), c1 = fgetc(s->f);
     rewind(s->f);
     s->gz = c0 == 0x1f && c1 == 0x8b;
     if (s->gz && inflateInit2(&s->z, 16 + MAX_WBITS) != Z_OK) {
         fclose(s->f);
-        return nn__fail(err, errlen, "%s: zlib initialisation failed", path);
+        return nn__fail(CHORUS_ERR_SYSTEM, "%s: zlib initialisation failed", path);
     }
-    return 0;
+    return CHORUS_OK;
 }
 
 static void src_close(src *s)
@@ -52,7 +53,7 @@ static void src_close(src *s)
 }
 
 /* Reads exactly n bytes; `what` names them in the message. */
-static int src_read(src *s, void *buf, size_t n, const char *what, char *err, size_t errlen)
+static chorus_result src_read(src *s, void *buf, size_t n, const char *what)
 {
     size_t start = s->out, got = 0;
     if (!s->gz) {
@@ -60,21 +61,22 @@ static int src_read(src *s, void *buf, size_t n, const char *what, char *err, si
         s->out += got;
         if (got < n) {
             if (ferror(s->f))
-                return nn__fail(err, errlen, "%s: read error at byte %zu: %s", s->path, s->out,
-                                strerror(errno));
-            return nn__fail(err, errlen,
+                return nn__fail(CHORUS_ERR_SYSTEM, "%s: read error at byte %zu: %s", s->path,
+                                s->out, strerror(errno));
+            return nn__fail(CHORUS_ERR_INVALID_ARG,
                             "%s: truncated at byte %zu: %s needs %zu bytes from byte %zu, only "
                             "%zu are there",
                             s->path, s->out, what, n, start, got);
         }
-        return 0;
+        return CHORUS_OK;
     }
     while (got < n && !s->ended) {
         if (s->z.avail_in == 0) {
             size_t r = fread(s->in, 1, sizeof(s->in), s->f);
             if (r == 0) {
                 if (ferror(s->f))
-                    return nn__fail(err, errlen, "%s: read error: %s", s->path, strerror(errno));
+                    return nn__fail(CHORUS_ERR_SYSTEM, "%s: read error: %s", s->path,
+                                    strerror(errno));
                 break; /* end of file before the end of the compressed stream */
             }
             s->z.next_in = s->in;
@@ -90,41 +92,40 @@ static int src_read(src *s, void *buf, size_t n, const char *what, char *err, si
         if (zr == Z_STREAM_END) {
             s->ended = 1;
         } else if (zr != Z_OK && zr != Z_BUF_ERROR) {
-            return nn__fail(err, errlen,
+            return nn__fail(CHORUS_ERR_INVALID_ARG,
                             "%s: corrupt compressed data at byte %zu of the data (byte %lu of the "
                             "file): %s",
                             s->path, s->out, s->z.total_in, s->z.msg ? s->z.msg : "zlib error");
         }
     }
     if (got < n)
-        return nn__fail(err, errlen,
+        return nn__fail(CHORUS_ERR_INVALID_ARG,
                         "%s: truncated at byte %zu: %s needs %zu bytes from byte %zu, only %zu "
                         "are there%s",
                         s->path, s->out, what, n, start, got,
                         s->ended ? "" : " (the compressed stream is cut short)");
-    return 0;
+    return CHORUS_OK;
 }
 
 /* After the last expected byte: the gzip trailer (CRC, length) must check out and nothing
  * may follow. */
-static int src_finish(src *s, char *err, size_t errlen)
+static chorus_result src_finish(src *s)
 {
     unsigned char extra;
     if (!s->gz) {
         if (fread(&extra, 1, 1, s->f) == 1)
-            return nn__fail(err, errlen, "%s: unexpected data after byte %zu", s->path, s->out);
-        return 0;
+            return nn__fail(CHORUS_ERR_INVALID_ARG, "%s: unexpected data after byte %zu", s->path,
+                            s->out);
+        return CHORUS_OK;
     }
     if (!s->ended) {
-        char tmp[1024];
-        if (src_read(s, &extra, 1, "the end of the data", tmp, sizeof(tmp)) == 0)
-            return nn__fail(err, errlen, "%s: unexpected data after byte %zu", s->path, s->out - 1);
-        if (!s->ended) { /* corrupt trailer or cut short: report what inflate said */
-            snprintf(err, errlen, "%s", tmp);
-            return -1;
-        }
+        chorus_result r = src_read(s, &extra, 1, "the end of the data");
+        if (r == CHORUS_OK)
+            return nn__fail(CHORUS_ERR_INVALID_ARG, "%s: unexpected data after byte %zu", s->path,
+                            s->out - 1);
+        if (!s->ended) return r; /* corrupt trailer or cut short: src_read said what inflate saw */
     }
-    return 0;
+    return CHORUS_OK;
 }
 
 static uint32_t be32(const uint8_t *p)
@@ -132,59 +133,62 @@ static uint32_t be32(const uint8_t *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
 }
 
-int nn_idx_read(const char *path, int dims, uint8_t **data, int shape[3], char *err, size_t errlen)
+chorus_result nn_idx_read(const char *path, int dims, uint8_t **data, int shape[3])
 {
     *data = NULL;
-    if (dims < 1 || dims > 3) return nn__fail(err, errlen, "%s: bad dimension count", path);
+    chorus_result r;
+    if (dims < 1 || dims > 3)
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "%s: bad dimension count", path);
     src *s = malloc(sizeof(*s));
-    if (!s) return nn__fail(err, errlen, "%s: out of memory", path);
-    if (src_open(s, path, err, errlen)) {
+    if (!s) return nn__fail(CHORUS_ERR_NOMEM, "%s: out of memory", path);
+    if ((r = src_open(s, path)) != CHORUS_OK) {
         free(s);
-        return -1;
+        return r;
     }
     uint8_t hdr[16];
     uint8_t *buf = NULL;
-    if (src_read(s, hdr, 4, "the IDX magic", err, errlen)) goto fail;
+    if ((r = src_read(s, hdr, 4, "the IDX magic")) != CHORUS_OK) goto fail;
     uint32_t magic = be32(hdr), want = 0x0800u | (uint32_t)dims;
     if (magic != want) {
-        nn__fail(err, errlen,
-                 "%s: bad IDX magic 0x%08x at byte 0 (expected 0x%08x: unsigned bytes, %d "
-                 "dimension%s)",
-                 path, magic, want, dims, dims > 1 ? "s" : "");
+        r = nn__fail(CHORUS_ERR_INVALID_ARG,
+                     "%s: bad IDX magic 0x%08x at byte 0 (expected 0x%08x: unsigned bytes, %d "
+                     "dimension%s)",
+                     path, magic, want, dims, dims > 1 ? "s" : "");
         goto fail;
     }
-    if (src_read(s, hdr + 4, 4 * (size_t)dims, "the IDX dimensions", err, errlen)) goto fail;
+    if ((r = src_read(s, hdr + 4, 4 * (size_t)dims, "the IDX dimensions")) != CHORUS_OK) goto fail;
     size_t total = 1;
     for (int i = 0; i < dims; i++) {
         uint32_t d = be32(hdr + 4 + 4 * i);
         if (d == 0 || d > IDX_MAX_DIM) {
-            nn__fail(err, errlen, "%s: implausible dimension %u at byte %d", path, d, 4 + 4 * i);
+            r = nn__fail(CHORUS_ERR_INVALID_ARG, "%s: implausible dimension %u at byte %d", path, d,
+                         4 + 4 * i);
             goto fail;
         }
         shape[i] = (int)d;
         total *= d;
         if (total > IDX_MAX_BYTES) {
-            nn__fail(err, errlen, "%s: data size in the header at byte %d is too large", path,
-                     4 + 4 * i);
+            r = nn__fail(CHORUS_ERR_INVALID_ARG,
+                         "%s: data size in the header at byte %d is too large", path, 4 + 4 * i);
             goto fail;
         }
     }
     buf = malloc(total);
     if (!buf) {
-        nn__fail(err, errlen, "%s: out of memory for %zu bytes", path, total);
+        r = nn__fail(CHORUS_ERR_NOMEM, "%s: out of memory for %zu bytes", path, total);
         goto fail;
     }
-    if (src_read(s, buf, total, "the data", err, errlen)) goto fail;
-    if (src_finish(s, err, errlen)) goto fail;
+    if ((r = src_read(s, buf, total, "the data")) != CHORUS_OK) goto fail;
+    if ((r = src_finish(s)) != CHORUS_OK) goto fail;
     src_close(s);
     free(s);
     *data = buf;
-    return 0;
+    return CHORUS_OK;
 fail:
     free(buf);
     src_close(s);
     free(s);
-    return -1;
+    return r;
 }
 
 /* Picks name.gz, or name when only the uncompressed file is there. */
@@ -202,7 +206,7 @@ static int find_file(const char *dir, const char *name, char *path, size_t len)
     return -1;
 }
 
-int nn_fashion_load(const char *dir, int train, nn_dataset *ds, char *err, size_t errlen)
+chorus_result nn_fashion_load(const char *dir, int train, nn_dataset *ds)
 {
     memset(ds, 0, sizeof(*ds));
     int is_default = dir == NULL;
@@ -216,27 +220,30 @@ int nn_fashion_load(const char *dir, int train, nn_dataset *ds, char *err, size_
                                     "apt-get install dataset-fashion-mnist";
     snprintf(name, sizeof(name), "%s-images-idx3-ubyte", split);
     if (find_file(dir, name, ipath, sizeof(ipath)))
-        return nn__fail(err, errlen, "Fashion-MNIST not found: %s does not exist; %s", ipath, hint);
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "Fashion-MNIST not found: %s does not exist; %s",
+                        ipath, hint);
     snprintf(name, sizeof(name), "%s-labels-idx1-ubyte", split);
     if (find_file(dir, name, lpath, sizeof(lpath)))
-        return nn__fail(err, errlen, "Fashion-MNIST not found: %s does not exist; %s", lpath, hint);
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "Fashion-MNIST not found: %s does not exist; %s",
+                        lpath, hint);
     int ishape[3], lshape[3];
-    if (nn_idx_read(ipath, 3, &ds->images, ishape, err, errlen)) return -1;
-    if (nn_idx_read(lpath, 1, &ds->labels, lshape, err, errlen)) {
+    chorus_result r = nn_idx_read(ipath, 3, &ds->images, ishape);
+    if (r != CHORUS_OK) return r;
+    if ((r = nn_idx_read(lpath, 1, &ds->labels, lshape)) != CHORUS_OK) {
         nn_dataset_free(ds);
-        return -1;
+        return r;
     }
     if (lshape[0] != ishape[0]) {
         nn_dataset_free(ds);
-        return nn__fail(err, errlen, "%s has %d labels but %s has %d images", lpath, lshape[0],
-                        ipath, ishape[0]);
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "%s has %d labels but %s has %d images", lpath,
+                        lshape[0], ipath, ishape[0]);
     }
     for (int i = 0; i < lshape[0]; i++)
         if (ds->labels[i] >= 10) {
             int v = ds->labels[i];
             nn_dataset_free(ds);
-            return nn__fail(err, errlen, "%s: label %d at byte %d is not a class in 0..9", lpath, v,
-                            8 + i);
+            return nn__fail(CHORUS_ERR_INVALID_ARG,
+                            "%s: label %d at byte %d is not a class in 0..9", lpath, v, 8 + i);
         }
     ds->n = ishape[0];
     ds->c = 1;
@@ -246,7 +253,7 @@ int nn_fashion_load(const char *dir, int train, nn_dataset *ds, char *err, size_
     /* Fashion-MNIST training-set pixel statistics. */
     ds->mean = 0.2860f;
     ds->std = 0.3530f;
-    return 0;
+    return CHORUS_OK;
 }
 
 void nn_dataset_free(nn_dataset *ds)

@@ -30,6 +30,7 @@
 
 #include "chorus/engine.h"
 #include "chorus/nn.h"
+#include "nn_internal.h"
 
 static double now_s(void)
 {
@@ -63,27 +64,26 @@ typedef struct grad_bucket {
  * the callbacks, which run on the engine thread. */
 struct nn_dist_engine {
     chorus_engine *eng;
-    int nlayers;        /* of the model the buckets were made for; 0 before the first step */
-    int nbuckets;       /* last layer's bucket first */
-    grad_bucket *b;     /* (nbuckets) */
-    int *bucket_of_lo;  /* (nlayers) bucket whose lowest layer this is, or -1 */
-    int enqueued;       /* handles enqueued this step */
-    double t_first;     /* wall time of the first enqueue of this step */
-    double cpu_first;   /* the caller's thread CPU time then */
-    char hook_err[512]; /* an enqueue that failed inside backward */
+    int nlayers;          /* of the model the buckets were made for; 0 before the first step */
+    int nbuckets;         /* last layer's bucket first */
+    grad_bucket *b;       /* (nbuckets) */
+    int *bucket_of_lo;    /* (nlayers) bucket whose lowest layer this is, or -1 */
+    int enqueued;         /* handles enqueued this step */
+    double t_first;       /* wall time of the first enqueue of this step */
+    double cpu_first;     /* the caller's thread CPU time then */
+    char hook_err[512];   /* an enqueue that failed inside backward */
+    chorus_result hook_r; /* and its result */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int ended; /* callbacks seen this step (under mu) */
 };
 
-static int failed(nn_dist *d, const char *what, chorus_result r)
+static chorus_result failed(nn_dist *d, const char *what, chorus_result r)
 {
-    snprintf(d->err, sizeof(d->err), "%s failed: %s (%s)", what, chorus_strerror(r),
-             chorus_last_error(d->comm));
-    return -1;
+    return nn__fail(r, "%s failed: %s (%s)", what, chorus_strerror(r), chorus_last_error(d->comm));
 }
 
-int nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
+chorus_result nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
 {
     d->comm = comm;
     d->rank = comm ? chorus_rank(comm) : 0;
@@ -93,13 +93,9 @@ int nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
     d->in_backward = 0;
     d->eng = NULL;
     d->bucket_bytes = 0;
-    d->err[0] = 0;
-    if (mode != NN_SYNC_ENGINE || d->size == 1) return 0;
+    if (mode != NN_SYNC_ENGINE || d->size == 1) return CHORUS_OK;
     struct nn_dist_engine *x = calloc(1, sizeof(*x));
-    if (!x) {
-        snprintf(d->err, sizeof(d->err), "out of memory");
-        return -1;
-    }
+    if (!x) return nn__fail(CHORUS_ERR_NOMEM, "nn_dist_init: out of memory");
     pthread_mutex_init(&x->mu, NULL);
     pthread_cond_init(&x->cv, NULL);
     d->eng = x;
@@ -112,9 +108,9 @@ int nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
     if (r != CHORUS_OK) {
         failed(d, "starting the training engine", r);
         nn_dist_finalize(d);
-        return -1;
+        return r;
     }
-    return 0;
+    return CHORUS_OK;
 }
 
 void nn_dist_finalize(nn_dist *d)
@@ -131,13 +127,13 @@ void nn_dist_finalize(nn_dist *d)
     d->eng = NULL;
 }
 
-int nn_dist_broadcast_params(nn_dist *d, nn_model *m)
+chorus_result nn_dist_broadcast_params(nn_dist *d, nn_model *m)
 {
-    if (d->size == 1) return 0;
+    if (d->size == 1) return CHORUS_OK;
     double t0 = now_s();
     chorus_result r = chorus_broadcast(d->comm, m->params, m->nparams, CHORUS_FLOAT32, 0);
     d->wait_s += now_s() - t0;
-    return r == CHORUS_OK ? 0 : failed(d, "broadcast of the parameters", r);
+    return r == CHORUS_OK ? CHORUS_OK : failed(d, "broadcast of the parameters", r);
 }
 
 /* Engine thread: a bucket's handle ended. */
@@ -158,22 +154,19 @@ static void on_end(chorus_engine_handle *h, chorus_result r, void *arg)
 /* Cuts the model into buckets the first time it is seen: walking from the last layer down,
  * layers with parameters join the current bucket until it holds d->bucket_bytes (0: one
  * layer per bucket). Names list the layers, e.g. "linear3" or "linear2+linear3" (kind and
- * ordinal among the layers of that kind), the same on every rank. 0 or -1. */
-static int engine_prepare(nn_dist *d, nn_model *m)
+ * ordinal among the layers of that kind), the same on every rank. */
+static chorus_result engine_prepare(nn_dist *d, nn_model *m)
 {
     struct nn_dist_engine *x = d->eng;
-    if (x->nlayers == m->nlayers && x->b) return 0;
-    if (x->b) {
-        snprintf(d->err, sizeof(d->err), "nn_dist: one model per nn_dist in engine mode");
-        return -1;
-    }
+    if (x->nlayers == m->nlayers && x->b) return CHORUS_OK;
+    if (x->b)
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_dist: one model per nn_dist in engine mode");
     char(*lname)[24] = calloc((size_t)m->nlayers, sizeof(*lname));
     x->b = calloc((size_t)m->nlayers, sizeof(*x->b));
     x->bucket_of_lo = malloc((size_t)m->nlayers * sizeof(int));
     if (!lname || !x->b || !x->bucket_of_lo) {
         free(lname);
-        snprintf(d->err, sizeof(d->err), "out of memory");
-        return -1;
+        return nn__fail(CHORUS_ERR_NOMEM, "nn_dist: out of memory");
     }
     int count[NN_KIND_COUNT] = {0};
     for (int i = 0; i < m->nlayers; i++) {
@@ -228,6 +221,7 @@ static void engine_enqueue(nn_dist *d, nn_model *m, int j)
                                               CHORUS_SUM, &to, &b->h);
     if (r != CHORUS_OK) {
         b->h = NULL;
+        x->hook_r = r;
         snprintf(x->hook_err, sizeof(x->hook_err),
                  "gradient allreduce of '%s' could not be enqueued: %s (%s)", b->name,
                  chorus_strerror(r), chorus_engine_last_error(x->eng));
@@ -250,12 +244,13 @@ void nn_dist_begin_backward(nn_dist *d, nn_model *m)
     m->grad_hook_arg = d;
 }
 
-static int engine_sync(nn_dist *d, nn_model *m)
+static chorus_result engine_sync(nn_dist *d, nn_model *m)
 {
     struct nn_dist_engine *x = d->eng;
     m->grad_hook = NULL;
     m->grad_hook_arg = NULL;
-    if (engine_prepare(d, m)) return -1;
+    chorus_result rc = engine_prepare(d, m);
+    if (rc != CHORUS_OK) return rc;
     /* From here the caller waits; whatever backward did not hand over (no
      * nn_dist_begin_backward this step) goes now, exposed. */
     d->in_backward += (uint64_t)x->enqueued;
@@ -295,30 +290,24 @@ static int engine_sync(nn_dist *d, nn_model *m)
     d->comm_s += busy;
     d->hidden_s += hidden > 0 ? hidden : 0.0;
     x->enqueued = 0;
-    int rc = 0;
     for (int j = 0; j < x->nbuckets; j++) {
         grad_bucket *b = &x->b[j];
         if (!b->h) continue;
         chorus_result r = chorus_engine_wait(b->h); /* ended: returns at once */
-        if (r != CHORUS_OK && rc == 0) {
-            snprintf(d->err, sizeof(d->err), "gradient allreduce failed: %s (%s)",
-                     chorus_strerror(r), chorus_engine_handle_error(b->h));
-            rc = -1;
-        }
+        if (r != CHORUS_OK && rc == CHORUS_OK)
+            rc = nn__fail(r, "gradient allreduce failed: %s (%s)", chorus_strerror(r),
+                          chorus_engine_handle_error(b->h));
         chorus_engine_release(b->h);
         b->h = NULL;
     }
-    if (x->hook_err[0] && rc == 0) {
-        snprintf(d->err, sizeof(d->err), "%s", x->hook_err);
-        rc = -1;
-    }
+    if (x->hook_err[0] && rc == CHORUS_OK) rc = nn__fail(x->hook_r, "%s", x->hook_err);
     x->hook_err[0] = 0;
     return rc;
 }
 
-int nn_dist_sync_grads(nn_dist *d, nn_model *m)
+chorus_result nn_dist_sync_grads(nn_dist *d, nn_model *m)
 {
-    if (d->size == 1) return 0;
+    if (d->size == 1) return CHORUS_OK;
     if (d->eng) return engine_sync(d, m);
     double t0 = now_s();
     chorus_result r = CHORUS_OK;
@@ -336,21 +325,21 @@ int nn_dist_sync_grads(nn_dist *d, nn_model *m)
     d->wait_s += dt;
     d->grad_wait_s += dt;
     d->comm_s += dt;
-    return r == CHORUS_OK ? 0 : failed(d, "gradient allreduce", r);
+    return r == CHORUS_OK ? CHORUS_OK : failed(d, "gradient allreduce", r);
 }
 
-int nn_dist_sum(nn_dist *d, double *v, int n)
+chorus_result nn_dist_sum(nn_dist *d, double *v, int n)
 {
-    if (d->size == 1) return 0;
+    if (d->size == 1) return CHORUS_OK;
     double t0 = now_s();
     chorus_result r = chorus_allreduce(d->comm, v, v, (size_t)n, CHORUS_FLOAT64, CHORUS_SUM);
     d->wait_s += now_s() - t0;
-    return r == CHORUS_OK ? 0 : failed(d, "allreduce of the counters", r);
+    return r == CHORUS_OK ? CHORUS_OK : failed(d, "allreduce of the counters", r);
 }
 
-int nn_dist_broadcast_bytes(nn_dist *d, void *buf, size_t n)
+chorus_result nn_dist_broadcast_bytes(nn_dist *d, void *buf, size_t n)
 {
-    if (d->size == 1) return 0;
+    if (d->size == 1) return CHORUS_OK;
     chorus_result r = chorus_broadcast(d->comm, buf, n, CHORUS_UINT8, 0);
-    return r == CHORUS_OK ? 0 : failed(d, "broadcast", r);
+    return r == CHORUS_OK ? CHORUS_OK : failed(d, "broadcast", r);
 }

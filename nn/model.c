@@ -47,15 +47,22 @@ const char *nn_kind_name(nn_kind k)
     return (unsigned)k < NN_KIND_COUNT ? names[k] : "unknown";
 }
 
-/* Appends a layer whose input is the current output shape; NULL when out of memory or
- * after finalize. */
+/* Appends a layer whose input is the current output shape; NULL (with the message set) when
+ * out of memory or after finalize. */
 static nn_layer *push(nn_model *m, nn_kind kind)
 {
-    if (m->params) return NULL;
+    if (m->params) {
+        nn__fail(CHORUS_ERR_INVALID_ARG, "nn_add_%s: the model is already finalized",
+                 nn_kind_name(kind));
+        return NULL;
+    }
     if (m->nlayers == m->cap) {
         int cap = m->cap ? 2 * m->cap : 8;
         nn_layer *l = realloc(m->layers, (size_t)cap * sizeof(*l));
-        if (!l) return NULL;
+        if (!l) {
+            nn__fail(CHORUS_ERR_NOMEM, "nn_add_%s: out of memory", nn_kind_name(kind));
+            return NULL;
+        }
         m->layers = l;
         m->cap = cap;
     }
@@ -79,23 +86,27 @@ static nn_layer *push(nn_model *m, nn_kind kind)
     return L;
 }
 
-int nn_add_linear(nn_model *m, int out_features)
+chorus_result nn_add_linear(nn_model *m, int out_features)
 {
-    if (out_features <= 0) return -1;
+    if (out_features <= 0)
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_add_linear: %d output features", out_features);
     nn_layer *L = push(m, NN_LINEAR);
-    if (!L) return -1;
+    if (!L) return m->params ? CHORUS_ERR_INVALID_ARG : CHORUS_ERR_NOMEM;
     size_t in = nn__in_features(L);
     L->out_c = out_features;
     L->out_h = L->out_w = 1;
     L->nparams = in * (size_t)out_features + (size_t)out_features;
-    return 0;
+    return CHORUS_OK;
 }
 
-int nn_add_conv2d(nn_model *m, int out_channels, int k, int stride, int pad)
+chorus_result nn_add_conv2d(nn_model *m, int out_channels, int k, int stride, int pad)
 {
-    if (out_channels <= 0 || k <= 0 || stride <= 0 || pad < 0) return -1;
+    if (out_channels <= 0 || k <= 0 || stride <= 0 || pad < 0)
+        return nn__fail(CHORUS_ERR_INVALID_ARG,
+                        "nn_add_conv2d: bad arguments (%d channels, kernel %d, stride %d, pad %d)",
+                        out_channels, k, stride, pad);
     nn_layer *L = push(m, NN_CONV2D);
-    if (!L) return -1;
+    if (!L) return m->params ? CHORUS_ERR_INVALID_ARG : CHORUS_ERR_NOMEM;
     L->k = k;
     L->stride = stride;
     L->pad = pad;
@@ -103,65 +114,80 @@ int nn_add_conv2d(nn_model *m, int out_channels, int k, int stride, int pad)
     int ow = (L->in_w + 2 * pad - k) / stride + 1;
     if (L->in_h + 2 * pad < k || L->in_w + 2 * pad < k || oh <= 0 || ow <= 0) {
         m->nlayers--;
-        return -1;
+        return nn__fail(CHORUS_ERR_INVALID_ARG,
+                        "nn_add_conv2d: a %dx%d kernel (pad %d) does not fit the %dx%d input", k, k,
+                        pad, L->in_h, L->in_w);
     }
     L->out_c = out_channels;
     L->out_h = oh;
     L->out_w = ow;
     L->nparams = (size_t)out_channels * (size_t)L->in_c * (size_t)(k * k) + (size_t)out_channels;
-    return 0;
+    return CHORUS_OK;
 }
 
-int nn_add_maxpool2d(nn_model *m, int k, int stride)
+chorus_result nn_add_maxpool2d(nn_model *m, int k, int stride)
 {
-    if (k <= 0 || stride <= 0) return -1;
+    if (k <= 0 || stride <= 0)
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_add_maxpool2d: window %d, stride %d", k,
+                        stride);
     nn_layer *L = push(m, NN_MAXPOOL2D);
-    if (!L) return -1;
+    if (!L) return m->params ? CHORUS_ERR_INVALID_ARG : CHORUS_ERR_NOMEM;
     if (L->in_h < k || L->in_w < k) {
         m->nlayers--;
-        return -1;
+        return nn__fail(CHORUS_ERR_INVALID_ARG,
+                        "nn_add_maxpool2d: a %dx%d window does not fit the %dx%d input", k, k,
+                        L->in_h, L->in_w);
     }
     L->k = k;
     L->stride = stride;
     L->out_h = (L->in_h - k) / stride + 1;
     L->out_w = (L->in_w - k) / stride + 1;
-    return 0;
+    return CHORUS_OK;
 }
 
-int nn_add_relu(nn_model *m)
+/* Appends a layer that needs nothing but its kind. */
+static chorus_result push_plain(nn_model *m, nn_kind kind)
 {
-    return push(m, NN_RELU) ? 0 : -1;
+    if (push(m, kind)) return CHORUS_OK;
+    return m->params ? CHORUS_ERR_INVALID_ARG : CHORUS_ERR_NOMEM;
 }
 
-int nn_add_gelu(nn_model *m)
+chorus_result nn_add_relu(nn_model *m)
 {
-    return push(m, NN_GELU) ? 0 : -1;
+    return push_plain(m, NN_RELU);
 }
 
-int nn_add_dropout(nn_model *m, float p)
+chorus_result nn_add_gelu(nn_model *m)
 {
-    if (!(p >= 0.0f && p < 1.0f)) return -1;
+    return push_plain(m, NN_GELU);
+}
+
+chorus_result nn_add_dropout(nn_model *m, float p)
+{
+    if (!(p >= 0.0f && p < 1.0f))
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_add_dropout: probability %g is not in [0, 1)",
+                        (double)p);
     nn_layer *L = push(m, NN_DROPOUT);
-    if (!L) return -1;
+    if (!L) return m->params ? CHORUS_ERR_INVALID_ARG : CHORUS_ERR_NOMEM;
     L->p = p;
-    return 0;
+    return CHORUS_OK;
 }
 
-int nn_add_flatten(nn_model *m)
+chorus_result nn_add_flatten(nn_model *m)
 {
     nn_layer *L = push(m, NN_FLATTEN);
-    if (!L) return -1;
+    if (!L) return m->params ? CHORUS_ERR_INVALID_ARG : CHORUS_ERR_NOMEM;
     L->out_c = (int)nn__in_features(L);
     L->out_h = L->out_w = 1;
-    return 0;
+    return CHORUS_OK;
 }
 
-int nn_add_layernorm(nn_model *m)
+chorus_result nn_add_layernorm(nn_model *m)
 {
     nn_layer *L = push(m, NN_LAYERNORM);
-    if (!L) return -1;
+    if (!L) return m->params ? CHORUS_ERR_INVALID_ARG : CHORUS_ERR_NOMEM;
     L->nparams = 2 * nn__in_features(L);
-    return 0;
+    return CHORUS_OK;
 }
 
 size_t nn_model_in_features(const nn_model *m)
@@ -180,9 +206,13 @@ static void *falloc(size_t n)
     return calloc(n ? n : 1, sizeof(float));
 }
 
-int nn_model_finalize(nn_model *m, int max_batch)
+chorus_result nn_model_finalize(nn_model *m, int max_batch)
 {
-    if (m->params || m->nlayers == 0 || max_batch <= 0) return -1;
+    if (m->params || m->nlayers == 0 || max_batch <= 0)
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_model_finalize: %s",
+                        m->params         ? "already finalized"
+                        : m->nlayers == 0 ? "the model has no layers"
+                                          : "max_batch must be positive");
     size_t B = (size_t)max_batch, total = 0, dmax = 0;
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *L = &m->layers[i];
@@ -197,23 +227,23 @@ int nn_model_finalize(nn_model *m, int max_batch)
             if (m->layers[j].kind != NN_FLATTEN) may_see_user_input = 0;
         int needs_buf = L->kind != NN_FLATTEN;
         if ((L->kind == NN_RELU || L->kind == NN_DROPOUT) && !may_see_user_input) needs_buf = 0;
-        if (needs_buf && !(L->buf = falloc(B * out))) return -1;
+        if (needs_buf && !(L->buf = falloc(B * out))) goto nomem;
         switch (L->kind) {
         case NN_CONV2D: {
             size_t rows = (size_t)L->in_c * (size_t)(L->k * L->k);
             size_t cols = (size_t)L->out_h * (size_t)L->out_w;
-            if (!(L->cache = falloc(rows * cols))) return -1;
-            if (!(L->scratch = falloc(rows * cols))) return -1;
+            if (!(L->cache = falloc(rows * cols))) goto nomem;
+            if (!(L->scratch = falloc(rows * cols))) goto nomem;
             break;
         }
         case NN_MAXPOOL2D:
-            if (!(L->idx = calloc(B * out, sizeof(int32_t)))) return -1;
+            if (!(L->idx = calloc(B * out, sizeof(int32_t)))) goto nomem;
             break;
         case NN_LAYERNORM:
-            if (!(L->cache = falloc(2 * B))) return -1;
+            if (!(L->cache = falloc(2 * B))) goto nomem;
             break;
         case NN_DROPOUT:
-            if (!(L->cache = falloc(B * in))) return -1;
+            if (!(L->cache = falloc(B * in))) goto nomem;
             break;
         default: break;
         }
@@ -226,7 +256,7 @@ int nn_model_finalize(nn_model *m, int max_batch)
     if (!m->params || !m->grads || !m->dbuf[0] || !m->dbuf[1]) {
         free(m->params);
         m->params = NULL;
-        return -1;
+        goto nomem;
     }
     m->max_batch = max_batch;
     for (int i = 0; i < m->nlayers; i++) {
@@ -238,7 +268,10 @@ int nn_model_finalize(nn_model *m, int max_batch)
         L->b = L->w + (L->nparams - nb);
         L->db = L->dw + (L->nparams - nb);
     }
-    return 0;
+    return CHORUS_OK;
+nomem:
+    return nn__fail(CHORUS_ERR_NOMEM, "nn_model_finalize: out of memory for batches of %d",
+                    max_batch);
 }
 
 void nn_model_init_params(nn_model *m, uint64_t seed)

@@ -4,9 +4,6 @@
 #ifndef CHORUS_NN_INTERNAL_H
 #define CHORUS_NN_INTERNAL_H
 
-#include <stdarg.h>
-#include <stdio.h>
-
 #include "chorus/nn.h"
 
 static inline size_t nn__in_features(const nn_layer *L)
@@ -30,17 +27,9 @@ static inline size_t nn__bias_count(const nn_layer *L)
     }
 }
 
-/* Formats a message into err (when not NULL) and returns -1. */
-__attribute__((format(printf, 3, 4))) static inline int nn__fail(char *err, size_t errlen,
-                                                                 const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
+/* The error convention of libchorus_nn: a function that can fail returns a chorus_result and,
+ * when it is not CHORUS_OK, leaves a one-line message for nn_last_error() (thread-local).
+ * nn__fail formats that message and returns r, so `return nn__fail(CHORUS_ERR_..., ...)`. */
+chorus_result nn__fail(chorus_result r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif /* CHORUS_NN_INTERNAL_H */

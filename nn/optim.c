@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "chorus/nn.h"
+#include "nn_internal.h"
 
-int nn_optim_init_sgd(nn_optim *o, size_t n, float momentum, int nesterov, float weight_decay)
+chorus_result nn_optim_init_sgd(nn_optim *o, size_t n, float momentum, int nesterov,
+                                float weight_decay)
 {
     memset(o, 0, sizeof(*o));
     o->kind = NN_SGD;
@@ -16,12 +18,13 @@ int nn_optim_init_sgd(nn_optim *o, size_t n, float momentum, int nesterov, float
     o->momentum = momentum;
     o->nesterov = nesterov;
     o->weight_decay = weight_decay;
-    if (momentum != 0.0f && !(o->m = calloc(n ? n : 1, sizeof(float)))) return -1;
-    return 0;
+    if (momentum != 0.0f && !(o->m = calloc(n ? n : 1, sizeof(float))))
+        return nn__fail(CHORUS_ERR_NOMEM, "nn_optim_init_sgd: out of memory for %zu floats", n);
+    return CHORUS_OK;
 }
 
-int nn_optim_init_adamw(nn_optim *o, size_t n, float beta1, float beta2, float eps,
-                        float weight_decay)
+chorus_result nn_optim_init_adamw(nn_optim *o, size_t n, float beta1, float beta2, float eps,
+                                  float weight_decay)
 {
     memset(o, 0, sizeof(*o));
     o->kind = NN_ADAMW;
@@ -34,9 +37,10 @@ int nn_optim_init_adamw(nn_optim *o, size_t n, float beta1, float beta2, float e
     o->v = calloc(n ? n : 1, sizeof(float));
     if (!o->m || !o->v) {
         nn_optim_free(o);
-        return -1;
+        return nn__fail(CHORUS_ERR_NOMEM, "nn_optim_init_adamw: out of memory for 2 x %zu floats",
+                        n);
     }
-    return 0;
+    return CHORUS_OK;
 }
 
 void nn_optim_free(nn_optim *o)

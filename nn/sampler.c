@@ -6,21 +6,26 @@
 #include <stdlib.h>
 
 #include "chorus/nn.h"
+#include "nn_internal.h"
 
-int nn_sampler_init(nn_sampler *s, size_t n, size_t global_batch, int rank, int world,
-                    uint64_t seed)
+chorus_result nn_sampler_init(nn_sampler *s, size_t n, size_t global_batch, int rank, int world,
+                              uint64_t seed)
 {
     if (n == 0 || n > UINT32_MAX || global_batch == 0 || world <= 0 || rank < 0 || rank >= world)
-        return -1;
+        return nn__fail(CHORUS_ERR_INVALID_ARG,
+                        "nn_sampler_init: bad arguments (%zu samples, global batch %zu, rank %d "
+                        "of %d)",
+                        n, global_batch, rank, world);
     s->n = n;
     s->global_batch = global_batch;
     s->rank = rank;
     s->world = world;
     s->seed = seed;
     s->perm = malloc(n * sizeof(uint32_t));
-    if (!s->perm) return -1;
+    if (!s->perm)
+        return nn__fail(CHORUS_ERR_NOMEM, "nn_sampler_init: out of memory for %zu samples", n);
     nn_sampler_set_epoch(s, 0);
-    return 0;
+    return CHORUS_OK;
 }
 
 void nn_sampler_free(nn_sampler *s)

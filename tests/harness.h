@@ -1,10 +1,12 @@
 /*
- * harness.h - small assertion helpers for Chorus tests. A failed check prints the file, the
- * line, both values and the rank, then exits non-zero; the runner shows the output.
+ * harness.h - the assertion helpers of every Chorus C test (library, nn and trainer tests). A
+ * failed check prints the file, the line, both values and the rank, then exits non-zero; the
+ * runner shows the output.
  */
 #ifndef CHORUS_TEST_HARNESS_H
 #define CHORUS_TEST_HARNESS_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,12 +35,49 @@ void test_fail(const char *file, int line, const char *fmt, ...)
         if (r_ != CHORUS_OK)                                                                       \
             test_fail(__FILE__, __LINE__, "%s returned %s", #call, chorus_strerror(r_));           \
     } while (0)
+/* |a - b| <= tol (tol 0: equal), compared as doubles; NaN never passes. */
+#define ASSERT_NEAR(a, b, tol)                                                                     \
+    do {                                                                                           \
+        double a_ = (double)(a), b_ = (double)(b), t_ = (double)(tol);                             \
+        if (!(fabs(a_ - b_) <= t_))                                                                \
+            test_fail(__FILE__, __LINE__, "%s ~ %s failed: %.9g vs %.9g (tolerance %g)", #a, #b,   \
+                      a_, b_, t_);                                                                 \
+    } while (0)
 #define ASSERT_STR_CONTAINS(s, sub)                                                                \
     do {                                                                                           \
         const char *s_ = (s);                                                                      \
         if (!s_ || !strstr(s_, sub))                                                               \
             test_fail(__FILE__, __LINE__, "'%s' does not contain '%s'", s_ ? s_ : "(null)", sub);  \
     } while (0)
+
+#ifdef CHORUS_NN_H
+/* For libchorus_nn calls: prints nn_last_error() too (include chorus/nn.h first). */
+#define ASSERT_NN_OK(call)                                                                         \
+    do {                                                                                           \
+        chorus_result r_ = (call);                                                                 \
+        if (r_ != CHORUS_OK)                                                                       \
+            test_fail(__FILE__, __LINE__, "%s returned %s: %s", #call, chorus_strerror(r_),        \
+                      nn_last_error());                                                            \
+    } while (0)
+#endif
+
+/* Runs one test function of a program and says so on stderr (a failure has exited already). */
+#define TEST_RUN(fn)                                                                               \
+    do {                                                                                           \
+        fn();                                                                                      \
+        fprintf(stderr, "ok   %s\n", #fn);                                                         \
+    } while (0)
+
+/* Runs a shell command built from fmt (echoed to stderr); returns its exit status, or -1 when
+ * it did not exit normally. */
+int test_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Reads a whole file: returns its size and sets *out (malloc'ed, NUL-terminated), or returns
+ * -1 with *out NULL. */
+long test_slurp(const char *path, char **out);
+/* Whether two files hold the same bytes (says how they differ on stderr when not). */
+int test_same_file(const char *a, const char *b);
+/* Whether the file contains text (says so on stderr when not). */
+int test_file_has(const char *path, const char *text);
 
 /* Deterministic pseudo-random numbers (splitmix64). */
 static inline uint64_t test_rand(uint64_t *s)

@@ -273,8 +273,8 @@ static nn_model *build_model(const opts *o, const nn_dataset *ds, int max_batch)
         if (o->dropout > 0) bad |= nn_add_dropout(m, o->dropout);
         bad |= nn_add_linear(m, ds->nclasses);
     }
-    if (bad) die("internal error: model shapes do not fit");
-    if (nn_model_finalize(m, max_batch)) die("out of memory for the model");
+    if (bad) die("internal error: model shapes do not fit (%s)", nn_last_error());
+    if (nn_model_finalize(m, max_batch)) die("out of memory for the model (%s)", nn_last_error());
     return m;
 }
 
@@ -315,7 +315,7 @@ static double evaluate(nn_model *m, nn_dist *d, const nn_dataset *test, float *x
         acc[2] += B;
     }
     free(idx);
-    if (nn_dist_sum(d, acc, 3)) die("%s", d->err);
+    if (nn_dist_sum(d, acc, 3)) die("%s", nn_last_error());
     m->training = was;
     if (loss_out) *loss_out = acc[0] / acc[2];
     return acc[1] / acc[2];
@@ -337,265 +337,369 @@ static void fmt_eta(char *buf, size_t len, double s)
         snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
 }
 
-int main(int argc, char **argv)
-{
+/* Everything a run holds, shared by the steps of main() below. */
+typedef struct trainer {
     opts o;
-    parse(argc, argv, &o);
+    chorus_comm *comm;
+    nn_dist dist;
+    int rank, world;
+    nn_dataset train, test;
+    nn_sampler sampler;
+    size_t max_local; /* largest share of a global batch on one rank */
+    int max_batch;    /* the model's batch capacity (micro-batches and evaluation chunks) */
+    nn_model *m;
+    nn_optim opt;
+    nn_train_state st;
+    size_t steps_per_epoch;
+    uint64_t total_steps; /* where the run stops (epochs or --max-steps) */
+    FILE *metrics;
+    int tty;
+    float *x, *dl; /* (max_batch, features), (max_batch, classes) */
+    int32_t *y;    /* (max_batch) */
+    /* progress of this process (for speed and ETA) */
+    double t_start, train_time, step_wait, samples_done;
+    uint64_t steps_done;
+    double last_test_acc; /* -1 until evaluated */
+} trainer;
 
-    chorus_comm *comm = NULL;
-    chorus_result cr = chorus_init(&comm);
+/* Sums of one epoch so far, over all ranks. */
+typedef struct epoch_stats {
+    double loss, hits, n, last_print;
+} epoch_stats;
+
+/* Step: join the job (chorus_init), set up gradient synchronisation and BLAS threads. */
+static void start_job(trainer *t)
+{
+    chorus_result cr = chorus_init(&t->comm);
     if (cr != CHORUS_OK)
         die("chorus_init failed: %s (%s)", chorus_strerror(cr), chorus_last_error(NULL));
-    nn_dist dist;
-    nn_sync_mode mode = !strcmp(o.sync, "fused")   ? NN_SYNC_FUSED
-                        : !strcmp(o.sync, "layer") ? NN_SYNC_LAYER
-                                                   : NN_SYNC_ENGINE;
-    if (nn_dist_init(&dist, comm, mode)) die("%s", dist.err);
-    dist.bucket_bytes = (size_t)o.bucket_kb * 1024;
-    int rank = dist.rank, world = dist.size;
-    g_rank = rank;
-    openblas_set_num_threads(o.threads);
+    nn_sync_mode mode = !strcmp(t->o.sync, "fused")   ? NN_SYNC_FUSED
+                        : !strcmp(t->o.sync, "layer") ? NN_SYNC_LAYER
+                                                      : NN_SYNC_ENGINE;
+    if (nn_dist_init(&t->dist, t->comm, mode)) die("%s", nn_last_error());
+    t->dist.bucket_bytes = (size_t)t->o.bucket_kb * 1024;
+    t->rank = t->dist.rank;
+    t->world = t->dist.size;
+    g_rank = t->rank;
+    openblas_set_num_threads(t->o.threads);
+}
 
-    char err[1024];
-    nn_dataset train, test;
-    if (nn_fashion_load(o.data, 1, &train, err, sizeof(err))) die("%s", err);
-    if (nn_fashion_load(o.data, 0, &test, err, sizeof(err))) die("%s", err);
+/* Step: read the train and test splits of Fashion-MNIST. */
+static void load_data(trainer *t)
+{
+    if (nn_fashion_load(t->o.data, 1, &t->train)) die("%s", nn_last_error());
+    if (nn_fashion_load(t->o.data, 0, &t->test)) die("%s", nn_last_error());
+}
 
-    nn_sampler sampler;
-    if (nn_sampler_init(&sampler, (size_t)train.n, (size_t)o.batch, rank, world, o.seed))
-        die("cannot set up the sampler (batch %d, %d ranks)", o.batch, world);
-    size_t max_local = nn_sampler_max_local(&sampler);
-    int max_micro = (int)((max_local + (size_t)o.accum - 1) / (size_t)o.accum);
+/* Step: the sampler, the model (initialised from the seed), the optimizer and the initial
+ * training state. */
+static void build(trainer *t)
+{
+    const opts *o = &t->o;
+    if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank, t->world,
+                        o->seed))
+        die("cannot set up the sampler (batch %d, %d ranks)", o->batch, t->world);
+    t->max_local = nn_sampler_max_local(&t->sampler);
+    int max_micro = (int)((t->max_local + (size_t)o->accum - 1) / (size_t)o->accum);
     if (max_micro < 1) max_micro = 1;
     /* Evaluation runs in chunks of max_batch; keep them reasonably large. */
-    int max_batch = max_micro < 256 ? 256 : max_micro;
-    nn_model *m = build_model(&o, &train, max_batch);
-    nn_model_init_params(m, o.seed);
-    m->rank = rank;
-
-    nn_optim opt;
-    int orc = !strcmp(o.optim, "adamw")
-                  ? nn_optim_init_adamw(&opt, m->nparams, 0.9f, 0.999f, 1e-8f, o.wd)
-                  : nn_optim_init_sgd(&opt, m->nparams, o.momentum, o.nesterov, o.wd);
+    t->max_batch = max_micro < 256 ? 256 : max_micro;
+    t->m = build_model(o, &t->train, t->max_batch);
+    nn_model_init_params(t->m, o->seed);
+    t->m->rank = t->rank;
+    chorus_result orc =
+        !strcmp(o->optim, "adamw")
+            ? nn_optim_init_adamw(&t->opt, t->m->nparams, 0.9f, 0.999f, 1e-8f, o->wd)
+            : nn_optim_init_sgd(&t->opt, t->m->nparams, o->momentum, o->nesterov, o->wd);
     if (orc) die("out of memory for the optimizer");
+    memset(&t->st, 0, sizeof(t->st));
+    t->st.seed = o->seed;
+    t->st.rng = o->seed;
+    t->st.model_sig = nn_model_signature(t->m);
+}
 
-    nn_train_state st = {0};
-    st.seed = o.seed;
-    st.rng = o.seed;
-    st.model_sig = nn_model_signature(m);
-    if (o.resume) {
-        /* Rank 0 reads; everyone gets its verdict, then the state. */
-        int64_t loaded = 0;
-        char used[4096] = "", note[2048] = "";
-        if (rank == 0) {
-            loaded = nn_ckpt_load_latest(o.ckpt_dir, m, &opt, &st, used, sizeof(used), note,
-                                         sizeof(note), err, sizeof(err));
-            if (note[0]) fprintf(stderr, "chorus-train: %s\n", note);
-        }
-        if (nn_dist_broadcast_bytes(&dist, &loaded, sizeof(loaded))) die("%s", dist.err);
-        if (loaded < 0) die("cannot resume: %s", rank == 0 ? err : "see rank 0");
-        if (loaded == 1) {
-            uint64_t words[7] = {st.epoch, st.step_in_epoch, st.global_step, st.seed,
-                                 st.rng,   st.model_sig,     opt.t};
-            if (nn_dist_broadcast_bytes(&dist, words, sizeof(words))) die("%s", dist.err);
-            st.epoch = words[0];
-            st.step_in_epoch = words[1];
-            st.global_step = words[2];
-            st.seed = words[3];
-            st.rng = words[4];
-            opt.t = words[6];
-            size_t ns = opt.m ? opt.n : 0;
-            if ((ns && nn_dist_broadcast_bytes(&dist, opt.m, ns * sizeof(float))) ||
-                (opt.v && nn_dist_broadcast_bytes(&dist, opt.v, opt.n * sizeof(float))))
-                die("%s", dist.err);
-            m->seed = st.rng;
-            sampler.seed = st.seed;
-            if (rank == 0)
-                printf("resumed from %s: epoch %llu, step %llu\n", used,
-                       (unsigned long long)st.epoch + 1, (unsigned long long)st.global_step);
-        } else if (rank == 0) {
-            printf("no checkpoint in %s yet; starting from scratch\n", o.ckpt_dir);
+/* Step (--resume): rank 0 loads the newest valid checkpoint and every rank gets its verdict,
+ * then the training state and optimizer state (the parameters follow with the broadcast of
+ * rank 0's parameters in prepare_run). */
+static void restore_checkpoint(trainer *t)
+{
+    nn_dist *d = &t->dist;
+    nn_train_state *st = &t->st;
+    int64_t loaded = 0;
+    nn_ckpt_info info = {0};
+    char why[1024] = "";
+    if (t->rank == 0) {
+        if (nn_ckpt_load_latest(t->o.ckpt_dir, t->m, &t->opt, st, &info) != CHORUS_OK) {
+            snprintf(why, sizeof(why), "%s", nn_last_error());
+            loaded = -1;
+        } else {
+            loaded = info.found;
+            if (info.skipped[0])
+                fprintf(stderr, "chorus-train: %s; using previous %s\n", info.skipped, info.path);
         }
     }
-    if (nn_dist_broadcast_params(&dist, m)) die("%s", dist.err);
-
-    size_t steps_per_epoch = nn_sampler_steps(&sampler);
-    FILE *metrics = NULL;
-    if (rank == 0 && o.metrics) {
-        metrics = fopen(o.metrics, o.resume ? "a" : "w");
-        if (!metrics) die("cannot open --metrics %s: %s", o.metrics, strerror(errno));
+    if (nn_dist_broadcast_bytes(d, &loaded, sizeof(loaded))) die("%s", nn_last_error());
+    if (loaded < 0) die("cannot resume: %s", t->rank == 0 ? why : "see rank 0");
+    if (loaded == 1) {
+        uint64_t words[7] = {st->epoch, st->step_in_epoch, st->global_step, st->seed,
+                             st->rng,   st->model_sig,     t->opt.t};
+        if (nn_dist_broadcast_bytes(d, words, sizeof(words))) die("%s", nn_last_error());
+        st->epoch = words[0];
+        st->step_in_epoch = words[1];
+        st->global_step = words[2];
+        st->seed = words[3];
+        st->rng = words[4];
+        t->opt.t = words[6];
+        size_t ns = t->opt.m ? t->opt.n : 0;
+        if ((ns && nn_dist_broadcast_bytes(d, t->opt.m, ns * sizeof(float))) ||
+            (t->opt.v && nn_dist_broadcast_bytes(d, t->opt.v, t->opt.n * sizeof(float))))
+            die("%s", nn_last_error());
+        t->m->seed = st->rng;
+        t->sampler.seed = st->seed;
+        if (t->rank == 0)
+            printf("resumed from %s: epoch %llu, step %llu\n", info.path,
+                   (unsigned long long)st->epoch + 1, (unsigned long long)st->global_step);
+    } else if (t->rank == 0) {
+        printf("no checkpoint in %s yet; starting from scratch\n", t->o.ckpt_dir);
     }
-    int tty = isatty(STDOUT_FILENO);
-    if (rank == 0) {
+}
+
+/* Step: rank 0's parameters to everyone, the metrics file, the header line, the batch
+ * buffers and the step budget. */
+static void prepare_run(trainer *t)
+{
+    const opts *o = &t->o;
+    if (nn_dist_broadcast_params(&t->dist, t->m)) die("%s", nn_last_error());
+    t->steps_per_epoch = nn_sampler_steps(&t->sampler);
+    if (t->rank == 0 && o->metrics) {
+        t->metrics = fopen(o->metrics, o->resume ? "a" : "w");
+        if (!t->metrics) die("cannot open --metrics %s: %s", o->metrics, strerror(errno));
+    }
+    t->tty = isatty(STDOUT_FILENO);
+    if (t->rank == 0) {
         printf("chorus-train: %s, %zu parameters; %d rank%s x %d BLAS thread%s; global batch %d "
                "(%zu per rank, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
                "steps\n",
-               o.model, m->nparams, world, world > 1 ? "s" : "", o.threads,
-               o.threads > 1 ? "s" : "", o.batch, max_local, o.accum, o.optim,
-               (double)o.lr * (o.scale_lr ? world : 1), o.schedule,
-               o.scale_lr ? " (scaled by ranks)" : "", (double)o.warmup_epochs, o.epochs,
-               steps_per_epoch);
+               o->model, t->m->nparams, t->world, t->world > 1 ? "s" : "", o->threads,
+               o->threads > 1 ? "s" : "", o->batch, t->max_local, o->accum, o->optim,
+               (double)o->lr * (o->scale_lr ? t->world : 1), o->schedule,
+               o->scale_lr ? " (scaled by ranks)" : "", (double)o->warmup_epochs, o->epochs,
+               t->steps_per_epoch);
         fflush(stdout);
     }
+    size_t F = nn_model_in_features(t->m);
+    t->x = malloc((size_t)t->max_batch * F * sizeof(float));
+    t->y = malloc((size_t)t->max_batch * sizeof(int32_t));
+    t->dl = malloc((size_t)t->max_batch * (size_t)t->train.nclasses * sizeof(float));
+    if (!t->x || !t->y || !t->dl) die("out of memory");
+    t->total_steps = (uint64_t)o->epochs * t->steps_per_epoch;
+    if (o->max_steps > 0 && (uint64_t)o->max_steps < t->total_steps)
+        t->total_steps = (uint64_t)o->max_steps;
+    t->t_start = now_s();
+    t->last_test_acc = -1.0;
+}
 
-    size_t F = nn_model_in_features(m);
-    int C = train.nclasses;
-    float *x = malloc((size_t)max_batch * F * sizeof(float));
-    int32_t *y = malloc((size_t)max_batch * sizeof(int32_t));
-    float *dl = malloc((size_t)max_batch * (size_t)C * sizeof(float));
-    if (!x || !y || !dl) die("out of memory");
+/* Step: rank 0 saves a checkpoint of the current state. */
+static void save_checkpoint(trainer *t)
+{
+    if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
+}
 
-    uint64_t total_steps = (uint64_t)o.epochs * steps_per_epoch;
-    if (o.max_steps > 0 && (uint64_t)o.max_steps < total_steps) total_steps = (uint64_t)o.max_steps;
-    double t_start = now_s(), train_time = 0.0, step_wait = 0.0;
-    uint64_t steps_done = 0; /* in this process, for speed and ETA */
-    double samples_done = 0.0;
-    int stop = 0;
-    double last_test_acc = -1.0;
-
-    for (uint64_t epoch = st.epoch; epoch < (uint64_t)o.epochs && !stop; epoch++) {
-        nn_sampler_set_epoch(&sampler, epoch);
-        double ep_loss = 0, ep_hits = 0, ep_n = 0, last_print = 0;
-        for (size_t step = (epoch == st.epoch ? st.step_in_epoch : 0); step < steps_per_epoch;
-             step++) {
-            if (st.global_step >= total_steps) {
-                stop = 1;
-                break;
-            }
-            double t0 = now_s(), w0 = dist.wait_s, gw0 = dist.grad_wait_s, gc0 = dist.comm_s,
-                   gh0 = dist.hidden_s;
-            uint64_t ib0 = dist.in_backward;
-            float lr = lr_at(&o, st.global_step, steps_per_epoch, world);
-            const uint32_t *idx;
-            size_t gcount;
-            size_t nloc = nn_sampler_batch(&sampler, step, &idx, &gcount);
-            float scale = 1.0f / (float)gcount;
-            double stats[3] = {0, 0, 0};
-            nn_zero_grad(m);
-            size_t off = 0;
-            for (int k = 0; k < o.accum; k++) {
-                size_t nb = nloc / (size_t)o.accum + ((size_t)k < nloc % (size_t)o.accum);
-                m->step = st.global_step * (uint64_t)o.accum + (uint64_t)k;
-                nn_dataset_batch(&train, idx + off, (int)nb, x, y);
-                const float *z = nn_forward(m, x, (int)nb);
-                int hits = 0;
-                stats[0] += nn_xent(z, y, (int)nb, C, scale, dl, &hits);
-                stats[1] += hits;
-                /* The last pass completes the gradients: in engine mode each layer's goes to
-                 * the other ranks the moment it is done; earlier passes only accumulate. */
-                if (k + 1 == o.accum) nn_dist_begin_backward(&dist, m);
-                nn_backward(m, dl, (int)nb);
-                off += nb;
-            }
-            stats[2] = (double)nloc;
-            if (nn_dist_sync_grads(&dist, m)) die("%s", dist.err);
-            if (nn_dist_sum(&dist, stats, 3)) die("%s", dist.err);
-            nn_optim_step(&opt, m->params, m->grads, lr);
-            st.global_step++;
-            st.epoch = step + 1 == steps_per_epoch ? epoch + 1 : epoch;
-            st.step_in_epoch = step + 1 == steps_per_epoch ? 0 : step + 1;
-            double t1 = now_s(), dt = t1 - t0;
-            train_time += dt;
-            step_wait += dist.wait_s - w0;
-            steps_done++;
-            samples_done += (double)gcount;
-            ep_loss += stats[0];
-            ep_hits += stats[1];
-            ep_n += stats[2];
-            double sps = samples_done / train_time;
-            if (rank == 0) {
-                if (metrics)
-                    fprintf(metrics,
-                            "{\"step\":%llu,\"sync\":\"%s\",\"epoch\":%llu,\"loss\":%.6f,\"acc\":%."
-                            "4f,\"lr\":%.6g,"
-                            "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f,"
-                            "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f,"
-                            "\"grad_tensors_in_backward\":%llu}\n",
-                            (unsigned long long)st.global_step, o.sync,
-                            (unsigned long long)epoch + 1, stats[0] / stats[2], stats[1] / stats[2],
-                            (double)lr, (double)gcount / dt, dt, dist.wait_s - w0,
-                            dist.comm_s - gc0, dist.hidden_s - gh0, dist.grad_wait_s - gw0,
-                            (unsigned long long)(dist.in_backward - ib0));
-                int last = step + 1 == steps_per_epoch || st.global_step >= total_steps;
-                int due = tty ? (t1 - last_print > 0.2 || last)
-                              : (st.global_step % (uint64_t)o.log_every == 0);
-                if (due) {
-                    char eta[32];
-                    uint64_t left = total_steps - st.global_step;
-                    fmt_eta(eta, sizeof(eta), (double)left * train_time / (double)steps_done);
-                    printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s ETA "
-                           "%s%s",
-                           tty ? "\r" : "", (unsigned long long)epoch + 1, o.epochs, step + 1,
-                           steps_per_epoch, ep_loss / ep_n, ep_hits / ep_n, sps, eta,
-                           tty ? "\033[K" : "\n");
-                    fflush(stdout);
-                    last_print = t1;
-                }
-            }
-            if (rank == 0 && o.ckpt_every && st.global_step % (uint64_t)o.ckpt_every == 0)
-                if (nn_ckpt_save(o.ckpt_dir, m, &opt, &st, err, sizeof(err))) die("%s", err);
-        }
-        if (stop && ep_n == 0) break;
-        if (rank == 0 && tty) printf("\n");
-        double test_loss = 0;
-        if (!o.no_eval) last_test_acc = evaluate(m, &dist, &test, x, y, &test_loss);
-        if (rank == 0 && !o.no_eval) {
-            char hid[64] = "";
-            if (dist.eng && dist.comm_s > 0)
-                snprintf(hid, sizeof(hid), ", %.0f%% of gradient comm hidden",
-                         100.0 * hidden_share(&dist));
-            printf("epoch %llu/%d: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f "
-                   "samples/s, comm wait %.1f%%%s\n",
-                   (unsigned long long)epoch + 1, o.epochs, ep_n ? ep_loss / ep_n : 0.0,
-                   ep_n ? ep_hits / ep_n : 0.0, test_loss, last_test_acc, samples_done / train_time,
-                   100.0 * dist.wait_s / (now_s() - t_start), hid);
-            fflush(stdout);
-        }
-        if (rank == 0 && o.ckpt_dir &&
-            !(o.ckpt_every && st.global_step % (uint64_t)o.ckpt_every == 0))
-            if (nn_ckpt_save(o.ckpt_dir, m, &opt, &st, err, sizeof(err))) die("%s", err);
+/* One optimizer step: forward and backward over this rank's share of global step `step`
+ * (in --accum micro-batches), gradient sum over the ranks, update; then rank 0's metrics
+ * line, progress line and step checkpoint. */
+static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
+{
+    const opts *o = &t->o;
+    nn_dist *d = &t->dist;
+    nn_model *m = t->m;
+    nn_train_state *st = &t->st;
+    int C = t->train.nclasses;
+    double t0 = now_s(), w0 = d->wait_s, gw0 = d->grad_wait_s, gc0 = d->comm_s, gh0 = d->hidden_s;
+    uint64_t ib0 = d->in_backward;
+    float lr = lr_at(o, st->global_step, t->steps_per_epoch, t->world);
+    const uint32_t *idx;
+    size_t gcount;
+    size_t nloc = nn_sampler_batch(&t->sampler, step, &idx, &gcount);
+    float scale = 1.0f / (float)gcount;
+    double stats[3] = {0, 0, 0};
+    nn_zero_grad(m);
+    size_t off = 0;
+    for (int k = 0; k < o->accum; k++) {
+        size_t nb = nloc / (size_t)o->accum + ((size_t)k < nloc % (size_t)o->accum);
+        m->step = st->global_step * (uint64_t)o->accum + (uint64_t)k;
+        nn_dataset_batch(&t->train, idx + off, (int)nb, t->x, t->y);
+        const float *z = nn_forward(m, t->x, (int)nb);
+        int hits = 0;
+        stats[0] += nn_xent(z, t->y, (int)nb, C, scale, t->dl, &hits);
+        stats[1] += hits;
+        /* The last pass completes the gradients: in engine mode each layer's goes to
+         * the other ranks the moment it is done; earlier passes only accumulate. */
+        if (k + 1 == o->accum) nn_dist_begin_backward(d, m);
+        nn_backward(m, t->dl, (int)nb);
+        off += nb;
     }
+    stats[2] = (double)nloc;
+    if (nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
+    if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
+    nn_optim_step(&t->opt, m->params, m->grads, lr);
+    st->global_step++;
+    st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
+    st->step_in_epoch = step + 1 == t->steps_per_epoch ? 0 : step + 1;
+    double t1 = now_s(), dt = t1 - t0;
+    t->train_time += dt;
+    t->step_wait += d->wait_s - w0;
+    t->steps_done++;
+    t->samples_done += (double)gcount;
+    ep->loss += stats[0];
+    ep->hits += stats[1];
+    ep->n += stats[2];
+    double sps = t->samples_done / t->train_time;
+    if (t->rank == 0) {
+        if (t->metrics)
+            fprintf(t->metrics,
+                    "{\"step\":%llu,\"sync\":\"%s\",\"epoch\":%llu,\"loss\":%.6f,\"acc\":%."
+                    "4f,\"lr\":%.6g,"
+                    "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f,"
+                    "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f,"
+                    "\"grad_tensors_in_backward\":%llu}\n",
+                    (unsigned long long)st->global_step, o->sync, (unsigned long long)epoch + 1,
+                    stats[0] / stats[2], stats[1] / stats[2], (double)lr, (double)gcount / dt, dt,
+                    d->wait_s - w0, d->comm_s - gc0, d->hidden_s - gh0, d->grad_wait_s - gw0,
+                    (unsigned long long)(d->in_backward - ib0));
+        int last = step + 1 == t->steps_per_epoch || st->global_step >= t->total_steps;
+        int due = t->tty ? (t1 - ep->last_print > 0.2 || last)
+                         : (st->global_step % (uint64_t)o->log_every == 0);
+        if (due) {
+            char eta[32];
+            uint64_t left = t->total_steps - st->global_step;
+            fmt_eta(eta, sizeof(eta), (double)left * t->train_time / (double)t->steps_done);
+            printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s ETA "
+                   "%s%s",
+                   t->tty ? "\r" : "", (unsigned long long)epoch + 1, o->epochs, step + 1,
+                   t->steps_per_epoch, ep->loss / ep->n, ep->hits / ep->n, sps, eta,
+                   t->tty ? "\033[K" : "\n");
+            fflush(stdout);
+            ep->last_print = t1;
+        }
+    }
+    if (t->rank == 0 && o->ckpt_every && st->global_step % (uint64_t)o->ckpt_every == 0)
+        save_checkpoint(t);
+}
 
-    if (rank == 0 && world > 1 && steps_done > 0) {
-        double hid = dist.hidden_s;
+/* Step: the test-set evaluation after an epoch and rank 0's epoch line. */
+static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
+{
+    const opts *o = &t->o;
+    nn_dist *d = &t->dist;
+    double test_loss = 0;
+    if (!o->no_eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
+    if (t->rank == 0 && !o->no_eval) {
+        char hid[64] = "";
+        if (d->eng && d->comm_s > 0)
+            snprintf(hid, sizeof(hid), ", %.0f%% of gradient comm hidden", 100.0 * hidden_share(d));
+        printf("epoch %llu/%d: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f "
+               "samples/s, comm wait %.1f%%%s\n",
+               (unsigned long long)epoch + 1, o->epochs, ep->n ? ep->loss / ep->n : 0.0,
+               ep->n ? ep->hits / ep->n : 0.0, test_loss, t->last_test_acc,
+               t->samples_done / t->train_time, 100.0 * d->wait_s / (now_s() - t->t_start), hid);
+        fflush(stdout);
+    }
+}
+
+/* Step: one epoch from where the state stands (the sampler position after a resume), then
+ * evaluation and the end-of-epoch checkpoint. Returns 1 when the step budget ran out. */
+static int train_epoch(trainer *t, uint64_t epoch)
+{
+    const opts *o = &t->o;
+    nn_sampler_set_epoch(&t->sampler, epoch);
+    epoch_stats ep = {0, 0, 0, 0};
+    int stop = 0;
+    for (size_t step = (epoch == t->st.epoch ? t->st.step_in_epoch : 0); step < t->steps_per_epoch;
+         step++) {
+        if (t->st.global_step >= t->total_steps) {
+            stop = 1;
+            break;
+        }
+        train_step(t, epoch, step, &ep);
+    }
+    if (stop && ep.n == 0) return 1;
+    if (t->rank == 0 && t->tty) printf("\n");
+    report_epoch(t, epoch, &ep);
+    if (t->rank == 0 && o->ckpt_dir &&
+        !(o->ckpt_every && t->st.global_step % (uint64_t)o->ckpt_every == 0))
+        save_checkpoint(t);
+    return stop;
+}
+
+/* Step: rank 0's summary (gradient synchronisation, final accuracy and speed), and each
+ * rank's final parameters for --dump-params. */
+static void report(trainer *t)
+{
+    const opts *o = &t->o;
+    nn_dist *d = &t->dist;
+    if (t->rank == 0 && t->world > 1 && t->steps_done > 0) {
+        double hid = d->hidden_s;
         printf("gradient sync (%s): %.3f ms/step in flight, %.3f ms/step waited for (%.0f%% "
                "hidden behind backward, %.1f%% of step time); %.1f%% of step time waiting in "
                "collectives\n",
-               o.sync, 1e3 * dist.comm_s / (double)steps_done,
-               1e3 * dist.grad_wait_s / (double)steps_done, 100.0 * hidden_share(&dist),
-               train_time > 0 && hid > 0 ? 100.0 * hid / train_time : 0.0,
-               train_time > 0 ? 100.0 * step_wait / train_time : 0.0);
+               o->sync, 1e3 * d->comm_s / (double)t->steps_done,
+               1e3 * d->grad_wait_s / (double)t->steps_done, 100.0 * hidden_share(d),
+               t->train_time > 0 && hid > 0 ? 100.0 * hid / t->train_time : 0.0,
+               t->train_time > 0 ? 100.0 * t->step_wait / t->train_time : 0.0);
     }
-    if (rank == 0) {
-        if (last_test_acc >= 0)
+    if (t->rank == 0) {
+        if (t->last_test_acc >= 0)
             printf("done: %llu steps, test accuracy %.4f, %.0f samples/s over %.1f s of "
                    "training\n",
-                   (unsigned long long)st.global_step, last_test_acc,
-                   train_time > 0 ? samples_done / train_time : 0.0, train_time);
-        else if (steps_done > 0)
+                   (unsigned long long)t->st.global_step, t->last_test_acc,
+                   t->train_time > 0 ? t->samples_done / t->train_time : 0.0, t->train_time);
+        else if (t->steps_done > 0)
             printf("done: %llu steps, %.0f samples/s over %.1f s of training (not evaluated)\n",
-                   (unsigned long long)st.global_step, samples_done / train_time, train_time);
+                   (unsigned long long)t->st.global_step, t->samples_done / t->train_time,
+                   t->train_time);
         else
             printf("done: %llu steps (nothing left to train)\n",
-                   (unsigned long long)st.global_step);
+                   (unsigned long long)t->st.global_step);
     }
-    if (o.dump) {
+    if (o->dump) {
         char path[4096];
-        snprintf(path, sizeof(path), "%s.%d", o.dump, rank);
+        snprintf(path, sizeof(path), "%s.%d", o->dump, t->rank);
         FILE *f = fopen(path, "wb");
-        if (!f || fwrite(m->params, sizeof(float), m->nparams, f) != m->nparams || fclose(f))
+        if (!f || fwrite(t->m->params, sizeof(float), t->m->nparams, f) != t->m->nparams ||
+            fclose(f))
             die("cannot write %s: %s", path, strerror(errno));
     }
-    if (metrics) fclose(metrics);
-    nn_dist_finalize(&dist);
-    free(x);
-    free(y);
-    free(dl);
-    nn_optim_free(&opt);
-    nn_sampler_free(&sampler);
-    nn_model_destroy(m);
-    nn_dataset_free(&train);
-    nn_dataset_free(&test);
-    chorus_finalize(comm);
+}
+
+/* Step: release everything and leave the job. */
+static void finish(trainer *t)
+{
+    if (t->metrics) fclose(t->metrics);
+    nn_dist_finalize(&t->dist);
+    free(t->x);
+    free(t->y);
+    free(t->dl);
+    nn_optim_free(&t->opt);
+    nn_sampler_free(&t->sampler);
+    nn_model_destroy(t->m);
+    nn_dataset_free(&t->train);
+    nn_dataset_free(&t->test);
+    chorus_finalize(t->comm);
+}
+
+int main(int argc, char **argv)
+{
+    static trainer t;
+    parse(argc, argv, &t.o);
+    start_job(&t);
+    load_data(&t);
+    build(&t);
+    if (t.o.resume) restore_checkpoint(&t);
+    prepare_run(&t);
+    for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)
+        if (train_epoch(&t, epoch)) break;
+    report(&t);
+    finish(&t);
     return 0;
 }

@@ -39,6 +39,7 @@
 #include <stdint.h>
 
 #include "chorus.h"
+#include "chorus/checkpoint.h" /* crash-safe state files, once declared here */
 
 #ifdef __cplusplus
 extern "C" {
@@ -108,22 +109,6 @@ long chorus_elastic_generation(const chorus_elastic *el);
 int chorus_elastic_worker_id(const chorus_elastic *el);
 /* Detail of the last failure (which peer, what the survivors did). */
 const char *chorus_elastic_last_error(const chorus_elastic *el);
-
-/* ---- crash-safe state files ------------------------------------------------------------- */
-
-/* Writes data as checkpoint `step` of `name` in dir: a temporary file, fsync, rename, fsync
- * of the directory, with a header carrying magic, version, length and CRC32s; then deletes
- * all but the newest `keep` (>= 1). A crash at any moment leaves the previous checkpoints
- * intact. name: letters, digits, '-', '_', '.'. Detail of a failure: chorus_last_error(NULL). */
-chorus_result chorus_checkpoint_save(const char *dir, const char *name, uint64_t step,
-                                     const void *data, size_t len, int keep);
-
-/* Loads the newest intact checkpoint of `name` in dir into *data (malloc'ed; free it). A torn
- * or corrupt newer file is skipped with a WARN log line, and chorus_last_error(NULL) then
- * says which files were skipped and why (it is empty when none was). CHORUS_ERR_INVALID_ARG
- * when no intact checkpoint exists. */
-chorus_result chorus_checkpoint_load(const char *dir, const char *name, uint64_t *step, void **data,
-                                     size_t *len);
 
 #ifdef __cplusplus
 }

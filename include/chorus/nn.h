@@ -10,9 +10,16 @@
  * the whole model, or of any layer, without copies.
  *
  * Activations are row-major, batch first: an image batch is (B,C,H,W), a feature batch
- * (B,F). Shapes in comments name those dimensions. Functions that can fail with a cause
- * worth telling the user return 0 on success and -1 on failure, with a one-line message in
- * the caller's buffer (err, errlen). The library never exits the process and prints nothing.
+ * (B,F). Shapes in comments name those dimensions.
+ *
+ * Errors: every function that can fail returns a chorus_result (CHORUS_OK is 0, so `if (f())`
+ * tests for failure) and, on failure, leaves a one-line message naming the cause (the file and
+ * byte, the checkpoint and its damage, the peer) that nn_last_error() returns. The message is
+ * per thread. Functions without a chorus_result cannot fail. The library never exits the
+ * process and prints nothing.
+ *
+ * Threading: a model, optimizer, sampler or nn_dist is used by one thread at a time; distinct
+ * objects may be used from different threads.
  */
 #ifndef CHORUS_NN_H
 #define CHORUS_NN_H
@@ -25,6 +32,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The message of the last nn_* call that failed on this thread ("" when none has). Valid until
+ * the next failing nn_* call on this thread. */
+const char *nn_last_error(void);
 
 /* ---- random numbers ------------------------------------------------------------------ */
 
@@ -106,19 +117,21 @@ nn_model *nn_model_create(int c, int h, int w);
 void nn_model_destroy(nn_model *m);
 
 /* Appending layers. Each uses the output shape of the layer before as its input shape.
- * They return 0, or -1 when the shape does not fit (the model is then unusable). */
-int nn_add_linear(nn_model *m, int out_features); /* flattens (C,H,W) to F = C*H*W */
-int nn_add_conv2d(nn_model *m, int out_channels, int k, int stride, int pad);
-int nn_add_maxpool2d(nn_model *m, int k, int stride);
-int nn_add_relu(nn_model *m);
-int nn_add_gelu(nn_model *m);
-int nn_add_dropout(nn_model *m, float p);
-int nn_add_flatten(nn_model *m);
-int nn_add_layernorm(nn_model *m); /* normalises the C*H*W features of each sample */
+ * Errors: CHORUS_ERR_INVALID_ARG for a bad argument, a window that does not fit the input
+ * (the layer is then not added) or a model already finalized; CHORUS_ERR_NOMEM. */
+chorus_result nn_add_linear(nn_model *m, int out_features); /* flattens (C,H,W) to F = C*H*W */
+chorus_result nn_add_conv2d(nn_model *m, int out_channels, int k, int stride, int pad);
+chorus_result nn_add_maxpool2d(nn_model *m, int k, int stride);
+chorus_result nn_add_relu(nn_model *m);
+chorus_result nn_add_gelu(nn_model *m);
+chorus_result nn_add_dropout(nn_model *m, float p); /* 0 <= p < 1 */
+chorus_result nn_add_flatten(nn_model *m);
+chorus_result nn_add_layernorm(nn_model *m); /* normalises the C*H*W features of each sample */
 
 /* Allocates the parameter, gradient and activation buffers for batches of up to max_batch
- * samples. Returns 0, or -1 when out of memory. */
-int nn_model_finalize(nn_model *m, int max_batch);
+ * samples. Errors: CHORUS_ERR_INVALID_ARG (no layers, max_batch <= 0, already finalized),
+ * CHORUS_ERR_NOMEM (the model is then unusable: destroy it). */
+chorus_result nn_model_finalize(nn_model *m, int max_batch);
 
 /* He-uniform weights (bound sqrt(6/fan_in)) for layers followed by relu or gelu, bound
  * 1/sqrt(fan_in) otherwise; zero biases, unit LayerNorm gain; reproducible from seed. Also stores
@@ -168,11 +181,13 @@ typedef struct nn_optim {
 } nn_optim;
 
 /* SGD as in PyTorch (dampening 0): g += wd*p; buf = momentum*buf + g;
- * p -= lr * (nesterov ? g + momentum*buf : buf). Returns 0 or -1 (out of memory). */
-int nn_optim_init_sgd(nn_optim *o, size_t n, float momentum, int nesterov, float weight_decay);
-/* AdamW as in PyTorch: p *= 1 - lr*wd; m,v moments; p -= lr * mhat / (sqrt(vhat) + eps). */
-int nn_optim_init_adamw(nn_optim *o, size_t n, float beta1, float beta2, float eps,
-                        float weight_decay);
+ * p -= lr * (nesterov ? g + momentum*buf : buf). Errors: CHORUS_ERR_NOMEM. */
+chorus_result nn_optim_init_sgd(nn_optim *o, size_t n, float momentum, int nesterov,
+                                float weight_decay);
+/* AdamW as in PyTorch: p *= 1 - lr*wd; m,v moments; p -= lr * mhat / (sqrt(vhat) + eps).
+ * Errors: CHORUS_ERR_NOMEM. */
+chorus_result nn_optim_init_adamw(nn_optim *o, size_t n, float beta1, float beta2, float eps,
+                                  float weight_decay);
 void nn_optim_free(nn_optim *o);
 /* One update of params (n) from grads (n) with learning rate lr. */
 void nn_optim_step(nn_optim *o, float *params, const float *grads, float lr);
@@ -196,14 +211,16 @@ typedef struct nn_dataset {
  * *data (malloc'd, caller frees) holds the bytes and shape[0..dims-1] the sizes. On failure
  * the message names the file and the byte offset (in the decompressed stream) where the
  * problem is: bad magic, wrong dimension count, implausible size, truncation, corrupt
- * compressed data. */
-int nn_idx_read(const char *path, int dims, uint8_t **data, int shape[3], char *err, size_t errlen);
+ * compressed data (CHORUS_ERR_INVALID_ARG); a file that cannot be opened or read
+ * (CHORUS_ERR_SYSTEM); CHORUS_ERR_NOMEM. */
+chorus_result nn_idx_read(const char *path, int dims, uint8_t **data, int shape[3]);
 
 /* Loads the train (train != 0) or test split of Fashion-MNIST from dir, or from
  * NN_FASHION_DEFAULT_DIR when dir is NULL. A missing directory or file gives a message
  * telling how to install the data (sudo apt-get install dataset-fashion-mnist) or where to
- * point --data. */
-int nn_fashion_load(const char *dir, int train, nn_dataset *ds, char *err, size_t errlen);
+ * point --data (CHORUS_ERR_INVALID_ARG); otherwise the errors of nn_idx_read, and
+ * CHORUS_ERR_INVALID_ARG when labels and images disagree. ds is left empty on failure. */
+chorus_result nn_fashion_load(const char *dir, int train, nn_dataset *ds);
 void nn_dataset_free(nn_dataset *ds);
 
 /* Gathers samples idx[0..B-1] into x (B, c, h, w) normalised as (v/255 - mean)/std, and
@@ -227,8 +244,10 @@ typedef struct nn_sampler {
     uint32_t *perm; /* (n) */
 } nn_sampler;
 
-int nn_sampler_init(nn_sampler *s, size_t n, size_t global_batch, int rank, int world,
-                    uint64_t seed);
+/* Errors: CHORUS_ERR_INVALID_ARG (n 0 or above 2^32-1, global_batch 0, rank not in
+ * [0, world)), CHORUS_ERR_NOMEM. */
+chorus_result nn_sampler_init(nn_sampler *s, size_t n, size_t global_batch, int rank, int world,
+                              uint64_t seed);
 void nn_sampler_free(nn_sampler *s);
 void nn_sampler_set_epoch(nn_sampler *s, uint64_t epoch);
 /* Steps per epoch: ceil(n / G). */
@@ -256,23 +275,63 @@ typedef struct nn_train_state {
 /* Hash of the layer kinds and shapes of a finalized model. */
 uint64_t nn_model_signature(const nn_model *m);
 
-/* Writes dir/ckpt-<global_step>.chk atomically (temporary file, fsync, rename, fsync of the
- * directory) and removes older checkpoints except the one before it. Format: magic, version,
- * sizes, state, parameters, optimizer state, CRC32 of all of that, and an end marker. */
-int nn_ckpt_save(const char *dir, const nn_model *m, const nn_optim *o, const nn_train_state *st,
-                 char *err, size_t errlen);
+/* Checkpoints are files of the library's checkpoint container (chorus/checkpoint.h): name
+ * NN_CKPT_NAME, so <dir>/train.<step, 20 digits>.ckpt, the newest NN_CKPT_KEEP kept. The
+ * container detects torn and damaged files (every truncation, every bit flip) and falls back
+ * to older ones; its payload is this library's own, versioned (little-endian):
+ *   0  char[8] "CHNNSTAT"      8  u32 payload version (1)   12 u32 optimizer kind
+ *   16 u64 parameter count P   24 u64 optimizer state count S
+ *   32 u64 optimizer steps t   40 u64[6] epoch, step_in_epoch, global_step, seed, rng,
+ *                                        model signature
+ *   88 f32[P] parameters, then f32[S] optimizer state (m, then v); nothing after it.
+ * Checkpoints of the earlier standalone format (ckpt-<step>.chk, magic CHNNCKPT) are not read:
+ * loading a directory that holds only those fails with a message saying so. */
+#define NN_CKPT_NAME "train"
+#define NN_CKPT_KEEP 2
 
-/* Reads one checkpoint file into m, o and st, checking magic, version, sizes, signature,
- * CRC and end marker. Nothing is modified when it fails. */
-int nn_ckpt_load_file(const char *path, nn_model *m, nn_optim *o, nn_train_state *st, char *err,
-                      size_t errlen);
+/* Bytes of the payload for m and o. */
+size_t nn_ckpt_payload_size(const nn_model *m, const nn_optim *o);
 
-/* Loads the newest valid checkpoint in dir; a newer one that is corrupt is refused and the
- * refusal described in note (when not NULL), e.g. "refusing DIR/ckpt-20.chk: CRC mismatch;
- * using previous DIR/ckpt-10.chk". Returns 1 when one was loaded (its path in used), 0 when
- * dir holds none, -1 when every one is corrupt (err says why). */
-int nn_ckpt_load_latest(const char *dir, nn_model *m, nn_optim *o, nn_train_state *st, char *used,
-                        size_t usedlen, char *note, size_t notelen, char *err, size_t errlen);
+/* Writes the payload of (m, o, st) into buf, which holds len >= nn_ckpt_payload_size bytes.
+ * Errors: CHORUS_ERR_INVALID_ARG when len is too small. */
+chorus_result nn_ckpt_encode(const nn_model *m, const nn_optim *o, const nn_train_state *st,
+                             void *buf, size_t len);
+
+/* Reads a payload into m, o and st after checking its magic, version, sizes and that it was
+ * written for this model (signature, parameter count) and optimizer (kind, state size).
+ * Never reads outside buf[0..len). Nothing is modified when it fails.
+ * Errors: CHORUS_ERR_INVALID_ARG, with the reason ("not a chorus-train checkpoint payload",
+ * "payload version 9", "written for a different model (...)", "written for a different
+ * optimizer", "truncated payload: ..."). */
+chorus_result nn_ckpt_decode(const void *buf, size_t len, nn_model *m, nn_optim *o,
+                             nn_train_state *st);
+
+/* Saves (m, o, st) as checkpoint st->global_step in dir through chorus_checkpoint_save (atomic
+ * and durable; dir is created), keeping the newest NN_CKPT_KEEP.
+ * Errors: CHORUS_ERR_NOMEM, and those of chorus_checkpoint_save (the message is copied). */
+chorus_result nn_ckpt_save(const char *dir, const nn_model *m, const nn_optim *o,
+                           const nn_train_state *st);
+
+/* What nn_ckpt_load_latest found. */
+typedef struct nn_ckpt_info {
+    int found;          /* 1: a checkpoint was loaded; 0: dir holds none (nothing modified) */
+    uint64_t step;      /* the step of the one loaded */
+    char path[4200];    /* its file */
+    char skipped[1024]; /* newer checkpoints refused as damaged, with reasons; "" when none */
+} nn_ckpt_info;
+
+/* Loads the newest valid checkpoint in dir into m, o and st: a newer file that is torn or
+ * damaged is refused, and the refusals are listed in info->skipped (e.g. "skipped damaged
+ * checkpoint D/train.00000000000000000025.ckpt: payload checksum mismatch (...): damaged
+ * data"). A directory that does not exist or holds no checkpoint is not an error:
+ * info->found is then 0.
+ * Errors (m, o and st untouched): CHORUS_ERR_INVALID_ARG when every checkpoint is damaged
+ * (each named with its damage), when the newest valid one was written for another model or
+ * optimizer or has a payload this version cannot read, or when dir holds only checkpoints of
+ * the old format ("old format ... re-create"); CHORUS_ERR_SYSTEM when dir cannot be read;
+ * CHORUS_ERR_NOMEM. */
+chorus_result nn_ckpt_load_latest(const char *dir, nn_model *m, nn_optim *o, nn_train_state *st,
+                                  nn_ckpt_info *info);
 
 /* ---- data-parallel gradient synchronisation ------------------------------------------ */
 
@@ -309,16 +368,17 @@ typedef struct nn_dist {
                              holds this many bytes (0, the default: one tensor per layer). Set
                              before the first step, the same on every rank. */
     struct nn_dist_engine *eng;
-    char err[512]; /* detail of the last failure */
 } nn_dist;
 
 /* Sets d up over comm (NULL: one rank, nothing to communicate). NN_SYNC_ENGINE with more than
- * one rank starts an engine (collective: every rank calls this). 0, or -1 (d->err says why). */
-int nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode);
+ * one rank starts an engine (collective: every rank calls this). Errors: the engine's, and
+ * CHORUS_ERR_NOMEM. */
+chorus_result nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode);
 /* Stops the engine, if any (collective in engine mode). d->comm is not finalized. */
 void nn_dist_finalize(nn_dist *d);
-/* Copies rank 0's parameters to every rank. 0 or -1 (d->err says why). */
-int nn_dist_broadcast_params(nn_dist *d, nn_model *m);
+/* Copies rank 0's parameters to every rank. Errors: the broadcast's (e.g.
+ * CHORUS_ERR_PEER_LOST), with the peer in nn_last_error(). */
+chorus_result nn_dist_broadcast_params(nn_dist *d, nn_model *m);
 /* Call before the LAST backward pass of a step (after nn_zero_grad and any earlier
  * accumulating passes). In engine mode it installs m->grad_hook so that each layer's
  * gradient is enqueued the moment backward finishes it; other modes do nothing. */
@@ -326,12 +386,14 @@ void nn_dist_begin_backward(nn_dist *d, nn_model *m);
 /* Sums model->grads over the ranks, in place: the blocking modes allreduce now; engine mode
  * enqueues what backward has not (a step without nn_dist_begin_backward), waits on every
  * handle and removes the hook. The caller scales the loss gradient by 1/global batch, so the
- * sum is the gradient of the global mean loss. 0 or -1. */
-int nn_dist_sync_grads(nn_dist *d, nn_model *m);
-/* Sums n doubles over the ranks, in place (loss and accuracy counters). 0 or -1. */
-int nn_dist_sum(nn_dist *d, double *v, int n);
-/* Broadcasts n bytes from rank 0. 0 or -1. */
-int nn_dist_broadcast_bytes(nn_dist *d, void *buf, size_t n);
+ * sum is the gradient of the global mean loss. Errors: the allreduce's or the engine's (the
+ * first failing tensor is named in nn_last_error()). */
+chorus_result nn_dist_sync_grads(nn_dist *d, nn_model *m);
+/* Sums n doubles over the ranks, in place (loss and accuracy counters). Errors: the
+ * allreduce's. */
+chorus_result nn_dist_sum(nn_dist *d, double *v, int n);
+/* Broadcasts n bytes from rank 0. Errors: the broadcast's. */
+chorus_result nn_dist_broadcast_bytes(nn_dist *d, void *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,8 @@
 /*
- * atomic_file.c - crash-safe checkpoint files (see atomic_file.h for the layout and the
- * guarantees): write to a temporary file, fsync, rename, fsync the directory; CRC32-checked
- * headers; keep the newest K; fall back to an older file when the newest is damaged.
+ * atomic_file.c - crash-safe checkpoint files, the public API of chorus/checkpoint.h (see
+ * atomic_file.h for the layout and the guarantees): write to a temporary file, fsync, rename, fsync
+ * the directory; CRC32-checked headers; keep the newest K; fall back to an older file when the
+ * newest is damaged.
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "chorus/checkpoint.h"
 
 /* ---- CRC32 ------------------------------------------------------------------------------ */
 
@@ -194,39 +196,79 @@ static int cmp_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Steps of the checkpoints of name in dir, newest first (malloc'ed). */
-static uint64_t *list_steps(const char *dir, const char *name, size_t *count)
+/* Steps of the checkpoints of name in dir, newest first, in *out (malloc'ed; NULL when there
+ * are none). A missing directory holds none. */
+static chorus_result list_steps(const char *dir, const char *name, uint64_t **out, size_t *count,
+                                chorus_errbuf *e)
 {
+    *out = NULL;
     *count = 0;
     DIR *d = opendir(dir);
-    if (!d) return NULL;
-    size_t cap = 16;
-    uint64_t *steps = malloc(cap * sizeof(uint64_t));
+    if (!d) {
+        if (errno == ENOENT) return CHORUS_OK;
+        return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot read checkpoint directory %s: %s", dir,
+                            strerror(errno));
+    }
+    size_t cap = 0, n = 0;
+    uint64_t *steps = NULL;
     struct dirent *de;
-    while (steps && (de = readdir(d))) {
+    while ((de = readdir(d))) {
         uint64_t s;
         if (!match_ckpt(de->d_name, name, &s)) continue;
-        if (*count == cap) {
-            uint64_t *ns = realloc(steps, 2 * cap * sizeof(uint64_t));
-            if (!ns) break;
+        if (n == cap) {
+            uint64_t *ns = realloc(steps, (cap ? 2 * cap : 16) * sizeof(uint64_t));
+            if (!ns) {
+                free(steps);
+                closedir(d);
+                return chorus__fail(e, CHORUS_ERR_NOMEM, "listing checkpoints in %s: out of memory",
+                                    dir);
+            }
             steps = ns;
-            cap *= 2;
+            cap = cap ? 2 * cap : 16;
         }
-        steps[(*count)++] = s;
+        steps[n++] = s;
     }
     closedir(d);
-    if (steps) qsort(steps, *count, sizeof(uint64_t), cmp_desc);
-    return steps;
+    if (steps) qsort(steps, n, sizeof(uint64_t), cmp_desc);
+    *out = steps;
+    *count = n;
+    return CHORUS_OK;
 }
 
-static void ckpt_path(char *out, size_t len, const char *dir, const char *name, uint64_t step)
+/* Returns 1 when the path fit into out. */
+static int ckpt_path(char *out, size_t len, const char *dir, const char *name, uint64_t step)
 {
-    snprintf(out, len, "%s/%s.%020llu.ckpt", dir, name, (unsigned long long)step);
+    int w = snprintf(out, len, "%s/%s.%020llu.ckpt", dir, name, (unsigned long long)step);
+    return w >= 0 && (size_t)w < len;
 }
 
-chorus_result chorus__ckpt_write(const char *dir, const char *name, uint64_t step, const void *data,
-                                 size_t len, int keep, chorus_errbuf *e)
+chorus_result chorus_checkpoint_path(const char *dir, const char *name, uint64_t step, char *out,
+                                     size_t len)
 {
+    chorus_errbuf *e = chorus__init_errbuf();
+    if (!dir || !valid_name(name) || !out || !len)
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "checkpoint path: bad arguments");
+    if (!ckpt_path(out, len, dir, name, step))
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
+                            "checkpoint path: %zu bytes are too few for the path in %s", len, dir);
+    return CHORUS_OK;
+}
+
+chorus_result chorus_checkpoint_list(const char *dir, const char *name, uint64_t **steps,
+                                     size_t *count)
+{
+    chorus_errbuf *e = chorus__init_errbuf();
+    if (!dir || !valid_name(name) || !steps || !count)
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
+                            "checkpoint list: bad arguments (dir %s, name '%s')",
+                            dir ? dir : "NULL", name ? name : "NULL");
+    return list_steps(dir, name, steps, count, e);
+}
+
+chorus_result chorus_checkpoint_save(const char *dir, const char *name, uint64_t step,
+                                     const void *data, size_t len, int keep)
+{
+    chorus_errbuf *e = chorus__init_errbuf();
     if (!dir || !valid_name(name) || (len && !data) || keep < 1)
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
                             "checkpoint write: bad arguments (dir %s, name '%s', keep %d); names "
@@ -236,8 +278,10 @@ chorus_result chorus__ckpt_write(const char *dir, const char *name, uint64_t ste
         return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot create checkpoint directory %s: %s", dir,
                             strerror(errno));
     char tmp[4200], path[4200];
-    snprintf(tmp, sizeof(tmp), "%s/.%s.%d.tmp", dir, name, (int)getpid());
-    ckpt_path(path, sizeof(path), dir, name, step);
+    if (snprintf(tmp, sizeof(tmp), "%s/.%s.%d.tmp", dir, name, (int)getpid()) >= (int)sizeof(tmp) ||
+        !ckpt_path(path, sizeof(path), dir, name, step))
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "checkpoint directory path too long: %s",
+                            dir);
     unsigned char h[CHORUS_CKPT_HDR_LEN];
     encode_header(h, step, data, len);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -256,14 +300,18 @@ chorus_result chorus__ckpt_write(const char *dir, const char *name, uint64_t ste
         return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot put checkpoint %s in place: %s", path,
                             strerror(err));
     }
-    /* The new file is durable: now, and only now, older ones may go. */
+    /* The new file is durable: now, and only now, older ones may go. A failure to list them
+     * leaves extra files behind, which is harmless. */
     size_t n;
-    uint64_t *steps = list_steps(dir, name, &n);
-    for (size_t i = (size_t)keep; steps && i < n; i++) {
-        ckpt_path(path, sizeof(path), dir, name, steps[i]);
-        unlink(path);
+    uint64_t *steps;
+    chorus_errbuf ignored;
+    if (list_steps(dir, name, &steps, &n, &ignored) == CHORUS_OK) {
+        for (size_t i = (size_t)keep; i < n; i++) {
+            ckpt_path(path, sizeof(path), dir, name, steps[i]);
+            unlink(path);
+        }
+        free(steps);
     }
-    free(steps);
     DIR *d = opendir(dir);
     struct dirent *de;
     while (d && (de = readdir(d))) {
@@ -313,14 +361,16 @@ static int read_file(const char *path, unsigned char **buf, size_t *len)
     return 0;
 }
 
-chorus_result chorus__ckpt_read_latest(const char *dir, const char *name, uint64_t *step,
-                                       void **data, size_t *len, chorus_errbuf *e)
+chorus_result chorus_checkpoint_load(const char *dir, const char *name, uint64_t *step, void **data,
+                                     size_t *len)
 {
-    if (e) e->msg[0] = 0;
+    chorus_errbuf *e = chorus__init_errbuf();
+    e->msg[0] = 0;
     if (!dir || !valid_name(name) || !step || !data || !len)
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "checkpoint read: bad arguments");
     size_t n;
-    uint64_t *steps = list_steps(dir, name, &n);
+    uint64_t *steps;
+    CHORUS_CHECK(list_steps(dir, name, &steps, &n, e));
     char skipped[sizeof(e->msg)] = "";
     for (size_t i = 0; i < n; i++) {
         char path[4200], why[200];
@@ -343,7 +393,7 @@ chorus_result chorus__ckpt_read_latest(const char *dir, const char *name, uint64
                 *len = plen;
                 *step = s;
                 free(steps);
-                if (e) snprintf(e->msg, sizeof(e->msg), "%s", skipped);
+                snprintf(e->msg, sizeof(e->msg), "%s", skipped);
                 return CHORUS_OK;
             }
         }

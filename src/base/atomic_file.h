@@ -1,5 +1,6 @@
 /*
- * atomic_file.h - crash-safe state files: a checkpoint is written to a temporary file,
+ * atomic_file.h - internals of the crash-safe state files whose public API is
+ * chorus/checkpoint.h (implemented in atomic_file.c): a checkpoint is written to a temporary file,
  * fsynced, renamed into place and the directory fsynced, so a crash (kill -9, power loss)
  * leaves either the previous set of checkpoints or the new set, never a half-written file
  * under a checkpoint's name. Each file carries a header with magic, version, sizes and CRC32s
@@ -40,18 +41,5 @@ int chorus__mkdir_p(const char *dir);
 chorus_result chorus__ckpt_parse(const unsigned char *buf, size_t len, uint64_t *step,
                                  const unsigned char **payload, size_t *plen, char *why,
                                  size_t why_len);
-
-/* Writes the checkpoint of `step` durably (see above), then deletes all but the newest `keep`
- * (keep >= 1) checkpoints of `name` in dir and stale temporary files of dead writers. dir is
- * created if missing. name: letters, digits, '-', '_' and '.' only. */
-chorus_result chorus__ckpt_write(const char *dir, const char *name, uint64_t step, const void *data,
-                                 size_t len, int keep, chorus_errbuf *e);
-
-/* Loads the newest valid checkpoint of `name` in dir: *data is malloc'ed (free it). Newer
- * files that are torn or damaged are skipped with a WARN naming the file and the damage; the
- * same text is left in e->msg when e is given (empty when nothing was skipped).
- * CHORUS_ERR_INVALID_ARG when there is no valid checkpoint at all. */
-chorus_result chorus__ckpt_read_latest(const char *dir, const char *name, uint64_t *step,
-                                       void **data, size_t *len, chorus_errbuf *e);
 
 #endif

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/atomic_file.h"
 #include "bootstrap/env.h"
 #include "bootstrap/store.h"
 #include "chorus/elastic.h"
@@ -420,18 +419,4 @@ int chorus_elastic_worker_id(const chorus_elastic *el)
 const char *chorus_elastic_last_error(const chorus_elastic *el)
 {
     return el ? el->err.msg : chorus_last_error(NULL);
-}
-
-/* ---- checkpoint files ------------------------------------------------------------------- */
-
-chorus_result chorus_checkpoint_save(const char *dir, const char *name, uint64_t step,
-                                     const void *data, size_t len, int keep)
-{
-    return chorus__ckpt_write(dir, name, step, data, len, keep, chorus__init_errbuf());
-}
-
-chorus_result chorus_checkpoint_load(const char *dir, const char *name, uint64_t *step, void **data,
-                                     size_t *len)
-{
-    return chorus__ckpt_read_latest(dir, name, step, data, len, chorus__init_errbuf());
 }

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
-#include "chorus/elastic.h"
+#include "chorus/checkpoint.h"
 #include "harness.h"
 
 static char dir[256];

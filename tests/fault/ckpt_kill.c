@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "base/base.h"
-#include "chorus/elastic.h"
+#include "chorus/checkpoint.h"
 #include "harness.h"
 
 #define PAYLOAD (1 << 20)

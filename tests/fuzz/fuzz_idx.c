@@ -25,8 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     fclose(f);
     uint8_t *data = NULL;
     int shape[3] = {0, 0, 0};
-    char err[512];
-    if (nn_idx_read(path, dims, &data, shape, err, sizeof(err)) == 0) {
+    if (nn_idx_read(path, dims, &data, shape) == CHORUS_OK) {
         size_t total = (size_t)shape[0] * (dims == 3 ? (size_t)shape[1] * (size_t)shape[2] : 1);
         volatile uint8_t sink = 0;
         for (size_t i = 0; i < total; i++) sink ^= data[i];

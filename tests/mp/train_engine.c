@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../nn/nn_test.h"
+#include "harness.h"
 
 static char g_dir[256];
 static char g_train[512], g_run[512];
@@ -28,7 +28,7 @@ static int same_on_all_ranks(const char *name, int np)
         char a[512], b[512];
         snprintf(a, sizeof(a), "%s/%s.0", g_dir, name);
         snprintf(b, sizeof(b), "%s/%s.%d", g_dir, name, r);
-        ok &= nt_same_file(a, b);
+        ok &= test_same_file(a, b);
     }
     return ok;
 }
@@ -38,7 +38,7 @@ static int same_dump(const char *x, const char *y)
     char a[512], b[512];
     snprintf(a, sizeof(a), "%s/%s.0", g_dir, x);
     snprintf(b, sizeof(b), "%s/%s.0", g_dir, y);
-    return nt_same_file(a, b);
+    return test_same_file(a, b);
 }
 
 #define MLP2                                                                                       \
@@ -46,52 +46,53 @@ static int same_dump(const char *x, const char *y)
 
 static void test_two_ranks_engine_equals_fused(void)
 {
-    NT_EQ_INT(nt_sh("%s -np 2 %s " MLP2 " --grad-sync engine --metrics %s/me.jsonl "
-                    "--dump-params %s/e2 > %s/e2.log 2>&1",
-                    g_run, g_train, g_dir, g_dir, g_dir),
+    ASSERT_EQ(test_sh("%s -np 2 %s " MLP2 " --grad-sync engine --metrics %s/me.jsonl "
+                      "--dump-params %s/e2 > %s/e2.log 2>&1",
+                      g_run, g_train, g_dir, g_dir, g_dir),
               0);
-    NT_EQ_INT(nt_sh("%s -np 2 %s " MLP2 " --grad-sync fused --dump-params %s/f2 > %s/f2.log 2>&1",
-                    g_run, g_train, g_dir, g_dir),
+    ASSERT_EQ(test_sh("%s -np 2 %s " MLP2 " --grad-sync fused --dump-params %s/f2 > %s/f2.log 2>&1",
+                      g_run, g_train, g_dir, g_dir),
               0);
-    NT_CHECK(same_on_all_ranks("e2", 2));
-    NT_CHECK(same_dump("e2", "f2"));
+    ASSERT(same_on_all_ranks("e2", 2));
+    ASSERT(same_dump("e2", "f2"));
     char p[512];
     snprintf(p, sizeof(p), "%s/me.jsonl", g_dir);
-    NT_CHECK(nt_file_has(p, "{\"step\":20,"));
-    NT_CHECK(nt_file_has(p, "\"grad_comm_s\":"));
-    NT_CHECK(nt_file_has(p, "\"grad_wait_s\":"));
+    ASSERT(test_file_has(p, "{\"step\":20,"));
+    ASSERT(test_file_has(p, "\"grad_comm_s\":"));
+    ASSERT(test_file_has(p, "\"grad_wait_s\":"));
     /* The hook hands each layer's gradient (3 linear layers) to the engine during backward,
      * on every step. */
     char *text;
-    if (nt_slurp(p, &text) >= 0) {
+    if (test_slurp(p, &text) >= 0) {
         int steps = 0, handed = 0;
         const char *key = "\"grad_tensors_in_backward\":";
         for (char *q = text; (q = strstr(q, key)); q++) {
             steps++;
             handed += atoi(q + strlen(key)) == 3;
         }
-        NT_EQ_INT(steps, 20);
-        NT_EQ_INT(handed, 20);
+        ASSERT_EQ(steps, 20);
+        ASSERT_EQ(handed, 20);
         free(text);
     }
     snprintf(p, sizeof(p), "%s/e2.log", g_dir);
-    NT_CHECK(nt_file_has(p, "gradient sync (engine):"));
-    NT_CHECK(nt_file_has(p, "hidden behind backward"));
+    ASSERT(test_file_has(p, "gradient sync (engine):"));
+    ASSERT(test_file_has(p, "hidden behind backward"));
 }
 
 static void test_three_ranks_and_cnn(void)
 {
     /* 1000 samples per step over 3 ranks: 334 + 333 + 333. */
-    NT_EQ_INT(nt_sh("%s -np 3 %s --model mlp --batch 1000 --max-steps 8 --seed 4 --grad-sync "
-                    "engine --log-every 100 --dump-params %s/e3 > %s/e3.log 2>&1",
-                    g_run, g_train, g_dir, g_dir),
+    ASSERT_EQ(test_sh("%s -np 3 %s --model mlp --batch 1000 --max-steps 8 --seed 4 --grad-sync "
+                      "engine --log-every 100 --dump-params %s/e3 > %s/e3.log 2>&1",
+                      g_run, g_train, g_dir, g_dir),
               0);
-    NT_CHECK(same_on_all_ranks("e3", 3));
-    NT_EQ_INT(nt_sh("%s -np 2 %s --model cnn --batch 32 --max-steps 6 --seed 3 --grad-sync engine "
-                    "--log-every 100 --dump-params %s/ec > %s/ec.log 2>&1",
-                    g_run, g_train, g_dir, g_dir),
-              0);
-    NT_CHECK(same_on_all_ranks("ec", 2));
+    ASSERT(same_on_all_ranks("e3", 3));
+    ASSERT_EQ(
+        test_sh("%s -np 2 %s --model cnn --batch 32 --max-steps 6 --seed 3 --grad-sync engine "
+                "--log-every 100 --dump-params %s/ec > %s/ec.log 2>&1",
+                g_run, g_train, g_dir, g_dir),
+        0);
+    ASSERT(same_on_all_ranks("ec", 2));
 }
 
 /* Global batch 128 on 1 rank and on 2 ranks (64 each) through the engine: the same
@@ -99,17 +100,17 @@ static void test_three_ranks_and_cnn(void)
 static void test_split_batch_matches(void)
 {
 #define SPLIT "--model mlp --batch 128 --max-steps 25 --seed 6 --lr 0.05 --log-every 100"
-    NT_EQ_INT(nt_sh("%s " SPLIT " --dump-params %s/one > /dev/null 2>&1", g_train, g_dir), 0);
-    NT_EQ_INT(nt_sh("%s -np 2 %s " SPLIT " --grad-sync engine --dump-params %s/two > /dev/null "
-                    "2>&1",
-                    g_run, g_train, g_dir),
+    ASSERT_EQ(test_sh("%s " SPLIT " --dump-params %s/one > /dev/null 2>&1", g_train, g_dir), 0);
+    ASSERT_EQ(test_sh("%s -np 2 %s " SPLIT " --grad-sync engine --dump-params %s/two > /dev/null "
+                      "2>&1",
+                      g_run, g_train, g_dir),
               0);
     char a[512], b[512];
     snprintf(a, sizeof(a), "%s/one.0", g_dir);
     snprintf(b, sizeof(b), "%s/two.0", g_dir);
     char *x, *y;
-    long nx = nt_slurp(a, &x), ny = nt_slurp(b, &y);
-    NT_CHECK(nx > 0 && nx == ny);
+    long nx = test_slurp(a, &x), ny = test_slurp(b, &y);
+    ASSERT(nx > 0 && nx == ny);
     if (nx > 0 && nx == ny) {
         const float *p = (const float *)x, *q = (const float *)y;
         size_t n = (size_t)nx / sizeof(float), bad = 0, diff = 0;
@@ -123,7 +124,7 @@ static void test_split_batch_matches(void)
         }
         fprintf(stderr, "  %zu of %zu parameters differ, largest difference %.3g\n", diff, n,
                 worst);
-        NT_EQ_INT(bad, 0);
+        ASSERT_EQ(bad, 0);
     }
     free(x);
     free(y);
@@ -136,23 +137,23 @@ static void test_split_batch_matches(void)
 
 static void test_resume_bitwise(void)
 {
-    NT_EQ_INT(nt_sh("%s -np 2 %s " RES " --max-steps 40 --dump-params %s/rfull > %s/rfull.log "
-                    "2>&1",
-                    g_run, g_train, g_dir, g_dir),
+    ASSERT_EQ(test_sh("%s -np 2 %s " RES " --max-steps 40 --dump-params %s/rfull > %s/rfull.log "
+                      "2>&1",
+                      g_run, g_train, g_dir, g_dir),
               0);
-    NT_EQ_INT(nt_sh("%s -np 2 %s " RES " --max-steps 25 --checkpoint-dir %s/ck "
-                    "--checkpoint-every 10 > %s/ra.log 2>&1",
-                    g_run, g_train, g_dir, g_dir),
+    ASSERT_EQ(test_sh("%s -np 2 %s " RES " --max-steps 25 --checkpoint-dir %s/ck "
+                      "--checkpoint-every 10 > %s/ra.log 2>&1",
+                      g_run, g_train, g_dir, g_dir),
               0);
-    NT_EQ_INT(nt_sh("%s -np 2 %s " RES " --max-steps 40 --checkpoint-dir %s/ck --resume "
-                    "--dump-params %s/rres > %s/rb.log 2>&1",
-                    g_run, g_train, g_dir, g_dir, g_dir),
+    ASSERT_EQ(test_sh("%s -np 2 %s " RES " --max-steps 40 --checkpoint-dir %s/ck --resume "
+                      "--dump-params %s/rres > %s/rb.log 2>&1",
+                      g_run, g_train, g_dir, g_dir, g_dir),
               0);
-    NT_CHECK(same_dump("rfull", "rres"));
-    NT_CHECK(same_on_all_ranks("rres", 2));
+    ASSERT(same_dump("rfull", "rres"));
+    ASSERT(same_on_all_ranks("rres", 2));
     char p[512];
     snprintf(p, sizeof(p), "%s/rb.log", g_dir);
-    NT_CHECK(nt_file_has(p, "ckpt-00000025.chk: epoch 1, step 25"));
+    ASSERT(test_file_has(p, "train.00000000000000000025.ckpt: epoch 1, step 25"));
 }
 
 /* Rank 1 is killed (SIGKILL) once rank 0 has printed step 5; rank 0 must stop with an
@@ -163,26 +164,26 @@ static void test_peer_killed(void)
     snprintf(log, sizeof(log), "%s/kill.log", g_dir);
     snprintf(out0, sizeof(out0), "%s/kill.out0", g_dir);
     int rc =
-        nt_sh("CHORUS_TIMEOUT_S=20 %s -np 2 --grace 20 sh -c '"
-              "if [ \"$CHORUS_RANK\" = 0 ]; then exec %s --model mlp --batch 256 --epochs 50 "
-              "--grad-sync engine --log-every 1 > %s 2>&1; fi; "
-              "%s --model mlp --batch 256 --epochs 50 --grad-sync engine --log-every 1 & p=$!; "
-              "i=0; until grep -q \"step 5/\" %s 2>/dev/null || [ $i -ge 600 ]; do sleep 0.05; "
-              "i=$((i+1)); done; kill -9 $p' > %s 2>&1",
-              g_run, g_train, out0, g_train, out0, log);
-    NT_CHECK(rc != 0);
-    NT_CHECK(nt_file_has(out0, "step 5/"));
-    NT_CHECK(nt_file_has(out0, "chorus-train[0]: "));
-    NT_CHECK(nt_file_has(out0, "failed: "));
-    NT_CHECK(nt_file_has(out0, "rank 1"));
+        test_sh("CHORUS_TIMEOUT_S=20 %s -np 2 --grace 20 sh -c '"
+                "if [ \"$CHORUS_RANK\" = 0 ]; then exec %s --model mlp --batch 256 --epochs 50 "
+                "--grad-sync engine --log-every 1 > %s 2>&1; fi; "
+                "%s --model mlp --batch 256 --epochs 50 --grad-sync engine --log-every 1 & p=$!; "
+                "i=0; until grep -q \"step 5/\" %s 2>/dev/null || [ $i -ge 600 ]; do sleep 0.05; "
+                "i=$((i+1)); done; kill -9 $p' > %s 2>&1",
+                g_run, g_train, out0, g_train, out0, log);
+    ASSERT(rc != 0);
+    ASSERT(test_file_has(out0, "step 5/"));
+    ASSERT(test_file_has(out0, "chorus-train[0]: "));
+    ASSERT(test_file_has(out0, "failed: "));
+    ASSERT(test_file_has(out0, "rank 1"));
 }
 
 static void test_bad_mode(void)
 {
     char log[512];
     snprintf(log, sizeof(log), "%s/bad.log", g_dir);
-    NT_EQ_INT(nt_sh("%s --grad-sync overlap --max-steps 1 > %s 2>&1", g_train, log), 1);
-    NT_CHECK(nt_file_has(log, "--grad-sync must be fused, layer or engine, not 'overlap'"));
+    ASSERT_EQ(test_sh("%s --grad-sync overlap --max-steps 1 > %s 2>&1", g_train, log), 1);
+    ASSERT(test_file_has(log, "--grad-sync must be fused, layer or engine, not 'overlap'"));
 }
 
 int main(void)
@@ -196,12 +197,12 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
-    NT_RUN(test_two_ranks_engine_equals_fused);
-    NT_RUN(test_three_ranks_and_cnn);
-    NT_RUN(test_split_batch_matches);
-    NT_RUN(test_resume_bitwise);
-    NT_RUN(test_peer_killed);
-    NT_RUN(test_bad_mode);
-    if (nt_failures == 0) nt_sh("rm -rf '%s'", g_dir);
-    NT_DONE();
+    TEST_RUN(test_two_ranks_engine_equals_fused);
+    TEST_RUN(test_three_ranks_and_cnn);
+    TEST_RUN(test_split_batch_matches);
+    TEST_RUN(test_resume_bitwise);
+    TEST_RUN(test_peer_killed);
+    TEST_RUN(test_bad_mode);
+    test_sh("rm -rf '%s'", g_dir);
+    return 0;
 }

@@ -12,7 +12,7 @@
 #include <zlib.h>
 
 #include "chorus/nn.h"
-#include "../../nn/nn_test.h"
+#include "harness.h"
 
 static char g_dir[256];
 
@@ -75,7 +75,7 @@ static void truncate_file(const char *name, long len)
 {
     char p[512];
     path_of(p, sizeof(p), name);
-    NT_EQ_INT(truncate(p, len), 0);
+    ASSERT_EQ(truncate(p, len), 0);
 }
 
 static void flip_byte(const char *name, long off)
@@ -113,22 +113,21 @@ static void test_good_files(void)
     write_split("train", 50, 1);
     write_split("t10k", 20, 0); /* plain files are read too */
     nn_dataset tr, te;
-    char err[1024] = "";
-    NT_EQ_INT(nn_fashion_load(g_dir, 1, &tr, err, sizeof(err)), 0);
-    NT_EQ_INT(tr.n, 50);
-    NT_EQ_INT(tr.h, 28);
-    NT_EQ_INT(tr.labels[13], 3);
-    NT_EQ_INT(tr.images[7 * 784 + 100], (7 + 100) & 255);
-    NT_EQ_INT(nn_fashion_load(g_dir, 0, &te, err, sizeof(err)), 0);
-    NT_EQ_INT(te.n, 20);
+    ASSERT_NN_OK(nn_fashion_load(g_dir, 1, &tr));
+    ASSERT_EQ(tr.n, 50);
+    ASSERT_EQ(tr.h, 28);
+    ASSERT_EQ(tr.labels[13], 3);
+    ASSERT_EQ(tr.images[7 * 784 + 100], (7 + 100) & 255);
+    ASSERT_NN_OK(nn_fashion_load(g_dir, 0, &te));
+    ASSERT_EQ(te.n, 20);
     /* batch gather normalises (v/255 - mean)/std */
     uint32_t idx[2] = {7, 3};
     float x[2 * 784];
     int32_t y[2];
     nn_dataset_batch(&tr, idx, 2, x, y);
-    NT_EQ_INT(y[0], 7);
-    NT_EQ_INT(y[1], 3);
-    NT_NEAR(x[100], ((107.0 / 255.0) - tr.mean) / tr.std, 1e-5);
+    ASSERT_EQ(y[0], 7);
+    ASSERT_EQ(y[1], 3);
+    ASSERT_NEAR(x[100], ((107.0 / 255.0) - tr.mean) / tr.std, 1e-5);
     nn_dataset_free(&tr);
     nn_dataset_free(&te);
 }
@@ -143,23 +142,24 @@ static int contains(const char *s, const char *part)
 static void test_missing(void)
 {
     nn_dataset ds;
-    char err[1024] = "", nodir[512];
+    char nodir[512];
     snprintf(nodir, sizeof(nodir), "%s/nowhere", g_dir);
-    NT_EQ_INT(nn_fashion_load(nodir, 1, &ds, err, sizeof(err)), -1);
-    NT_CHECK(contains(err, "nowhere/train-images-idx3-ubyte.gz"));
-    NT_CHECK(contains(err, "sudo apt-get install dataset-fashion-mnist"));
-    NT_CHECK(contains(err, "--data"));
+    ASSERT_EQ(nn_fashion_load(nodir, 1, &ds), CHORUS_ERR_INVALID_ARG);
+    const char *err = nn_last_error();
+    ASSERT(contains(err, "nowhere/train-images-idx3-ubyte.gz"));
+    ASSERT(contains(err, "sudo apt-get install dataset-fashion-mnist"));
+    ASSERT(contains(err, "--data"));
 }
 
 /* Loads the train split and expects failure with a message naming file and offset. */
 static void expect_fail(const char *file, const char *part1, const char *part2)
 {
     nn_dataset ds;
-    char err[1024] = "";
-    NT_EQ_INT(nn_fashion_load(g_dir, 1, &ds, err, sizeof(err)), -1);
-    NT_CHECK(contains(err, file));
-    NT_CHECK(contains(err, part1));
-    if (part2) NT_CHECK(contains(err, part2));
+    ASSERT_EQ(nn_fashion_load(g_dir, 1, &ds), CHORUS_ERR_INVALID_ARG);
+    const char *err = nn_last_error();
+    ASSERT(contains(err, file));
+    ASSERT(contains(err, part1));
+    if (part2) ASSERT(contains(err, part2));
     fprintf(stderr, "  refused: %s\n", err);
 }
 
@@ -238,13 +238,12 @@ static void test_real_dataset(void)
         return;
     }
     nn_dataset te;
-    char err[1024];
-    NT_EQ_INT(nn_fashion_load(NULL, 0, &te, err, sizeof(err)), 0);
-    NT_EQ_INT(te.n, 10000);
-    NT_EQ_INT(te.h * te.w, 784);
+    ASSERT_NN_OK(nn_fashion_load(NULL, 0, &te));
+    ASSERT_EQ(te.n, 10000);
+    ASSERT_EQ(te.h * te.w, 784);
     int counts[10] = {0};
     for (int i = 0; i < te.n; i++) counts[te.labels[i]]++;
-    for (int c = 0; c < 10; c++) NT_EQ_INT(counts[c], 1000);
+    for (int c = 0; c < 10; c++) ASSERT_EQ(counts[c], 1000);
     nn_dataset_free(&te);
 }
 
@@ -256,16 +255,16 @@ int main(void)
         perror("mkdtemp");
         return 1;
     }
-    NT_RUN(test_good_files);
-    NT_RUN(test_missing);
-    NT_RUN(test_bad_magic);
-    NT_RUN(test_truncated_gzip);
-    NT_RUN(test_truncated_plain);
-    NT_RUN(test_corrupt_gzip);
-    NT_RUN(test_label_mismatch);
-    NT_RUN(test_real_dataset);
+    TEST_RUN(test_good_files);
+    TEST_RUN(test_missing);
+    TEST_RUN(test_bad_magic);
+    TEST_RUN(test_truncated_gzip);
+    TEST_RUN(test_truncated_plain);
+    TEST_RUN(test_corrupt_gzip);
+    TEST_RUN(test_label_mismatch);
+    TEST_RUN(test_real_dataset);
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
-    NT_DONE();
+    return 0;
 }

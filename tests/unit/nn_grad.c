@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "chorus/nn.h"
-#include "../../nn/nn_test.h"
+#include "harness.h"
 
 static void fill(float *x, size_t n, uint64_t seed, float scale)
 {
@@ -77,11 +77,11 @@ static double check_grads(nn_model *m, int B, uint64_t seed)
             if (err > 2e-2)
                 fprintf(stderr, "  layer %d (%s) param %zu: analytic %.6g numeric %.6g\n", li,
                         nn_kind_name(L->kind), j - L->param_off, ana, num);
-            NT_CHECK(err <= 2e-2);
+            ASSERT(err <= 2e-2);
         }
     }
     /* Most entries must have been checked. */
-    NT_CHECK(kinks * 5 <= tried);
+    ASSERT(kinks * 5 <= tried);
     free(x);
     free(R);
     free(g);
@@ -93,14 +93,14 @@ static double check_grads(nn_model *m, int B, uint64_t seed)
 static void grad_case(const char *name, int C, int H, int W, int (*add)(nn_model *), int image)
 {
     nn_model *m = nn_model_create(C, H, W);
-    NT_CHECK(m != NULL);
+    ASSERT(m != NULL);
     if (image)
-        NT_EQ_INT(nn_add_conv2d(m, C + 1, 1, 1, 0), 0);
+        ASSERT_EQ(nn_add_conv2d(m, C + 1, 1, 1, 0), 0);
     else
-        NT_EQ_INT(nn_add_linear(m, 12), 0);
-    NT_EQ_INT(add(m), 0);
-    NT_EQ_INT(nn_add_linear(m, 5), 0);
-    NT_EQ_INT(nn_model_finalize(m, 4), 0);
+        ASSERT_NN_OK(nn_add_linear(m, 12));
+    ASSERT_EQ(add(m), 0);
+    ASSERT_NN_OK(nn_add_linear(m, 5));
+    ASSERT_NN_OK(nn_model_finalize(m, 4));
     nn_model_init_params(m, 42);
     /* Non-zero biases and gains so their gradients matter. */
     fill(m->params, m->nparams, 99, 0.5f);
@@ -187,7 +187,7 @@ static void test_cnn_xent_grads(void)
     nn_add_linear(m, 6);
     nn_add_dropout(m, 0.2f);
     nn_add_linear(m, 3);
-    NT_EQ_INT(nn_model_finalize(m, 4), 0);
+    ASSERT_NN_OK(nn_model_finalize(m, 4));
     nn_model_init_params(m, 5);
     int B = 4;
     float x[4 * 64], dl[4 * 3];
@@ -213,7 +213,7 @@ static void test_cnn_xent_grads(void)
         double num = (lp - lm) / (2.0 * h), ana = g[j];
         double err = fabs(num - ana) / fmax(fabs(num) + fabs(ana), 1e-3);
         if (err > 3e-2) fprintf(stderr, "  param %zu: analytic %.6g numeric %.6g\n", j, ana, num);
-        NT_CHECK(err <= 3e-2);
+        ASSERT(err <= 3e-2);
     }
     free(g);
     nn_model_destroy(m);
@@ -226,7 +226,7 @@ static void test_accumulation(void)
     nn_add_linear(m, 5);
     nn_add_relu(m);
     nn_add_linear(m, 3);
-    NT_EQ_INT(nn_model_finalize(m, 4), 0);
+    ASSERT_NN_OK(nn_model_finalize(m, 4));
     nn_model_init_params(m, 1);
     float x[24], dl[12];
     int32_t y[4] = {0, 1, 2, 1};
@@ -241,11 +241,11 @@ static void test_accumulation(void)
         nn_xent(nn_forward(m, x + 12 * h, 2), y + 2 * h, 2, 3, 0.25f, dl, NULL);
         nn_backward(m, dl, 2);
     }
-    for (size_t j = 0; j < m->nparams; j++) NT_NEAR(m->grads[j], full[j], 1e-6);
+    for (size_t j = 0; j < m->nparams; j++) ASSERT_NEAR(m->grads[j], full[j], 1e-6);
     /* A batch of zero samples is allowed and adds nothing. */
     nn_forward(m, x, 0);
     nn_backward(m, dl, 0);
-    for (size_t j = 0; j < m->nparams; j++) NT_NEAR(m->grads[j], full[j], 1e-6);
+    for (size_t j = 0; j < m->nparams; j++) ASSERT_NEAR(m->grads[j], full[j], 1e-6);
     free(full);
     nn_model_destroy(m);
 }
@@ -255,16 +255,16 @@ static void test_forward_reference(void)
     /* conv2d 3x3 stride 2 pad 1 against the definition. */
     int C = 2, H = 7, W = 6, OC = 3, k = 3, s = 2, p = 1;
     nn_model *m = nn_model_create(C, H, W);
-    NT_EQ_INT(nn_add_conv2d(m, OC, k, s, p), 0);
-    NT_EQ_INT(nn_model_finalize(m, 2), 0);
+    ASSERT_EQ(nn_add_conv2d(m, OC, k, s, p), 0);
+    ASSERT_NN_OK(nn_model_finalize(m, 2));
     fill(m->params, m->nparams, 4, 1.0f);
     float x[2 * 2 * 7 * 6];
     fill(x, sizeof(x) / sizeof(x[0]), 5, 1.0f);
     const float *y = nn_forward(m, x, 2);
     nn_layer *L = &m->layers[0];
     int OH = L->out_h, OW = L->out_w;
-    NT_EQ_INT(OH, 4);
-    NT_EQ_INT(OW, 3);
+    ASSERT_EQ(OH, 4);
+    ASSERT_EQ(OW, 3);
     for (int n = 0; n < 2; n++)
         for (int o = 0; o < OC; o++)
             for (int oh = 0; oh < OH; oh++)
@@ -278,7 +278,7 @@ static void test_forward_reference(void)
                                 acc += (double)L->w[((o * C + c) * k + ki) * k + kj] *
                                        x[((n * C + c) * H + ih) * W + iw];
                             }
-                    NT_NEAR(y[((n * OC + o) * OH + oh) * OW + ow], acc, 1e-5);
+                    ASSERT_NEAR(y[((n * OC + o) * OH + oh) * OW + ow], acc, 1e-5);
                 }
     nn_model_destroy(m);
 
@@ -287,7 +287,7 @@ static void test_forward_reference(void)
     nn_add_linear(m, 3);
     nn_add_layernorm(m);
     nn_add_gelu(m);
-    NT_EQ_INT(nn_model_finalize(m, 1), 0);
+    ASSERT_NN_OK(nn_model_finalize(m, 1));
     fill(m->params, m->nparams, 6, 1.0f);
     float xv[4] = {0.5f, -1.0f, 2.0f, 0.25f};
     y = nn_forward(m, xv, 1);
@@ -303,19 +303,19 @@ static void test_forward_reference(void)
     for (int o = 0; o < 3; o++) {
         double v = (lin[o] - mean) / sqrt(var + 1e-5) * N->w[o] + N->b[o];
         double g = 0.5 * v * (1.0 + erf(v / sqrt(2.0)));
-        NT_NEAR(y[o], g, 1e-5);
+        ASSERT_NEAR(y[o], g, 1e-5);
     }
     nn_model_destroy(m);
 
     m = nn_model_create(1, 4, 4);
     nn_add_maxpool2d(m, 2, 2);
-    NT_EQ_INT(nn_model_finalize(m, 1), 0);
+    ASSERT_NN_OK(nn_model_finalize(m, 1));
     float img[16] = {1, 2, 5, 3, 4, 0, -1, 2, -3, -2, 7, 7, -4, -1, 6, 8};
     y = nn_forward(m, img, 1);
-    NT_NEAR(y[0], 4, 0);
-    NT_NEAR(y[1], 5, 0);
-    NT_NEAR(y[2], -1, 0);
-    NT_NEAR(y[3], 8, 0);
+    ASSERT_NEAR(y[0], 4, 0);
+    ASSERT_NEAR(y[1], 5, 0);
+    ASSERT_NEAR(y[2], -1, 0);
+    ASSERT_NEAR(y[3], 8, 0);
     nn_model_destroy(m);
 }
 
@@ -327,16 +327,16 @@ static void test_xent_values(void)
     int correct = 0;
     double l = nn_xent(z, &y, 1, 3, 1.0f, d, &correct);
     double lse = log(exp(1) + exp(2) + exp(3));
-    NT_NEAR(l, lse - 3, 1e-6);
-    NT_NEAR(d[0], exp(1 - lse), 1e-6);
-    NT_NEAR(d[2], exp(3 - lse) - 1, 1e-6);
-    NT_EQ_INT(correct, 1);
+    ASSERT_NEAR(l, lse - 3, 1e-6);
+    ASSERT_NEAR(d[0], exp(1 - lse), 1e-6);
+    ASSERT_NEAR(d[2], exp(3 - lse) - 1, 1e-6);
+    ASSERT_EQ(correct, 1);
     /* Large logits must not overflow. */
     float big[2] = {1000.0f, -1000.0f};
     int32_t y1 = 1;
     l = nn_xent(big, &y1, 1, 2, 1.0f, d, NULL);
-    NT_NEAR(l, 2000.0, 1e-3);
-    NT_NEAR(d[0], 1.0, 1e-6);
+    ASSERT_NEAR(l, 2000.0, 1e-3);
+    ASSERT_NEAR(d[0], 1.0, 1e-6);
 }
 
 static void test_dropout_eval_and_rate(void)
@@ -344,31 +344,31 @@ static void test_dropout_eval_and_rate(void)
     nn_model *m = nn_model_create(1000, 1, 1);
     nn_add_linear(m, 1000);
     nn_add_dropout(m, 0.25f);
-    NT_EQ_INT(nn_model_finalize(m, 2), 0);
+    ASSERT_NN_OK(nn_model_finalize(m, 2));
     nn_model_init_params(m, 1);
     float *x = calloc(2000, sizeof(float));
     fill(x, 2000, 9, 1.0f);
     m->training = 0;
     const float *y0 = nn_forward(m, x, 2);
     float first = y0[0];
-    NT_CHECK(y0 == m->layers[0].out); /* eval: identity, no copy */
+    ASSERT(y0 == m->layers[0].out); /* eval: identity, no copy */
     m->training = 1;
     const float *y = nn_forward(m, x, 2);
     int zeros = 0;
     for (int i = 0; i < 2000; i++) zeros += y[i] == 0.0f;
-    NT_CHECK(zeros > 400 && zeros < 600); /* about 25% of 2000 */
-    NT_CHECK(y[0] == 0.0f || fabsf(y[0] - first / 0.75f) < 1e-5f);
+    ASSERT(zeros > 400 && zeros < 600); /* about 25% of 2000 */
+    ASSERT(y[0] == 0.0f || fabsf(y[0] - first / 0.75f) < 1e-5f);
     free(x);
     nn_model_destroy(m);
 }
 
 int main(void)
 {
-    NT_RUN(test_forward_reference);
-    NT_RUN(test_xent_values);
-    NT_RUN(test_layer_grads);
-    NT_RUN(test_cnn_xent_grads);
-    NT_RUN(test_accumulation);
-    NT_RUN(test_dropout_eval_and_rate);
-    NT_DONE();
+    TEST_RUN(test_forward_reference);
+    TEST_RUN(test_xent_values);
+    TEST_RUN(test_layer_grads);
+    TEST_RUN(test_cnn_xent_grads);
+    TEST_RUN(test_accumulation);
+    TEST_RUN(test_dropout_eval_and_rate);
+    return 0;
 }

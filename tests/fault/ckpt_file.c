@@ -2,7 +2,8 @@
  * ckpt_file.c - the crash-safe checkpoint files (src/base/atomic_file.c): round trip, CRC32
  * against the standard check value, every truncation and every single-bit flip of a small
  * checkpoint detected (and the previous checkpoint used instead, with a message naming the
- * damaged file), keep-K retention, and the errors for bad arguments and for no checkpoint.
+ * damaged file), keep-K retention, listing and paths, and the errors for bad arguments, an
+ * unreadable directory and for no checkpoint.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,6 +156,37 @@ int main(void)
     ASSERT_OK(chorus_checkpoint_load(dir, "state", &step, &data, &len));
     ASSERT_EQ(step, 7);
     free(data);
+
+    /* list (newest first) and path */
+    uint64_t *steps;
+    size_t count;
+    ASSERT_OK(chorus_checkpoint_list(dir, "state", &steps, &count));
+    ASSERT_EQ(count, 3);
+    ASSERT_EQ(steps[0], 7);
+    ASSERT_EQ(steps[1], 6);
+    ASSERT_EQ(steps[2], 5);
+    free(steps);
+    ASSERT_OK(chorus_checkpoint_list(dir, "other", &steps, &count));
+    ASSERT_EQ(count, 0);
+    ASSERT(steps == NULL);
+    ASSERT_OK(chorus_checkpoint_list("/nonexistent/chorus-ckpt", "state", &steps, &count));
+    ASSERT_EQ(count, 0);
+    ASSERT_EQ(chorus_checkpoint_list(dir, "../state", &steps, &count), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "checkpoint list: bad arguments");
+    char p7[512], got[512];
+    path_of(p7, sizeof(p7), 7);
+    ASSERT_OK(chorus_checkpoint_path(dir, "state", 7, got, sizeof(got)));
+    ASSERT(strcmp(got, p7) == 0);
+    ASSERT_EQ(chorus_checkpoint_path(dir, "state", 7, got, 10), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "bytes are too few for the path");
+    /* a "directory" that is a file cannot be read */
+    char notdir[600];
+    snprintf(notdir, sizeof(notdir), "%s/state.%020llu.ckpt", dir, 7ull);
+    ASSERT_EQ(chorus_checkpoint_list(notdir, "state", &steps, &count), CHORUS_ERR_SYSTEM);
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "cannot read checkpoint directory");
+    ASSERT_EQ(chorus_checkpoint_load(notdir, "state", &step, &data, &len), CHORUS_ERR_SYSTEM);
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "Not a directory");
+    printf("unreadable directory: %s\n", chorus_last_error(NULL));
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     ASSERT_EQ(system(cmd), 0);

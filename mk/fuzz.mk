@@ -1,6 +1,6 @@
 # fuzz.mk - libFuzzer targets (tests/fuzz/fuzz_*.c) for every parser of bytes from outside:
 # wire headers and payloads, the authentication handshake, the store server's request
-# handling, checkpoint headers and the trainer's IDX reader. Built with clang under
+# handling, checkpoint headers, the trainer's checkpoint payload and its IDX reader. Built with clang under
 # AddressSanitizer and UndefinedBehaviorSanitizer into build-fuzz/.
 #
 #   make fuzz                      build the targets
@@ -16,8 +16,8 @@ FUZZ_LIB_SRCS := $(wildcard src/base/*.c src/wire/*.c src/bootstrap/*.c)
 FUZZ_NN_SRCS  := $(wildcard nn/*.c)
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_NN_OBJS  := $(FUZZ_NN_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
-# the IDX target only when the trainer's library is there
-FUZZ_SRCS := $(filter-out $(if $(FUZZ_NN_SRCS),,tests/fuzz/fuzz_idx.c),$(wildcard tests/fuzz/fuzz_*.c))
+# the IDX and checkpoint-payload targets only when the trainer's library is there
+FUZZ_SRCS := $(filter-out $(if $(FUZZ_NN_SRCS),,tests/fuzz/fuzz_idx.c tests/fuzz/fuzz_nn_ckpt.c),$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
 
 DEBIAN_PKGS += clang
@@ -36,6 +36,9 @@ $(FUZZ_BUILD)/libchorus_nn-fuzz.a: $(FUZZ_NN_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
 $(FUZZ_BUILD)/fuzz_idx: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_idx.o $(FUZZ_BUILD)/libchorus_nn-fuzz.a $(FUZZ_BUILD)/libchorus-fuzz.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lopenblas -lz $(LIB_LDLIBS)
+
+$(FUZZ_BUILD)/fuzz_nn_ckpt: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_nn_ckpt.o $(FUZZ_BUILD)/libchorus_nn-fuzz.a $(FUZZ_BUILD)/libchorus-fuzz.a
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $^ -lopenblas -lz $(LIB_LDLIBS)
 
 $(FUZZ_BUILD)/fuzz_%: $(FUZZ_BUILD)/obj/tests/fuzz/fuzz_%.o $(FUZZ_BUILD)/libchorus-fuzz.a

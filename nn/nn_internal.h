@@ -32,4 +32,8 @@ static inline size_t nn__bias_count(const nn_layer *L)
  * nn__fail formats that message and returns r, so `return nn__fail(CHORUS_ERR_..., ...)`. */
 chorus_result nn__fail(chorus_result r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The global step recorded in a checkpoint payload: 1 and *step when buf starts with a payload
+ * header, else 0 (ckpt_payload.c). */
+int nn__ckpt_payload_step(const void *buf, size_t len, uint64_t *step);
+
 #endif /* CHORUS_NN_INTERNAL_H */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_fixup.h"
 #include "base/atomic_file.h"
 
 static void put32(unsigned char *p, uint32_t v)
@@ -17,13 +18,9 @@ static void put32(unsigned char *p, uint32_t v)
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
-    if (n < 1) return 0;
-    int fix = d[0] & 1;
-    d++;
-    n--;
-    unsigned char *b = malloc(n ? n : 1);
+    int fix;
+    unsigned char *b = fuzz_image(d, n, &fix, &n);
     if (!b) return 0;
-    memcpy(b, d, n);
     if (fix && n >= CHORUS_CKPT_HDR_LEN) {
         memcpy(b, CHORUS_CKPT_MAGIC, 8);
         put32(b + 32, chorus__crc32(0, b + CHORUS_CKPT_HDR_LEN, n - CHORUS_CKPT_HDR_LEN));

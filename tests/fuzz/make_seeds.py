@@ -33,6 +33,13 @@ h += struct.pack('<I', zlib.crc32(h))
 put('fuzz_ckpt', 'valid', b'\0' + h + payload)
 put('fuzz_ckpt', 'fixup', b'\1' + h + payload)
 
+# a trainer checkpoint payload for fuzz_nn_ckpt's model (linear 2 -> 2, SGD with momentum: 6
+# parameters, 6 floats of state); the fixed-up copy gets the model's signature from the harness
+nn = b'CHNNSTAT' + struct.pack('<IIQQQ', 1, 0, 6, 6, 3) + struct.pack('<6Q', 0, 3, 3, 1, 1, 0)
+nn += struct.pack('<12f', *[0.5 * i for i in range(12)])
+put('fuzz_nn_ckpt', 'raw', b'\0' + nn)
+put('fuzz_nn_ckpt', 'fixup', b'\1' + nn)
+
 img = struct.pack('>IIII', 0x803, 2, 3, 3) + bytes(18)
 lab = struct.pack('>II', 0x801, 5) + bytes([1, 2, 3, 4, 5])
 put('fuzz_idx', 'images', b'\1' + img)

@@ -45,7 +45,9 @@ typedef struct nn_rng {
     uint64_t s;
 } nn_rng;
 
+/* Sets the state from seed (any value). */
 void nn_rng_seed(nn_rng *r, uint64_t seed);
+/* The next 64 random bits; advances the state. */
 uint64_t nn_rng_next(nn_rng *r);
 /* Uniform in [0, 1). */
 float nn_rng_uniform(nn_rng *r);
@@ -114,6 +116,7 @@ typedef struct nn_model {
 /* Starts an empty model taking inputs of per-sample shape (c,h,w); features are (F,1,1).
  * Returns NULL when out of memory. */
 nn_model *nn_model_create(int c, int h, int w);
+/* Frees the model and every buffer it owns (forward outputs become invalid). NULL is ignored. */
 void nn_model_destroy(nn_model *m);
 
 /* Appending layers. Each uses the output shape of the layer before as its input shape.
@@ -138,7 +141,7 @@ chorus_result nn_model_finalize(nn_model *m, int max_batch);
  * seed as the base of the dropout streams. */
 void nn_model_init_params(nn_model *m, uint64_t seed);
 
-/* Per-sample feature counts of the input and output. */
+/* Per-sample feature counts of the input and output (the output's: of the last layer). */
 size_t nn_model_in_features(const nn_model *m);
 size_t nn_model_out_features(const nn_model *m);
 
@@ -152,6 +155,7 @@ const float *nn_forward(nn_model *m, const float *x, int B);
  * m->grad_hook (when set) after each layer with parameters, last layer first. */
 void nn_backward(nn_model *m, const float *dout, int B);
 
+/* Sets every gradient in model->grads to 0 (before the first backward pass of a step). */
 void nn_zero_grad(nn_model *m);
 
 /* Softmax cross-entropy on logits (B, C) against labels (B). Returns the SUM over the batch
@@ -188,6 +192,7 @@ chorus_result nn_optim_init_sgd(nn_optim *o, size_t n, float momentum, int neste
  * Errors: CHORUS_ERR_NOMEM. */
 chorus_result nn_optim_init_adamw(nn_optim *o, size_t n, float beta1, float beta2, float eps,
                                   float weight_decay);
+/* Frees the state buffers (m, v); o may then be initialised again. */
 void nn_optim_free(nn_optim *o);
 /* One update of params (n) from grads (n) with learning rate lr. */
 void nn_optim_step(nn_optim *o, float *params, const float *grads, float lr);
@@ -221,6 +226,7 @@ chorus_result nn_idx_read(const char *path, int dims, uint8_t **data, int shape[
  * point --data (CHORUS_ERR_INVALID_ARG); otherwise the errors of nn_idx_read, and
  * CHORUS_ERR_INVALID_ARG when labels and images disagree. ds is left empty on failure. */
 chorus_result nn_fashion_load(const char *dir, int train, nn_dataset *ds);
+/* Frees the images and labels; a dataset left empty by a failed load may be freed too. */
 void nn_dataset_free(nn_dataset *ds);
 
 /* Gathers samples idx[0..B-1] into x (B, c, h, w) normalised as (v/255 - mean)/std, and
@@ -248,7 +254,10 @@ typedef struct nn_sampler {
  * [0, world)), CHORUS_ERR_NOMEM. */
 chorus_result nn_sampler_init(nn_sampler *s, size_t n, size_t global_batch, int rank, int world,
                               uint64_t seed);
+/* Frees the permutation. */
 void nn_sampler_free(nn_sampler *s);
+/* Shuffles the order of `epoch` from (seed, epoch): the same on every rank, any epoch in any
+ * order (a resumed run sets the epoch it stopped in). */
 void nn_sampler_set_epoch(nn_sampler *s, uint64_t epoch);
 /* Steps per epoch: ceil(n / G). */
 size_t nn_sampler_steps(const nn_sampler *s);

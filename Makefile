@@ -48,7 +48,8 @@ all: deps $(ALL_TARGETS)
 deps:
 	@sh tools/deps.sh $(DEBIAN_PKGS)
 
-$(BUILD)/obj/%.o: %.c
+# Order-only on deps: with -j the compilers must not start before missing headers are installed.
+$(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests -c $< -o $@
 

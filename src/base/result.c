@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "base/base.h"
+#include "wire/wire.h"
 
 const char *chorus_strerror(chorus_result r)
 {
@@ -13,6 +14,27 @@ const char *chorus_strerror(chorus_result r)
 #undef CHORUS_X_STR
     default: return "unknown chorus_result";
     }
+}
+
+const char *chorus_result_name(int r)
+{
+    switch (r) {
+#define CHORUS_X_NAME(code, msg)                                                                   \
+    case code: return #code;
+        CHORUS_RESULT_MAP(CHORUS_X_NAME)
+#undef CHORUS_X_NAME
+    default: return NULL;
+    }
+}
+
+const char *chorus_dtype_name(int t)
+{
+    return t >= 0 && t < CHORUS_DTYPE_COUNT ? chorus__dtype_name(t) : NULL;
+}
+
+const char *chorus_op_name(int op)
+{
+    return op >= 0 && op < CHORUS_OP_COUNT ? chorus__op_name(op) : NULL;
 }
 
 static _Thread_local chorus_errbuf init_err;

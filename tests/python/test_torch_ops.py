@@ -233,6 +233,15 @@ def test_mismatched_counts_raise_everywhere():
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
 
 
+def test_reducescatter_different_rows_raise_everywhere():
+    # ranks that disagree on dim 0 all get the error (the engine compares the sizes), and
+    # the job goes on
+    t = torch.zeros(N + 1 + R, 2)
+    with pytest.raises(hvd.ChorusMismatchError, match=r"chorus reducescatter: .*disagree"):
+        hvd.reducescatter(t, op=hvd.Sum)
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
+
+
 def test_mismatched_dtypes_raise_everywhere():
     t = torch.zeros(4, dtype=torch.float32 if R == 0 else torch.float64)
     with pytest.raises(hvd.ChorusMismatchError,

@@ -18,8 +18,8 @@ static void expect(const size_t *bytes, int n, size_t cap, size_t first, const i
     ASSERT_EQ(nb, want_n);
     for (int i = 0; i < n; i++) {
         if (got[i] != want[i])
-            test_fail(__FILE__, __LINE__, "item %d: bucket %d, expected %d (cap %zu, first %zu)",
-                      i, got[i], want[i], cap, first);
+            test_fail(__FILE__, __LINE__, "item %d: bucket %d, expected %d (cap %zu, first %zu)", i,
+                      got[i], want[i], cap, first);
     }
 }
 

@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "base/base.h"
-#include "wire/wire.h"
 
 const char *chorus_strerror(chorus_result r)
 {
@@ -25,16 +24,6 @@ const char *chorus_result_name(int r)
 #undef CHORUS_X_NAME
     default: return NULL;
     }
-}
-
-const char *chorus_dtype_name(int t)
-{
-    return t >= 0 && t < CHORUS_DTYPE_COUNT ? chorus__dtype_name(t) : NULL;
-}
-
-const char *chorus_op_name(int op)
-{
-    return op >= 0 && op < CHORUS_OP_COUNT ? chorus__op_name(op) : NULL;
 }
 
 static _Thread_local chorus_errbuf init_err;

@@ -377,6 +377,7 @@ def allreduce(A, E, pairs, op, pre=1.0, post=1.0, name=None, what="allreduce", c
             if dst is not src:
                 A.copy_(dst, src)
                 src = dst
+                b = A.buf(src)
             A.scale_(src, pre)
             int_scaled.append(dst)
             p1 = p2 = 1.0

@@ -66,6 +66,18 @@ def test_allreduce_inplace_zero_copy_and_scaling():
     assert torch.allclose(t, want)
 
 
+def test_integer_scaling_out_of_place():
+    # the engine scales floats only: integer tensors are scaled around it, on the output
+    t = torch.full((3,), R + 1, dtype=torch.int32)
+    out = hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+    assert torch.equal(t, torch.full((3,), R + 1, dtype=torch.int32))
+    assert torch.equal(out, torch.full((3,), N * (N + 1) // 2, dtype=torch.int32))
+    outs = hvd.grouped_allreduce([t, t.to(torch.int64)], op=hvd.Sum, prescale_factor=3.0)
+    assert torch.equal(t, torch.full((3,), R + 1, dtype=torch.int32))
+    assert all(torch.equal(o, torch.full((3,), 3 * N * (N + 1) // 2, dtype=o.dtype))
+               for o in outs)
+
+
 def test_allreduce_noncontiguous():
     t = val(R, (4, 3)).t()
     with pytest.raises(ValueError, match="contiguous"):

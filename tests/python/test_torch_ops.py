@@ -219,6 +219,22 @@ def test_process_sets():
         hvd.add_process_set([N])
 
 
+def test_process_sets_run_on_their_own_engines():
+    # a process set's ops go to the engine over its split communicator, not the world's
+    pair = hvd.add_process_set([0, 1])
+    if pair.included():
+        before = hvd.engine_stats()["tensors"]
+        got = hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum, process_set=pair)
+        assert got.item() == 1.0
+        assert hvd.engine_stats(pair)["tensors"] == 1
+        assert hvd.engine_stats()["tensors"] == before
+    else:
+        with pytest.raises(ValueError, match="not a member"):
+            hvd.engine_stats(pair)
+    hvd.barrier()
+    assert hvd.remove_process_set(pair)
+
+
 def test_mismatched_shapes_raise_everywhere():
     t = torch.zeros(2, 3) if R == 0 else torch.zeros(3, 3)
     with pytest.raises(hvd.ChorusMismatchError,

@@ -32,16 +32,23 @@ class _Stats(ctypes.Structure):
 
 class _EngineOpts(ctypes.Structure):
     """chorus_engine_opts (include/chorus/engine.h)."""
-    _fields_ = [("cycle_time_ms", ctypes.c_double), ("fusion_threshold", ctypes.c_size_t),
+    _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint),
+                ("cycle_time_ms", ctypes.c_double), ("fusion_threshold", ctypes.c_size_t),
                 ("cache_capacity", ctypes.c_int), ("stall_warn_s", ctypes.c_double),
                 ("stall_shutdown_s", ctypes.c_double), ("idle_ms", ctypes.c_double),
                 ("timeline", ctypes.c_char_p), ("compressor", ctypes.c_void_p)]
 
 
 class _TensorOpts(ctypes.Structure):
-    _fields_ = [("prescale", ctypes.c_double), ("postscale", ctypes.c_double),
+    """chorus_engine_tensor_opts (include/chorus/engine.h)."""
+    _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint),
+                ("prescale", ctypes.c_double), ("postscale", ctypes.c_double),
                 ("compressor", _P), ("no_compression", ctypes.c_int),
                 ("callback", _P), ("callback_arg", _P)]
+
+
+# CHORUS_ENGINE_OPTS_VERSION: the library refuses option structs of another size or version.
+_OPTS_VERSION = 2
 
 
 def available():
@@ -55,6 +62,8 @@ def _protos():
     topts = c.POINTER(_TensorOpts)
     table = [
         ("chorus_engine_opts_init", None, [c.POINTER(_EngineOpts)]),
+        ("chorus_engine_opts_size", sz, []),
+        ("chorus_engine_tensor_opts_size", sz, []),
         ("chorus_engine_start", c.c_int, [_P, c.POINTER(_EngineOpts), pp]),
         ("chorus_engine_shutdown", c.c_int, [_P]),
         ("chorus_engine_last_error", c.c_char_p, [_P]),
@@ -75,6 +84,12 @@ def _protos():
     for name, res, args in table:
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
+    for struct, fn in ((_EngineOpts, lib.chorus_engine_opts_size),
+                       (_TensorOpts, lib.chorus_engine_tensor_opts_size)):
+        if ctypes.sizeof(struct) != fn():
+            raise RuntimeError("chorus: %s mirrors %d bytes but libchorus has %d; the Python "
+                               "package and the library do not match" %
+                               (struct.__name__, ctypes.sizeof(struct), fn()))
 
 
 def maybe_start():
@@ -123,6 +138,7 @@ class Engine:
 
     def _opts(self, pre=1.0, post=1.0, compressor=None):
         o = _TensorOpts()
+        o.size, o.version = ctypes.sizeof(_TensorOpts), _OPTS_VERSION
         o.prescale, o.postscale = float(pre), float(post)
         o.compressor = compressor
         o.no_compression = 0 if compressor else 1

@@ -10,8 +10,10 @@
  * compares: the outputs bit for bit, its own residual bit for bit, and over all steps the
  * error feedback loses nothing (sum of outputs + every rank's residual = sum of inputs).
  * Also: the plan's rounds fuse with plain and fp16 allreduces of the same cycle, an in-place
- * tensor, an average, a plan that differs across ranks (CHORUS_ERR_MISMATCH), and options of
- * an unknown size or version (CHORUS_ERR_INVALID_ARG naming both).
+ * tensor, an average, a plan that differs across ranks (CHORUS_ERR_MISMATCH), options of an
+ * unknown size or version (CHORUS_ERR_INVALID_ARG naming both), plans the engine refuses, and a
+ * compressor that fails in round 0 on one rank (that rank's handle fails, the others and the
+ * engine go on).
  */
 #include <math.h>
 #include <stdio.h>
@@ -99,8 +101,8 @@ static chorus_result lr_plan(void *st, const char *tensor, size_t count, chorus_
     lowrank *s = st;
     if (t != CHORUS_FLOAT64 || count % s->cols || count > MAXN) return CHORUS_ERR_INVALID_ARG;
     plan->nrounds = 2;
-    plan->round[0] = (chorus_round){CHORUS_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT64,
-                                    count / s->cols};
+    plan->round[0] =
+        (chorus_round){CHORUS_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT64, count / s->cols};
     plan->round[1] = (chorus_round){CHORUS_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT64, s->cols};
     return CHORUS_OK;
 }
@@ -119,8 +121,7 @@ static chorus_result lr_prepare(void *st, const chorus_compress_call *c, const v
     return CHORUS_OK;
 }
 
-static chorus_result lr_finish(void *st, const chorus_compress_call *c, const void *wire,
-                               void *dst)
+static chorus_result lr_finish(void *st, const chorus_compress_call *c, const void *wire, void *dst)
 {
     lowrank *s = st;
     lr_tensor *t = lr_get(s, c->tensor);
@@ -133,6 +134,73 @@ static chorus_result lr_finish(void *st, const chorus_compress_call *c, const vo
     return CHORUS_OK;
 }
 
+/* A compressor that fails: "fail1" in the finish of round 0 on rank 1 only, "badop" plans a
+ * round that averages, "many" plans more rounds than there can be. */
+static int fail_rank;
+static chorus_result bad_plan(void *st, const char *tensor, size_t count, chorus_dtype t,
+                              chorus_op op, chorus_compress_plan *plan)
+{
+    (void)tensor, (void)op;
+    const char *kind = st;
+    plan->nrounds = !strcmp(kind, "many") ? CHORUS_COMPRESS_MAX_ROUNDS + 1 : 2;
+    for (int i = 0; i < 2; i++)
+        plan->round[i] = (chorus_round){CHORUS_ROUND_REDUCE,
+                                        !strcmp(kind, "badop") ? CHORUS_AVG : CHORUS_SUM, t, count};
+    return CHORUS_OK;
+}
+static chorus_result copy_prepare(void *st, const chorus_compress_call *c, const void *src,
+                                  void *wire)
+{
+    (void)st;
+    memcpy(wire, src, c->count * sizeof(double));
+    return CHORUS_OK;
+}
+static chorus_result fail_finish(void *st, const chorus_compress_call *c, const void *wire,
+                                 void *dst)
+{
+    (void)st;
+    if (c->round == 0 && fail_rank) return CHORUS_ERR_SYSTEM;
+    if (c->round == 1) memcpy(dst, wire, c->count * sizeof(double));
+    return CHORUS_OK;
+}
+
+static void failures(chorus_engine *e, int rank)
+{
+    fail_rank = rank == 1;
+    chorus_compressor f = {"fail1", "fail1", bad_plan, copy_prepare, fail_finish};
+    chorus_engine_tensor_opts o = {.compressor = &f};
+    double x[4] = {1, 2, 3, 4}, y[4], z[4];
+    chorus_engine_handle *h, *ok;
+    ASSERT_OK(chorus_engine_allreduce(e, "f.grad", x, y, 4, CHORUS_FLOAT64, CHORUS_SUM, &o, &h));
+    ASSERT_OK(
+        chorus_engine_allreduce(e, "f.other", x, z, 4, CHORUS_FLOAT64, CHORUS_SUM, NULL, &ok));
+    chorus_result r = chorus_engine_wait(h);
+    if (rank == 1) {
+        ASSERT(r == CHORUS_ERR_SYSTEM);
+        ASSERT_STR_CONTAINS(chorus_engine_handle_error(h),
+                            "compressor fail1 failed to finish round 0 of 'f.grad'");
+        printf("f.grad -> %s\n", chorus_engine_handle_error(h));
+    } else {
+        /* rank 1 gave zeros in round 1 (it had nothing valid to send) */
+        ASSERT_OK(r);
+    }
+    chorus_engine_release(h);
+    ASSERT_OK(chorus_engine_wait(ok)); /* the engine goes on */
+    chorus_engine_release(ok);
+    ASSERT(z[3] > 0);
+    chorus_compressor b = {"badop", "badop", bad_plan, copy_prepare, fail_finish};
+    o.compressor = &b;
+    ASSERT(chorus_engine_allreduce(e, "b.grad", x, y, 4, CHORUS_FLOAT64, CHORUS_SUM, &o, &h) ==
+           CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_engine_last_error(e), "compressor badop: round 0 reduces with op");
+    chorus_compressor m = {"many", "many", bad_plan, copy_prepare, fail_finish};
+    o.compressor = &m;
+    ASSERT(chorus_engine_allreduce(e, "m.grad", x, y, 4, CHORUS_FLOAT64, CHORUS_SUM, &o, &h) ==
+           CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_engine_last_error(e),
+                        "compressor many planned 5 rounds (at most 4)");
+}
+
 static double input(const char *name, int r, int step, size_t i)
 {
     int salt = name[3] == 'a' ? 3 : 11;
@@ -141,8 +209,8 @@ static double input(const char *name, int r, int step, size_t i)
 }
 
 /* The whole exchange of one tensor for every rank, locally: ref gets the output (a sum). */
-static void reference(lowrank *sim, int size, const char *name, size_t rows, size_t cols,
-                      int step, double *ref)
+static void reference(lowrank *sim, int size, const char *name, size_t rows, size_t cols, int step,
+                      double *ref)
 {
     double src[MAXN], w[MAXR][MAXN], sum[MAXN];
     lr_tensor *t[MAXR];
@@ -298,10 +366,12 @@ int main(void)
     /* a plan the compressor refuses */
     ASSERT(chorus_engine_allreduce(e, "lr.odd", c, co, 7, CHORUS_FLOAT64, CHORUS_SUM, &o, &h) ==
            CHORUS_ERR_INVALID_ARG);
-    ASSERT_STR_CONTAINS(chorus_engine_last_error(e), "compressor lowrank has no plan for 7 float64");
+    ASSERT_STR_CONTAINS(chorus_engine_last_error(e),
+                        "compressor lowrank has no plan for 7 float64");
+    failures(e, rank);
     ASSERT_OK(chorus_engine_shutdown(e));
     ASSERT_OK(chorus_finalize(comm));
-    if (rank == 0) printf("engine_compress: %d steps of a two-round plan on %d ranks: ok\n", STEPS,
-                          size);
+    if (rank == 0)
+        printf("engine_compress: %d steps of a two-round plan on %d ranks: ok\n", STEPS, size);
     return 0;
 }

@@ -1,7 +1,7 @@
 # fuzz.mk - libFuzzer targets (tests/fuzz/fuzz_*.c) for every parser of bytes from outside:
 # wire headers and payloads, the authentication handshake, the store server's request
-# handling, checkpoint headers and the trainer's IDX reader. Built with clang under
-# AddressSanitizer and UndefinedBehaviorSanitizer into build-fuzz/.
+# handling, the engine's negotiation messages, checkpoint headers and the trainer's IDX
+# reader. Built with clang under AddressSanitizer and UndefinedBehaviorSanitizer into build-fuzz/.
 #
 #   make fuzz                      build the targets
 #   make fuzz-ci                   run each for FUZZ_SECONDS (default 20) from its seed corpus

@@ -180,14 +180,14 @@ static chorus_result take_report(chorus_engine *e, coord_round *k, const eng_buf
         if (report) note_stall(e, k, name, r, age_ms * 1e-3);
     }
     if (rd.bad)
-        return chorus__eng_err(e, CHORUS_ERR_PROTOCOL,
-                               "malformed negotiation message from rank %d", r);
+        return chorus__eng_err(e, CHORUS_ERR_PROTOCOL, "malformed negotiation message from rank %d",
+                               r);
     return CHORUS_OK;
 }
 
-/* The answer for a name every rank that has not joined has reported: EXEC (with a cache slot
- * when there is room) or ERROR. */
-static void answer_entry(chorus_engine *e, coord_round *k, eng_centry *c, int slot)
+/* The answer for a name every rank that has not joined has reported, into a: EXEC (returns 1;
+ * the caller gives it a cache slot) or ERROR (returns 0). */
+static int judge(chorus_engine *e, eng_centry *c, eng_answer *a)
 {
     int n = e->size, first = -1, bad = -1;
     for (int r = 0; r < n; r++) {
@@ -198,7 +198,6 @@ static void answer_entry(chorus_engine *e, coord_round *k, eng_centry *c, int sl
             bad = r;
     }
     const eng_meta *m = &c->metas[first];
-    eng_answer *a = k->a;
     snprintf(a->name, sizeof(a->name), "%s", c->name);
     if (bad >= 0) {
         char diff[600];
@@ -209,15 +208,15 @@ static void answer_entry(chorus_engine *e, coord_round *k, eng_centry *c, int sl
     } else if (m->kind == EK_BROADCAST && e->joined[m->root]) {
         a->type = ENG_ANS_ERROR;
         a->code = CHORUS_ERR_INVALID_ARG;
-        snprintf(a->msg, sizeof(a->msg), "broadcast '%s': its root, rank %d, has joined",
-                 c->name, (int)m->root);
+        snprintf(a->msg, sizeof(a->msg), "broadcast '%s': its root, rank %d, has joined", c->name,
+                 (int)m->root);
     } else {
         a->type = ENG_ANS_EXEC;
         a->m = *m;
-        a->slot = slot;
+        a->slot = -1;
+        return 1;
     }
-    chorus__engmsg_put_answer(&k->body, a);
-    k->nresp++;
+    return 0;
 }
 
 /* Answers every complete name, in arrival order. Slots in use, or evicted in this answer
@@ -238,19 +237,18 @@ static chorus_result answer_complete(chorus_engine *e, coord_round *k)
             i++;
             continue;
         }
-        int slot = -1;
-        if (e->live_slots + (int)slot_scan < e->o.cache_capacity) {
+        if (judge(e, c, k->a) && e->live_slots + (int)slot_scan < e->o.cache_capacity) {
             size_t s = slot_from;
             while (s < ntaken && taken[s]) s++;
             slot_from = s;
             if (s < ntaken) {
-                slot = (int)s;
+                taken[s] = 1;
+                k->a->slot = (int32_t)s;
                 slot_scan++;
             }
         }
-        answer_entry(e, k, c, slot);
-        if (k->a->type != ENG_ANS_EXEC && slot >= 0) slot_scan--; /* not used */
-        else if (slot >= 0) taken[slot] = 1;
+        chorus__engmsg_put_answer(&k->body, k->a);
+        k->nresp++;
         coord_drop(e, i);
     }
     free(taken);
@@ -278,9 +276,9 @@ chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, 
     coord_round k;
     memset(&k, 0, sizeof(k));
     k.a = calloc(1, sizeof(*k.a));
-    chorus_result res =
-        k.a ? CHORUS_OK : chorus__eng_err(e, CHORUS_ERR_NOMEM, "out of memory");
-    for (int r = 0; r < e->size && res == CHORUS_OK; r++) res = take_report(e, &k, &in[r], r, report);
+    chorus_result res = k.a ? CHORUS_OK : chorus__eng_err(e, CHORUS_ERR_NOMEM, "out of memory");
+    for (int r = 0; r < e->size && res == CHORUS_OK; r++)
+        res = take_report(e, &k, &in[r], r, report);
     if (res == CHORUS_OK) res = answer_complete(e, &k);
     if (report && res == CHORUS_OK) stall_warn(e, &k.stall, k.snames, k.nsnames, &k.body, &k.nresp);
     chorus__eb_u32(resp, k.nresp);

@@ -80,4 +80,3 @@ void chorus__meta_diff(const eng_meta *a, int ra, const eng_meta *b, int rb, cha
     }
 #undef DIFF
 }
-

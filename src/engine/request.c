@@ -13,7 +13,7 @@
 /* ---- handles ------------------------------------------------------------------------------ */
 
 chorus_engine_handle *chorus__handle_new(const char *name, const chorus_engine_tensor_opts *o,
-                                        int caller_ref)
+                                         int caller_ref)
 {
     chorus_engine_handle *h = calloc(1, sizeof(*h));
     if (!h) return NULL;
@@ -191,4 +191,3 @@ void chorus__eng_pend_remove(chorus_engine *e, eng_req *r)
     chorus__map_del(&e->pend_map, r->name);
     if (r->state == REQ_CACHED) e->n_cached_ready--;
 }
-

@@ -25,8 +25,8 @@ eng_round chorus__round_of(const chorus_engine *e, const eng_exec *x)
     if (m->nrounds) return m->rounds[x->round];
     /* An average over every rank is left to the core, which divides in the pass that writes
      * the result; with joined ranks the engine sums and divides by the contributors. */
-    chorus_op op = m->op == CHORUS_AVG && chorus__eng_active(e) == e->size ? CHORUS_AVG
-                                                                            : red_op(m->op);
+    chorus_op op =
+        m->op == CHORUS_AVG && chorus__eng_active(e) == e->size ? CHORUS_AVG : red_op(m->op);
     return (eng_round){ENG_ROUND_REDUCE, (uint8_t)op, m->dtype, m->count};
 }
 
@@ -37,7 +37,7 @@ int chorus__round_in_place(const eng_exec *x)
 
 /* The caller's input, prescaled when asked. A compressed tensor keeps its prescaled copy
  * until the request ends (later rounds read it again). NULL when out of memory. */
-static const void *round_input(chorus_engine *e, eng_req *r)
+static const void *round_input(eng_req *r)
 {
     if (r->m.prescale == 1.0) return r->send;
     if (r->input) return r->input;
@@ -45,7 +45,6 @@ static const void *round_input(chorus_engine *e, eng_req *r)
     void *tmp = malloc(b ? b : 1);
     if (!tmp) return NULL;
     chorus__scale(tmp, r->send, r->m.count, (chorus_dtype)r->m.dtype, r->m.prescale);
-    (void)e;
     r->input = tmp;
     return tmp;
 }
@@ -56,9 +55,15 @@ static void call_of(const chorus_engine *e, const eng_exec *x, chorus_compress_c
     const eng_round *w = &x->m.rounds[x->round];
     *cr = (chorus_round){(chorus_round_kind)w->kind, (chorus_op)w->op, (chorus_dtype)w->wdtype,
                          (size_t)w->wcount};
-    *c = (chorus_compress_call){x->req->name,     (size_t)x->m.count, (chorus_dtype)x->m.dtype,
-                                (chorus_op)x->m.op, x->round,          cr,
-                                0,                NULL,               chorus__eng_active(e)};
+    *c = (chorus_compress_call){x->req->name,
+                                (size_t)x->m.count,
+                                (chorus_dtype)x->m.dtype,
+                                (chorus_op)x->m.op,
+                                x->round,
+                                cr,
+                                0,
+                                NULL,
+                                chorus__eng_active(e)};
 }
 
 static void comp_failed(eng_req *r, chorus_result res, const char *what, int round)
@@ -78,9 +83,9 @@ void chorus__round_prepare(chorus_engine *e, eng_exec *x, void *wire)
         chorus_compress_call c;
         chorus_round cr;
         call_of(e, x, &c, &cr);
-        const void *src = round_input(e, r);
-        chorus_result res = src ? r->comp->prepare(r->comp->state, &c, src, wire)
-                                : CHORUS_ERR_NOMEM;
+        const void *src = round_input(r);
+        chorus_result res =
+            src ? r->comp->prepare(r->comp->state, &c, src, wire) : CHORUS_ERR_NOMEM;
         if (res != CHORUS_OK) {
             comp_failed(r, res, "prepare", x->round);
             fill = 1;

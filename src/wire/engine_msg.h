@@ -30,9 +30,9 @@ enum {
     EK_COUNT
 };
 
-#define ENG_NAME_MAX   255 /* bytes of a tensor name */
-#define ENG_COMP_MAX   31  /* bytes of a compressor name */
-#define ENG_ROUNDS_MAX 4   /* rounds of a compression plan (CHORUS_COMPRESS_MAX_ROUNDS) */
+#define ENG_NAME_MAX   255  /* bytes of a tensor name */
+#define ENG_COMP_MAX   31   /* bytes of a compressor name */
+#define ENG_ROUNDS_MAX 4    /* rounds of a compression plan (CHORUS_COMPRESS_MAX_ROUNDS) */
 #define ENG_MSG_MAX    2700 /* bytes of an error or stall message in an answer */
 
 /* Round kinds of a compression plan (chorus_round_kind). */

@@ -6,14 +6,14 @@
 #include "engine/compress/compress.h"
 
 static chorus_result bf16_plan(void *st, const char *tensor, size_t count, chorus_dtype t,
-                             chorus_op op, chorus_compress_plan *plan)
+                               chorus_op op, chorus_compress_plan *plan)
 {
     (void)st, (void)tensor;
     return chorus__half_plan(count, t, op, CHORUS_BFLOAT16, plan);
 }
 
 static chorus_result bf16_prepare(void *st, const chorus_compress_call *c, const void *src,
-                                void *wire)
+                                  void *wire)
 {
     (void)st;
     chorus__half_narrow(src, wire, c->count, c->dtype, 1);
@@ -21,7 +21,7 @@ static chorus_result bf16_prepare(void *st, const chorus_compress_call *c, const
 }
 
 static chorus_result bf16_finish(void *st, const chorus_compress_call *c, const void *wire,
-                               void *dst)
+                                 void *dst)
 {
     (void)st;
     chorus__half_widen(wire, dst, c->count, c->dtype, 1);

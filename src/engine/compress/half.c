@@ -39,7 +39,7 @@ chorus_result chorus__half_plan(size_t count, chorus_dtype t, chorus_op op, chor
     memset(plan, 0, sizeof(*plan));
     if (t != CHORUS_FLOAT32 && t != CHORUS_FLOAT64) return CHORUS_OK; /* left alone */
     plan->nrounds = 1;
-    plan->round[0] = (chorus_round){CHORUS_ROUND_REDUCE, op == CHORUS_AVG ? CHORUS_SUM : op, w,
-                                    count};
+    plan->round[0] =
+        (chorus_round){CHORUS_ROUND_REDUCE, op == CHORUS_AVG ? CHORUS_SUM : op, w, count};
     return CHORUS_OK;
 }

@@ -25,29 +25,6 @@
 
 #define STALLED_PACE_MS 20.0
 
-void *chorus__eng_grow(void **buf, size_t *cap, size_t n)
-{
-    if (n <= *cap && *buf) return *buf;
-    size_t nc = *cap ? *cap : 4096;
-    while (nc < n) nc *= 2;
-    void *p = chorus__malloc_aligned(nc);
-    if (!p) return NULL;
-    free(*buf);
-    *buf = p;
-    *cap = nc;
-    return p;
-}
-
-chorus_result chorus__eng_err(chorus_engine *e, chorus_result r, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->thr_err, sizeof(e->thr_err), fmt, ap);
-    va_end(ap);
-    CHORUS_INFO(CHORUS_LOG_ENGINE, "%s", e->thr_err);
-    return r;
-}
-
 /* ---- options ------------------------------------------------------------------------------ */
 
 size_t chorus_engine_opts_size(void)

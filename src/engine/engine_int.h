@@ -11,6 +11,7 @@
  *   rounds.c     one tensor's part in a round: input, the compressor's prepare and finish
  *   compress/    the built-in compressors (one per file)
  *   meta.c       comparing metadata across ranks; values.c  scaling, identities, hash
+ *   common.c     helpers the steps share: buffers, the thread's error record, rank sets
  *   timeline.c   the Chrome trace;  map.c  a string-keyed hash map
  *   (the negotiation messages are encoded and parsed in src/wire/engine_msg.c)
  *
@@ -177,12 +178,22 @@ struct chorus_engine {
     char thr_err[600]; /* engine thread: detail of the failure that is stopping it */
 };
 
-/* engine.c */
+/* common.c */
+/* A buffer of at least n bytes in *buf (64-byte aligned, grown, contents not kept), or NULL. */
 void *chorus__eng_grow(void **buf, size_t *cap, size_t n);
 /* Engine thread: records a failure that stops the engine (its detail goes into the stop
  * message) and returns r. */
 chorus_result chorus__eng_err(chorus_engine *e, chorus_result r, const char *fmt, ...)
     CHORUS__PRINTF(3, 4);
+/* "0,2-4": the ranks r < n with (set[r] != 0) == want. */
+void chorus__fmt_ranks(const uint8_t *set, int n, int want, char *out, size_t len);
+/* Ranks that contribute (did not join), at least 1. */
+int chorus__eng_active(const chorus_engine *e);
+/* After an op's last exchange: average over the contributors unless the core did, then the
+ * postscale. */
+void chorus__eng_post(chorus_engine *e, const eng_meta *m, void *buf, size_t count);
+/* The NEGOTIATE and QUEUE spans of x's timeline row, up to start. */
+void chorus__eng_tl_pre(chorus_engine *e, const eng_exec *x, double start);
 
 /* request.c: handles and the pending set (engine thread, except where said). */
 chorus_engine_handle *chorus__handle_new(const char *name, const chorus_engine_tensor_opts *o,
@@ -196,8 +207,6 @@ void chorus__eng_fail_all(chorus_engine *e, chorus_result res, const char *msg);
 
 /* negotiate.c: one cycle; returns non-zero when the engine must stop. */
 int chorus__eng_cycle(chorus_engine *e, int shutdown);
-/* "0,2-4": the ranks r < n with (set[r] != 0) == want. */
-void chorus__fmt_ranks(const uint8_t *set, int n, int want, char *out, size_t len);
 /* Stops the engine with r and msg (the first stop wins); returns 1. */
 int chorus__eng_stop(chorus_engine *e, chorus_result r, const char *msg);
 
@@ -206,12 +215,6 @@ chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, 
 
 /* execute.c: runs the agreed ops in order, round by round, and completes their handles. */
 chorus_result chorus__eng_execute(chorus_engine *e, eng_exec *x, size_t n);
-/* Ranks that contribute (did not join), at least 1. */
-int chorus__eng_active(const chorus_engine *e);
-/* After an op's last exchange: average over the contributors unless the core did, then the
- * postscale. */
-void chorus__eng_post(chorus_engine *e, const eng_meta *m, void *buf, size_t count);
-void chorus__eng_tl_pre(chorus_engine *e, const eng_exec *x, double start);
 
 /* rounds.c: one allreduce item's part in the round x->round. */
 /* The exchange item x takes part in this pass (a plain allreduce is one reduce round). */

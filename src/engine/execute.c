@@ -20,33 +20,9 @@
 #include "engine/engine_int.h"
 #include "reduce/reduce.h"
 
-int chorus__eng_active(const chorus_engine *e)
-{
-    int a = e->size;
-    for (int r = 0; r < e->size; r++) a -= e->joined[r];
-    return a > 0 ? a : 1;
-}
-
 static chorus_op red_op(int op)
 {
     return op == CHORUS_AVG ? CHORUS_SUM : (chorus_op)op;
-}
-
-void chorus__eng_tl_pre(chorus_engine *e, const eng_exec *x, double start)
-{
-    if (!e->tl.f || !x->req) return;
-    chorus__tl_span(&e->tl, x->name, "NEGOTIATE", x->req->t_enqueue, x->req->t_agreed, NULL);
-    chorus__tl_span(&e->tl, x->name, "QUEUE", x->req->t_agreed, start, NULL);
-}
-
-void chorus__eng_post(chorus_engine *e, const eng_meta *m, void *buf, size_t count)
-{
-    /* a plain allreduce over every rank was averaged by the core (chorus__round_of) */
-    int core_avg = m->kind == EK_ALLREDUCE && !m->nrounds && chorus__eng_active(e) == e->size;
-    if (m->op == CHORUS_AVG && !core_avg)
-        chorus__reduce_finish(buf, count, (chorus_dtype)m->dtype, CHORUS_AVG,
-                              chorus__eng_active(e));
-    if (m->postscale != 1.0) chorus__scale(buf, buf, count, (chorus_dtype)m->dtype, m->postscale);
 }
 
 /* The caller's input, prescaled when asked (into scratch), or NULL when out of memory. */

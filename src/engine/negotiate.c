@@ -52,21 +52,6 @@ static int step_failed(chorus_engine *e, chorus_result r, const char *what)
     return chorus__eng_stop(e, r, msg);
 }
 
-/* "0,2-4" for the ranks r with set[r] == want. */
-void chorus__fmt_ranks(const uint8_t *set, int n, int want, char *out, size_t len)
-{
-    size_t o = 0;
-    out[0] = 0;
-    for (int r = 0; r < n && o + 24 < len; r++) {
-        if ((set[r] != 0) != want) continue;
-        int s = r;
-        while (r + 1 < n && (set[r + 1] != 0) == want) r++;
-        o += (size_t)snprintf(out + o, len - o, o ? ",%d" : "%d", s);
-        if (r > s) o += (size_t)snprintf(out + o, len - o, "-%d", r);
-    }
-    if (o + 24 >= len) snprintf(out + o, len - o, ",...");
-}
-
 static void evict(chorus_engine *e, int s, char ***grave, size_t *ngrave)
 {
     if (s < 0 || s >= e->nslots || !e->slots[s].name) return;

@@ -8,10 +8,12 @@
  * which names are ready everywhere and in which order; names seen before hit a response cache
  * and are agreed by one small allreduce of a byte vector, new names go through a coordinator
  * on rank 0 that also compares their metadata across ranks. Ready allreduces of one dtype and
- * op are packed into a fusion buffer and reduced with one chorus_allreduce.
+ * op are packed into a fusion buffer and reduced with one chorus_allreduce; a compressor's
+ * plan of rounds (below) runs round by round, its rounds fused like plain allreduces. Several
+ * engines may run in one process, each over its own communicator (process sets).
  *
  * Every handle ends, successfully or with an error: CHORUS_ERR_MISMATCH (ranks disagree on a
- * tensor's dtype, count, op, root, kind or scaling), CHORUS_ERR_ABORTED (the engine was shut
+ * tensor's dtype, count, op, root, kind, scaling or compression plan), CHORUS_ERR_ABORTED (the engine was shut
  * down on some rank), CHORUS_ERR_TIMEOUT (stall shutdown), CHORUS_ERR_PEER_LOST (a rank died).
  * chorus_engine_handle_error() gives the detail (tensor, ranks, values).
  *

@@ -55,8 +55,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
             if (chorus__engmsg_read_answer(&r, &a) != 0) break;
             if (!memchr(a.msg, 0, sizeof(a.msg)) || !memchr(a.name, 0, sizeof(a.name))) abort();
             if (a.type == ENG_ANS_EXEC) check_meta(&a.m);
-            if (a.type == ENG_ANS_ERROR && (a.code == 0 || a.code >= CHORUS_RESULT_COUNT))
-                abort();
+            if (a.type == ENG_ANS_ERROR && (a.code == 0 || a.code >= CHORUS_RESULT_COUNT)) abort();
             chorus__engmsg_put_answer(&out, &a);
         }
     }

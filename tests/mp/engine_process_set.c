@@ -62,8 +62,8 @@ int main(void)
                         want = k ? (v > want ? v : want) : want + v;
                     }
                     if (y[s][k][i] != want)
-                        test_fail(__FILE__, __LINE__, "set %d tensor %d step %d [%d]: %g vs %g",
-                                  s, k, step, i, y[s][k][i], want);
+                        test_fail(__FILE__, __LINE__, "set %d tensor %d step %d [%d]: %g vs %g", s,
+                                  k, step, i, y[s][k][i], want);
                 }
             }
     }

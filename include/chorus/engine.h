@@ -13,9 +13,9 @@
  * engines may run in one process, each over its own communicator (process sets).
  *
  * Every handle ends, successfully or with an error: CHORUS_ERR_MISMATCH (ranks disagree on a
- * tensor's dtype, count, op, root, kind, scaling or compression plan), CHORUS_ERR_ABORTED (the engine was shut
- * down on some rank), CHORUS_ERR_TIMEOUT (stall shutdown), CHORUS_ERR_PEER_LOST (a rank died).
- * chorus_engine_handle_error() gives the detail (tensor, ranks, values).
+ * tensor's dtype, count, op, root, kind, scaling or compression plan), CHORUS_ERR_ABORTED (the
+ * engine was shut down on some rank), CHORUS_ERR_TIMEOUT (stall shutdown), CHORUS_ERR_PEER_LOST (a
+ * rank died). chorus_engine_handle_error() gives the detail (tensor, ranks, values).
  *
  * Environment (see chorus-run --help-env): CHORUS_CYCLE_TIME_MS, CHORUS_FUSION_THRESHOLD,
  * CHORUS_CACHE_CAPACITY, CHORUS_STALL_WARN_S, CHORUS_STALL_SHUTDOWN_S, CHORUS_TIMELINE,
@@ -138,7 +138,7 @@ const chorus_compressor *chorus_compressor_bf16(void);
  * their size and version (as filled by chorus_engine_opts_init /
  * chorus_engine_tensor_opts_init), so a caller built against another layout (C or a ctypes
  * mirror) is refused with CHORUS_ERR_INVALID_ARG instead of being misread. */
-#define CHORUS_ENGINE_OPTS_VERSION 2
+#define CHORUS_ENGINE_OPTS_VERSION 1
 
 typedef struct chorus_engine_opts {
     size_t size;             /* sizeof(chorus_engine_opts), set by chorus_engine_opts_init */
@@ -305,6 +305,25 @@ typedef struct chorus_engine_stats {
 /* Copies the engine's counters into *s (any thread; they are read under the engine's lock,
  * as of the last completed update). CHORUS_ERR_INVALID_ARG when e or s is NULL. */
 chorus_result chorus_engine_get_stats(chorus_engine *e, chorus_engine_stats *s);
+
+/* ---- bucketing ---------------------------------------------------------------------------- */
+
+/* The grouping of gradients into buckets (one fused allreduce each), shared by every front end
+ * so that the C trainer and chorus.torch cut models the same way.
+ *
+ * bytes[i] is the size of item i (a parameter, or a layer's parameters), items in registration
+ * (forward) order. The plan walks them from item n-1 down to item 0, the order in which backward
+ * produces their gradients: the open bucket takes the next item, and closes once it holds at
+ * least its cap, first_bucket_bytes for bucket 0 and bucket_bytes for the others. So buckets are
+ * runs of consecutive items, bucket 0 holds the last items, and a bucket exceeds its cap by less
+ * than its lowest item. A cap of 0 puts every item in a bucket of its own. Items of 0 bytes take
+ * no part (bucket_of[i] = -1) and do not close or open a bucket.
+ *
+ * On success bucket_of[i] (n entries, the caller's) is item i's bucket and *nbuckets (may be
+ * NULL) the number of buckets. CHORUS_ERR_INVALID_ARG when n < 0, or when n > 0 and bytes or
+ * bucket_of is NULL (detail in chorus_last_error(NULL)). Pure: any thread, no engine needed. */
+chorus_result chorus_engine_bucket_plan(const size_t *bytes, int n, size_t bucket_bytes,
+                                        size_t first_bucket_bytes, int *bucket_of, int *nbuckets);
 
 #ifdef __cplusplus
 }

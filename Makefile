@@ -25,7 +25,7 @@ LIB_LDLIBS  = -lrt -lm
 # Debian packages needed to build and test; fragments append to this.
 DEBIAN_PKGS = gcc make libc6-dev pkg-config openmpi-bin libopenmpi-dev
 
-LIB_SRCS := $(wildcard src/*/*.c src/transport/*/*.c)
+LIB_SRCS := $(wildcard src/*/*.c src/transport/*/*.c src/engine/compress/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 
 # Tools: tools/<name>.c -> $(BUILD)/bin/<name>; fragments may add their own rules.

@@ -1,7 +1,8 @@
 # fuzz.mk - libFuzzer targets (tests/fuzz/fuzz_*.c) for every parser of bytes from outside:
 # wire headers and payloads, the authentication handshake, the store server's request
-# handling, checkpoint headers, the trainer's checkpoint payload and its IDX reader. Built with clang under
-# AddressSanitizer and UndefinedBehaviorSanitizer into build-fuzz/.
+# handling, the engine's negotiation messages, checkpoint headers, the trainer's checkpoint
+# payload and its IDX reader. Built with clang under AddressSanitizer and
+# UndefinedBehaviorSanitizer into build-fuzz/.
 #
 #   make fuzz                      build the targets
 #   make fuzz-ci                   run each for FUZZ_SECONDS (default 20) from its seed corpus

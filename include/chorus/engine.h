@@ -8,12 +8,14 @@
  * which names are ready everywhere and in which order; names seen before hit a response cache
  * and are agreed by one small allreduce of a byte vector, new names go through a coordinator
  * on rank 0 that also compares their metadata across ranks. Ready allreduces of one dtype and
- * op are packed into a fusion buffer and reduced with one chorus_allreduce.
+ * op are packed into a fusion buffer and reduced with one chorus_allreduce; a compressor's
+ * plan of rounds (below) runs round by round, its rounds fused like plain allreduces. Several
+ * engines may run in one process, each over its own communicator (process sets).
  *
  * Every handle ends, successfully or with an error: CHORUS_ERR_MISMATCH (ranks disagree on a
- * tensor's dtype, count, op, root, kind or scaling), CHORUS_ERR_ABORTED (the engine was shut
- * down on some rank), CHORUS_ERR_TIMEOUT (stall shutdown), CHORUS_ERR_PEER_LOST (a rank died).
- * chorus_engine_handle_error() gives the detail (tensor, ranks, values).
+ * tensor's dtype, count, op, root, kind, scaling or compression plan), CHORUS_ERR_ABORTED (the
+ * engine was shut down on some rank), CHORUS_ERR_TIMEOUT (stall shutdown), CHORUS_ERR_PEER_LOST (a
+ * rank died). chorus_engine_handle_error() gives the detail (tensor, ranks, values).
  *
  * Environment (see chorus-run --help-env): CHORUS_CYCLE_TIME_MS, CHORUS_FUSION_THRESHOLD,
  * CHORUS_CACHE_CAPACITY, CHORUS_STALL_WARN_S, CHORUS_STALL_SHUTDOWN_S, CHORUS_TIMELINE,
@@ -36,41 +38,111 @@ typedef struct chorus_engine_handle chorus_engine_handle; /* opaque, one per enq
 
 /* ---- compression -------------------------------------------------------------------------- */
 
-/* A gradient compressor. The engine calls compress on the sending side and decompress on the
- * result; state is the compressor's own (error-feedback residuals, random seeds, ...), keyed
- * by the tensor name it is given. compress and decompress are called from the engine thread
- * only; wire_dtype and wire_count from the thread that enqueues (they should be pure).
+/* A gradient compressor is a plan of rounds with state. For each allreduce it is used on, the
+ * compressor describes a plan of 1 to CHORUS_COMPRESS_MAX_ROUNDS rounds; each round is one
+ * exchange among the ranks:
  *
- * gather == 0: the compressed data is reduced elementwise in wire_dtype with the tensor's op
- *   (fp16, bf16 and other quantizers); wire_count elements per tensor. Such tensors are fused
- *   with others of the same wire dtype and op. decompress is called once with accumulate = 0.
- * gather == 1: each rank's compressed bytes (wire_count elements of wire_dtype, the same
- *   number on every rank) are allgathered, and decompress is called for every rank's part in
- *   rank order, with accumulate = 0 for the first and 1 after (dst += decoded); ranks that
- *   joined are skipped. For sparse schemes such as top-k with error feedback. Only CHORUS_SUM
- *   and CHORUS_AVG are allowed.
- * Ranks must use compressors of the same name for a tensor (checked as metadata). */
+ *   CHORUS_ROUND_REDUCE  every rank's wire_count elements of wire_dtype are reduced
+ *                        elementwise with op (SUM, MIN, MAX or PROD); rounds of equal wire
+ *                        dtype and op are fused with other tensors' rounds and plain
+ *                        allreduces of that dtype and op.
+ *   CHORUS_ROUND_GATHER  every rank's wire_count elements of wire_dtype are allgathered
+ *                        (the same count on every rank); the result holds size parts in rank
+ *                        order. Only for tensors reduced with CHORUS_SUM or CHORUS_AVG.
+ *
+ * For every round, on the engine thread, in round order: prepare writes this rank's part of
+ * the round (wire) from the input and the compressor's state; after the exchange, finish
+ * consumes the round's result (may update state, may write the output dst). The last round's
+ * finish must have written all count elements of dst; after it the engine divides by the
+ * ranks that contributed (CHORUS_AVG) and applies the postscale. src is the input (already
+ * prescaled); it stays valid until the last finish, but it may be the same memory as dst
+ * (in-place allreduce), so write dst only in the last round's finish.
+ *
+ * Example, PowerSGD of rank 1 on an n x m matrix M (input plus the residual in the state):
+ * round 0 reduce(SUM) of P = M Q (n elements); finish orthogonalises P (same on every rank);
+ * round 1 reduce(SUM) of Q' = M^T P (m elements); finish writes dst = P Q'^T and keeps the
+ * residual M - P P^T M for the next step. Top-k with error feedback: one gather round of
+ * (index, value) pairs; finish sums every rank's pairs into dst.
+ *
+ * A rank that joined (chorus_engine_join) takes part with no input: the engine fills its part
+ * with the identity of the round's op (zeros for a gather) and does not call the compressor.
+ * If prepare or finish fails, the tensor's handle ends with that error, but the rounds still
+ * run (with identity parts) so every rank makes the same calls.
+ *
+ * Ranks must use compressors of the same name and the same plan for a tensor (compared as
+ * metadata: a difference ends the handle with CHORUS_ERR_MISMATCH on every rank). */
+
+#define CHORUS_COMPRESS_MAX_ROUNDS 4
+
+typedef enum chorus_round_kind {
+    CHORUS_ROUND_REDUCE = 0,
+    CHORUS_ROUND_GATHER = 1
+} chorus_round_kind;
+
+/* One round of a plan. */
+typedef struct chorus_round {
+    chorus_round_kind kind;
+    chorus_op op;            /* REDUCE: SUM, MIN, MAX or PROD (not AVG); GATHER: not used */
+    chorus_dtype wire_dtype; /* dtype of the round's data */
+    size_t wire_count;       /* elements of wire_dtype this rank gives (may be 0) */
+} chorus_round;
+
+/* A plan: nrounds rounds, run in order. nrounds == 0 means "not compressed": the tensor is
+ * reduced as if no compressor had been given (fp16 on an integer tensor, for instance). */
+typedef struct chorus_compress_plan {
+    int nrounds;
+    chorus_round round[CHORUS_COMPRESS_MAX_ROUNDS];
+} chorus_compress_plan;
+
+/* What prepare and finish are told about the call. */
+typedef struct chorus_compress_call {
+    const char *tensor; /* name the tensor was enqueued with */
+    size_t count;       /* elements of the tensor */
+    chorus_dtype dtype; /* dtype of the tensor (of src and dst) */
+    chorus_op op;       /* the tensor's op */
+    int round;          /* index of this round in the plan */
+    const chorus_round *r;
+    int nparts;                      /* gather: parts in the result (the engine's size) */
+    const unsigned char *part_valid; /* gather: 1 per part that holds data, 0 for a rank that
+                                        joined (its part is zeros); NULL for a reduce */
+    int contributors;                /* ranks giving data (those that did not join) */
+} chorus_compress_call;
+
 typedef struct chorus_compressor {
-    const char *name; /* compared across ranks; at most 31 characters */
-    void *state;
-    int gather;
-    chorus_dtype (*wire_dtype)(void *state, chorus_dtype t);
-    /* Elements of wire_dtype for count elements of t; NULL means count. */
-    size_t (*wire_count)(void *state, const char *tensor, size_t count, chorus_dtype t);
-    chorus_result (*compress)(void *state, const char *tensor, const void *src, void *wire,
-                              size_t count, chorus_dtype t);
-    chorus_result (*decompress)(void *state, const char *tensor, const void *wire, void *dst,
-                                size_t count, chorus_dtype t, int accumulate);
+    const char *name; /* compared across ranks; 1 to 31 characters */
+    void *state;      /* passed back to every function */
+    /* Fills *plan for a tensor of count elements of t reduced with op. Called from the thread
+     * that enqueues (so it must be safe to call concurrently with prepare/finish: usually it
+     * depends on its arguments only). Returns CHORUS_OK, or an error (the enqueue then fails
+     * with CHORUS_ERR_INVALID_ARG naming the compressor). */
+    chorus_result (*plan)(void *state, const char *tensor, size_t count, chorus_dtype t,
+                          chorus_op op, chorus_compress_plan *plan);
+    /* Writes this rank's r->wire_count elements of round c->round into wire. Engine thread. */
+    chorus_result (*prepare)(void *state, const chorus_compress_call *c, const void *src,
+                             void *wire);
+    /* Consumes the round's result: a reduce gives wire_count reduced elements, a gather
+     * c->nparts parts of wire_count elements each. Engine thread. */
+    chorus_result (*finish)(void *state, const chorus_compress_call *c, const void *wire,
+                            void *dst);
 } chorus_compressor;
 
-/* Built-in compressors: float32/float64 travel and are reduced as float16 / bfloat16 (the core
- * sums 16-bit floats through float32), then widened back. Other dtypes pass unchanged. */
+/* Built-in one-round compressors: float32/float64 travel and are reduced as float16 /
+ * bfloat16 (the core sums 16-bit floats through float32), then widened back. Other dtypes
+ * pass unchanged (an empty plan). The returned pointers are to static constant objects. */
 const chorus_compressor *chorus_compressor_fp16(void);
 const chorus_compressor *chorus_compressor_bf16(void);
 
 /* ---- engine ------------------------------------------------------------------------------- */
 
+/* The layout version of chorus_engine_opts and chorus_engine_tensor_opts. Both start with
+ * their size and version (as filled by chorus_engine_opts_init /
+ * chorus_engine_tensor_opts_init), so a caller built against another layout (C or a ctypes
+ * mirror) is refused with CHORUS_ERR_INVALID_ARG instead of being misread. */
+#define CHORUS_ENGINE_OPTS_VERSION 1
+
 typedef struct chorus_engine_opts {
+    size_t size;             /* sizeof(chorus_engine_opts), set by chorus_engine_opts_init */
+    unsigned version;        /* CHORUS_ENGINE_OPTS_VERSION, set by chorus_engine_opts_init */
     double cycle_time_ms;    /* pacing of negotiation cycles while work is pending */
     size_t fusion_threshold; /* bytes per fused allreduce; 0 disables fusion */
     int cache_capacity;      /* response-cache entries; 0 disables the cache */
@@ -81,13 +153,22 @@ typedef struct chorus_engine_opts {
     const chorus_compressor *compressor; /* default for float allreduces, or NULL */
 } chorus_engine_opts;
 
-/* Fills o with the defaults, taken from the environment variables named above. */
+/* Fills o with the defaults, taken from the environment variables named above, and sets its
+ * size and version. Any thread; o must not be NULL. */
 void chorus_engine_opts_init(chorus_engine_opts *o);
 
-/* Starts an engine over comm: collective (every rank of comm calls it). opts may be NULL for
- * the defaults. The engine splits its own communicator from comm; comm itself stays free for
- * the caller and must outlive the engine. On failure *out is NULL and the reason is in
- * chorus_last_error(comm). */
+/* sizeof(chorus_engine_opts) and sizeof(chorus_engine_tensor_opts) as this library was built,
+ * so a binding (Python ctypes) can check its mirror of the structs. */
+size_t chorus_engine_opts_size(void);
+size_t chorus_engine_tensor_opts_size(void);
+
+/* Starts an engine over comm: collective (every rank of comm calls it). comm may be a
+ * communicator from chorus_comm_split: several engines, each over its own communicator, run
+ * at once in one process (process sets). opts may be NULL for the defaults; otherwise
+ * opts->size and opts->version must be what chorus_engine_opts_init sets (else
+ * CHORUS_ERR_INVALID_ARG, a message naming both, and nothing collective happens). The engine
+ * splits its own communicator from comm; comm itself stays free for the caller and must
+ * outlive the engine. On failure *out is NULL and the reason is in chorus_last_error(comm). */
 chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *opts,
                                   chorus_engine **out);
 
@@ -109,6 +190,8 @@ const char *chorus_engine_last_error(const chorus_engine *e);
 typedef void (*chorus_engine_callback)(chorus_engine_handle *h, chorus_result r, void *arg);
 
 typedef struct chorus_engine_tensor_opts {
+    size_t size;      /* sizeof(chorus_engine_tensor_opts), or 0 (see below) */
+    unsigned version; /* CHORUS_ENGINE_OPTS_VERSION, or 0 (see below) */
     double prescale;  /* multiply the input before the reduction (0 means 1) */
     double postscale; /* multiply the result after it (and after averaging; 0 means 1) */
     const chorus_compressor *compressor; /* NULL: the engine's default */
@@ -116,6 +199,12 @@ typedef struct chorus_engine_tensor_opts {
     chorus_engine_callback callback;
     void *callback_arg;
 } chorus_engine_tensor_opts;
+
+/* Fills o with the defaults (no scaling, the engine's compressor, no callback) and its size and
+ * version. A tensor opts whose size and version are both 0 (a zero-initialised C struct) is
+ * taken as this version; any other size or version that this library does not know is refused
+ * by the enqueue calls with CHORUS_ERR_INVALID_ARG. */
+void chorus_engine_tensor_opts_init(chorus_engine_tensor_opts *o);
 
 /* Every enqueue call: name identifies the tensor across ranks (at most 255 bytes; one pending
  * op per name per rank). opts may be NULL. On success *h (when h is not NULL) is a handle the

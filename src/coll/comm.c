@@ -452,3 +452,13 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
     *out = s;
     return CHORUS_OK;
 }
+
+chorus_result chorus__comm_fail(chorus_comm *comm, chorus_result r, const char *fmt, ...)
+{
+    char msg[sizeof(comm->err.msg)];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return chorus__fail(&comm->err, r, "%s", msg);
+}

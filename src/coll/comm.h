@@ -133,4 +133,9 @@ int chorus__select_shm(chorus_comm *c, int kind);
 /* Logs the rules in force for c at INFO (once per communicator: init and split call it). */
 void chorus__select_describe(const chorus_comm *c);
 
+/* Records a failure of a call on comm (the detail chorus_last_error(comm) returns) and
+ * returns r; for layers above the collectives that report through a communicator. */
+chorus_result chorus__comm_fail(chorus_comm *comm, chorus_result r, const char *fmt, ...)
+    CHORUS__PRINTF(3, 4);
+
 #endif

@@ -19,29 +19,36 @@
 #include <time.h>
 
 #include "coll/comm.h"
+#include "engine/compress/compress.h"
 #include "engine/engine_int.h"
 #include "reduce/reduce.h"
 
 #define STALLED_PACE_MS 20.0
 
-void *chorus__eng_grow(void **buf, size_t *cap, size_t n)
+/* ---- options ------------------------------------------------------------------------------ */
+
+size_t chorus_engine_opts_size(void)
 {
-    if (n <= *cap && *buf) return *buf;
-    size_t nc = *cap ? *cap : 4096;
-    while (nc < n) nc *= 2;
-    void *p = chorus__malloc_aligned(nc);
-    if (!p) return NULL;
-    free(*buf);
-    *buf = p;
-    *cap = nc;
-    return p;
+    return sizeof(chorus_engine_opts);
 }
 
-/* ---- options ------------------------------------------------------------------------------ */
+size_t chorus_engine_tensor_opts_size(void)
+{
+    return sizeof(chorus_engine_tensor_opts);
+}
+
+void chorus_engine_tensor_opts_init(chorus_engine_tensor_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+    o->version = CHORUS_ENGINE_OPTS_VERSION;
+}
 
 void chorus_engine_opts_init(chorus_engine_opts *o)
 {
     memset(o, 0, sizeof(*o));
+    o->size = sizeof(*o);
+    o->version = CHORUS_ENGINE_OPTS_VERSION;
     o->cycle_time_ms = chorus__cfg_double("CHORUS_CYCLE_TIME_MS");
     long ft = chorus__cfg_long("CHORUS_FUSION_THRESHOLD");
     o->fusion_threshold = ft > 0 ? (size_t)ft : 0;
@@ -57,147 +64,6 @@ void chorus_engine_opts_init(chorus_engine_opts *o)
                     "CHORUS_COMPRESSION=%s is not known (none, fp16, bf16); "
                     "not compressing",
                     c);
-}
-
-/* ---- handles ------------------------------------------------------------------------------ */
-
-static chorus_engine_handle *handle_new(const char *name, const chorus_engine_tensor_opts *o,
-                                        int caller_ref)
-{
-    chorus_engine_handle *h = calloc(1, sizeof(*h));
-    if (!h) return NULL;
-    pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, NULL);
-    h->refs = 1 + (caller_ref ? 1 : 0);
-    h->last_rank = -1;
-    snprintf(h->name, sizeof(h->name), "%s", name);
-    if (o) {
-        h->cb = o->callback;
-        h->cb_arg = o->callback_arg;
-    }
-    return h;
-}
-
-static void handle_unref(chorus_engine_handle *h)
-{
-    if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
-    pthread_mutex_destroy(&h->mu);
-    pthread_cond_destroy(&h->cv);
-    free(h->msg);
-    free(h->out);
-    free(h->rank_rows);
-    free(h);
-}
-
-void chorus_engine_release(chorus_engine_handle *h)
-{
-    if (h) handle_unref(h);
-}
-
-chorus_result chorus_engine_wait(chorus_engine_handle *h)
-{
-    if (!h) return CHORUS_ERR_INVALID_ARG;
-    pthread_mutex_lock(&h->mu);
-    while (!h->done) pthread_cond_wait(&h->cv, &h->mu);
-    chorus_result r = h->res;
-    pthread_mutex_unlock(&h->mu);
-    return r;
-}
-
-int chorus_engine_poll(const chorus_engine_handle *h)
-{
-    if (!h) return 1;
-    chorus_engine_handle *m = (chorus_engine_handle *)h;
-    pthread_mutex_lock(&m->mu);
-    int d = m->done;
-    pthread_mutex_unlock(&m->mu);
-    return d;
-}
-
-const char *chorus_engine_handle_error(const chorus_engine_handle *h)
-{
-    if (!h) return "";
-    chorus_engine_handle *m = (chorus_engine_handle *)h;
-    pthread_mutex_lock(&m->mu);
-    const char *s = m->done && m->msg ? m->msg : "";
-    pthread_mutex_unlock(&m->mu);
-    return s;
-}
-
-const char *chorus_engine_handle_name(const chorus_engine_handle *h)
-{
-    return h ? h->name : "";
-}
-
-void *chorus_engine_take_output(chorus_engine_handle *h, size_t *rows)
-{
-    if (rows) *rows = 0;
-    if (!h) return NULL;
-    pthread_mutex_lock(&h->mu);
-    void *p = NULL;
-    if (h->done && h->res == CHORUS_OK) {
-        p = h->out;
-        h->out = NULL;
-        if (rows && p) *rows = h->out_rows;
-    }
-    pthread_mutex_unlock(&h->mu);
-    return p;
-}
-
-size_t chorus_engine_output_rows(const chorus_engine_handle *h, int rank)
-{
-    if (!h) return 0;
-    chorus_engine_handle *m = (chorus_engine_handle *)h;
-    pthread_mutex_lock(&m->mu);
-    size_t n = m->done && m->rank_rows && rank >= 0 && rank < m->nranks ? m->rank_rows[rank] : 0;
-    pthread_mutex_unlock(&m->mu);
-    return n;
-}
-
-/* ---- completion (engine thread) ----------------------------------------------------------- */
-
-static void req_free(eng_req *r)
-{
-    free(r->name);
-    free(r);
-}
-
-void chorus__eng_complete(chorus_engine *e, eng_req *r, chorus_result res, const char *msg)
-{
-    if (r->pidx < e->npend && e->pend[r->pidx] == r) chorus__eng_pend_remove(e, r);
-    if (r == e->my_join) e->my_join = NULL;
-    pthread_mutex_lock(&e->mu);
-    if (r->m.kind == EK_JOIN)
-        e->join_pending = 0;
-    else
-        chorus__map_del(&e->live, r->name);
-    if (res == CHORUS_OK) e->st.tensors++;
-    pthread_mutex_unlock(&e->mu);
-    chorus_engine_handle *h = r->h;
-    pthread_mutex_lock(&h->mu);
-    h->res = res;
-    if (res != CHORUS_OK) h->msg = strdup(msg && *msg ? msg : chorus_strerror(res));
-    pthread_mutex_unlock(&h->mu);
-    /* The callback runs before the handle is done, so a wait or poll that sees it done also
-     * sees everything the callback did. */
-    if (h->cb) h->cb(h, res, h->cb_arg);
-    pthread_mutex_lock(&h->mu);
-    h->done = 1;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    handle_unref(h);
-    req_free(r);
-}
-
-void chorus__eng_fail_all(chorus_engine *e, chorus_result res, const char *msg)
-{
-    char m[800];
-    while (e->npend) {
-        eng_req *r = e->pend[e->npend - 1];
-        snprintf(m, sizeof(m), "'%s': %s", r->name, msg);
-        chorus__eng_complete(e, r, res, m);
-    }
-    if (e->my_join) chorus__eng_complete(e, e->my_join, res, msg);
 }
 
 /* ---- enqueueing --------------------------------------------------------------------------- */
@@ -271,9 +137,9 @@ static chorus_result enqueue(chorus_engine *e, eng_req *r, const chorus_engine_t
                              chorus_engine_handle **hout)
 {
     if (hout) *hout = NULL;
-    r->h = handle_new(r->name, o, hout != NULL);
+    r->h = chorus__handle_new(r->name, o, hout != NULL);
     if (!r->h) {
-        req_free(r);
+        chorus__req_free(r);
         return set_err(e, CHORUS_ERR_NOMEM, "out of memory");
     }
     r->t_enqueue = chorus__now();
@@ -305,8 +171,8 @@ static chorus_result enqueue(chorus_engine *e, eng_req *r, const chorus_engine_t
         pthread_mutex_unlock(&e->mu);
         CHORUS_INFO(CHORUS_LOG_ENGINE, "%s", e->last_err);
         r->h->refs = 1;
-        handle_unref(r->h);
-        req_free(r);
+        chorus__handle_unref(r->h);
+        chorus__req_free(r);
         return res;
     }
     if (r->m.kind == EK_JOIN) e->join_pending = 1;
@@ -334,9 +200,23 @@ static eng_req *req_new(chorus_engine *e, const char *name, int kind, chorus_dty
     }
     r->m.kind = (uint8_t)kind;
     r->m.dtype = (uint8_t)t;
-    r->m.wdtype = (uint8_t)t;
     r->m.prescale = r->m.postscale = 1.0;
     return r;
+}
+
+/* A tensor opts struct of another layout (a binding built against another version) is
+ * refused; all zeros in size and version is a zero-initialised C struct of this layout. */
+static chorus_result check_topts(chorus_engine *e, const char *fn,
+                                 const chorus_engine_tensor_opts *o)
+{
+    if (!o || (o->size == 0 && o->version == 0) ||
+        (o->size == sizeof(*o) && o->version == CHORUS_ENGINE_OPTS_VERSION))
+        return CHORUS_OK;
+    return set_err(e, CHORUS_ERR_INVALID_ARG,
+                   "%s: chorus_engine_tensor_opts of size %zu and version %u, but this library "
+                   "has size %zu and version %u (call chorus_engine_tensor_opts_init, or "
+                   "rebuild against this chorus/engine.h)",
+                   fn, o->size, o->version, sizeof(*o), (unsigned)CHORUS_ENGINE_OPTS_VERSION);
 }
 
 #define ENGINE_CHECK(fn)                                                                           \
@@ -345,7 +225,58 @@ static eng_req *req_new(chorus_engine *e, const char *name, int kind, chorus_dty
         if (!e)                                                                                    \
             return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,                     \
                                 "%s: engine is NULL", fn);                                         \
+        CHORUS_CHECK(check_topts(e, fn, opts));                                                    \
     } while (0)
+
+/* The compressor's plan for a tensor, checked: 1 to CHORUS_COMPRESS_MAX_ROUNDS rounds (or
+ * none), known dtypes and ops, gathers only for sums and averages. */
+static chorus_result plan_of(chorus_engine *e, const char *fn, const char *name,
+                             const chorus_compressor *c, size_t count, chorus_dtype t, chorus_op op,
+                             chorus_compress_plan *plan)
+{
+    memset(plan, 0, sizeof(*plan));
+    if (!c->name || !*c->name || strlen(c->name) > ENG_COMP_MAX || !c->plan || !c->prepare ||
+        !c->finish)
+        return set_err(e, CHORUS_ERR_INVALID_ARG,
+                       "%s('%s'): the compressor needs a name of 1 to %d characters and plan, "
+                       "prepare and finish functions",
+                       fn, name, ENG_COMP_MAX);
+    chorus_result r = c->plan(c->state, name, count, t, op, plan);
+    if (r != CHORUS_OK)
+        return set_err(e, CHORUS_ERR_INVALID_ARG,
+                       "%s('%s'): compressor %s has no plan for %zu %s (%s)", fn, name, c->name,
+                       count, chorus__dtype_name(t), chorus_strerror(r));
+    if (plan->nrounds < 0 || plan->nrounds > CHORUS_COMPRESS_MAX_ROUNDS)
+        return set_err(e, CHORUS_ERR_INVALID_ARG,
+                       "%s('%s'): compressor %s planned %d rounds (at most %d)", fn, name, c->name,
+                       plan->nrounds, CHORUS_COMPRESS_MAX_ROUNDS);
+    for (int i = 0; i < plan->nrounds; i++) {
+        const chorus_round *x = &plan->round[i];
+        if ((unsigned)x->wire_dtype >= CHORUS_DTYPE_COUNT ||
+            (x->kind != CHORUS_ROUND_REDUCE && x->kind != CHORUS_ROUND_GATHER))
+            return set_err(e, CHORUS_ERR_INVALID_ARG,
+                           "%s('%s'): compressor %s gave round %d kind %d and dtype %d", fn, name,
+                           c->name, i, (int)x->kind, (int)x->wire_dtype);
+        if (x->kind == CHORUS_ROUND_REDUCE &&
+            ((unsigned)x->op >= CHORUS_OP_COUNT || x->op == CHORUS_AVG))
+            return set_err(e, CHORUS_ERR_INVALID_ARG,
+                           "%s('%s'): compressor %s: round %d reduces with op %d (sum, min, max "
+                           "or prod; the engine averages the output)",
+                           fn, name, c->name, i, (int)x->op);
+        if (x->kind == CHORUS_ROUND_GATHER && op != CHORUS_SUM && op != CHORUS_AVG)
+            return set_err(e, CHORUS_ERR_INVALID_ARG,
+                           "%s('%s'): compressor %s gathers, so only sum and avg are possible, "
+                           "not %s",
+                           fn, name, c->name, chorus__op_name(op));
+        size_t b;
+        if (chorus__mul_overflow(x->wire_count, chorus_dtype_size(x->wire_dtype), &b) ||
+            b > (size_t)1 << 40)
+            return set_err(e, CHORUS_ERR_INVALID_ARG,
+                           "%s('%s'): compressor %s: round %d of %zu elements is too large", fn,
+                           name, c->name, i, x->wire_count);
+    }
+    return CHORUS_OK;
+}
 
 chorus_result chorus_engine_allreduce(chorus_engine *e, const char *name, const void *send,
                                       void *recv, size_t count, chorus_dtype t, chorus_op op,
@@ -365,29 +296,9 @@ chorus_result chorus_engine_allreduce(chorus_engine *e, const char *name, const 
     CHORUS_CHECK(check_scale(e, fn, name, t, opts, &m));
     const chorus_compressor *c = opts && opts->compressor ? opts->compressor : NULL;
     if (!c && !(opts && opts->no_compression)) c = e->o.compressor;
-    chorus_dtype wt = t;
-    size_t wc = count;
-    if (c) {
-        if (!c->name || !*c->name || strlen(c->name) > ENG_COMP_MAX || !c->wire_dtype ||
-            !c->compress || !c->decompress)
-            return set_err(e, CHORUS_ERR_INVALID_ARG,
-                           "%s('%s'): the compressor needs a name of 1 to %d characters and "
-                           "wire_dtype, compress and decompress functions",
-                           fn, name, ENG_COMP_MAX);
-        wt = c->wire_dtype(c->state, t);
-        wc = c->wire_count ? c->wire_count(c->state, name, count, t) : count;
-        if ((unsigned)wt >= CHORUS_DTYPE_COUNT)
-            return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): compressor %s gave dtype %d", fn,
-                           name, c->name, (int)wt);
-        if (c->gather && op != CHORUS_SUM && op != CHORUS_AVG)
-            return set_err(e, CHORUS_ERR_INVALID_ARG,
-                           "%s('%s'): compressor %s gathers, so only sum and avg are possible, "
-                           "not %s",
-                           fn, name, c->name, chorus__op_name(op));
-        if (!c->gather && wt == t && wc == count && !c->wire_count && c->compress != NULL &&
-            chorus__compressor_by_name(c->name) == c)
-            c = NULL; /* a built-in that leaves this dtype alone */
-    }
+    chorus_compress_plan plan;
+    if (c) CHORUS_CHECK(plan_of(e, fn, name, c, count, t, op, &plan));
+    if (c && plan.nrounds == 0) c = NULL; /* the compressor leaves this tensor alone */
     eng_req *r = req_new(e, name, EK_ALLREDUCE, t);
     if (!r) return CHORUS_ERR_NOMEM;
     r->m.op = (uint8_t)op;
@@ -397,10 +308,12 @@ chorus_result chorus_engine_allreduce(chorus_engine *e, const char *name, const 
     r->comp = c;
     if (c) {
         snprintf(r->m.comp, sizeof(r->m.comp), "%s", c->name);
-        r->m.wdtype = (uint8_t)wt;
-        r->m.gather = (uint8_t)(c->gather ? 1 : 0);
+        r->m.nrounds = (uint8_t)plan.nrounds;
+        for (int i = 0; i < plan.nrounds; i++)
+            r->m.rounds[i] =
+                (eng_round){(uint8_t)plan.round[i].kind, (uint8_t)plan.round[i].op,
+                            (uint8_t)plan.round[i].wire_dtype, plan.round[i].wire_count};
     }
-    r->m.wcount = wc;
     r->send = send;
     r->recv = recv;
     return enqueue(e, r, opts, h);
@@ -424,7 +337,7 @@ chorus_result chorus_engine_broadcast(chorus_engine *e, const char *name, void *
     eng_req *r = req_new(e, name, EK_BROADCAST, t);
     if (!r) return CHORUS_ERR_NOMEM;
     r->m.root = root;
-    r->m.count = r->m.wcount = count;
+    r->m.count = count;
     r->send = buf;
     r->recv = buf;
     return enqueue(e, r, opts, h);
@@ -445,7 +358,7 @@ chorus_result chorus_engine_allgather(chorus_engine *e, const char *name, const 
                        rows);
     eng_req *r = req_new(e, name, EK_ALLGATHER, t);
     if (!r) return CHORUS_ERR_NOMEM;
-    r->m.count = r->m.wcount = row_count;
+    r->m.count = row_count;
     r->rows = rows;
     r->send = send;
     return enqueue(e, r, opts, h);
@@ -477,7 +390,7 @@ chorus_result chorus_engine_reduce_scatter(chorus_engine *e, const char *name, c
     eng_req *r = req_new(e, name, EK_REDUCESCATTER, t);
     if (!r) return CHORUS_ERR_NOMEM;
     r->m.op = (uint8_t)op;
-    r->m.count = r->m.wcount = count;
+    r->m.count = count;
     r->m.prescale = m.prescale;
     r->m.postscale = m.postscale;
     r->send = send;
@@ -503,7 +416,7 @@ chorus_result chorus_engine_alltoall(chorus_engine *e, const char *name, const v
                        count);
     eng_req *r = req_new(e, name, EK_ALLTOALL, t);
     if (!r) return CHORUS_ERR_NOMEM;
-    r->m.count = r->m.wcount = count;
+    r->m.count = count;
     r->send = send;
     r->recv = recv;
     return enqueue(e, r, opts, h);
@@ -558,7 +471,7 @@ chorus_result chorus_engine_check_divergence(chorus_engine *e, const char *name,
     snprintf(full, sizeof(full), "chorus.divergence.%s", name);
     eng_req *r = req_new(e, full, EK_DIVERGENCE, CHORUS_INT64);
     if (!r) return CHORUS_ERR_NOMEM;
-    r->m.count = r->m.wcount = 2;
+    r->m.count = 2;
     r->hash = chorus__hash64(buf, bytes);
     r->step = step;
     chorus_engine_handle *hd;
@@ -580,44 +493,6 @@ chorus_result chorus_engine_accumulate(void *acc, const void *grad, size_t count
 
 /* ---- the engine thread -------------------------------------------------------------------- */
 
-static void pend_add(chorus_engine *e, eng_req *r)
-{
-    if (e->npend == e->cap_pend) {
-        size_t nc = e->cap_pend ? e->cap_pend * 2 : 256;
-        eng_req **p = realloc(e->pend, nc * sizeof(*p));
-        if (!p) {
-            chorus__eng_complete(e, r, CHORUS_ERR_NOMEM, "out of memory");
-            return;
-        }
-        e->pend = p;
-        e->cap_pend = nc;
-    }
-    if (chorus__map_put(&e->pend_map, r->name, r) != 0) {
-        chorus__eng_complete(e, r, CHORUS_ERR_NOMEM, "out of memory");
-        return;
-    }
-    r->pidx = e->npend;
-    e->pend[e->npend++] = r;
-    intptr_t s = (intptr_t)chorus__map_get(&e->cache_map, r->name);
-    if (s && chorus__meta_equal(&e->slots[s - 1].m, &r->m)) {
-        r->state = REQ_CACHED;
-        r->slot = (int)s - 1;
-        e->n_cached_ready++;
-    } else {
-        r->state = REQ_NEW;
-    }
-}
-
-void chorus__eng_pend_remove(chorus_engine *e, eng_req *r)
-{
-    size_t i = r->pidx;
-    e->pend[i] = e->pend[--e->npend];
-    e->pend[i]->pidx = i;
-    r->pidx = (size_t)-1;
-    chorus__map_del(&e->pend_map, r->name);
-    if (r->state == REQ_CACHED) e->n_cached_ready--;
-}
-
 static void absorb(chorus_engine *e, eng_req *batch)
 {
     while (batch) {
@@ -627,7 +502,7 @@ static void absorb(chorus_engine *e, eng_req *batch)
         if (r->m.kind == EK_JOIN)
             e->my_join = r;
         else
-            pend_add(e, r);
+            chorus__eng_pend_add(e, r);
     }
 }
 
@@ -745,15 +620,22 @@ static void engine_free(chorus_engine *e)
 chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *opts,
                                   chorus_engine **out)
 {
-    if (!out)
-        return chorus__fail(comm ? &comm->err : NULL, CHORUS_ERR_INVALID_ARG,
-                            "chorus_engine_start: out is NULL");
-    *out = NULL;
     if (!comm)
         return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
                             "chorus_engine_start: comm is NULL");
+    if (!out)
+        return chorus__comm_fail(comm, CHORUS_ERR_INVALID_ARG, "chorus_engine_start: out is NULL");
+    *out = NULL;
+    if (opts && (opts->size != sizeof(*opts) || opts->version != CHORUS_ENGINE_OPTS_VERSION))
+        return chorus__comm_fail(comm, CHORUS_ERR_INVALID_ARG,
+                                 "chorus_engine_start: chorus_engine_opts of size %zu and version "
+                                 "%u, but this library has size %zu and version %u (fill it with "
+                                 "chorus_engine_opts_init, or rebuild against this "
+                                 "chorus/engine.h)",
+                                 opts->size, opts->version, sizeof(*opts),
+                                 (unsigned)CHORUS_ENGINE_OPTS_VERSION);
     chorus_engine *e = calloc(1, sizeof(*e));
-    if (!e) return chorus__fail(&comm->err, CHORUS_ERR_NOMEM, "out of memory");
+    if (!e) return chorus__comm_fail(comm, CHORUS_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
@@ -818,7 +700,7 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
         }
     }
     if (r != CHORUS_OK) {
-        chorus__fail(&comm->err, r, "chorus_engine_start: %s", why);
+        chorus__comm_fail(comm, r, "chorus_engine_start: %s", why);
         engine_free(e);
         return r;
     }

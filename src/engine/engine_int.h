@@ -2,12 +2,18 @@
  * engine_int.h - what the files of the training runtime share: requests, handles, the
  * response cache, the coordinator's table, and the engine itself.
  *
- *   engine.c     public API, handles, the queue and the engine thread's pacing loop
- *   negotiate.c  one cycle: the byte-vector allreduce, the coordinator round, stall checks
- *   execute.c    running what was agreed: fusion, allgatherv, reduce-scatter, ...
- *   codec.c      negotiation messages (bounds-checked), scaling, identities, compressors
- *   timeline.c   the Chrome trace
- *   map.c        a string-keyed hash map
+ *   engine.c     start, shutdown, options, the enqueue calls, the engine thread's pacing loop
+ *   request.c    requests and handles: the pending set, completion, failing everything
+ *   negotiate.c  one cycle, phase by phase: the byte-vector allreduce, the coordinator round
+ *   coordinator.c  rank 0's side of the coordinator round: collecting reports, answering
+ *   execute.c    running what was agreed, round by round: allgatherv, reduce-scatter, ...
+ *   fusion.c     allreduce rounds packed into fusion buffers, one chorus_allreduce per bucket
+ *   rounds.c     one tensor's part in a round: input, the compressor's prepare and finish
+ *   compress/    the built-in compressors (one per file)
+ *   meta.c       comparing metadata across ranks; values.c  scaling, identities, hash
+ *   common.c     helpers the steps share: buffers, the thread's error record, rank sets
+ *   timeline.c   the Chrome trace;  map.c  a string-keyed hash map
+ *   (the negotiation messages are encoded and parsed in src/wire/engine_msg.c)
  *
  * Everything below the queue (pending requests, cache, coordinator table, fusion buffer,
  * timeline) belongs to the engine thread alone; only the queue, the live-name set, the stop
@@ -21,7 +27,7 @@
 
 #include "base/base.h"
 #include "chorus/engine.h"
-#include "wire/wire.h"
+#include "wire/engine_msg.h"
 
 /* ---- string map ----------------------------------------------------------------------------- */
 
@@ -38,32 +44,6 @@ int chorus__map_put(eng_map *m, const char *key, void *val);
 void chorus__map_del(eng_map *m, const char *key);
 
 /* ---- requests ----------------------------------------------------------------------------- */
-
-enum {
-    EK_ALLREDUCE,
-    EK_BROADCAST,
-    EK_ALLGATHER,
-    EK_REDUCESCATTER,
-    EK_ALLTOALL,
-    EK_BARRIER,
-    EK_DIVERGENCE,
-    EK_JOIN,
-    EK_COUNT
-};
-
-#define ENG_NAME_MAX 255
-#define ENG_COMP_MAX 31
-
-/* What every rank must agree on for a name (compared by the coordinator). */
-typedef struct eng_meta {
-    uint8_t kind, dtype, op;
-    int32_t root;   /* broadcast */
-    uint64_t count; /* elements; allgather: elements per row */
-    double prescale, postscale;
-    char comp[ENG_COMP_MAX + 1]; /* compressor name, "" for none */
-    uint8_t wdtype, gather;      /* allreduce: dtype on the wire, compressor kind */
-    uint64_t wcount;             /* allreduce: elements on the wire */
-} eng_meta;
 
 struct chorus_engine_handle {
     pthread_mutex_t mu;
@@ -90,8 +70,11 @@ typedef struct eng_req {
     eng_meta m;
     const void *send;
     void *recv;
-    size_t rows; /* allgather */
-    const chorus_compressor *comp;
+    size_t rows;                   /* allgather */
+    const chorus_compressor *comp; /* allreduce with a plan (m.nrounds > 0), else NULL */
+    void *input;                   /* compressed: the prescaled input, kept across rounds */
+    chorus_result cres;            /* compressed: first failure of prepare/finish */
+    char cerr[256];
     chorus_engine_handle *h;
     uint64_t hash; /* divergence */
     long long step;
@@ -106,6 +89,7 @@ typedef struct eng_exec {
     const char *name;
     eng_meta m;
     int cached;
+    int round; /* allreduce: the round of its plan being run in this pass */
 } eng_exec;
 
 /* ---- cache and coordinator ---------------------------------------------------------------- */
@@ -164,7 +148,7 @@ struct chorus_engine {
     int stopped;      /* the engine thread has finished */
     chorus_result stop_res;
     char stop_msg[600];
-    char last_err[1024];
+    char last_err[1024]; /* last failure of a call on a user thread (chorus_engine_last_error) */
     chorus_engine_stats st;
     clockid_t cpu_clock;
     int have_cpu_clock;
@@ -191,57 +175,95 @@ struct chorus_engine {
     uint8_t *vec;
     size_t vec_cap;
     eng_timeline tl;
+    char thr_err[600]; /* engine thread: detail of the failure that is stopping it */
 };
 
-/* engine.c */
+/* common.c */
+/* A buffer of at least n bytes in *buf (64-byte aligned, grown, contents not kept), or NULL. */
+void *chorus__eng_grow(void **buf, size_t *cap, size_t n);
+/* Engine thread: records a failure that stops the engine (its detail goes into the stop
+ * message) and returns r. */
+chorus_result chorus__eng_err(chorus_engine *e, chorus_result r, const char *fmt, ...)
+    CHORUS__PRINTF(3, 4);
+/* "0,2-4": the ranks r < n with (set[r] != 0) == want. */
+void chorus__fmt_ranks(const uint8_t *set, int n, int want, char *out, size_t len);
+/* Ranks that contribute (did not join), at least 1. */
+int chorus__eng_active(const chorus_engine *e);
+/* After an op's last exchange: average over the contributors unless the core did, then the
+ * postscale. */
+void chorus__eng_post(chorus_engine *e, const eng_meta *m, void *buf, size_t count);
+/* The NEGOTIATE and QUEUE spans of x's timeline row, up to start. */
+void chorus__eng_tl_pre(chorus_engine *e, const eng_exec *x, double start);
+
+/* request.c: handles and the pending set (engine thread, except where said). */
+chorus_engine_handle *chorus__handle_new(const char *name, const chorus_engine_tensor_opts *o,
+                                         int caller_ref);
+void chorus__handle_unref(chorus_engine_handle *h); /* any thread */
+void chorus__req_free(eng_req *r);
+void chorus__eng_pend_add(chorus_engine *e, eng_req *r);
+void chorus__eng_pend_remove(chorus_engine *e, eng_req *r);
 void chorus__eng_complete(chorus_engine *e, eng_req *r, chorus_result res, const char *msg);
 void chorus__eng_fail_all(chorus_engine *e, chorus_result res, const char *msg);
-void *chorus__eng_grow(void **buf, size_t *cap, size_t n);
 
 /* negotiate.c: one cycle; returns non-zero when the engine must stop. */
 int chorus__eng_cycle(chorus_engine *e, int shutdown);
-void chorus__eng_pend_remove(chorus_engine *e, eng_req *r);
+/* Stops the engine with r and msg (the first stop wins); returns 1. */
+int chorus__eng_stop(chorus_engine *e, chorus_result r, const char *msg);
 
-/* execute.c: runs the agreed ops in order and completes their handles. */
+/* coordinator.c (rank 0): takes every rank's report (in[r]), appends the answer to resp. */
+chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, eng_buf *resp);
+
+/* execute.c: runs the agreed ops in order, round by round, and completes their handles. */
 chorus_result chorus__eng_execute(chorus_engine *e, eng_exec *x, size_t n);
 
-/* codec.c */
-typedef struct eng_buf {
-    unsigned char *p;
-    size_t len, cap;
-    int oom;
-} eng_buf;
-typedef struct eng_rd {
-    const unsigned char *p;
-    size_t len, off;
-    int bad;
-} eng_rd;
-void chorus__eb_raw(eng_buf *b, const void *p, size_t n);
-void chorus__eb_u8(eng_buf *b, uint8_t v);
-void chorus__eb_u32(eng_buf *b, uint32_t v);
-void chorus__eb_u64(eng_buf *b, uint64_t v);
-void chorus__eb_f64(eng_buf *b, double v);
-void chorus__eb_str(eng_buf *b, const char *s);
-void chorus__eb_meta(eng_buf *b, const eng_meta *m);
-uint8_t chorus__rd_u8(eng_rd *r);
-uint32_t chorus__rd_u32(eng_rd *r);
-uint64_t chorus__rd_u64(eng_rd *r);
-double chorus__rd_f64(eng_rd *r);
-/* Reads a string of at most max bytes into out (max + 1 bytes). */
-void chorus__rd_str(eng_rd *r, char *out, size_t max);
-void chorus__rd_meta(eng_rd *r, eng_meta *m);
+/* rounds.c: one allreduce item's part in the round x->round. */
+/* The exchange item x takes part in this pass (a plain allreduce is one reduce round). */
+eng_round chorus__round_of(const chorus_engine *e, const eng_exec *x);
+/* Writes this rank's part (the round's wire_count elements) into wire: the compressor's
+ * prepare, the (scaled) input for a plain allreduce, or the identity on a rank that joined or
+ * after a failure. */
+void chorus__round_prepare(chorus_engine *e, eng_exec *x, void *wire);
+/* Consumes the round's result (nparts/valid describe a gather's); returns 1 when it was the
+ * item's last round on this rank: then chorus__round_end must follow. */
+int chorus__round_finish(chorus_engine *e, eng_exec *x, const void *wire, int nparts,
+                         const unsigned char *valid);
+/* After the last round: averages and postscales the output, ends the handle (x->req is freed). */
+void chorus__round_end(chorus_engine *e, eng_exec *x);
+/* A gather round of item x, alone. */
+chorus_result chorus__round_gather(chorus_engine *e, eng_exec *x);
+/* Whether item x can be reduced alone in place (plain, no prescale): no copies. */
+int chorus__round_in_place(const eng_exec *x);
 
+/* fusion.c: allreduce rounds grouped by (wire dtype, op) into buckets of at most the fusion
+ * threshold; a full bucket is packed, reduced with one chorus_allreduce and unpacked. */
+typedef struct eng_bucket {
+    int open;
+    uint8_t wdtype, op;
+    size_t bytes, n, cap;
+    size_t *items;
+} eng_bucket;
+#define ENG_NBUCKETS 8
+typedef struct eng_fusion {
+    eng_bucket bk[ENG_NBUCKETS];
+    int order[ENG_NBUCKETS], nopen; /* open buckets, oldest first */
+} eng_fusion;
+/* Adds item i of x (its round this pass); may reduce a full or the oldest bucket first. */
+chorus_result chorus__fusion_add(chorus_engine *e, eng_fusion *f, eng_exec *x, size_t i);
+/* Reduces every open bucket, oldest first. */
+chorus_result chorus__fusion_flush(chorus_engine *e, eng_fusion *f, eng_exec *x);
+void chorus__fusion_free(eng_fusion *f);
+
+/* meta.c */
 int chorus__meta_equal(const eng_meta *a, const eng_meta *b);
 /* Describes how b differs from a: "dtype float32 on rank 0 but float16 on rank 1". */
 void chorus__meta_diff(const eng_meta *a, int ra, const eng_meta *b, int rb, char *out, size_t len);
 const char *chorus__kind_name(int kind);
 
+/* values.c */
 /* dst[i] = src[i] * f for float dtypes (dst may equal src). */
 void chorus__scale(void *dst, const void *src, size_t n, chorus_dtype t, double f);
 /* Fills n elements with the identity of op (0 for sum/avg, 1 for prod, max for min, ...). */
 void chorus__fill_identity(void *dst, size_t n, chorus_dtype t, chorus_op op);
-/* A compressor by name ("fp16", "bf16"), or NULL. */
-const chorus_compressor *chorus__compressor_by_name(const char *name);
 uint64_t chorus__hash64(const void *p, size_t n);
 
 #endif

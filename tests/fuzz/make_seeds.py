@@ -48,3 +48,22 @@ put('fuzz_idx', 'images-gz', b'\1' + gzip.compress(img, mtime=0))
 put('fuzz_idx', 'labels-gz', b'\0' + gzip.compress(lab, mtime=0))
 
 put('fuzz_auth', 'hello-proof', bytes([36]) + struct.pack('<I', 1) + bytes(range(32)) + bytes(32))
+
+# the engine's negotiation messages (src/wire/engine_msg.c)
+def s32(b):
+    return struct.pack('<I', len(b)) + b
+
+def meta(kind=0, dtype=6, op=0, count=10, comp=b'', rounds=()):
+    m = struct.pack('<BBBIQdd', kind, dtype, op, 0, count, 1.0, 1.0) + s32(comp)
+    m += bytes([len(rounds)]) + b''.join(struct.pack('<BBBQ', *r) for r in rounds)
+    return m
+
+report = struct.pack('<I', 2) + s32(b'fc.grad') + meta() + s32(b'lr.grad') + \
+    meta(dtype=7, comp=b'lowrank', rounds=((0, 0, 7, 6), (0, 0, 7, 4)))
+report += struct.pack('<I', 1) + s32(b'fc.grad') + struct.pack('<I', 1500)
+put('fuzz_engine_msg', 'report', b'\0' + report)
+answer = struct.pack('<I', 4) + b'\3' + struct.pack('<I', 2)
+answer += b'\1' + s32(b'fc.grad') + meta(comp=b'fp16', rounds=((0, 0, 4, 10),)) + struct.pack('<i', 3)
+answer += b'\2' + s32(b'x') + bytes([5]) + s32(b"tensor 'x': ranks disagree")
+answer += b'\4' + s32(b'stall shutdown after 2.0 s')
+put('fuzz_engine_msg', 'answer', b'\1' + answer)

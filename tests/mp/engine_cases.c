@@ -16,7 +16,7 @@
  *   timeline    a few steps with CHORUS_TIMELINE set (the list checks the JSON)
  *   divergence  equal weights pass; weights changed on one rank are reported with the rank
  *   compress    fp16 and bf16 on the wire, and a top-k compressor with error feedback that
- *               plugs in through the gather hook
+ *               plugs in as a one-round gather plan
  *   death       a rank is killed while another waits: CHORUS_ERR_PEER_LOST naming it
  */
 #include <math.h>
@@ -515,15 +515,15 @@ typedef struct topk_state {
     size_t k;
 } topk_state;
 
-static chorus_dtype topk_wire(void *st, chorus_dtype t)
+static chorus_result topk_plan(void *st, const char *name, size_t count, chorus_dtype t,
+                               chorus_op op, chorus_compress_plan *plan)
 {
-    (void)st, (void)t;
-    return CHORUS_FLOAT32;
-}
-static size_t topk_count(void *st, const char *name, size_t count, chorus_dtype t)
-{
-    (void)name, (void)count, (void)t;
-    return 2 * ((topk_state *)st)->k;
+    (void)name, (void)count, (void)op;
+    if (t != CHORUS_FLOAT32 || count > 4096) return CHORUS_ERR_INVALID_ARG;
+    plan->nrounds = 1;
+    plan->round[0] =
+        (chorus_round){CHORUS_ROUND_GATHER, CHORUS_SUM, CHORUS_FLOAT32, 2 * ((topk_state *)st)->k};
+    return CHORUS_OK;
 }
 static void topk_select(topk_state *s, const float *src, size_t n, float *wire)
 {
@@ -540,26 +540,28 @@ static void topk_select(topk_state *s, const float *src, size_t n, float *wire)
     }
     memcpy(s->resid, acc, n * sizeof(float));
 }
-static chorus_result topk_c(void *st, const char *name, const void *src, void *wire, size_t n,
-                            chorus_dtype t)
+static chorus_result topk_prepare(void *st, const chorus_compress_call *c, const void *src,
+                                  void *wire)
 {
-    (void)name;
-    if (t != CHORUS_FLOAT32 || n > 4096) return CHORUS_ERR_INVALID_ARG;
-    topk_select(st, src, n, wire);
+    topk_select(st, src, c->count, wire);
     return CHORUS_OK;
 }
-static chorus_result topk_d(void *st, const char *name, const void *wire, void *dst, size_t n,
-                            chorus_dtype t, int accumulate)
+/* Adds one rank's pairs into dst. */
+static void topk_add(const topk_state *s, const float *w, float *d, size_t n)
 {
-    (void)name, (void)t;
-    const float *w = wire;
-    float *d = dst;
-    if (!accumulate) memset(d, 0, n * sizeof(float));
-    for (size_t j = 0; j < ((topk_state *)st)->k; j++) {
+    for (size_t j = 0; j < s->k; j++) {
         uint32_t bi;
         memcpy(&bi, &w[2 * j], 4);
         if (bi < n) d[bi] += w[2 * j + 1];
     }
+}
+static chorus_result topk_finish(void *st, const chorus_compress_call *c, const void *wire,
+                                 void *dst)
+{
+    const float *w = wire;
+    memset(dst, 0, c->count * sizeof(float));
+    for (int p = 0; p < c->nparts; p++)
+        if (c->part_valid[p]) topk_add(st, w + (size_t)p * c->r->wire_count, dst, c->count);
     return CHORUS_OK;
 }
 
@@ -593,10 +595,10 @@ static void case_compress(void)
     ASSERT_OK(chorus_engine_wait(h));
     chorus_engine_release(h);
     ASSERT(fout == 1.0f);
-    /* top-k with error feedback through the gather hook */
+    /* top-k with error feedback: a one-round gather plan */
     static topk_state mine, sim[16];
     mine.k = 10;
-    chorus_compressor topk = {"topk10", &mine, 1, topk_wire, topk_count, topk_c, topk_d};
+    chorus_compressor topk = {"topk10", &mine, topk_plan, topk_prepare, topk_finish};
     chorus_engine_tensor_opts ot = {.compressor = &topk};
     ASSERT(size_ <= 16);
     for (int r = 0; r < size_; r++) sim[r].k = 10;
@@ -614,7 +616,7 @@ static void case_compress(void)
             for (int i = 0; i < N; i++)
                 xr[i] = (float)(((i * 7 + step * 3 + r * 11) % 101) - 50) * 0.25f;
             topk_select(&sim[r], xr, N, wire);
-            topk_d(&sim[r], "", wire, want, N, CHORUS_FLOAT32, 1);
+            topk_add(&sim[r], wire, want, N);
         }
         int nz = 0;
         for (int i = 0; i < N; i++) {

@@ -1,12 +1,14 @@
 /*
  * engine_codec.c - the engine's pieces that need no peers: the string map, the negotiation
  * message reader (every truncation and oversized length is refused, never read past), the
- * metadata comparison messages, identities of each op, scaling and the hash.
+ * metadata comparison messages, identities of each op, scaling and the hash. The message
+ * codec itself is src/wire/engine_msg.c (also fuzzed: tests/fuzz/fuzz_engine_msg.c).
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/compress/compress.h"
 #include "engine/engine_int.h"
 #include "harness.h"
 #include "reduce/reduce.h"
@@ -48,8 +50,8 @@ static void test_reader(void)
                   .count = 12345,
                   .prescale = 0.5,
                   .postscale = 2,
-                  .wdtype = CHORUS_FLOAT16,
-                  .wcount = 12345};
+                  .nrounds = 1,
+                  .rounds = {{ENG_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT16, 12345}}};
     strcpy(m.comp, "fp16");
     eng_buf b = {0};
     chorus__eb_str(&b, "layer1.weight");
@@ -88,8 +90,51 @@ static void test_reader(void)
     eng_rd v = {c.p, c.len, 0, 0};
     chorus__rd_meta(&v, &got);
     ASSERT(v.bad);
+    /* too many rounds, an unknown round kind */
+    eng_meta many = m;
+    many.nrounds = ENG_ROUNDS_MAX;
+    eng_buf d = {0};
+    chorus__eb_meta(&d, &many);
+    d.p[d.len - (size_t)ENG_ROUNDS_MAX * 11 - 1] = ENG_ROUNDS_MAX + 1; /* the round count */
+    eng_rd w = {d.p, d.len, 0, 0};
+    chorus__rd_meta(&w, &got);
+    ASSERT(w.bad);
     free(b.p);
     free(c.p);
+    free(d.p);
+}
+
+static void test_answer(void)
+{
+    static eng_answer a, got;
+    a.type = ENG_ANS_EXEC;
+    strcpy(a.name, "fc.grad");
+    a.m = (eng_meta){
+        .kind = EK_ALLREDUCE, .dtype = CHORUS_FLOAT32, .count = 7, .prescale = 1, .postscale = 1};
+    a.slot = 3;
+    eng_buf b = {0};
+    chorus__engmsg_put_answer(&b, &a);
+    a.type = ENG_ANS_ERROR;
+    a.code = CHORUS_ERR_MISMATCH;
+    strcpy(a.msg, "tensor 'fc.grad': ranks disagree");
+    chorus__engmsg_put_answer(&b, &a);
+    eng_rd r = {b.p, b.len, 0, 0};
+    ASSERT_EQ(chorus__engmsg_read_answer(&r, &got), 0);
+    ASSERT(got.type == ENG_ANS_EXEC && got.slot == 3 && !strcmp(got.name, "fc.grad"));
+    ASSERT(chorus__meta_equal(&got.m, &a.m));
+    ASSERT_EQ(chorus__engmsg_read_answer(&r, &got), 0);
+    ASSERT(got.type == ENG_ANS_ERROR && got.code == CHORUS_ERR_MISMATCH);
+    ASSERT_STR_CONTAINS(got.msg, "ranks disagree");
+    ASSERT_EQ(r.off, b.len);
+    /* an error item whose code is not a failure, an unknown item type */
+    b.p[b.len - strlen(a.msg) - 5] = CHORUS_OK;
+    eng_rd t = {b.p, b.len, 0, 0};
+    ASSERT_EQ(chorus__engmsg_read_answer(&t, &got), 0);
+    ASSERT_EQ(chorus__engmsg_read_answer(&t, &got), -1);
+    unsigned char odd[1] = {9};
+    eng_rd u = {odd, 1, 0, 0};
+    ASSERT_EQ(chorus__engmsg_read_answer(&u, &got), -1);
+    free(b.p);
 }
 
 static void test_diff(void)
@@ -99,9 +144,7 @@ static void test_diff(void)
                   .op = CHORUS_SUM,
                   .count = 10,
                   .prescale = 1,
-                  .postscale = 1,
-                  .wdtype = CHORUS_FLOAT32,
-                  .wcount = 10};
+                  .postscale = 1};
     eng_meta b = a;
     char msg[256];
     b.dtype = CHORUS_BFLOAT16;
@@ -123,6 +166,18 @@ static void test_diff(void)
     strcpy(b.comp, "bf16");
     chorus__meta_diff(&a, 0, &b, 1, msg, sizeof(msg));
     ASSERT_STR_CONTAINS(msg, "compression none on rank 0 but bf16 on rank 1");
+    /* same compressor, different plans */
+    a.nrounds = b.nrounds = 2;
+    strcpy(a.comp, "lowrank");
+    strcpy(b.comp, "lowrank");
+    a.rounds[0] = b.rounds[0] = (eng_round){ENG_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT64, 8};
+    a.rounds[1] = (eng_round){ENG_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT64, 4};
+    b.rounds[1] = (eng_round){ENG_ROUND_GATHER, CHORUS_SUM, CHORUS_FLOAT32, 6};
+    ASSERT(!chorus__meta_equal(&a, &b));
+    chorus__meta_diff(&a, 0, &b, 2, msg, sizeof(msg));
+    ASSERT_STR_CONTAINS(msg, "compression plan 2 rounds: reduce sum float64 x 8, reduce sum "
+                             "float64 x 4 on rank 0 but 2 rounds: reduce sum float64 x 8, gather "
+                             "float32 x 6 on rank 2");
 }
 
 static void test_identity(void)
@@ -172,6 +227,7 @@ int main(void)
 {
     test_map();
     test_reader();
+    test_answer();
     test_diff();
     test_identity();
     test_scale_hash();

@@ -61,8 +61,9 @@ static chorus_result check_peer_tag(chorus_comm *c, const char *fn, int peer, in
 {
     if (any && peer == CHORUS_ANY_SOURCE) {
         if (c->size < 2)
-            return BAD(&c->err, "%s: CHORUS_ANY_SOURCE on a communicator of one rank: no rank "
-                                "can send to it",
+            return BAD(&c->err,
+                       "%s: CHORUS_ANY_SOURCE on a communicator of one rank: no rank "
+                       "can send to it",
                        fn);
     } else if (peer < 0 || peer >= c->size || peer == c->rank) {
         return BAD(&c->err,
@@ -125,8 +126,8 @@ static chorus_result mismatch(chorus_request *rq)
         snprintf(from, sizeof(from), "rank %d", rq->peer);
     return chorus__fail(&c->err, CHORUS_ERR_MISMATCH,
                         "mismatched send/recv: rank %d sent %llu %s with tag %d, but rank %d "
-                        "posted a receive of up to %zu %s from %s with %s (a receive takes the "
-                        "sender's dtype and at least its count)",
+                        "posted a receive of up to %zu %s from %s with %s (a receive needs "
+                        "the sender's dtype and room for its count)",
                         comm_rank_of(c, rq->r.src), (unsigned long long)g->count,
                         chorus__dtype_name((int)((g->coll >> 8) & 0xff)), g->tag, c->rank,
                         rq->count, chorus__dtype_name((int)rq->t), from, tag);
@@ -242,8 +243,8 @@ chorus_result chorus_test(chorus_request *req, int *done, chorus_status *status)
 chorus_result chorus_waitall(int n, chorus_request **reqs, chorus_status *statuses)
 {
     if (n < 0 || (n > 0 && !reqs))
-        return BAD(chorus__init_errbuf(), "chorus_waitall: %s", n < 0 ? "n is negative"
-                                                                      : "reqs is NULL");
+        return BAD(chorus__init_errbuf(), "chorus_waitall: %s",
+                   n < 0 ? "n is negative" : "reqs is NULL");
     for (int i = 0; i < n; i++)
         if (reqs[i]) CHORUS_CHECK(check_req(reqs[i], "chorus_waitall"));
     /* One at a time: the transport moves every request while it waits for any, so this takes
@@ -266,14 +267,17 @@ chorus_result chorus_waitany(int n, chorus_request **reqs, int *index, chorus_st
 {
     if (n < 0 || (n > 0 && !reqs) || !index)
         return BAD(chorus__init_errbuf(), "chorus_waitany: %s",
-                   n < 0 ? "n is negative" : !index ? "index is NULL" : "reqs is NULL");
+                   n < 0    ? "n is negative"
+                   : !index ? "index is NULL"
+                            : "reqs is NULL");
     *index = -1;
     chorus_req **rs = malloc(sizeof(*rs) * (size_t)(n ? n : 1));
     int *at = malloc(sizeof(*at) * (size_t)(n ? n : 1));
     if (!rs || !at) {
         free(rs);
         free(at);
-        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_NOMEM, "chorus_waitany: out of memory");
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_NOMEM,
+                            "chorus_waitany: out of memory");
     }
     chorus_result res = CHORUS_OK;
     chorus_net *net = NULL;
@@ -283,7 +287,7 @@ chorus_result chorus_waitany(int n, chorus_request **reqs, int *index, chorus_st
         res = check_req(reqs[i], "chorus_waitany");
         if (res == CHORUS_OK && net && reqs[i]->c->net != net)
             res = BAD(chorus__init_errbuf(), "chorus_waitany: the requests belong to "
-                                              "communicators of different chorus_init calls");
+                                             "communicators of different chorus_init calls");
         net = res == CHORUS_OK ? reqs[i]->c->net : net;
         rs[k] = &reqs[i]->r;
         at[k++] = i;
@@ -335,7 +339,8 @@ chorus_result chorus_probe(chorus_comm *c, int source, int tag, chorus_status *s
 chorus_result chorus_iprobe(chorus_comm *c, int source, int tag, int *flag, chorus_status *status)
 {
     NULL_COMM("chorus_iprobe");
-    if (!flag || !status) return BAD(&c->err, "chorus_iprobe: %s is NULL", flag ? "status" : "flag");
+    if (!flag || !status)
+        return BAD(&c->err, "chorus_iprobe: %s is NULL", flag ? "status" : "flag");
     return probe(c, "chorus_iprobe", source, tag, 0, flag, status);
 }
 

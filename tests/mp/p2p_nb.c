@@ -4,7 +4,7 @@
  * and invalid arguments (with the messages a user sees), and a peer dying with requests posted.
  * Usage: chorus-run -np N p2p_nb [case...]   (no case: every case but death)
  *        chorus-run -np N p2p_nb death VICTIM (survivors exit 3 after checking their requests)
- *        CHORUS_TIMEOUT_S=2 chorus-run -np N p2p_nb timeout */
+ *        CHORUS_TIMEOUT_S=2 chorus-run -np N p2p_nb timeout|probe_timeout */
 #include <signal.h>
 #include <unistd.h>
 
@@ -314,6 +314,25 @@ static void expect_mismatch(chorus_result r, const char *what, const char *n1, c
  * and the communicator goes on working; a larger receive takes the message (status.count). */
 static void case_mismatch(void)
 {
+    /* a large message that does not fit a receive posted before it arrived is read and
+     * dropped: the next message of the pair is intact */
+    enum { BIG = 100000 };
+    int32_t small[8];
+    chorus_request *pre = NULL;
+    if (rank_ == 0) ASSERT_OK(chorus_irecv(comm, small, 8, CHORUS_INT32, 1, 10, &pre));
+    ASSERT_OK(chorus_barrier(comm));
+    if (rank_ == 1) {
+        int32_t *big = malloc(sizeof(int32_t) * BIG);
+        fill(big, BIG, 1, 0, 10);
+        ASSERT_OK(chorus_send(comm, big, BIG, CHORUS_INT32, 0, 10));
+        ASSERT_OK(chorus_send(comm, big, 8, CHORUS_INT32, 0, 11));
+        free(big);
+    } else if (rank_ == 0) {
+        expect_mismatch(chorus_wait(pre, NULL), "100000 int32 received into 8",
+                        "rank 1 sent 100000 int32 with tag 10", "up to 8 int32 from rank 1");
+        ASSERT_OK(chorus_recv(comm, small, 8, CHORUS_INT32, 1, 11));
+        check_data(small, 8, 1, 0, 10);
+    }
     if (rank_ == 1) {
         float f[200];
         int32_t a[10];
@@ -343,8 +362,8 @@ static void case_mismatch(void)
         ASSERT_EQ(st.count, 10);
         check_data(a, 10, 1, 0, 6);
         /* same size, other dtype */
-        ASSERT_OK(chorus_irecv(comm, f, 10, CHORUS_FLOAT32, CHORUS_ANY_SOURCE, CHORUS_ANY_TAG,
-                               &rq));
+        ASSERT_OK(
+            chorus_irecv(comm, f, 10, CHORUS_FLOAT32, CHORUS_ANY_SOURCE, CHORUS_ANY_TAG, &rq));
         expect_mismatch(chorus_wait(rq, NULL), "10 int32 received as 10 float32",
                         "rank 1 sent 10 int32 with tag 7", "from any rank with any tag");
         /* too few elements */
@@ -352,9 +371,8 @@ static void case_mismatch(void)
         expect_mismatch(chorus_wait(rq, NULL), "10 int32 received into 5",
                         "rank 1 sent 10 int32 with tag 8", "up to 5 int32");
         /* the blocking receive wants the exact count */
-        expect_mismatch(chorus_recv(comm, a, 100, CHORUS_INT32, 1, 9),
-                        "chorus_recv of 100 for 10", "rank 1 sent 10 int32 with tag 9",
-                        "expected exactly 100");
+        expect_mismatch(chorus_recv(comm, a, 100, CHORUS_INT32, 1, 9), "chorus_recv of 100 for 10",
+                        "rank 1 sent 10 int32 with tag 9", "expected exactly 100");
     }
     /* nothing broke */
     int32_t one = 1;
@@ -393,15 +411,15 @@ static void case_invalid(void)
                    "peer -7 is not another rank", comm);
     expect_invalid(chorus_irecv(comm, b, 4, CHORUS_INT32, other, -5, &rq), "irecv with tag -5",
                    "tag -5 is negative (CHORUS_ANY_TAG is -1)", comm);
-    expect_invalid(chorus_irecv(comm, NULL, 4, CHORUS_INT32, other, 0, &rq),
-                   "irecv into NULL", "NULL buffer with count 4", comm);
-    expect_invalid(chorus_irecv(comm, b, 4, (chorus_dtype)42, other, 0, &rq),
-                   "irecv of dtype 42", "unknown dtype 42", comm);
+    expect_invalid(chorus_irecv(comm, NULL, 4, CHORUS_INT32, other, 0, &rq), "irecv into NULL",
+                   "NULL buffer with count 4", comm);
+    expect_invalid(chorus_irecv(comm, b, 4, (chorus_dtype)42, other, 0, &rq), "irecv of dtype 42",
+                   "unknown dtype 42", comm);
     expect_invalid(chorus_irecv(NULL, b, 4, CHORUS_INT32, other, 0, &rq), "irecv on NULL comm",
                    "comm is NULL", NULL);
     expect_invalid(chorus_wait(NULL, &st), "wait on NULL", "chorus_wait: request is NULL", NULL);
-    expect_invalid(chorus_test(NULL, &flag, &st), "test on NULL",
-                   "chorus_test: request is NULL", NULL);
+    expect_invalid(chorus_test(NULL, &flag, &st), "test on NULL", "chorus_test: request is NULL",
+                   NULL);
     expect_invalid(chorus_waitall(-1, &rq, NULL), "waitall of -1", "n is negative", NULL);
     expect_invalid(chorus_probe(comm, size_ + 3, 0, &st), "probe of rank size+3",
                    "is not another rank", comm);
@@ -417,60 +435,61 @@ static void case_invalid(void)
     ASSERT_OK(chorus_barrier(comm));
 }
 
-/* Every survivor posts requests that only the victim or a failure can complete, the victim is
- * killed, and every request must end with CHORUS_ERR_PEER_LOST naming it, within the timeout. */
+/* Every survivor has requests posted that only the victim or a failure can complete (from
+ * it, to it, from any rank, from another survivor) when the victim is killed: every request
+ * must end with CHORUS_ERR_PEER_LOST naming it, within the timeout. Run with
+ * CHORUS_HEARTBEAT_S=0, so that the victim reads nothing once it has left its last call. */
 static int case_death(int victim)
 {
     enum { BIG = 16 << 20 }; /* int32s: 64 MB, more than the sockets hold */
+    char needle[32];
+    snprintf(needle, sizeof(needle), "rank %d", victim);
     int other = -1;
     for (int r = 0; r < size_; r++)
         if (r != victim && r != rank_) other = r;
-    int32_t *big = calloc(BIG, sizeof(int32_t)), small[4][8];
+    int32_t *big = calloc(BIG, sizeof(int32_t)), small[4][8], bye = 0;
     chorus_request *rq[5];
-    chorus_result posted[5];
     int n = 0;
-    /* receives nobody will send to, posted before the victim dies: they must be pending */
     if (rank_ != victim) {
         ASSERT_OK(chorus_irecv(comm, small[0], 8, CHORUS_INT32, victim, 1, &rq[n++]));
         ASSERT_OK(chorus_irecv(comm, small[1], 8, CHORUS_INT32, CHORUS_ANY_SOURCE, 2, &rq[n++]));
-        ASSERT_OK(chorus_irecv(comm, small[2], 8, CHORUS_INT32, CHORUS_ANY_SOURCE,
-                               CHORUS_ANY_TAG, &rq[n++]));
         if (other >= 0)
-            ASSERT_OK(chorus_irecv(comm, small[3], 8, CHORUS_INT32, other, 4, &rq[n++]));
-        for (int i = 0; i < n; i++) posted[i] = CHORUS_OK;
+            ASSERT_OK(chorus_irecv(comm, small[2], 8, CHORUS_INT32, other, 4, &rq[n++]));
     }
     ASSERT_OK(chorus_barrier(comm));
-    if (rank_ == victim) kill(getpid(), SIGKILL);
+    if (rank_ == victim) {
+        /* a last message to each survivor; after it this rank never reads again */
+        for (int r = 0; r < size_; r++)
+            if (r != victim) ASSERT_OK(chorus_send(comm, &bye, 1, CHORUS_INT32, r, 9));
+        sleep(1);
+        kill(getpid(), SIGKILL);
+    }
+    ASSERT_OK(chorus_recv(comm, &bye, 1, CHORUS_INT32, victim, 9));
+    /* the victim no longer reads: a send of 64 MB to it cannot complete */
+    ASSERT_OK(chorus_isend(comm, big, BIG, CHORUS_INT32, victim, 3, &rq[n++]));
+    ASSERT_OK(
+        chorus_irecv(comm, small[3], 8, CHORUS_INT32, CHORUS_ANY_SOURCE, CHORUS_ANY_TAG, &rq[n++]));
     double t0 = chorus__now();
-    /* a send the victim cannot have taken (64 MB): refused at once if the death is known */
-    posted[n] = chorus_isend(comm, big, BIG, CHORUS_INT32, victim, 3, &rq[n]);
-    n++;
-    char needle[32];
-    snprintf(needle, sizeof(needle), "rank %d", victim);
-    int failed = 0;
-    for (int i = 0; i < n; i++) {
-        chorus_result r = posted[i];
-        if (r == CHORUS_OK) { /* pending: test the first ones, wait for the others */
-            int done = 0;
-            chorus_status st;
-            if (i % 2 == 0) {
-                while (!done) {
-                    r = chorus_test(rq[i], &done, &st);
-                    if (chorus__now() - t0 > 30) test_fail(__FILE__, __LINE__, "test never failed");
-                }
-            } else {
-                r = chorus_wait(rq[i], &st);
-            }
-            ASSERT_EQ(st.result, r);
+    for (int i = 0; i < n; i++) { /* half by test, half by wait */
+        int done = 0;
+        chorus_status st;
+        chorus_result r;
+        if (i % 2 == 0) {
+            do {
+                r = chorus_test(rq[i], &done, &st);
+                if (chorus__now() - t0 > 30) test_fail(__FILE__, __LINE__, "test never failed");
+            } while (!done);
+        } else {
+            r = chorus_wait(rq[i], &st);
         }
+        ASSERT_EQ(st.result, r);
         if (r != CHORUS_ERR_PEER_LOST)
             test_fail(__FILE__, __LINE__, "request %d ended with %s, expected PEER_LOST", i,
                       chorus_strerror(r));
         ASSERT_STR_CONTAINS(chorus_last_error(comm), needle);
-        failed++;
     }
     double dt = chorus__now() - t0;
-    fprintf(stderr, "rank %d: %d p2p requests failed after %.2fs: %s: %s\n", rank_, failed, dt,
+    fprintf(stderr, "rank %d: %d p2p requests failed after %.2fs: %s: %s\n", rank_, n, dt,
             chorus_strerror(CHORUS_ERR_PEER_LOST), chorus_last_error(comm));
     ASSERT(dt < chorus__cfg_double("CHORUS_TIMEOUT_S"));
     free(big);
@@ -479,28 +498,39 @@ static int case_death(int victim)
     return 3;
 }
 
-/* Run with a short CHORUS_TIMEOUT_S: rank 0 waits for a message rank 1 never sends and gets
- * CHORUS_ERR_TIMEOUT naming rank 1 and the receive; the others, probing later, learn the same. */
-static int case_timeout(void)
+/* Run with a short CHORUS_TIMEOUT_S: rank 0 waits for a message rank 1 never sends (or probes
+ * for a message from any rank that nobody sends) and gets CHORUS_ERR_TIMEOUT naming rank 1 and
+ * the receive (or the probe); the others, probing later, learn the same. */
+static int case_timeout(int probe)
 {
     int32_t b[4];
     chorus_request *rq;
     chorus_status st;
-    const char *want = "rank 0 timed out in a receive of up to 4 int32 with tag 77 from rank 1";
+    const char *want = probe ? "rank 0 timed out in a probe for a message with any tag from any "
+                               "rank: no rank sent a matching message"
+                             : "rank 0 timed out in a receive of up to 4 int32 with tag 77 from "
+                               "rank 1 (host ";
     if (rank_ == 0) {
-        ASSERT_OK(chorus_irecv(comm, b, 4, CHORUS_INT32, 1, 77, &rq));
         double t0 = chorus__now();
-        chorus_result r = chorus_wait(rq, &st);
-        printf("rank 0: wait returned %s after %.1fs: %s\n", chorus_strerror(r), chorus__now() - t0,
-               chorus_last_error(comm));
+        chorus_result r;
+        if (probe) {
+            r = chorus_probe(comm, CHORUS_ANY_SOURCE, CHORUS_ANY_TAG, &st);
+        } else {
+            ASSERT_OK(chorus_irecv(comm, b, 4, CHORUS_INT32, 1, 77, &rq));
+            r = chorus_wait(rq, &st);
+            ASSERT_EQ(st.result, CHORUS_ERR_TIMEOUT);
+        }
+        printf("rank 0: %s returned %s after %.1fs: %s\n", probe ? "probe" : "wait",
+               chorus_strerror(r), chorus__now() - t0, chorus_last_error(comm));
         ASSERT_EQ(r, CHORUS_ERR_TIMEOUT);
-        ASSERT_EQ(st.result, CHORUS_ERR_TIMEOUT);
         ASSERT_STR_CONTAINS(chorus_last_error(comm), want);
     } else {
         usleep(1500000); /* rank 0's deadline passes first */
         chorus_result r = chorus_probe(comm, CHORUS_ANY_SOURCE, 78, &st);
-        printf("rank %d: probe returned %s: %s\n", rank_, chorus_strerror(r), chorus_last_error(comm));
-        if (rank_ == 1) { /* the blamed rank is not told: it sees the others close on it */
+        printf("rank %d: probe returned %s: %s\n", rank_, chorus_strerror(r),
+               chorus_last_error(comm));
+        if (rank_ == 1 &&
+            !probe) { /* the blamed rank is not told: it sees the others close on it */
             ASSERT_EQ(r, CHORUS_ERR_PEER_LOST);
             ASSERT_STR_CONTAINS(chorus_last_error(comm), size_ == 2 ? "rank 0 (host " : "was lost");
         } else {
@@ -523,7 +553,8 @@ int main(int argc, char **argv)
     test_rank = rank_;
     ASSERT(size_ >= 2);
     if (argc > 2 && !strcmp(argv[1], "death")) return case_death(atoi(argv[2]));
-    if (argc > 1 && !strcmp(argv[1], "timeout")) return case_timeout();
+    if (argc > 1 && !strcmp(argv[1], "timeout")) return case_timeout(0);
+    if (argc > 1 && !strcmp(argv[1], "probe_timeout")) return case_timeout(1);
     static const struct {
         const char *name;
         void (*fn)(void);

@@ -7,12 +7,14 @@
 set -u
 np=$1; victim=$2; bytes=$3
 out=$(mktemp)
+hb=${CHORUS_HEARTBEAT_S:-1}
 if [ "$bytes" = p2p ]; then
+    hb=0 # the victim must not read (its watchdog would) once it has left its last call
     prog="$BUILD/tests/mp/p2p_nb death $victim"; reported="p2p requests failed after .*CHORUS_ERR_PEER_LOST.*rank $victim"
 else
     prog="$BUILD/tests/mp/peer_death $victim $bytes"; reported="allreduce failed .*rank $victim"
 fi
-CHORUS_TIMEOUT_S=10 timeout 60 chorus-run -np "$np" --grace 15 $prog >"$out" 2>&1
+CHORUS_HEARTBEAT_S=$hb CHORUS_TIMEOUT_S=10 timeout 60 chorus-run -np "$np" --grace 15 $prog >"$out" 2>&1
 rc=$?
 cat "$out"
 fail() { echo "FAILED: $*"; rm -f "$out"; exit 1; }

@@ -757,8 +757,9 @@ static void check_bye(chorus_net *n, const chorus_req *r)
     break_locked(n, r->peer, CHORUS_ERR_PEER_LOST, why, 1);
 }
 
-/* Breaks the net because request r made no progress until its deadline. mu held. */
-static void timeout_locked(chorus_net *n, const chorus_req *r)
+/* Breaks the net because request r (or, probe, a chorus__net_probe for what r describes) made
+ * no progress until its deadline. mu held. */
+static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
 {
     char what[160], why[400];
     if (r->h.type != CHORUS_MSG_P2P) {
@@ -773,9 +774,13 @@ static void timeout_locked(chorus_net *n, const chorus_req *r)
     }
     char tag[32] = "any tag";
     if (r->h.tag != CHORUS__NET_ANY) snprintf(tag, sizeof(tag), "tag %d", r->h.tag);
-    snprintf(what, sizeof(what), "%s %s%llu %s with %s", r->is_send ? "a send of" : "a receive of",
-             r->is_send ? "" : "up to ", (unsigned long long)r->h.count,
-             chorus__dtype_name((int)((r->h.coll >> 8) & 0xff)), tag);
+    if (probe)
+        snprintf(what, sizeof(what), "a probe for a message with %s", tag);
+    else
+        snprintf(what, sizeof(what), "%s %s%llu %s with %s",
+                 r->is_send ? "a send of" : "a receive of", r->is_send ? "" : "up to ",
+                 (unsigned long long)r->h.count, chorus__dtype_name((int)((r->h.coll >> 8) & 0xff)),
+                 tag);
     if (r->peer == CHORUS__NET_ANY)
         snprintf(why, sizeof(why),
                  "rank %d timed out in %s from any rank: no rank sent a matching message "
@@ -830,7 +835,7 @@ static chorus_result wait_core(chorus_net *n, chorus_req *const *reqs, int nreq,
             }
         }
         if (now > deadline) {
-            timeout_locked(n, reqs[pending]);
+            timeout_locked(n, reqs[pending], 0);
             continue;
         }
         poll_unlocked(n, sleep_ms(now, spin_until, deadline));
@@ -896,7 +901,7 @@ chorus_result chorus__net_probe(chorus_net *n, uint64_t comm_id, int peer_rank, 
         if (timeout_s <= 0) break;
         now = chorus__now();
         if (now > deadline) {
-            timeout_locked(n, &want);
+            timeout_locked(n, &want, 1);
             continue;
         }
         poll_unlocked(n, sleep_ms(now, spin_until, deadline));

@@ -4,11 +4,13 @@
  * and invalid arguments (with the messages a user sees), and a peer dying with requests posted.
  * Usage: chorus-run -np N p2p_nb [case...]   (no case: every case but death)
  *        chorus-run -np N p2p_nb death VICTIM (survivors exit 3 after checking their requests)
- *        CHORUS_TIMEOUT_S=2 chorus-run -np N p2p_nb timeout|probe_timeout */
+ *        CHORUS_TIMEOUT_S=2 chorus-run -np N p2p_nb timeout|probe_timeout
+ *        chorus-run -np N p2p_nb garbage_len|garbage_dtype */
 #include <signal.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "coll/comm.h"
 #include "harness.h"
 
 static chorus_comm *comm;
@@ -545,6 +547,43 @@ static int case_timeout(int probe)
     return 0;
 }
 
+/* Rank 1 sends rank 0 a point-to-point header that lies (through the transport, as a broken or
+ * hostile peer would): a length that is not its count of int32 (bad_len), or a dtype that does
+ * not exist. Rank 0's receive fails with CHORUS_ERR_PEER_LOST naming rank 1 and what was wrong,
+ * nothing is copied, and every rank fails instead of waiting. */
+static int case_garbage(int bad_len)
+{
+    int32_t b[10]; /* exactly the receive: a sanitizer sees any byte written past it */
+    chorus_request *rq;
+    chorus_status st;
+    const char *want = bad_len ? "a point-to-point message whose length is not its count"
+                               : "a point-to-point header without a valid dtype";
+    if (rank_ == 1) {
+        int32_t lie[16] = {0};
+        chorus_wire_hdr h = {.type = CHORUS_MSG_P2P,
+                             .comm_id = comm->id,
+                             .tag = 3,
+                             .coll = bad_len ? (uint32_t)CHORUS_INT32 << 8 : 99u << 8,
+                             .count = 10,
+                             .len = bad_len ? 64 : 40};
+        chorus_req r;
+        chorus_req *rp = &r;
+        chorus__net_isend(comm->net, &r, comm->world[0], &h, lie);
+        ASSERT_OK(chorus__net_wait(comm->net, &rp, 1, chorus__deadline(), NULL));
+    }
+    /* the header may have been read (and the communicator broken) before the receive */
+    chorus_result r = chorus_irecv(comm, b, 10, CHORUS_INT32, rank_ == 0 ? 1 : 0, 3, &rq);
+    if (r == CHORUS_OK) r = chorus_wait(rq, &st);
+    printf("rank %d: wait returned %s: %s\n", rank_, chorus_strerror(r), chorus_last_error(comm));
+    ASSERT_EQ(r, CHORUS_ERR_PEER_LOST);
+    if (rank_ != 1) {
+        ASSERT_STR_CONTAINS(chorus_last_error(comm), "rank 1 (host ");
+        ASSERT_STR_CONTAINS(chorus_last_error(comm), want);
+    }
+    chorus_finalize(comm);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     ASSERT_OK(chorus_init(&comm));
@@ -555,6 +594,8 @@ int main(int argc, char **argv)
     if (argc > 2 && !strcmp(argv[1], "death")) return case_death(atoi(argv[2]));
     if (argc > 1 && !strcmp(argv[1], "timeout")) return case_timeout(0);
     if (argc > 1 && !strcmp(argv[1], "probe_timeout")) return case_timeout(1);
+    if (argc > 1 && !strcmp(argv[1], "garbage_len")) return case_garbage(1);
+    if (argc > 1 && !strcmp(argv[1], "garbage_dtype")) return case_garbage(0);
     static const struct {
         const char *name;
         void (*fn)(void);

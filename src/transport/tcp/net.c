@@ -359,12 +359,19 @@ static umsg *p2p_find(chorus_net *n, int peer_rank, uint64_t comm_id, int tag, i
 /* Does message h fit receive r: same dtype, no more elements than it has room for? */
 static int p2p_fits(const chorus_wire_hdr *h, const chorus_req *r)
 {
-    return h->coll == r->h.coll && h->count <= r->h.count && h->len <= r->len;
+    return h->coll == r->h.coll && h->count <= r->h.count;
+}
+
+/* A message of r's dtype must be count elements of r's element size (r->len / r->h.count). */
+static int p2p_sane(const chorus_wire_hdr *h, const chorus_req *r)
+{
+    return r->h.count ? h->len == h->count * (r->len / r->h.count) : h->len == 0;
 }
 
 /* Receive r (posted, with mu held) takes message h from world rank src. Returns 1 when the
- * payload is to land in r->buf, 0 when r failed with a mismatch (the payload is discarded). */
-static int p2p_claim(chorus_req *r, const chorus_wire_hdr *h, int src)
+ * payload is to land in r->buf, 0 when r failed with a mismatch (the payload is discarded),
+ * -1 when the header lies about its payload: the net breaks, blaming src. */
+static int p2p_claim(chorus_net *n, chorus_req *r, const chorus_wire_hdr *h, int src)
 {
     r->src = src;
     r->got = *h;
@@ -372,6 +379,14 @@ static int p2p_claim(chorus_req *r, const chorus_wire_hdr *h, int src)
         r->res = CHORUS_ERR_MISMATCH;
         r->done = 1;
         return 0;
+    }
+    if (!p2p_sane(h, r)) {
+        peer_lost(n, src,
+                  "garbage on the connection: a point-to-point message whose length is not "
+                  "its count of its dtype");
+        r->res = n->broken;
+        r->done = 1;
+        return -1;
     }
     r->len = h->len;
     return 1;
@@ -386,7 +401,9 @@ static void p2p_post_locked(chorus_net *n, chorus_req *r)
     umsg *u = p2p_find(n, r->peer, r->h.comm_id, r->h.tag, &src, 1);
     if (u) {
         peer *pe = &n->peers[src];
-        if (!p2p_claim(r, &u->h, src)) {
+        int fit = p2p_claim(n, r, &u->h, src);
+        if (fit < 0) return;
+        if (!fit) {
             if (u->complete) {
                 unlink_umsg(pe, u);
                 free_umsg(u);
@@ -529,14 +546,11 @@ static void finish_payload(chorus_net *n, int p)
     pe->dst = NULL;
 }
 
-/* A point-to-point header must describe its payload: a dtype, and len = count * its size. */
+/* A point-to-point header names a dtype and nothing else in coll; its length is checked
+ * against its count when a receive (which knows the dtype's size) takes it. */
 static int p2p_header_ok(const chorus_wire_hdr *h)
 {
-    unsigned dt = (h->coll >> 8) & 0xff;
-    size_t bytes;
-    return (h->coll & ~0xff00u) == 0 && dt < CHORUS_DTYPE_COUNT &&
-           !__builtin_mul_overflow((size_t)h->count, chorus_dtype_size((chorus_dtype)dt), &bytes) &&
-           bytes == h->len;
+    return (h->coll & ~0xff00u) == 0 && ((h->coll >> 8) & 0xff) < CHORUS_DTYPE_COUNT;
 }
 
 /* A complete header arrived from p: decide where its payload goes. */
@@ -571,11 +585,14 @@ static void route_header(chorus_net *n, int p)
         if (h->type == CHORUS_MSG_P2P) {
             if (!p2p_header_ok(h)) {
                 peer_lost(n, p,
-                          "a point-to-point header whose length is not its count of its dtype");
+                          "garbage on the connection: a point-to-point header without a "
+                          "valid dtype");
                 return;
             }
             r = p2p_take_posted(n, p, h);
-            if (r && !p2p_claim(r, h, p)) {
+            int fit = r ? p2p_claim(n, r, h, p) : 1;
+            if (fit < 0) return;
+            if (!fit) {
                 r = NULL;
                 discard = 1;
             }

@@ -134,7 +134,8 @@ chorus_result chorus_barrier(chorus_comm *c);
  * Every failure other than a mismatch (a peer lost, a timeout) breaks the communicator, as
  * for collectives: every request still pending on it then fails with that error. Waits have the
  * CHORUS_TIMEOUT_S deadline without progress. Requests of a communicator must be completed
- * before it is finalized. */
+ * before it is finalized. Threading: a request, like its communicator, must not be used by two
+ * threads at the same time; any waiting call drives the transfers of every request. */
 
 #define CHORUS_ANY_SOURCE (-1) /* chorus_irecv/chorus_probe: a message from any rank */
 #define CHORUS_ANY_TAG    (-1) /* chorus_irecv/chorus_probe: a message with any tag */
@@ -148,7 +149,7 @@ typedef struct chorus_request chorus_request; /* opaque */
 typedef struct chorus_status {
     int source;           /* the sender's rank in the communicator (for a send: the destination) */
     int tag;              /* the message's tag */
-    size_t count;         /* elements received (<= the receive's count), sent, or probed */
+    size_t count;         /* elements received (<= the receive's count; 0: none), sent, probed */
     chorus_dtype dtype;   /* the message's dtype */
     chorus_result result; /* how this request ended (for chorus_waitall) */
 } chorus_status;

@@ -148,7 +148,9 @@ static chorus_result finish(chorus_request *rq, int done, chorus_result net_res,
         broke(c, res);
     }
     if (status) {
-        int got = !r->is_send && r->got.type == CHORUS_MSG_P2P; /* a message matched */
+        /* a message matched (and arrived, or was refused): its source, tag, count, dtype */
+        int got = !r->is_send && r->got.type == CHORUS_MSG_P2P &&
+                  (res == CHORUS_OK || res == CHORUS_ERR_MISMATCH);
         status->source = got ? comm_rank_of(c, r->src) : rq->peer;
         status->tag = got ? r->got.tag : rq->tag;
         status->count = got ? (size_t)r->got.count : r->is_send && res == CHORUS_OK ? rq->count : 0;

@@ -122,10 +122,93 @@ chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size
 /* Returns once every rank of c has entered the barrier. */
 chorus_result chorus_barrier(chorus_comm *c);
 
-/* Point to point. Messages between a pair with the same tag arrive in order; a receive whose
- * count differs from the matching send fails with CHORUS_ERR_MISMATCH. tag >= 0. */
+/* ---- point to point (docs/P2P.md) ----------------------------------------------------------
+ *
+ * Messages between two ranks of a communicator, over TCP (also between ranks of one host, on
+ * the loopback). A receive matches a message on (communicator, source, tag), as in MPI; the
+ * message then must carry the receive's dtype and at most its count of elements, or the
+ * receive fails with CHORUS_ERR_MISMATCH naming both sides (the message is discarded and the
+ * communicator stays usable). Messages from one sender with one tag are received in the order
+ * they were sent (non-overtaking). Sending to oneself is not supported. Tags are >= 0.
+ *
+ * Every failure other than a mismatch (a peer lost, a timeout) breaks the communicator, as
+ * for collectives: every request still pending on it then fails with that error. Waits have the
+ * CHORUS_TIMEOUT_S deadline without progress. Requests of a communicator must be completed
+ * before it is finalized. Threading: a request, like its communicator, must not be used by two
+ * threads at the same time; any waiting call drives the transfers of every request. */
+
+#define CHORUS_ANY_SOURCE (-1) /* chorus_irecv/chorus_probe: a message from any rank */
+#define CHORUS_ANY_TAG    (-1) /* chorus_irecv/chorus_probe: a message with any tag */
+
+/* A pending non-blocking send or receive. Made by chorus_isend/chorus_irecv; freed by the
+ * chorus_wait/chorus_waitall/chorus_waitany that completes it, or by the chorus_test that
+ * reports it done: the pointer is invalid after that. */
+typedef struct chorus_request chorus_request; /* opaque */
+
+/* How a request ended, or what a probe found. */
+typedef struct chorus_status {
+    int source;           /* the sender's rank in the communicator (for a send: the destination) */
+    int tag;              /* the message's tag */
+    size_t count;         /* elements received (<= the receive's count; 0: none), sent, probed */
+    chorus_dtype dtype;   /* the message's dtype */
+    chorus_result result; /* how this request ended (for chorus_waitall) */
+} chorus_status;
+
+/* Starts sending count elements of dtype t from buf to rank peer with tag (>= 0) and returns
+ * at once with *req. buf must stay untouched until the request completes. The send completes
+ * once the message is handed to the transport (it may not have been received yet).
+ * Errors: CHORUS_ERR_INVALID_ARG (NULL req, unknown dtype, peer out of range or this rank, tag
+ * < 0, NULL buf with count > 0; nothing is sent), or the error that broke the communicator.
+ * On error *req is NULL. Not thread-safe with other calls on the same communicator. */
+chorus_result chorus_isend(chorus_comm *c, const void *buf, size_t count, chorus_dtype t, int peer,
+                           int tag, chorus_request **req);
+
+/* Starts receiving up to count elements of dtype t into buf from rank peer (or
+ * CHORUS_ANY_SOURCE) with tag (or CHORUS_ANY_TAG) and returns at once with *req. A message
+ * shorter than count is accepted: the status's count says how many elements arrived (as
+ * MPI). buf must stay valid until the request completes. Errors as chorus_isend (a communicator
+ * of one rank has no source for CHORUS_ANY_SOURCE); on error *req is NULL. */
+chorus_result chorus_irecv(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int peer,
+                           int tag, chorus_request **req);
+
+/* Waits until req completes, fills *status (may be NULL) and frees req. Returns the request's
+ * result: CHORUS_OK; CHORUS_ERR_MISMATCH (receive: the message had another dtype or more
+ * elements; status says what was sent); CHORUS_ERR_PEER_LOST or CHORUS_ERR_TIMEOUT when the
+ * communicator broke (a dead peer, or no progress for CHORUS_TIMEOUT_S: the wait then breaks
+ * the communicator, naming the peer). chorus_last_error() has the detail.
+ * CHORUS_ERR_INVALID_ARG for a NULL req (detail in chorus_last_error(NULL)). */
+chorus_result chorus_wait(chorus_request *req, chorus_status *status);
+
+/* Drives progress without blocking. When req is complete (successfully or not) sets *done = 1,
+ * fills *status (may be NULL), frees req and returns its result as chorus_wait; otherwise sets
+ * *done = 0 and returns CHORUS_OK (req stays valid). Requests may be tested in any order. */
+chorus_result chorus_test(chorus_request *req, int *done, chorus_status *status);
+
+/* Waits for every non-NULL reqs[i] (in any order), sets it to NULL and fills statuses[i] (the
+ * array may be NULL). Returns CHORUS_OK or the first failed request's result; the others are
+ * completed and freed all the same. */
+chorus_result chorus_waitall(int n, chorus_request **reqs, chorus_status *statuses);
+
+/* Waits until one of the non-NULL reqs completes, frees it, sets reqs[*index] to NULL and fills
+ * *status; returns its result. All requests must belong to communicators of one chorus_init
+ * (the world and its splits). With no non-NULL request, *index = -1 and CHORUS_OK. */
+chorus_result chorus_waitany(int n, chorus_request **reqs, int *index, chorus_status *status);
+
+/* Blocks until a message from source (or CHORUS_ANY_SOURCE) with tag (or CHORUS_ANY_TAG) can be
+ * received, and describes it in *status without receiving it; a chorus_irecv/chorus_recv from
+ * status->source with status->tag then gets that very message. Waits at most CHORUS_TIMEOUT_S
+ * (then CHORUS_ERR_TIMEOUT, which breaks the communicator). Errors as chorus_irecv. */
+chorus_result chorus_probe(chorus_comm *c, int source, int tag, chorus_status *status);
+
+/* chorus_probe without blocking: *flag = 1 and *status when such a message is there, else
+ * *flag = 0. */
+chorus_result chorus_iprobe(chorus_comm *c, int source, int tag, int *flag, chorus_status *status);
+
+/* Blocking send: chorus_isend then chorus_wait. */
 chorus_result chorus_send(chorus_comm *c, const void *buf, size_t count, chorus_dtype t, int peer,
                           int tag);
+/* Blocking receive: chorus_irecv then chorus_wait, but the message must have exactly count
+ * elements (there is no status to tell a shorter one): otherwise CHORUS_ERR_MISMATCH. */
 chorus_result chorus_recv(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int peer,
                           int tag);
 

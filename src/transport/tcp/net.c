@@ -39,6 +39,7 @@ typedef struct umsg {
     char *data;
     int complete;
     chorus_req *waiter; /* a receive posted while the message was still arriving */
+    int dropped; /* claimed by a point-to-point receive it did not fit: freed when complete */
 } umsg;
 
 typedef struct peer {
@@ -77,8 +78,11 @@ struct chorus_net {
     chorus_auth_key key; /* CHORUS_SECRET; connections prove it before anything else */
     pthread_mutex_t mu;
     peer *peers;
-    chorus_result broken; /* first error, CHORUS_OK while healthy */
-    int broken_rank;      /* world rank blamed for it, -1 when none */
+    chorus_req *anyq_head, *anyq_tail; /* point-to-point receives from any source */
+    uint64_t post_seq;                 /* point-to-point receives posted so far */
+    int any_next;                      /* where an any-source receive starts looking */
+    chorus_result broken;              /* first error, CHORUS_OK while healthy */
+    int broken_rank;                   /* world rank blamed for it, -1 when none */
     char broken_msg[sizeof(((chorus_errbuf *)0)->msg)];
     /* watchdog */
     double hb_interval, hb_timeout; /* seconds; interval 0: no watchdog */
@@ -294,6 +298,158 @@ static void unlink_req(chorus_req **head, chorus_req **tail, chorus_req *r)
         }
 }
 
+static void unlink_umsg(peer *pe, umsg *u)
+{
+    umsg *prev = NULL;
+    for (umsg *x = pe->uq_head; x; prev = x, x = x->next)
+        if (x == u) {
+            if (prev)
+                prev->next = u->next;
+            else
+                pe->uq_head = u->next;
+            if (pe->uq_tail == u) pe->uq_tail = prev;
+            return;
+        }
+}
+
+static void free_umsg(umsg *u)
+{
+    free(u->data);
+    free(u);
+}
+
+/* ---- point-to-point matching ------------------------------------------------------------ */
+
+/* Would a receive of communicator comm_id with tag (or CHORUS__NET_ANY) take message h? */
+static int p2p_match(const chorus_wire_hdr *h, uint64_t comm_id, int tag)
+{
+    return h->type == CHORUS_MSG_P2P && h->comm_id == comm_id &&
+           (tag == CHORUS__NET_ANY || h->tag == tag);
+}
+
+/* The first message from p that no receive has claimed and that matches, or NULL. */
+static umsg *p2p_find_from(peer *pe, uint64_t comm_id, int tag)
+{
+    for (umsg *u = pe->uq_head; u; u = u->next)
+        if (!u->waiter && !u->dropped && p2p_match(&u->h, comm_id, tag)) return u;
+    return NULL;
+}
+
+/* The same from peer, or from any peer: with rotate, the search starts after the sender found
+ * last, so that no sender starves. *src is the sender. Messages of one sender are found in the
+ * order they arrived. */
+static umsg *p2p_find(chorus_net *n, int peer_rank, uint64_t comm_id, int tag, int *src, int rotate)
+{
+    if (peer_rank != CHORUS__NET_ANY) {
+        *src = peer_rank;
+        return p2p_find_from(&n->peers[peer_rank], comm_id, tag);
+    }
+    for (int i = 0; i < n->size; i++) {
+        int p = (n->any_next + i) % n->size;
+        umsg *u = p == n->rank ? NULL : p2p_find_from(&n->peers[p], comm_id, tag);
+        if (u) {
+            if (rotate) n->any_next = (p + 1) % n->size;
+            *src = p;
+            return u;
+        }
+    }
+    return NULL;
+}
+
+/* Does message h fit receive r: same dtype, no more elements than it has room for? */
+static int p2p_fits(const chorus_wire_hdr *h, const chorus_req *r)
+{
+    return h->coll == r->h.coll && h->count <= r->h.count;
+}
+
+/* A message of r's dtype must be count elements of r's element size (r->len / r->h.count). */
+static int p2p_sane(const chorus_wire_hdr *h, const chorus_req *r)
+{
+    return r->h.count ? h->len == h->count * (r->len / r->h.count) : h->len == 0;
+}
+
+/* Receive r (posted, with mu held) takes message h from world rank src. Returns 1 when the
+ * payload is to land in r->buf, 0 when r failed with a mismatch (the payload is discarded),
+ * -1 when the header lies about its payload: the net breaks, blaming src. */
+static int p2p_claim(chorus_net *n, chorus_req *r, const chorus_wire_hdr *h, int src)
+{
+    r->src = src;
+    r->got = *h;
+    if (!p2p_fits(h, r)) {
+        r->res = CHORUS_ERR_MISMATCH;
+        r->done = 1;
+        return 0;
+    }
+    if (!p2p_sane(h, r)) {
+        peer_lost(n, src,
+                  "garbage on the connection: a point-to-point message whose length is not "
+                  "its count of its dtype");
+        r->res = n->broken;
+        r->done = 1;
+        return -1;
+    }
+    r->len = h->len;
+    return 1;
+}
+
+/* Posts point-to-point receive r with mu held: it takes the earliest unclaimed message that
+ * matches, else waits in its peer's queue (or the any-source queue) in posting order. */
+static void p2p_post_locked(chorus_net *n, chorus_req *r)
+{
+    r->order = ++n->post_seq;
+    int src;
+    umsg *u = p2p_find(n, r->peer, r->h.comm_id, r->h.tag, &src, 1);
+    if (u) {
+        peer *pe = &n->peers[src];
+        int fit = p2p_claim(n, r, &u->h, src);
+        if (fit < 0) return;
+        if (!fit) {
+            if (u->complete) {
+                unlink_umsg(pe, u);
+                free_umsg(u);
+            } else {
+                u->dropped = 1;
+            }
+        } else if (u->complete) {
+            if (r->len) memcpy(r->buf, u->data, r->len);
+            r->off = r->len;
+            r->done = 1;
+            unlink_umsg(pe, u);
+            free_umsg(u);
+        } else {
+            u->waiter = r;
+        }
+        return;
+    }
+    chorus_req **head = &n->anyq_head, **tail = &n->anyq_tail;
+    if (r->peer != CHORUS__NET_ANY) {
+        head = &n->peers[r->peer].rq_head;
+        tail = &n->peers[r->peer].rq_tail;
+    }
+    if (*tail)
+        (*tail)->next = r;
+    else
+        *head = r;
+    *tail = r;
+}
+
+/* The earliest posted receive that takes message h from p (unlinked), or NULL. */
+static chorus_req *p2p_take_posted(chorus_net *n, int p, const chorus_wire_hdr *h)
+{
+    peer *pe = &n->peers[p];
+    chorus_req *mine = NULL, *any = NULL;
+    for (chorus_req *x = pe->rq_head; x && !mine; x = x->next)
+        if (x->h.type == CHORUS_MSG_P2P && p2p_match(h, x->h.comm_id, x->h.tag)) mine = x;
+    for (chorus_req *x = n->anyq_head; x && !any; x = x->next)
+        if (p2p_match(h, x->h.comm_id, x->h.tag)) any = x;
+    if (any && (!mine || any->order < mine->order)) {
+        unlink_req(&n->anyq_head, &n->anyq_tail, any);
+        return any;
+    }
+    if (mine) unlink_req(&pe->rq_head, &pe->rq_tail, mine);
+    return mine;
+}
+
 void chorus__net_irecv(chorus_net *n, chorus_req *r, int peer_rank, const chorus_wire_hdr *expect,
                        void *buf)
 {
@@ -303,13 +459,18 @@ void chorus__net_irecv(chorus_net *n, chorus_req *r, int peer_rank, const chorus
     r->buf = buf;
     r->len = expect->len;
     pthread_mutex_lock(&n->mu);
-    peer *pe = &n->peers[peer_rank];
     if (n->broken != CHORUS_OK) {
         r->done = 1;
         r->res = n->broken;
         pthread_mutex_unlock(&n->mu);
         return;
     }
+    if (expect->type == CHORUS_MSG_P2P) {
+        p2p_post_locked(n, r);
+        pthread_mutex_unlock(&n->mu);
+        return;
+    }
+    peer *pe = &n->peers[peer_rank];
     /* Something of this stream already arrived (or is arriving)? It is ours, unless an earlier
      * receive already claimed it or an earlier receive of the same stream is still waiting. */
     for (chorus_req *x = pe->rq_head; x; x = x->next)
@@ -354,25 +515,19 @@ static void finish_payload(chorus_net *n, int p)
 {
     peer *pe = &n->peers[p];
     if (pe->dreq) {
+        pe->dreq->off = pe->cur.len;
         pe->dreq->done = 1;
     } else if (pe->dmsg) {
         umsg *u = pe->dmsg;
         u->complete = 1;
         if (u->waiter) {
             if (u->h.len) memcpy(u->waiter->buf, u->data, u->h.len);
+            u->waiter->off = u->h.len;
             u->waiter->done = 1;
-            umsg *prev = NULL;
-            for (umsg *x = pe->uq_head; x; prev = x, x = x->next)
-                if (x == u) {
-                    if (prev)
-                        prev->next = u->next;
-                    else
-                        pe->uq_head = u->next;
-                    if (pe->uq_tail == u) pe->uq_tail = prev;
-                    break;
-                }
-            free(u->data);
-            free(u);
+        }
+        if (u->waiter || u->dropped) {
+            unlink_umsg(pe, u);
+            free_umsg(u);
         }
     } else if (pe->cur.type == CHORUS_MSG_ABORT) {
         chorus_wire_abort a;
@@ -391,10 +546,18 @@ static void finish_payload(chorus_net *n, int p)
     pe->dst = NULL;
 }
 
+/* A point-to-point header names a dtype and nothing else in coll; its length is checked
+ * against its count when a receive (which knows the dtype's size) takes it. */
+static int p2p_header_ok(const chorus_wire_hdr *h)
+{
+    return (h->coll & ~0xff00u) == 0 && ((h->coll >> 8) & 0xff) < CHORUS_DTYPE_COUNT;
+}
+
 /* A complete header arrived from p: decide where its payload goes. */
 static void route_header(chorus_net *n, int p)
 {
     peer *pe = &n->peers[p];
+    int discard = 0; /* a point-to-point payload that fits no receive: read and dropped */
     char why[200];
     chorus_wire_hdr *h = &pe->cur;
     if (chorus__wire_decode_hdr(pe->hbuf, n->max_msg, h, why, sizeof(why)) != CHORUS_OK) {
@@ -419,25 +582,45 @@ static void route_header(chorus_net *n, int p)
         if (h->type == CHORUS_MSG_BYE) pe->bye = 1;
     } else if (h->type == CHORUS_MSG_P2P || h->type == CHORUS_MSG_COLL) {
         chorus_req *r = NULL;
-        for (chorus_req *x = pe->rq_head; x; x = x->next)
-            if (same_stream(h, &x->h)) {
-                r = x;
-                break;
+        if (h->type == CHORUS_MSG_P2P) {
+            if (!p2p_header_ok(h)) {
+                peer_lost(n, p,
+                          "garbage on the connection: a point-to-point header without a "
+                          "valid dtype");
+                return;
             }
+            r = p2p_take_posted(n, p, h);
+            int fit = r ? p2p_claim(n, r, h, p) : 1;
+            if (fit < 0) return;
+            if (!fit) {
+                r = NULL;
+                discard = 1;
+            }
+        } else {
+            for (chorus_req *x = pe->rq_head; x; x = x->next)
+                if (same_stream(h, &x->h)) {
+                    r = x;
+                    break;
+                }
+            if (r) {
+                unlink_req(&pe->rq_head, &pe->rq_tail, r);
+                if (!check_match(n, p, h, r)) return;
+            }
+        }
         if (r) {
-            unlink_req(&pe->rq_head, &pe->rq_tail, r);
-            if (!check_match(n, p, h, r)) return;
             pe->dreq = r;
             pe->dst = r->buf;
-        } else {
+        } else if (!discard) {
             umsg *u = calloc(1, sizeof(*u));
-            u->h = *h;
-            u->data = h->len ? malloc(h->len) : NULL;
-            if (!u || (h->len && !u->data)) {
+            char *data = h->len ? malloc(h->len) : NULL;
+            if (!u || (h->len && !data)) {
                 free(u);
+                free(data);
                 break_locked(n, p, CHORUS_ERR_NOMEM, "out of memory buffering a message", 1);
                 return;
             }
+            u->h = *h;
+            u->data = data;
             if (pe->uq_tail)
                 pe->uq_tail->next = u;
             else
@@ -459,6 +642,14 @@ static void route_header(chorus_net *n, int p)
 #define STAGE_SIZE   65536
 #define STAGE_DIRECT 16384
 
+/* Bytes of a payload arrived: the receive they are for moved (wait deadlines count from
+ * the last move). */
+static void note_progress(peer *pe)
+{
+    chorus_req *r = pe->dreq ? pe->dreq : pe->dmsg ? pe->dmsg->waiter : NULL;
+    if (r) r->off = pe->doff;
+}
+
 static void consume_staged(chorus_net *n, int p)
 {
     peer *pe = &n->peers[p];
@@ -474,9 +665,10 @@ static void consume_staged(chorus_net *n, int p)
         } else {
             size_t k = pe->cur.len - pe->doff;
             if (k > avail) k = avail;
-            memcpy(pe->dst + pe->doff, pe->stage + pe->spos, k);
+            if (pe->dst) memcpy(pe->dst + pe->doff, pe->stage + pe->spos, k);
             pe->doff += k;
             pe->spos += k;
+            note_progress(pe);
             if (pe->doff == pe->cur.len) finish_payload(n, p);
         }
     }
@@ -489,7 +681,7 @@ static void read_peer(chorus_net *n, int p)
         consume_staged(n, p);
         if (n->broken != CHORUS_OK) return;
         ssize_t r;
-        int direct = pe->in_payload && pe->cur.len - pe->doff >= STAGE_DIRECT;
+        int direct = pe->in_payload && pe->dst && pe->cur.len - pe->doff >= STAGE_DIRECT;
         if (direct) {
             r = recv(pe->fd, pe->dst + pe->doff, pe->cur.len - pe->doff, MSG_DONTWAIT);
         } else {
@@ -518,6 +710,7 @@ static void read_peer(chorus_net *n, int p)
         pe->last_rx = chorus__now();
         if (direct) {
             pe->doff += (size_t)r;
+            note_progress(pe);
             if (pe->doff == pe->cur.len) finish_payload(n, p);
         } else {
             pe->slen = (size_t)r;
@@ -534,28 +727,116 @@ static void handle_events(chorus_net *n, struct epoll_event *ev, int nev)
     }
 }
 
-chorus_result chorus__net_wait(chorus_net *n, chorus_req *const *reqs, int nreq, double deadline,
-                               chorus_errbuf *e)
+/* ---- waiting ----------------------------------------------------------------------------- */
+
+/* Sleeps in epoll_wait for at most ms with mu dropped (so that other threads can drive the
+ * net meanwhile), then handles what is ready. mu is held on entry and on return. */
+static void poll_unlocked(chorus_net *n, int ms)
 {
     struct epoll_event ev[32];
+    pthread_mutex_unlock(&n->mu);
+    int nev = epoll_wait(n->epfd, ev, 32, ms);
+    /* While polling, let a runnable peer on the same core go first: on a busy machine
+     * its message is what we are waiting for. */
+    if (nev == 0 && ms == 0) sched_yield();
+    pthread_mutex_lock(&n->mu);
+    if (nev > 0) handle_events(n, ev, nev);
+}
+
+/* How long to sleep next: 0 while spinning (CHORUS_SPIN_US), else until the deadline, at most
+ * 100 ms so that a break by another thread is seen promptly. */
+static int sleep_ms(double now, double spin_until, double deadline)
+{
+    int ms = now < spin_until ? 0 : (int)((deadline - now) * 1000) + 1;
+    return ms > 100 ? 100 : ms;
+}
+
+/* Request r waits on a peer that has finalized (or, from any source, on peers that all have):
+ * it can never complete, so the net breaks now instead of at the deadline. mu held. */
+static void check_bye(chorus_net *n, const chorus_req *r)
+{
+    char why[300];
+    if (r->peer == CHORUS__NET_ANY) {
+        for (int p = 0; p < n->size; p++)
+            if (p != n->rank && !n->peers[p].bye) return;
+        snprintf(why, sizeof(why),
+                 "every other rank has already finalized, but rank %d still waits in a receive "
+                 "from any rank",
+                 n->rank);
+        break_locked(n, -1, CHORUS_ERR_PEER_LOST, why, 1);
+        return;
+    }
+    if (!n->peers[r->peer].bye) return;
+    snprintf(why, sizeof(why),
+             "rank %d (host %s) has already finalized, but rank %d still expects it in "
+             "a collective or send/recv",
+             r->peer, chorus__net_host(n, r->peer), n->rank);
+    break_locked(n, r->peer, CHORUS_ERR_PEER_LOST, why, 1);
+}
+
+/* Breaks the net because request r (or, probe, a chorus__net_probe for what r describes) made
+ * no progress until its deadline. mu held. */
+static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
+{
+    char what[160], why[400];
+    if (r->h.type != CHORUS_MSG_P2P) {
+        chorus__wire_describe(&r->h, what, sizeof(what));
+        snprintf(why, sizeof(why),
+                 "rank %d timed out waiting to %s rank %d (host %s): %s; that rank is stuck "
+                 "or not calling the same collectives (CHORUS_TIMEOUT_S)",
+                 n->rank, r->is_send ? "send to" : "receive from", r->peer,
+                 chorus__net_host(n, r->peer), what);
+        break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, 1);
+        return;
+    }
+    char tag[32] = "any tag";
+    if (r->h.tag != CHORUS__NET_ANY) snprintf(tag, sizeof(tag), "tag %d", r->h.tag);
+    if (probe)
+        snprintf(what, sizeof(what), "a probe for a message with %s", tag);
+    else
+        snprintf(what, sizeof(what), "%s %s%llu %s with %s",
+                 r->is_send ? "a send of" : "a receive of", r->is_send ? "" : "up to ",
+                 (unsigned long long)r->h.count, chorus__dtype_name((int)((r->h.coll >> 8) & 0xff)),
+                 tag);
+    if (r->peer == CHORUS__NET_ANY)
+        snprintf(why, sizeof(why),
+                 "rank %d timed out in %s from any rank: no rank sent a matching message "
+                 "(CHORUS_TIMEOUT_S)",
+                 n->rank, what);
+    else
+        snprintf(why, sizeof(why),
+                 "rank %d timed out in %s %s rank %d (host %s): that rank is stuck or did not "
+                 "post the matching %s (CHORUS_TIMEOUT_S)",
+                 n->rank, what, r->is_send ? "to" : "from", r->peer, chorus__net_host(n, r->peer),
+                 r->is_send ? "receive" : "send");
+    break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, 1);
+}
+
+/* Bytes moved so far by the requests, to tell progress from a stall. */
+static size_t moved(chorus_req *const *reqs, int nreq)
+{
+    size_t m = 0;
+    for (int i = 0; i < nreq; i++) m += reqs[i]->hoff + reqs[i]->off;
+    return m;
+}
+
+/* Drives progress until need requests are done; extend_s > 0 moves the deadline on whenever a
+ * request moved a byte. CHORUS_OK or the error that broke the net. */
+static chorus_result wait_core(chorus_net *n, chorus_req *const *reqs, int nreq, int need,
+                               double deadline, double extend_s, chorus_errbuf *e)
+{
     double spin_until = chorus__now() + n->spin_us * 1e-6;
     pthread_mutex_lock(&n->mu);
+    size_t last = extend_s > 0 ? moved(reqs, nreq) : 0;
     for (;;) {
-        int pending = -1;
+        int pending = -1, ndone = 0;
         for (int i = 0; i < nreq; i++)
-            if (!reqs[i]->done) {
+            if (reqs[i]->done)
+                ndone++;
+            else if (pending < 0)
                 pending = i;
-                break;
-            }
-        if (pending < 0) break; /* done, even if the net broke right after */
-        if (n->broken == CHORUS_OK && n->peers[reqs[pending]->peer].bye) {
-            char why[300];
-            snprintf(why, sizeof(why),
-                     "rank %d (host %s) has already finalized, but rank %d still expects it in "
-                     "a collective or send/recv",
-                     reqs[pending]->peer, chorus__net_host(n, reqs[pending]->peer), n->rank);
-            break_locked(n, reqs[pending]->peer, CHORUS_ERR_PEER_LOST, why, 1);
-        }
+        if (pending < 0 || ndone >= need) break; /* done, even if the net broke right after */
+        if (n->broken == CHORUS_OK) check_bye(n, reqs[pending]);
         if (n->broken != CHORUS_OK) {
             chorus_result r = n->broken;
             if (e) snprintf(e->msg, sizeof(e->msg), "%s", n->broken_msg);
@@ -563,31 +844,86 @@ chorus_result chorus__net_wait(chorus_net *n, chorus_req *const *reqs, int nreq,
             return r;
         }
         double now = chorus__now();
+        if (extend_s > 0) {
+            size_t m = moved(reqs, nreq);
+            if (m != last) {
+                last = m;
+                deadline = now + extend_s;
+            }
+        }
         if (now > deadline) {
-            const chorus_req *r = reqs[pending];
-            char what[160], why[400];
-            chorus__wire_describe(&r->h, what, sizeof(what));
-            snprintf(why, sizeof(why),
-                     "rank %d timed out waiting to %s rank %d (host %s): %s; that rank is stuck "
-                     "or not calling the same collectives (CHORUS_TIMEOUT_S)",
-                     n->rank, r->is_send ? "send to" : "receive from", r->peer,
-                     chorus__net_host(n, r->peer), what);
-            break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, 1);
+            timeout_locked(n, reqs[pending], 0);
             continue;
         }
-        int ms = now < spin_until ? 0 : (int)((deadline - now) * 1000) + 1;
-        if (ms > 100) ms = 100;
-        pthread_mutex_unlock(&n->mu);
-        int nev = epoll_wait(n->epfd, ev, 32, ms);
-        /* While polling, let a runnable peer on the same core go first: on a busy machine
-         * its message is what we are waiting for. */
-        if (nev == 0 && ms == 0) sched_yield();
-        pthread_mutex_lock(&n->mu);
-        if (nev > 0) handle_events(n, ev, nev);
+        poll_unlocked(n, sleep_ms(now, spin_until, deadline));
     }
     pthread_mutex_unlock(&n->mu);
+    return CHORUS_OK;
+}
+
+chorus_result chorus__net_wait(chorus_net *n, chorus_req *const *reqs, int nreq, double deadline,
+                               chorus_errbuf *e)
+{
+    CHORUS_CHECK(wait_core(n, reqs, nreq, nreq, deadline, 0, e));
     for (int i = 0; i < nreq; i++)
         if (reqs[i]->res != CHORUS_OK) return reqs[i]->res;
+    return CHORUS_OK;
+}
+
+chorus_result chorus__net_wait_some(chorus_net *n, chorus_req *const *reqs, int nreq, int need,
+                                    double timeout_s, chorus_errbuf *e)
+{
+    return wait_core(n, reqs, nreq, need, chorus__now() + timeout_s, timeout_s, e);
+}
+
+int chorus__net_test(chorus_net *n, chorus_req *r, chorus_errbuf *e)
+{
+    struct epoll_event ev[32];
+    pthread_mutex_lock(&n->mu);
+    if (!r->done && n->broken == CHORUS_OK) {
+        int nev = epoll_wait(n->epfd, ev, 32, 0);
+        if (nev > 0) handle_events(n, ev, nev);
+        if (!r->done && n->broken == CHORUS_OK) check_bye(n, r);
+    }
+    int st = r->done ? 1 : n->broken != CHORUS_OK ? -1 : 0;
+    if (st < 0 && e) snprintf(e->msg, sizeof(e->msg), "%s", n->broken_msg);
+    pthread_mutex_unlock(&n->mu);
+    return st;
+}
+
+chorus_result chorus__net_probe(chorus_net *n, uint64_t comm_id, int peer_rank, int tag,
+                                double timeout_s, int *found, chorus_wire_hdr *h, int *src,
+                                chorus_errbuf *e)
+{
+    double now = chorus__now(), deadline = now + timeout_s, spin_until = now + n->spin_us * 1e-6;
+    chorus_req want = {.peer = peer_rank,
+                       .h = {.type = CHORUS_MSG_P2P, .comm_id = comm_id, .tag = tag}};
+    *found = 0;
+    pthread_mutex_lock(&n->mu);
+    if (n->broken == CHORUS_OK) poll_unlocked(n, 0);
+    for (;;) {
+        umsg *u = n->broken == CHORUS_OK ? p2p_find(n, peer_rank, comm_id, tag, src, 0) : NULL;
+        if (u) {
+            *h = u->h;
+            *found = 1;
+            break;
+        }
+        if (n->broken == CHORUS_OK && timeout_s > 0) check_bye(n, &want);
+        if (n->broken != CHORUS_OK) {
+            chorus_result r = n->broken;
+            if (e) snprintf(e->msg, sizeof(e->msg), "%s", n->broken_msg);
+            pthread_mutex_unlock(&n->mu);
+            return r;
+        }
+        if (timeout_s <= 0) break;
+        now = chorus__now();
+        if (now > deadline) {
+            timeout_locked(n, &want, 1);
+            continue;
+        }
+        poll_unlocked(n, sleep_ms(now, spin_until, deadline));
+    }
+    pthread_mutex_unlock(&n->mu);
     return CHORUS_OK;
 }
 

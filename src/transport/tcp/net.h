@@ -7,9 +7,10 @@
  * arrives; data that arrives first is kept as an unexpected message, otherwise it lands in the
  * user's buffer with no extra copy.
  *
- * Any failure (a peer lost, a timeout, garbage on a socket, a mismatch) breaks the whole net:
- * every later call fails at once with the first error, and the peers are told (an ABORT
- * message) so that they fail fast too instead of waiting for their own timeouts.
+ * Any failure (a peer lost, a timeout, garbage on a socket, a mismatch of collectives) breaks
+ * the whole net: every later call fails at once with the first error, and the peers are told
+ * (an ABORT message) so that they fail fast too instead of waiting for their own timeouts. A
+ * point-to-point message that does not fit its receive fails only that receive.
  */
 #ifndef CHORUS_NET_H
 #define CHORUS_NET_H
@@ -21,16 +22,31 @@ typedef struct chorus_net chorus_net;
 
 typedef struct chorus_req {
     struct chorus_req *next;
-    int peer; /* world rank */
+    int peer; /* world rank; CHORUS__NET_ANY: a point-to-point receive from any rank */
     int is_send;
     int done;
-    chorus_result res;
+    chorus_result res; /* CHORUS_ERR_MISMATCH: a point-to-point message that does not fit */
     chorus_wire_hdr h; /* send: the header; recv: what is expected */
     unsigned char hbytes[CHORUS_WIRE_HDR_LEN];
     size_t hoff;
     char *buf;
-    size_t len, off;
+    size_t len, off; /* recv: bytes expected (P2P: the capacity until matched), received */
+    /* point-to-point receives: posting order, and the message that matched (world rank of the
+     * sender, its header) */
+    uint64_t order;
+    int src;
+    chorus_wire_hdr got;
 } chorus_req;
+
+/* Point-to-point receives (header type CHORUS_MSG_P2P) match on communicator, source and tag,
+ * as in MPI: peer CHORUS__NET_ANY takes a message from any rank (of that communicator id), tag
+ * CHORUS__NET_ANY any tag. A message goes to the earliest posted receive that matches it, and a
+ * receive takes the earliest unclaimed message that matches it, so messages of one sender with
+ * one tag are received in the order sent. The expected header carries the dtype (coll >> 8) and
+ * the capacity (count, len); a matched message of another dtype or more elements completes the
+ * receive with CHORUS_ERR_MISMATCH (req->got says what was sent) and is discarded; the net stays
+ * healthy. */
+#define CHORUS__NET_ANY (-1)
 
 /* Creates the listening socket on bind_ip (port 0: any) and returns "ip:port" to publish. */
 chorus_result chorus__net_create(int rank, int size, const char *job, const char *bind_ip,
@@ -54,6 +70,26 @@ void chorus__net_irecv(chorus_net *n, chorus_req *r, int peer, const chorus_wire
 /* Drives progress until every request is done, the deadline passes, or the net breaks. */
 chorus_result chorus__net_wait(chorus_net *n, chorus_req *const *reqs, int nreq, double deadline,
                                chorus_errbuf *e);
+
+/* Drives progress until at least need of the requests are done. The deadline is timeout_s
+ * from the call and moves on whenever a byte of a pending request moves, so it bounds the time
+ * without progress. A timeout breaks the net, blaming the peer of the first pending request.
+ * Returns CHORUS_OK once enough are done (each request's own res tells how it ended), or the
+ * error that broke the net (requests not done then never complete). */
+chorus_result chorus__net_wait_some(chorus_net *n, chorus_req *const *reqs, int nreq, int need,
+                                    double timeout_s, chorus_errbuf *e);
+
+/* Non-blocking: handles what the sockets have ready, then returns 1 if r is done, 0 if not,
+ * and -1 if it never will be because the net broke (detail in e). */
+int chorus__net_test(chorus_net *n, chorus_req *r, chorus_errbuf *e);
+
+/* Looks for a point-to-point message of communicator comm_id from peer (world rank or
+ * CHORUS__NET_ANY) with tag (or CHORUS__NET_ANY) that no receive has claimed yet. With
+ * timeout_s > 0 waits for one that long (then breaks the net: CHORUS_ERR_TIMEOUT), else only
+ * handles what the sockets have ready. *found = 1 with its header and sender's world rank. */
+chorus_result chorus__net_probe(chorus_net *n, uint64_t comm_id, int peer, int tag,
+                                double timeout_s, int *found, chorus_wire_hdr *h, int *src,
+                                chorus_errbuf *e);
 
 /* Breaks the net (idempotent; the first reason wins) and tells the peers. */
 void chorus__net_abort(chorus_net *n, int failed_rank, chorus_result r, const char *why);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "chorus.h"
 
 extern int test_rank; /* shown in failure messages; -1 before chorus_init */
@@ -49,13 +50,10 @@ static inline uint64_t test_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* FNV-1a of a buffer, to compare results across ranks. */
+/* Hash of a buffer, to compare results across ranks. */
 static inline uint64_t test_hash(const void *p, size_t n)
 {
-    const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
+    return chorus__hash64(p, n);
 }
 
 #endif

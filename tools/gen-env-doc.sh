@@ -19,13 +19,14 @@ Chorus also reads the variables of the launchers it runs under:
 | MPICH / Hydra | `PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS` |
 | Slurm `srun` | `SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_JOB_ID SLURM_STEP_ID SLURM_STEP_NODELIST`; across nodes the first node of the step serves the store on port 20000 + (31·job + step) mod 20000 unless `MASTER_ADDR`/`MASTER_PORT` are set |
 
-| variable | default | meaning |
-|---|---|---|
+| variable | default | type | meaning |
+|---|---|---|---|
 HEAD
 "$BUILD/bin/chorus-run" --help-env | tail -n +2 | while IFS= read -r line; do
     name=$(echo "$line" | awk '{print $1}')
     def=$(echo "$line" | awk '{print $2}')
-    help=$(echo "$line" | sed 's/^[^ ]* *[^ ]* *//')
+    type=$(echo "$line" | awk '{print $3}')
+    help=$(echo "$line" | sed 's/^[^ ]* *[^ ]* *[^ ]* *//')
     [ "$def" = "-" ] && def=""
-    printf '| `%s` | %s | %s |\n' "$name" "${def:+\`$def\`}" "$help"
+    printf '| `%s` | %s | %s | %s |\n' "$name" "${def:+\`$def\`}" "$type" "$help"
 done

@@ -60,20 +60,24 @@ chorus_result chorus_elastic_create(chorus_elastic **out)
     el->commits = -1;
     el->suspect = -1;
     el->wid = -1;
-    const char *e = getenv("CHORUS_ELASTIC");
-    el->elastic = e && !strcmp(e, "1");
+    chorus_config cfg;
+    chorus_result r = chorus__config_load(&cfg, chorus__init_errbuf());
+    if (r != CHORUS_OK) {
+        free(el);
+        return r;
+    }
+    el->elastic = cfg.elastic;
     if (el->elastic) {
-        const char *w = getenv("CHORUS_WORKER_ID"), *s = getenv("CHORUS_STORE_ADDR"),
-                   *j = getenv("CHORUS_JOB_ID");
-        if (!w || !*w || !s || !*s || !j || !*j) {
-            chorus_result r = chorus__fail(
+        const char *s = cfg.store_addr, *j = cfg.job_id;
+        if (cfg.worker_id < 0 || !s || !j) {
+            r = chorus__fail(
                 chorus__init_errbuf(), CHORUS_ERR_ENV,
                 "CHORUS_ELASTIC=1 needs CHORUS_WORKER_ID, CHORUS_STORE_ADDR and CHORUS_JOB_ID "
                 "(launch with chorus-run --elastic)");
             free(el);
             return r;
         }
-        el->wid = atoi(w);
+        el->wid = (int)cfg.worker_id;
         snprintf(el->store_addr, sizeof(el->store_addr), "%s", s);
         snprintf(el->job, sizeof(el->job), "%s", j);
     }
@@ -192,12 +196,11 @@ chorus_result chorus_elastic_commit(chorus_elastic *el)
 
 static uint64_t layout_hash(const chorus_elastic *el)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = 0;
     for (int i = 0; i < el->nvars; i++) {
-        for (const char *p = el->vars[i].name; *p; p++)
-            h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
         uint64_t b = el->vars[i].bytes;
-        for (int k = 0; k < 8; k++) h = (h ^ ((b >> (8 * k)) & 0xff)) * 0x100000001b3ull;
+        h = chorus__hash64_seed(h, el->vars[i].name, strlen(el->vars[i].name));
+        h = chorus__hash64_seed(h, &b, sizeof(b));
     }
     return h;
 }

@@ -2,7 +2,7 @@
  * codec.c - the engine's small pieces of data handling: the negotiation messages (explicit
  * little-endian encoding; the reader checks every length against what is left and never reads
  * past the end), comparing tensor metadata across ranks, scaling, the identity element of each
- * op, the built-in fp16/bf16 compressors, and the hash used by the divergence check.
+ * op and the built-in fp16/bf16 compressors (the divergence check hashes with base/hash.c).
  */
 #include <float.h>
 #include <math.h>
@@ -370,28 +370,4 @@ const chorus_compressor *chorus__compressor_by_name(const char *name)
     if (!strcmp(name, "fp16")) return &fp16_comp;
     if (!strcmp(name, "bf16")) return &bf16_comp;
     return NULL;
-}
-
-/* ---- hashing ------------------------------------------------------------------------------ */
-
-/* 64-bit hash, 8 bytes at a time (a multiply-xorshift mix per word, so it is fast on large
- * parameter buffers and any changed bit changes the result). */
-uint64_t chorus__hash64(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ (n * 0xff51afd7ed558ccdull);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h ^= w * 0xc2b2ae3d27d4eb4full;
-        h = (h << 31 | h >> 33) * 0x9e3779b97f4a7c15ull;
-    }
-    uint64_t w = 0;
-    for (size_t k = 0; i < n; i++, k++) w |= (uint64_t)b[i] << (8 * k);
-    h ^= w * 0xc2b2ae3d27d4eb4full;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
 }

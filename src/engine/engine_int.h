@@ -242,6 +242,5 @@ void chorus__scale(void *dst, const void *src, size_t n, chorus_dtype t, double 
 void chorus__fill_identity(void *dst, size_t n, chorus_dtype t, chorus_op op);
 /* A compressor by name ("fp16", "bf16"), or NULL. */
 const chorus_compressor *chorus__compressor_by_name(const char *name);
-uint64_t chorus__hash64(const void *p, size_t n);
 
 #endif

@@ -648,9 +648,10 @@ static void *watchdog(void *arg)
 
 static void watchdog_start(chorus_net *n)
 {
-    double t = chorus__cfg_double("CHORUS_TIMEOUT_S");
-    n->hb_interval = chorus__cfg_double("CHORUS_HEARTBEAT_S");
-    n->hb_timeout = chorus__cfg_double("CHORUS_HEARTBEAT_TIMEOUT_S");
+    const chorus_config *cfg = chorus__config();
+    double t = cfg->timeout_s;
+    n->hb_interval = cfg->heartbeat_s;
+    n->hb_timeout = cfg->heartbeat_timeout_s;
     if (t > 0 && n->hb_timeout > t) n->hb_timeout = t;
     if (n->hb_interval <= 0 || n->size < 2) return;
     if (n->hb_timeout < 2 * n->hb_interval) n->hb_timeout = 2 * n->hb_interval;
@@ -696,8 +697,8 @@ chorus_result chorus__net_create(int rank, int size, const char *job, const char
     n->refs = 1;
     n->listen_fd = -1;
     n->broken_rank = -1;
-    n->max_msg = (uint64_t)chorus__cfg_long("CHORUS_MAX_MESSAGE");
-    n->spin_us = (int)chorus__cfg_long("CHORUS_SPIN_US");
+    n->max_msg = (uint64_t)chorus__config()->max_message;
+    n->spin_us = (int)chorus__config()->spin_us;
     snprintf(n->job, sizeof(n->job), "%s", job);
     chorus__auth_key_from_env(&n->key);
     pthread_mutex_init(&n->mu, NULL);

@@ -50,6 +50,11 @@ static inline uint64_t test_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
+/* Sets a CHORUS_* variable on one communicator as if it had been in the environment at
+ * chorus_init (value NULL: the default); every rank must do the same. Fails the test when the
+ * value is malformed. */
+void test_set_config(chorus_comm *c, const char *name, const char *value);
+
 /* Hash of a buffer, to compare results across ranks. */
 static inline uint64_t test_hash(const void *p, size_t n)
 {

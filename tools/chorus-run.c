@@ -35,6 +35,7 @@
 
 #include "base/base.h"
 #include "bootstrap/store.h"
+#include "elastic/keys.h"
 
 #define SUSPECT_GRACE_S 3.0 /* a worker reported lost must check in within this, or is killed */
 
@@ -497,13 +498,13 @@ static void poison(job *j, long gen, int rank)
     char ns[96], key[32];
     chorus_store *s = NULL;
     chorus_errbuf e;
-    snprintf(ns, sizeof(ns), "%.40s.g%d", j->id, (int)(gen & 0x7fffffff));
-    snprintf(key, sizeof(key), "rank/%d", rank);
+    chorus_el_gen_job(ns, sizeof(ns), j->id, gen);
+    chorus_el_key_rank(key, sizeof(key), rank);
     if (chorus__store_connect(j->store, ns, chorus__now() + 5, &s, &e) != CHORUS_OK) return;
     char *v = NULL;
     int found = 0;
     if (chorus__store_check(s, key, &v, NULL, &found, &e) == CHORUS_OK && !found)
-        chorus__store_set(s, key, "lost", 4, &e);
+        chorus__store_set(s, key, CHORUS_EL_RANK_LOST, strlen(CHORUS_EL_RANK_LOST), &e);
     free(v);
     chorus__store_close(s);
 }
@@ -514,7 +515,7 @@ static void start_forming(job *j, long gen)
     j->forming = gen;
     j->form_start = chorus__now();
     snprintf(v, sizeof(v), "%ld", gen);
-    kv_set(j, "el/next", v);
+    kv_set(j, CHORUS_EL_NEXT, v);
 }
 
 static void publish(job *j, long gen)
@@ -542,7 +543,7 @@ static void publish(job *j, long gen)
         o += sprintf(val + o, " %d", j->w[order[k]].wid);
     }
     char key[64];
-    snprintf(key, sizeof(key), "el/round/%ld", gen);
+    chorus_el_key_round(key, sizeof(key), gen);
     kv_set(j, key, val);
     fprintf(stderr, "chorus-run: elastic: generation %ld has %d rank%s (workers%s)\n", gen, n,
             n == 1 ? "" : "s", val + list);
@@ -560,8 +561,8 @@ static int elastic_tick(job *j)
     if (j->completing) {
         if (j->forming) { /* nobody will finish this generation: let its waiters go */
             char key[64];
-            snprintf(key, sizeof(key), "el/round/%ld", j->forming);
-            kv_set(j, key, "done");
+            chorus_el_key_round(key, sizeof(key), j->forming);
+            kv_set(j, key, CHORUS_EL_ROUND_DONE);
             j->forming = 0;
         }
         for (int i = 0; i < j->nw; i++) {
@@ -613,7 +614,7 @@ static int elastic_tick(job *j)
             worker *w = &j->w[i];
             if (!w->running || w->leaving) continue;
             char key[64];
-            snprintf(key, sizeof(key), "el/out/%d", w->wid);
+            chorus_el_key_out(key, sizeof(key), w->wid);
             kv_set(j, key, "scaled down by host discovery");
             w->leaving = 1;
             extra--;
@@ -630,7 +631,7 @@ static int elastic_tick(job *j)
         char key[64], *v = NULL;
         int found = 0;
         chorus_errbuf e;
-        snprintf(key, sizeof(key), "el/in/%ld/%d", gen, w->wid);
+        chorus_el_key_in(key, sizeof(key), gen, w->wid);
         if (chorus__store_check(j->kv, key, &v, NULL, &found, &e) != CHORUS_OK) {
             fprintf(stderr, "chorus-run: elastic: store: %s\n", e.msg);
             continue;

@@ -142,6 +142,14 @@ const char *chorus__cfg_type_name(const chorus_cfg_entry *e);
  * chorus_elastic_create) parse this way and keep the result. Thread-safe. */
 chorus_result chorus__config_parse(chorus_config *cfg, chorus_errbuf *e);
 
+/* Sets one variable of a parsed config from text, checked as chorus__config_parse checks it
+ * (value NULL: the default). For tests and tools that change a communicator's settings
+ * between calls (e.g. forcing each CHORUS_ALGO_* in turn): every rank must do the same. An
+ * unknown name or a malformed value is CHORUS_ERR_INVALID_ARG with the reason in e, and the
+ * row then holds its default. */
+chorus_result chorus__config_set(chorus_config *cfg, const char *name, const char *value,
+                                 chorus_errbuf *e);
+
 /* chorus__config_parse for an entry point: a malformed value fails with CHORUS_ERR_INVALID_ARG
  * and "invalid environment: <why>" in e (logged like any failure); on success the variables
  * that are set are logged once per process (chorus__config_log_set). */

@@ -195,23 +195,37 @@ static int store(const chorus_cfg_entry *e, const char *text, chorus_config *cfg
     return 0;
 }
 
+/* Stores text into the row t of cfg; when it does not parse, the default instead, and the
+ * reason in e (when not NULL). */
+static chorus_result set_row(const chorus_cfg_entry *t, const char *text, chorus_config *cfg,
+                             chorus_errbuf *e)
+{
+    if (!store(t, text, cfg)) return CHORUS_OK;
+    store(t, NULL, cfg);
+    if (e)
+        snprintf(e->msg, sizeof(e->msg), "%s=%s %s%s%s", t->name, text, expected(t),
+                 t->kind == CHORUS_CFG_ENUM ? " " : "",
+                 t->kind == CHORUS_CFG_ENUM ? t->choices : "");
+    return CHORUS_ERR_INVALID_ARG;
+}
+
 chorus_result chorus__config_parse(chorus_config *cfg, chorus_errbuf *e)
 {
     chorus_result r = CHORUS_OK;
     memset(cfg, 0, sizeof(*cfg));
-    for (const chorus_cfg_entry *t = table; t->name; t++) {
-        const char *v = chorus__env(t->name);
-        if (!store(t, v, cfg)) continue;
-        store(t, NULL, cfg);
-        if (r == CHORUS_OK && e) {
-            int secret = t->kind == CHORUS_CFG_SECRET;
-            snprintf(e->msg, sizeof(e->msg), "%s=%s %s%s%s", t->name, secret ? "(hidden)" : v,
-                     expected(t), t->kind == CHORUS_CFG_ENUM ? " " : "",
-                     t->kind == CHORUS_CFG_ENUM ? t->choices : "");
-        }
-        r = CHORUS_ERR_INVALID_ARG;
-    }
+    for (const chorus_cfg_entry *t = table; t->name; t++)
+        if (set_row(t, chorus__env(t->name), cfg, r == CHORUS_OK ? e : NULL) != CHORUS_OK)
+            r = CHORUS_ERR_INVALID_ARG;
     return r;
+}
+
+chorus_result chorus__config_set(chorus_config *cfg, const char *name, const char *value,
+                                 chorus_errbuf *e)
+{
+    for (const chorus_cfg_entry *t = table; t->name; t++)
+        if (name && !strcmp(t->name, name)) return set_row(t, value, cfg, e);
+    if (e) snprintf(e->msg, sizeof(e->msg), "%s is not a Chorus variable", name ? name : "(null)");
+    return CHORUS_ERR_INVALID_ARG;
 }
 
 chorus_result chorus__config_load(chorus_config *cfg, chorus_errbuf *e)

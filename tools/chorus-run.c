@@ -18,7 +18,8 @@
  * live worker has checked in and at least --min-np remain, kills workers that other workers
  * report unresponsive (or that are stopped) and that do not check in themselves, starts
  * replacements up to --max-np (--max-restarts of them), and follows a host discovery script.
- * Running workers learn of a pending generation at their next commit (el/next).
+ * Running workers learn of a pending generation at their next commit (el/next). Every key
+ * and value format of this protocol is defined in src/elastic/keys.h.
  */
 #include <errno.h>
 #include <fcntl.h>

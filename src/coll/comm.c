@@ -274,7 +274,8 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
         c->local_size = 1;
         c->nhosts = 1;
         CHORUS_CHECK_GOTO(
-            chorus__net_create(0, 1, job.job, "127.0.0.1", &c->net, addr, sizeof(addr), e), r, out);
+            chorus__net_create(&c->cfg, 0, 1, job.job, "127.0.0.1", &c->net, addr, sizeof(addr), e),
+            r, out);
         goto out;
     }
     if (job.serve_store && job.rank == 0) {
@@ -300,9 +301,9 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
     }
     CHORUS_CHECK_GOTO(chorus__store_connect(job.store_addr, job.job, deadline, &store, e), r, out);
     CHORUS_CHECK_GOTO(pick_ip(store, c->cfg.iface, ip, sizeof(ip), e), r, out);
-    CHORUS_CHECK_GOTO(
-        chorus__net_create(job.rank, job.size, job.job, ip, &c->net, addr, sizeof(addr), e), r,
-        out);
+    CHORUS_CHECK_GOTO(chorus__net_create(&c->cfg, job.rank, job.size, job.job, ip, &c->net, addr,
+                                         sizeof(addr), e),
+                      r, out);
     CHORUS_CHECK_GOTO(exchange(c, store, addr, addrs, hosts, deadline, e), r, out);
     CHORUS_CHECK_GOTO(chorus__net_connect_all(c->net, addrs, hosts, deadline, e), r, out);
     CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s", c->rank,

@@ -82,7 +82,7 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
                                         "use TCP");
         return r;
     }
-    chorus__shm_start(s, c->net, c->size);
+    chorus__shm_start(s, &c->cfg, c->net, c->size);
     c->shm = s;
     CHORUS_INFO(CHORUS_LOG_SHM,
                 "shared memory for %d ranks: %s (unlinked), %zu KiB, slots of %zu KiB, "

@@ -648,11 +648,6 @@ static void *watchdog(void *arg)
 
 static void watchdog_start(chorus_net *n)
 {
-    const chorus_config *cfg = chorus__config();
-    double t = cfg->timeout_s;
-    n->hb_interval = cfg->heartbeat_s;
-    n->hb_timeout = cfg->heartbeat_timeout_s;
-    if (t > 0 && n->hb_timeout > t) n->hb_timeout = t;
     if (n->hb_interval <= 0 || n->size < 2) return;
     if (n->hb_timeout < 2 * n->hb_interval) n->hb_timeout = 2 * n->hb_interval;
     double now = chorus__now();
@@ -682,8 +677,9 @@ static void watchdog_stop(chorus_net *n)
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 
-chorus_result chorus__net_create(int rank, int size, const char *job, const char *bind_ip,
-                                 chorus_net **out, char *addr, size_t addr_len, chorus_errbuf *e)
+chorus_result chorus__net_create(const chorus_config *cfg, int rank, int size, const char *job,
+                                 const char *bind_ip, chorus_net **out, char *addr, size_t addr_len,
+                                 chorus_errbuf *e)
 {
     chorus_net *n = calloc(1, sizeof(*n));
     if (!n) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
@@ -697,8 +693,11 @@ chorus_result chorus__net_create(int rank, int size, const char *job, const char
     n->refs = 1;
     n->listen_fd = -1;
     n->broken_rank = -1;
-    n->max_msg = (uint64_t)chorus__config()->max_message;
-    n->spin_us = (int)chorus__config()->spin_us;
+    n->max_msg = (uint64_t)cfg->max_message;
+    n->spin_us = (int)cfg->spin_us;
+    n->hb_interval = cfg->heartbeat_s;
+    n->hb_timeout = cfg->heartbeat_timeout_s;
+    if (cfg->timeout_s > 0 && n->hb_timeout > cfg->timeout_s) n->hb_timeout = cfg->timeout_s;
     snprintf(n->job, sizeof(n->job), "%s", job);
     chorus__auth_key_from_env(&n->key);
     pthread_mutex_init(&n->mu, NULL);

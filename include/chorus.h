@@ -80,7 +80,10 @@ typedef enum {
  * RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun), OMPI_COMM_WORLD_* (mpirun), SLURM_*
  * (srun). Ranks meet through a key-value store and connect to each other; waits for slow
  * peers up to CHORUS_TIMEOUT_S. On failure *comm is set to NULL and the reason is available
- * from chorus_last_error(NULL). */
+ * from chorus_last_error(NULL). The CHORUS_* variables are read and checked here, once: the
+ * communicator keeps that snapshot (split communicators inherit it). A malformed value
+ * (CHORUS_TIMEOUT_S=abc, a negative size) fails with CHORUS_ERR_INVALID_ARG and a message
+ * naming the variable and its value. */
 chorus_result chorus_init(chorus_comm **comm);
 
 /* Releases a communicator (world or split). Does not wait for peers. */
@@ -234,6 +237,12 @@ const char *chorus_op_name(int op);
 
 /* Detail of the last failure on c (or of the last failed chorus_init when c is NULL). */
 const char *chorus_last_error(const chorus_comm *c);
+
+/* 1 when the environment variable `name` is set to a non-empty value, else 0 (also for a
+ * NULL name). For programs that pick their own default for a CHORUS_* variable and let the
+ * user's setting win. Reads the environment at the time of the call; thread-safe as long as
+ * no thread changes the environment. */
+int chorus_config_is_set(const char *name);
 
 #ifdef __cplusplus
 }

@@ -103,7 +103,7 @@ chorus_result nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
     chorus_engine_opts_init(&eo);
     /* A step enqueues a handful of tensors, each as soon as it exists: negotiate at once
      * rather than gathering them for a cycle (CHORUS_CYCLE_TIME_MS still overrides). */
-    if (!getenv("CHORUS_CYCLE_TIME_MS")) eo.cycle_time_ms = 0.0;
+    if (!chorus_config_is_set("CHORUS_CYCLE_TIME_MS")) eo.cycle_time_ms = 0.0;
     chorus_result r = chorus_engine_start(comm, &eo, &x->eng);
     if (r != CHORUS_OK) {
         failed(d, "starting the training engine", r);

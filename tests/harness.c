@@ -1,6 +1,7 @@
 /* harness.c - failure reporting and file/shell helpers for the tests (see harness.h). */
 #include <stdarg.h>
 
+#include "coll/comm.h"
 #include "harness.h"
 
 int test_rank = -1;
@@ -67,4 +68,11 @@ int test_file_has(const char *path, const char *text)
     if (!has) fprintf(stderr, "  %s lacks \"%s\"\n", path, text);
     free(x);
     return has;
+}
+
+void test_set_config(chorus_comm *c, const char *name, const char *value)
+{
+    chorus_errbuf e;
+    if (chorus__config_set(&c->cfg, name, value, &e) != CHORUS_OK)
+        test_fail(__FILE__, __LINE__, "test_set_config: %s", e.msg);
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "chorus.h"
 
 extern int test_rank; /* shown in failure messages; -1 before chorus_init */
@@ -88,13 +89,15 @@ static inline uint64_t test_rand(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* FNV-1a of a buffer, to compare results across ranks. */
+/* Sets a CHORUS_* variable on one communicator as if it had been in the environment at
+ * chorus_init (value NULL: the default); every rank must do the same. Fails the test when the
+ * value is malformed. */
+void test_set_config(chorus_comm *c, const char *name, const char *value);
+
+/* Hash of a buffer, to compare results across ranks. */
 static inline uint64_t test_hash(const void *p, size_t n)
 {
-    const unsigned char *b = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
+    return chorus__hash64(p, n);
 }
 
 #endif

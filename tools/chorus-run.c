@@ -18,7 +18,8 @@
  * live worker has checked in and at least --min-np remain, kills workers that other workers
  * report unresponsive (or that are stopped) and that do not check in themselves, starts
  * replacements up to --max-np (--max-restarts of them), and follows a host discovery script.
- * Running workers learn of a pending generation at their next commit (el/next).
+ * Running workers learn of a pending generation at their next commit (el/next). Every key
+ * and value format of this protocol is defined in src/elastic/keys.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +36,7 @@
 
 #include "base/base.h"
 #include "bootstrap/store.h"
+#include "elastic/keys.h"
 
 #define SUSPECT_GRACE_S 3.0 /* a worker reported lost must check in within this, or is killed */
 
@@ -112,9 +114,11 @@ static void usage(FILE *f)
 
 static void help_env(void)
 {
-    printf("%-26s %-12s %s\n", "VARIABLE", "DEFAULT", "MEANING");
-    for (const chorus_cfg_entry *e = chorus__cfg_table(); e->name; e++)
-        printf("%-26s %-12s %s\n", e->name, e->def ? e->def : "-", e->help);
+    printf("%-26s %-12s %-8s %s\n", "VARIABLE", "DEFAULT", "TYPE", "MEANING");
+    for (const chorus_cfg_entry *e = chorus__cfg_table(); e->name; e++) {
+        printf("%-26s %-12s %-8s %s\n", e->name, e->def ? e->def : "-", chorus__cfg_type_name(e),
+               e->help);
+    }
 }
 
 /* Is prog something execvp can run? Sets *why when not. */
@@ -132,7 +136,7 @@ static int runnable(const char *prog, char *why, size_t len)
         }
         return 1;
     }
-    const char *path = getenv("PATH");
+    const char *path = chorus__env("PATH");
     if (!path) path = "/usr/bin:/bin";
     char *copy = strdup(path), *save = NULL;
     int found = 0, noexec = 0;
@@ -495,13 +499,13 @@ static void poison(job *j, long gen, int rank)
     char ns[96], key[32];
     chorus_store *s = NULL;
     chorus_errbuf e;
-    snprintf(ns, sizeof(ns), "%.40s.g%d", j->id, (int)(gen & 0x7fffffff));
-    snprintf(key, sizeof(key), "rank/%d", rank);
+    chorus_el_gen_job(ns, sizeof(ns), j->id, gen);
+    chorus_el_key_rank(key, sizeof(key), rank);
     if (chorus__store_connect(j->store, ns, chorus__now() + 5, &s, &e) != CHORUS_OK) return;
     char *v = NULL;
     int found = 0;
     if (chorus__store_check(s, key, &v, NULL, &found, &e) == CHORUS_OK && !found)
-        chorus__store_set(s, key, "lost", 4, &e);
+        chorus__store_set(s, key, CHORUS_EL_RANK_LOST, strlen(CHORUS_EL_RANK_LOST), &e);
     free(v);
     chorus__store_close(s);
 }
@@ -512,7 +516,7 @@ static void start_forming(job *j, long gen)
     j->forming = gen;
     j->form_start = chorus__now();
     snprintf(v, sizeof(v), "%ld", gen);
-    kv_set(j, "el/next", v);
+    kv_set(j, CHORUS_EL_NEXT, v);
 }
 
 static void publish(job *j, long gen)
@@ -540,7 +544,7 @@ static void publish(job *j, long gen)
         o += sprintf(val + o, " %d", j->w[order[k]].wid);
     }
     char key[64];
-    snprintf(key, sizeof(key), "el/round/%ld", gen);
+    chorus_el_key_round(key, sizeof(key), gen);
     kv_set(j, key, val);
     fprintf(stderr, "chorus-run: elastic: generation %ld has %d rank%s (workers%s)\n", gen, n,
             n == 1 ? "" : "s", val + list);
@@ -558,8 +562,8 @@ static int elastic_tick(job *j)
     if (j->completing) {
         if (j->forming) { /* nobody will finish this generation: let its waiters go */
             char key[64];
-            snprintf(key, sizeof(key), "el/round/%ld", j->forming);
-            kv_set(j, key, "done");
+            chorus_el_key_round(key, sizeof(key), j->forming);
+            kv_set(j, key, CHORUS_EL_ROUND_DONE);
             j->forming = 0;
         }
         for (int i = 0; i < j->nw; i++) {
@@ -611,7 +615,7 @@ static int elastic_tick(job *j)
             worker *w = &j->w[i];
             if (!w->running || w->leaving) continue;
             char key[64];
-            snprintf(key, sizeof(key), "el/out/%d", w->wid);
+            chorus_el_key_out(key, sizeof(key), w->wid);
             kv_set(j, key, "scaled down by host discovery");
             w->leaving = 1;
             extra--;
@@ -628,7 +632,7 @@ static int elastic_tick(job *j)
         char key[64], *v = NULL;
         int found = 0;
         chorus_errbuf e;
-        snprintf(key, sizeof(key), "el/in/%ld/%d", gen, w->wid);
+        chorus_el_key_in(key, sizeof(key), gen, w->wid);
         if (chorus__store_check(j->kv, key, &v, NULL, &found, &e) != CHORUS_OK) {
             fprintf(stderr, "chorus-run: elastic: store: %s\n", e.msg);
             continue;
@@ -697,8 +701,7 @@ static int parse_int_arg(const char *opt, const char *v, int lo, int hi, int *ou
 /* A per-job secret of 32 random bytes in hex, unless the user gave one. */
 static int make_secret(void)
 {
-    const char *s = getenv("CHORUS_SECRET");
-    if (s && *s) return 0;
+    if (chorus__env("CHORUS_SECRET")) return 0;
     unsigned char rnd[32];
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0 || read(fd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) {
@@ -714,11 +717,22 @@ static int make_secret(void)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* ---- main, in steps ---------------------------------------------------------------------- */
+
+/* What the command line asked for beyond the job itself. */
+typedef struct run_opts {
+    double timeout; /* --timeout: whole-job limit in seconds (0: none) */
+    double grace;   /* --grace: seconds the others get to report a failed rank */
+    int bind_req;   /* --bind-to: 1 core, 0 none, -1 not given */
+    int max_np_set;
+    int prog; /* index in argv of the program to run */
+} run_opts;
+
+/* Step 1: reads the options into j and o. Returns -1 to go on, else the exit code (help
+ * printed, or a bad option explained on stderr). */
+static int parse_args(int argc, char **argv, job *j, run_opts *o)
 {
-    job j = {.np = -1, .prefix = 1, .max_restarts = 3, .discovery_every = 5, .min_np = 1};
-    int ai = 1, max_np_set = 0, bind_req = -1;
-    double timeout = 0, grace = 5;
+    int ai = 1;
     for (; ai < argc; ai++) {
         const char *a = argv[ai], *v = ai + 1 < argc ? argv[ai + 1] : NULL;
         if (!strcmp(a, "--")) {
@@ -726,43 +740,43 @@ int main(int argc, char **argv)
             break;
         } else if ((!strcmp(a, "-np") || !strcmp(a, "-n") || !strcmp(a, "--np")) && v) {
             char *end;
-            j.np = (int)strtol(argv[++ai], &end, 10);
-            if (*end || j.np < 1 || j.np > 4096) {
+            j->np = (int)strtol(argv[++ai], &end, 10);
+            if (*end || j->np < 1 || j->np > 4096) {
                 fprintf(stderr,
                         "chorus-run: -np needs a number of ranks from 1 to 4096, not '%s'\n",
                         argv[ai]);
                 return 2;
             }
         } else if (!strcmp(a, "--no-prefix")) {
-            j.prefix = 0;
+            j->prefix = 0;
         } else if (!strcmp(a, "--timeout") && v) {
-            timeout = atof(argv[++ai]);
+            o->timeout = atof(argv[++ai]);
         } else if (!strcmp(a, "--bind-to") && v) {
             ai++;
             if (!strcmp(v, "core"))
-                bind_req = 1;
+                o->bind_req = 1;
             else if (!strcmp(v, "none"))
-                bind_req = 0;
+                o->bind_req = 0;
             else {
                 fprintf(stderr, "chorus-run: --bind-to takes core or none, not '%s'\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--grace") && v) {
-            grace = atof(argv[++ai]);
+            o->grace = atof(argv[++ai]);
         } else if (!strcmp(a, "--elastic")) {
-            j.elastic = 1;
+            j->elastic = 1;
         } else if (!strcmp(a, "--min-np") && v) {
-            if (parse_int_arg(a, argv[++ai], 1, 4096, &j.min_np)) return 2;
+            if (parse_int_arg(a, argv[++ai], 1, 4096, &j->min_np)) return 2;
         } else if (!strcmp(a, "--max-np") && v) {
-            if (parse_int_arg(a, argv[++ai], 1, 4096, &j.max_np)) return 2;
-            max_np_set = 1;
+            if (parse_int_arg(a, argv[++ai], 1, 4096, &j->max_np)) return 2;
+            o->max_np_set = 1;
         } else if (!strcmp(a, "--max-restarts") && v) {
-            if (parse_int_arg(a, argv[++ai], 0, 1 << 20, &j.max_restarts)) return 2;
+            if (parse_int_arg(a, argv[++ai], 0, 1 << 20, &j->max_restarts)) return 2;
         } else if (!strcmp(a, "--host-discovery-script") && v) {
-            j.discovery = argv[++ai];
+            j->discovery = argv[++ai];
         } else if (!strcmp(a, "--discovery-interval") && v) {
-            j.discovery_every = atof(argv[++ai]);
-            if (j.discovery_every <= 0) j.discovery_every = 5;
+            j->discovery_every = atof(argv[++ai]);
+            if (j->discovery_every <= 0) j->discovery_every = 5;
         } else if (!strcmp(a, "-H") || !strcmp(a, "--hosts") || !strcmp(a, "--hostfile")) {
             fprintf(stderr,
                     "chorus-run: %s: chorus-run starts ranks on this host only; launch across "
@@ -783,63 +797,78 @@ int main(int argc, char **argv)
             break;
         }
     }
-    if ((j.min_np != 1 || max_np_set || j.discovery) && !j.elastic) {
+    o->prog = ai;
+    return -1;
+}
+
+/* Step 2: checks that the options fit together, asks the discovery script for the initial
+ * size, plans CPU binding and checks that the program can run. Returns -1 to go on, else the
+ * exit code. */
+static int check_args(int argc, char **argv, job *j, run_opts *o)
+{
+    if ((j->min_np != 1 || o->max_np_set || j->discovery) && !j->elastic) {
         fprintf(stderr, "chorus-run: --min-np, --max-np and --host-discovery-script need "
                         "--elastic\n");
         return 2;
     }
-    if (j.elastic && j.discovery && j.np < 1) {
-        int slots = discover(j.discovery);
+    if (j->elastic && j->discovery && j->np < 1) {
+        int slots = discover(j->discovery);
         if (slots < 1) {
             fprintf(stderr, "chorus-run: the host discovery script gives no local slots; pass -np "
                             "N\n");
             return 2;
         }
-        j.np = max_np_set && slots > j.max_np ? j.max_np : slots;
-        j.discovery_last = chorus__now();
+        j->np = o->max_np_set && slots > j->max_np ? j->max_np : slots;
+        j->discovery_last = chorus__now();
     }
-    if (j.np < 1 || ai >= argc) {
+    if (j->np < 1 || o->prog >= argc) {
         usage(stderr);
-        fprintf(stderr, "\nchorus-run: %s\n", j.np < 1 ? "-np N is required" : "no program given");
+        fprintf(stderr, "\nchorus-run: %s\n", j->np < 1 ? "-np N is required" : "no program given");
         return 2;
     }
-    if (!max_np_set) j.max_np = j.np;
-    {
-        const char *b = getenv("CHORUS_BIND");
-        if (bind_req < 0 && b && !strcmp(b, "none")) bind_req = 0;
-        /* an elastic job may grow to max_np: plan for that many */
-        int np = j.np;
-        if (j.elastic && j.max_np > np) j.np = j.max_np;
-        plan_binding(&j, bind_req);
-        j.np = np;
-    }
-    if (j.elastic && (j.min_np > j.np || j.np > j.max_np)) {
+    if (!o->max_np_set) j->max_np = j->np;
+    const char *b = chorus__env("CHORUS_BIND"); /* checked with the rest of the config later */
+    if (o->bind_req < 0 && b && !strcmp(b, "none")) o->bind_req = 0;
+    /* an elastic job may grow to max_np: plan for that many */
+    int np = j->np;
+    if (j->elastic && j->max_np > np) j->np = j->max_np;
+    plan_binding(j, o->bind_req);
+    j->np = np;
+    if (j->elastic && (j->min_np > j->np || j->np > j->max_np)) {
         fprintf(stderr, "chorus-run: --elastic needs --min-np (%d) <= -np (%d) <= --max-np (%d)\n",
-                j.min_np, j.np, j.max_np);
+                j->min_np, j->np, j->max_np);
         return 2;
     }
-    j.desired = j.np;
-    j.argv = argv + ai;
+    j->desired = j->np;
+    j->argv = argv + o->prog;
     char why[256];
-    if (!runnable(argv[ai], why, sizeof(why))) {
-        fprintf(stderr, "chorus-run: cannot run '%s': %s\n", argv[ai], why);
+    if (!runnable(argv[o->prog], why, sizeof(why))) {
+        fprintf(stderr, "chorus-run: cannot run '%s': %s\n", argv[o->prog], why);
         return 127;
     }
+    return -1;
+}
+
+/* Step 3: the per-job secret (put in the environment, so the ranks and this process's own
+ * store use it), the launcher's log and config, the job id, and the rendezvous store (also
+ * connected to, for an elastic job). Returns -1 to go on, else the exit code. */
+static int prepare_job(job *j, chorus_store_server **server)
+{
+    if (make_secret()) return 1;
     /* The launcher's own log: refused store clients are worth a line even without
      * CHORUS_DEBUG; the ranks inherit the environment unchanged. */
-    if (!getenv("CHORUS_DEBUG")) {
-        setenv("CHORUS_DEBUG", "WARN", 1);
-        chorus__log_init();
-        unsetenv("CHORUS_DEBUG");
+    chorus__log_default_level(CHORUS_LOG_WARN);
+    const char *bad = chorus__config_error();
+    if (bad) {
+        fprintf(stderr, "chorus-run: invalid environment: %s\n", bad);
+        return 2;
     }
-    if (make_secret()) return 1;
-    j.timeout_s = chorus__cfg_double("CHORUS_TIMEOUT_S");
-    if (j.timeout_s <= 0) j.timeout_s = 300;
-
-    /* job id and store */
-    const char *given_id = getenv("CHORUS_JOB_ID");
-    if (given_id && *given_id) {
-        snprintf(j.id, sizeof(j.id), "%s", given_id);
+    chorus__config_log_set();
+    const chorus_config *cfg = chorus__config();
+    j->timeout_s = cfg->timeout_s;
+    if (j->timeout_s <= 0) j->timeout_s = 300;
+    if (cfg->job_id) {
+        snprintf(j->id, sizeof(j->id), "%s", cfg->job_id);
     } else {
         unsigned char rnd[8] = {0};
         int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -847,25 +876,30 @@ int main(int argc, char **argv)
             if (read(ufd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) memset(rnd, 0, sizeof(rnd));
             close(ufd);
         }
-        snprintf(j.id, sizeof(j.id), "run-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0],
+        snprintf(j->id, sizeof(j->id), "run-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0],
                  rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
     }
-    chorus_store_server *server = NULL;
     chorus_errbuf err;
     int port = 0;
-    if ((j.np > 1 || j.elastic) &&
-        chorus__store_server_start("127.0.0.1", 0, &server, &port, &err) != CHORUS_OK) {
+    if ((j->np > 1 || j->elastic) &&
+        chorus__store_server_start("127.0.0.1", 0, server, &port, &err) != CHORUS_OK) {
         fprintf(stderr, "chorus-run: cannot start the rendezvous store: %s\n", err.msg);
         return 1;
     }
-    snprintf(j.store, sizeof(j.store), "127.0.0.1:%d", port);
-    if (j.elastic &&
-        chorus__store_connect(j.store, j.id, chorus__deadline(), &j.kv, &err) != CHORUS_OK) {
+    snprintf(j->store, sizeof(j->store), "127.0.0.1:%d", port);
+    if (j->elastic &&
+        chorus__store_connect(j->store, j->id, chorus__deadline(), &j->kv, &err) != CHORUS_OK) {
         fprintf(stderr, "chorus-run: cannot reach its own store: %s\n", err.msg);
-        chorus__store_server_stop(server);
+        chorus__store_server_stop(*server);
         return 1;
     }
+    return -1;
+}
 
+/* Step 4: signal handling (signals wake the supervision loop through sig_pipe) and the first
+ * np ranks. Returns -1 to go on, else the exit code. */
+static int spawn_ranks(job *j)
+{
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) return 1;
     struct sigaction sa = {.sa_handler = on_signal};
     sigemptyset(&sa.sa_mask);
@@ -874,34 +908,106 @@ int main(int argc, char **argv)
     sigaction(SIGCHLD, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-
-    for (int r = 0; r < j.np; r++)
-        if (!spawn(&j, r, j.np)) {
+    for (int r = 0; r < j->np; r++)
+        if (!spawn(j, r, j->np)) {
             perror("chorus-run: cannot start a rank");
-            signal_all(&j, SIGKILL);
+            signal_all(j, SIGKILL);
             return 1;
         }
+    return -1;
+}
 
-    int failed = -1, stopping = 0, timed_out = 0, interrupted = 0, job_failed = 0;
-    int last_failed = -1;
-    double start = chorus__now(), fail_time = 0, term_time = 0;
+/* How the job went, as the supervision loop saw it. */
+typedef struct outcome {
+    int failed;      /* plain job: the first rank that failed (-1: none) */
+    int stopping;    /* every rank was told to stop */
+    int timed_out;   /* --timeout expired */
+    int interrupted; /* SIGINT/SIGTERM/SIGHUP received (count) */
+    int job_failed;  /* elastic: the job cannot go on */
+    int last_failed; /* elastic: the worker that failed last (-1: none) */
+    double fail_time, term_time;
+} outcome;
+
+/* Reaps ended workers and notices stopped (hung) or continued ones: a plain job records its
+ * first failure; an elastic one poisons the failed worker's generation so the others re-form. */
+static void reap(job *j, outcome *out)
+{
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
+        if (pid <= 0) break;
+        for (int r = 0; r < j->nw; r++) {
+            worker *w = &j->w[r];
+            if (w->pid != pid || !w->running) continue;
+            if (WIFSTOPPED(status)) {
+                w->stopped = w->was_stopped = 1;
+                break;
+            }
+            if (WIFCONTINUED(status)) {
+                w->stopped = 0;
+                break;
+            }
+            w->running = 0;
+            w->stopped = 0;
+            w->status = status;
+            if (!j->elastic) {
+                if (out->failed < 0 && !out->stopping && failed_status(status)) {
+                    out->failed = r;
+                    out->fail_time = chorus__now();
+                }
+                break;
+            }
+            char how[128];
+            describe_status(status, how, sizeof(how));
+            if (w->leaving || out->stopping) break;
+            if (!failed_status(status)) {
+                j->completing = 1; /* a worker finished: the job is ending */
+                break;
+            }
+            out->last_failed = r;
+            j->unreplaced++;
+            if (w->rank >= 0) poison(j, j->formed, w->rank);
+            if (w->killed) break; /* kill_worker said why */
+            fprintf(stderr,
+                    "chorus-run: worker %d (pid %d%s) %s; %d worker%s left "
+                    "(elastic: the job goes on)\n",
+                    w->wid, (int)w->pid, w->rank >= 0 ? ", a rank of the last generation" : "", how,
+                    count_alive(j), count_alive(j) == 1 ? "" : "s");
+        }
+    }
+}
+
+static void stop_all(job *j, outcome *out, double now)
+{
+    out->stopping = 1;
+    out->term_time = now;
+    signal_all(j, SIGTERM);
+}
+
+/* Step 5: until every rank has ended and its output is drained, forwards output, signals and
+ * failures: a plain job's ranks are stopped `grace` seconds after one fails; an elastic job
+ * re-forms (elastic_tick). Stopping ranks get SIGKILL after 3 seconds. Returns -1 when
+ * every rank has ended, 1 when out of memory. */
+static int supervise(job *j, const run_opts *o, outcome *out)
+{
+    double start = chorus__now();
     struct pollfd *pf = NULL;
     int *who = NULL, pf_cap = 0;
     for (;;) {
-        if (pf_cap < 2 * j.nw + 1) {
-            pf_cap = 2 * j.nw + 16;
+        if (pf_cap < 2 * j->nw + 1) {
+            pf_cap = 2 * j->nw + 16;
             pf = realloc(pf, (size_t)pf_cap * sizeof(*pf));
             who = realloc(who, (size_t)pf_cap * sizeof(int));
             if (!pf || !who) return 1;
         }
         int open_streams = 0, k = 0, running = 0;
         pf[k++] = (struct pollfd){.fd = sig_pipe[0], .events = POLLIN};
-        for (int r = 0; r < j.nw; r++) {
-            running += j.w[r].running;
+        for (int r = 0; r < j->nw; r++) {
+            running += j->w[r].running;
             for (int s = 0; s < 2; s++)
-                if (j.w[r].s[s].fd >= 0) {
+                if (j->w[r].s[s].fd >= 0) {
                     who[k] = r * 2 + s;
-                    pf[k++] = (struct pollfd){.fd = j.w[r].s[s].fd, .events = POLLIN};
+                    pf[k++] = (struct pollfd){.fd = j->w[r].s[s].fd, .events = POLLIN};
                     open_streams++;
                 }
         }
@@ -909,7 +1015,8 @@ int main(int argc, char **argv)
         int n = poll(pf, (nfds_t)k, 100);
         if (n < 0 && errno != EINTR) break;
         for (int i = 1; i < k; i++)
-            if (pf[i].revents) pump(&j.w[who[i] / 2].s[who[i] % 2], j.w[who[i] / 2].wid, j.prefix);
+            if (pf[i].revents)
+                pump(&j->w[who[i] / 2].s[who[i] % 2], j->w[who[i] / 2].wid, j->prefix);
         if (pf[0].revents) {
             unsigned char b[64];
             while (read(sig_pipe[0], b, sizeof(b)) > 0) { /* drain wake-ups */
@@ -918,132 +1025,105 @@ int main(int argc, char **argv)
         if (got_signal == SIGINT || got_signal == SIGTERM || got_signal == SIGHUP) {
             int sig = got_signal;
             got_signal = 0;
-            interrupted++;
-            signal_all(&j, interrupted > 1 ? SIGKILL : sig);
-            if (!stopping) {
-                stopping = 1;
-                term_time = chorus__now();
+            out->interrupted++;
+            signal_all(j, out->interrupted > 1 ? SIGKILL : sig);
+            if (!out->stopping) {
+                out->stopping = 1;
+                out->term_time = chorus__now();
             }
         }
-        /* reap, and notice stopped (hung) ranks */
-        for (;;) {
-            int status;
-            pid_t pid = waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
-            if (pid <= 0) break;
-            for (int r = 0; r < j.nw; r++) {
-                worker *w = &j.w[r];
-                if (w->pid != pid || !w->running) continue;
-                if (WIFSTOPPED(status)) {
-                    w->stopped = w->was_stopped = 1;
-                    break;
-                }
-                if (WIFCONTINUED(status)) {
-                    w->stopped = 0;
-                    break;
-                }
-                w->running = 0;
-                w->stopped = 0;
-                w->status = status;
-                if (!j.elastic) {
-                    if (failed < 0 && !stopping && failed_status(status)) {
-                        failed = r;
-                        fail_time = chorus__now();
-                    }
-                    break;
-                }
-                char how[128];
-                describe_status(status, how, sizeof(how));
-                if (w->leaving || stopping) break;
-                if (!failed_status(status)) {
-                    j.completing = 1; /* a worker finished: the job is ending */
-                    break;
-                }
-                last_failed = r;
-                j.unreplaced++;
-                if (w->rank >= 0) poison(&j, j.formed, w->rank);
-                if (w->killed) break; /* kill_worker said why */
-                fprintf(stderr,
-                        "chorus-run: worker %d (pid %d%s) %s; %d worker%s left "
-                        "(elastic: the job goes on)\n",
-                        w->wid, (int)w->pid, w->rank >= 0 ? ", a rank of the last generation" : "",
-                        how, count_alive(&j), count_alive(&j) == 1 ? "" : "s");
-            }
-        }
+        reap(j, out);
         double now = chorus__now();
-        if (j.elastic && !stopping) {
-            int alive = count_alive(&j);
-            int rc = elastic_tick(&j);
-            if (!rc && alive == 0 && !j.completing &&
-                !(j.unreplaced > 0 && j.restarts < j.max_restarts)) {
+        if (j->elastic && !out->stopping) {
+            int alive = count_alive(j);
+            int rc = elastic_tick(j);
+            if (!rc && alive == 0 && !j->completing &&
+                !(j->unreplaced > 0 && j->restarts < j->max_restarts)) {
                 int any_running = 0;
-                for (int r = 0; r < j.nw; r++) any_running |= j.w[r].running;
+                for (int r = 0; r < j->nw; r++) any_running |= j->w[r].running;
                 if (!any_running) {
                     fprintf(stderr, "chorus-run: elastic: no worker is left; stopping\n");
                     rc = 1;
                 }
             }
             if (rc) {
-                job_failed = 1;
-                stopping = 1;
-                term_time = now;
-                signal_all(&j, SIGTERM);
+                out->job_failed = 1;
+                stop_all(j, out, now);
             }
         }
-        if (!j.elastic && failed >= 0 && !stopping && running > 0 && now - fail_time > grace) {
-            stopping = 1;
-            term_time = now;
-            signal_all(&j, SIGTERM);
-        }
-        if (timeout > 0 && !stopping && running > 0 && now - start > timeout) {
+        if (!j->elastic && out->failed >= 0 && !out->stopping && running > 0 &&
+            now - out->fail_time > o->grace)
+            stop_all(j, out, now);
+        if (o->timeout > 0 && !out->stopping && running > 0 && now - start > o->timeout) {
             fprintf(stderr, "chorus-run: the job exceeded --timeout %gs; stopping all ranks\n",
-                    timeout);
-            timed_out = 1;
-            stopping = 1;
-            term_time = now;
-            signal_all(&j, SIGTERM);
+                    o->timeout);
+            out->timed_out = 1;
+            stop_all(j, out, now);
         }
-        if (stopping && running > 0 && now - term_time > 3) signal_all(&j, SIGKILL);
+        if (out->stopping && running > 0 && now - out->term_time > 3) signal_all(j, SIGKILL);
     }
     free(pf);
     free(who);
-    chorus__store_close(j.kv);
-    chorus__store_server_stop(server);
+    return -1;
+}
 
+/* Step 6: the line that says how the job ended, and the exit code: the failing rank's status
+ * (a stopped rank is named as the likely cause), 124 for --timeout, 130 when interrupted. */
+static int report(const job *j, const outcome *out)
+{
     int code = 0;
-    if (!j.elastic && failed >= 0) {
+    if (!j->elastic && out->failed >= 0) {
         /* A rank that was stopped when the others failed is the likely cause: they lost it. */
-        int cause = failed;
-        for (int r = 0; r < j.nw; r++)
-            if (j.w[r].was_stopped && r != failed) cause = r;
+        int cause = out->failed;
+        for (int r = 0; r < j->nw; r++)
+            if (j->w[r].was_stopped && r != out->failed) cause = r;
         char how[128];
-        describe_status(j.w[cause].status, how, sizeof(how));
+        describe_status(j->w[cause].status, how, sizeof(how));
         int others = 0;
-        for (int r = 0; r < j.nw; r++)
-            if (r != cause && failed_status(j.w[r].status)) others++;
-        if (cause != failed)
+        for (int r = 0; r < j->nw; r++)
+            if (r != cause && failed_status(j->w[r].status)) others++;
+        if (cause != out->failed)
             fprintf(stderr,
                     "chorus-run: rank %d (pid %d) stopped responding (it was stopped, "
                     "SIGSTOP?) and %s",
-                    cause, (int)j.w[cause].pid, how);
+                    cause, (int)j->w[cause].pid, how);
         else
-            fprintf(stderr, "chorus-run: rank %d (pid %d) %s", cause, (int)j.w[cause].pid, how);
+            fprintf(stderr, "chorus-run: rank %d (pid %d) %s", cause, (int)j->w[cause].pid, how);
         if (others)
             fprintf(stderr, "; %d other rank%s also failed or were stopped", others,
                     others > 1 ? "s" : "");
         fprintf(stderr, "\n");
-        code = exit_code(j.w[failed].status);
-    } else if (timed_out) {
+        code = exit_code(j->w[out->failed].status);
+    } else if (out->timed_out) {
         code = 124;
-    } else if (interrupted) {
+    } else if (out->interrupted) {
         fprintf(stderr, "chorus-run: interrupted; stopped all ranks\n");
         code = 130;
-    } else if (j.elastic && job_failed) {
-        code = last_failed >= 0 ? exit_code(j.w[last_failed].status) : 1;
+    } else if (j->elastic && out->job_failed) {
+        code = out->last_failed >= 0 ? exit_code(j->w[out->last_failed].status) : 1;
         if (code == 0) code = 1;
-    } else if (j.elastic && !j.completing && !timed_out && !interrupted) {
+    } else if (j->elastic && !j->completing) {
         code = 1; /* ended without any member finishing */
         fprintf(stderr, "chorus-run: elastic: the job ended without a successful worker\n");
     }
-    free(j.w);
     return code;
+}
+
+int main(int argc, char **argv)
+{
+    job j = {.np = -1, .prefix = 1, .max_restarts = 3, .discovery_every = 5, .min_np = 1};
+    run_opts o = {.grace = 5, .bind_req = -1};
+    int rc = parse_args(argc, argv, &j, &o);
+    if (rc < 0) rc = check_args(argc, argv, &j, &o);
+    chorus_store_server *server = NULL;
+    if (rc < 0) rc = prepare_job(&j, &server);
+    if (rc < 0) rc = spawn_ranks(&j);
+    if (rc >= 0) return rc;
+    outcome out = {.failed = -1, .last_failed = -1};
+    if (supervise(&j, &o, &out) >= 0) return 1;
+    chorus__store_close(j.kv);
+    chorus__store_server_stop(server);
+    rc = report(&j, &out);
+    free(j.w);
+    return rc;
 }

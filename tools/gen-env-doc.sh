@@ -9,6 +9,14 @@ Every `CHORUS_*` variable Chorus reads, with its default. This file is generated
 library's config table by `tools/gen-env-doc.sh`; `chorus-run --help-env` prints the same table.
 A test fails if the two disagree.
 
+Each value is read once, when a communicator is created (chorus-run checks them before it
+starts any rank), and must have the form of its type: `integer` (non-negative), `number`
+(non-negative, e.g. `2.5`), `0/1` (also `true/false`, `yes/no`, `on/off`), `bytes` (a
+non-negative integer, optionally with `K`, `M` or `G`: `64K`), `name` (one of the names the
+meaning lists), `text` or `secret` (text that is never logged). Anything else is an error
+that names the variable and the value, for example `invalid environment: CHORUS_TIMEOUT_S=abc is not a non-negative number`. With
+`CHORUS_DEBUG=INFO` every variable that is set is logged once (`CHORUS_TIMEOUT_S=20 (set)`).
+
 Chorus also reads the variables of the launchers it runs under:
 
 | launcher | variables |
@@ -19,13 +27,14 @@ Chorus also reads the variables of the launchers it runs under:
 | MPICH / Hydra | `PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS` |
 | Slurm `srun` | `SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_JOB_ID SLURM_STEP_ID SLURM_STEP_NODELIST`; across nodes the first node of the step serves the store on port 20000 + (31·job + step) mod 20000 unless `MASTER_ADDR`/`MASTER_PORT` are set |
 
-| variable | default | meaning |
-|---|---|---|
+| variable | default | type | meaning |
+|---|---|---|---|
 HEAD
 "$BUILD/bin/chorus-run" --help-env | tail -n +2 | while IFS= read -r line; do
     name=$(echo "$line" | awk '{print $1}')
     def=$(echo "$line" | awk '{print $2}')
-    help=$(echo "$line" | sed 's/^[^ ]* *[^ ]* *//')
+    type=$(echo "$line" | awk '{print $3}')
+    help=$(echo "$line" | sed 's/^[^ ]* *[^ ]* *[^ ]* *//')
     [ "$def" = "-" ] && def=""
-    printf '| `%s` | %s | %s |\n' "$name" "${def:+\`$def\`}" "$help"
+    printf '| `%s` | %s | %s | %s |\n' "$name" "${def:+\`$def\`}" "$type" "$help"
 done

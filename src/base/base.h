@@ -71,6 +71,9 @@ enum {
 extern int chorus__log_level; /* -1 until read from CHORUS_DEBUG */
 int chorus__log_init(void);
 void chorus__log(int level, int subsys, const char *fmt, ...) CHORUS__PRINTF(3, 4);
+/* The level used when CHORUS_DEBUG is unset (normally none): a program that wants warnings by
+ * default calls it before anything is logged. */
+void chorus__log_default_level(int level);
 /* Sets the rank shown in the prefix of this process's log lines. */
 void chorus__log_set_rank(int rank);
 
@@ -89,28 +92,100 @@ void chorus__log_set_rank(int rank);
         if (CHORUS__LOG_ON(CHORUS_LOG_TRACE)) chorus__log(CHORUS_LOG_TRACE, sub, __VA_ARGS__);     \
     } while (0)
 
-/* ---- config table -------------------------------------------------------------------- */
+/* ---- config: the CHORUS_* variables, parsed once into typed fields ------------------ */
+
+/* The C type of each kind of row in config_table.h. */
+#define CHORUS__CFG_CTYPE_STR       const char *
+#define CHORUS__CFG_CTYPE_SECRET    const char *
+#define CHORUS__CFG_CTYPE_INT       long
+#define CHORUS__CFG_CTYPE_DOUBLE    double
+#define CHORUS__CFG_CTYPE_BOOL      int
+#define CHORUS__CFG_CTYPE_BYTES     size_t
+#define CHORUS__CFG_CTYPE_ENUM(...) const char *
+
+/* One field per row of config_table.h, e.g. cfg.timeout_s for CHORUS_TIMEOUT_S. Strings point
+ * to copies that live as long as the process, so a chorus_config can be copied freely. */
+typedef struct chorus_config {
+#define CHORUS_CFG(name, field, type, def, help) CHORUS__CFG_CTYPE_##type field;
+#include "base/config_table.h"
+#undef CHORUS_CFG
+} chorus_config;
+
+typedef enum {
+    CHORUS_CFG_STR,
+    CHORUS_CFG_SECRET,
+    CHORUS_CFG_INT,
+    CHORUS_CFG_DOUBLE,
+    CHORUS_CFG_BOOL,
+    CHORUS_CFG_BYTES,
+    CHORUS_CFG_ENUM
+} chorus_cfg_kind;
 
 typedef struct chorus_cfg_entry {
     const char *name;
-    const char *def; /* NULL: unset by default */
+    chorus_cfg_kind kind;
+    const char *choices; /* ENUM: the allowed names, comma-separated; else NULL */
+    const char *def;     /* NULL: unset by default */
     const char *help;
+    size_t offset; /* of the field in chorus_config */
 } chorus_cfg_entry;
 
 /* The table of every CHORUS_* variable, terminated by a NULL name. */
 const chorus_cfg_entry *chorus__cfg_table(void);
-/* Value from the environment, else the table's default (NULL if neither). */
-const char *chorus__cfg_str(const char *name);
-/* Integer value; a value that is not a number falls back to the default with a warning. */
-long chorus__cfg_long(const char *name);
-double chorus__cfg_double(const char *name);
+/* The kind of a row in one word ("bytes", "number", ...), for --help-env. */
+const char *chorus__cfg_type_name(const chorus_cfg_entry *e);
+
+/* Parses every row from the environment now into *cfg. A malformed value (CHORUS_TIMEOUT_S=abc,
+ * a negative size, an unknown name for an ENUM row) is CHORUS_ERR_INVALID_ARG with a message
+ * naming the variable and its value in e (plain text: nothing is logged, so the log module
+ * can use it); *cfg is then filled with defaults for the bad rows. Entry points (chorus_init,
+ * chorus_elastic_create) parse this way and keep the result. Thread-safe. */
+chorus_result chorus__config_parse(chorus_config *cfg, chorus_errbuf *e);
+
+/* Sets one variable of a parsed config from text, checked as chorus__config_parse checks it
+ * (value NULL: the default). For tests and tools that change a communicator's settings
+ * between calls (e.g. forcing each CHORUS_ALGO_* in turn): every rank must do the same. An
+ * unknown name or a malformed value is CHORUS_ERR_INVALID_ARG with the reason in e, and the
+ * row then holds its default. */
+chorus_result chorus__config_set(chorus_config *cfg, const char *name, const char *value,
+                                 chorus_errbuf *e);
+
+/* chorus__config_parse for an entry point: a malformed value fails with CHORUS_ERR_INVALID_ARG
+ * and "invalid environment: <why>" in e (logged like any failure); on success the variables
+ * that are set are logged once per process (chorus__config_log_set). */
+chorus_result chorus__config_load(chorus_config *cfg, chorus_errbuf *e);
+
+/* The process-wide parse, done on first use, for code without a communicator (logging, the
+ * launcher, transports, deadlines). Malformed rows hold their defaults; chorus__config_error
+ * then says why (NULL when every value was good). Thread-safe; never NULL. */
+const chorus_config *chorus__config(void);
+const char *chorus__config_error(void);
+
+/* Logs every CHORUS_* variable given in the environment at INFO ("CHORUS_TIMEOUT_S=20 (set)";
+ * secrets by length only), once per process: later calls do nothing. */
+void chorus__config_log_set(void);
+
+/* Any environment variable (launchers' RANK, SLURM_PROCID, PATH, ...): its value, NULL when
+ * unset or empty. The one way the library reads a variable that is not in the table. */
+const char *chorus__env(const char *name);
+
+/* ---- hashing ------------------------------------------------------------------------- */
+
+/* 64-bit hash of n bytes, 8 at a time (fast on large buffers; any changed bit changes the
+ * result). _seed continues from an earlier hash, to hash several pieces as one key. Equal on
+ * every rank of a job (same build, same byte order). */
+uint64_t chorus__hash64_seed(uint64_t seed, const void *p, size_t n);
+static inline uint64_t chorus__hash64(const void *p, size_t n)
+{
+    return chorus__hash64_seed(0, p, n);
+}
 
 /* ---- clock --------------------------------------------------------------------------- */
 
 /* Monotonic time in seconds / nanoseconds. */
 double chorus__now(void);
 uint64_t chorus__now_ns(void);
-/* Absolute deadline CHORUS_TIMEOUT_S from now. */
+/* Absolute deadline CHORUS_TIMEOUT_S (the process-wide config) from now. */
 double chorus__deadline(void);
 
 /* ---- allocation ---------------------------------------------------------------------- */

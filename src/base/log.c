@@ -69,15 +69,23 @@ static void open_log_file(const char *pattern)
     if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
 }
 
+static int default_level = CHORUS_LOG_NONE;
+
+void chorus__log_default_level(int level)
+{
+    default_level = level;
+}
+
 static void log_setup(void)
 {
     gethostname(log_host, sizeof(log_host) - 1);
     char *dot = strchr(log_host, '.');
     if (dot) *dot = 0;
-    log_subsys = parse_subsys(getenv("CHORUS_DEBUG_SUBSYS"));
-    const char *f = getenv("CHORUS_DEBUG_FILE");
-    if (f && *f) open_log_file(f);
-    __atomic_store_n(&chorus__log_level, parse_level(getenv("CHORUS_DEBUG")), __ATOMIC_RELEASE);
+    const chorus_config *cfg = chorus__config();
+    log_subsys = parse_subsys(cfg->debug_subsys);
+    if (cfg->debug_file) open_log_file(cfg->debug_file);
+    int level = cfg->debug ? parse_level(cfg->debug) : default_level;
+    __atomic_store_n(&chorus__log_level, level, __ATOMIC_RELEASE);
 }
 
 int chorus__log_init(void)

@@ -24,7 +24,7 @@ uint64_t chorus__now_ns(void)
 
 double chorus__deadline(void)
 {
-    double t = chorus__cfg_double("CHORUS_TIMEOUT_S");
+    double t = chorus__config()->timeout_s;
     if (t <= 0) t = 300;
     return chorus__now() + t;
 }

@@ -37,14 +37,15 @@ chorus_result chorus__iface_ip(const char *iface, char *ip, size_t len, chorus_e
                         iface);
 }
 
-chorus_result chorus__store_bind_ip(const char *store_addr, char *ip, size_t len, chorus_errbuf *e)
+chorus_result chorus__store_bind_ip(const chorus_config *cfg, const char *store_addr, char *ip,
+                                    size_t len, chorus_errbuf *e)
 {
     ip[0] = 0;
-    if (chorus__cfg_long("CHORUS_BIND_ANY") == 1) {
+    if (cfg->bind_any) {
         CHORUS_INFO(CHORUS_LOG_BOOT, "store: listening on every address (CHORUS_BIND_ANY=1)");
         return CHORUS_OK;
     }
-    const char *iface = chorus__cfg_str("CHORUS_IFACE");
+    const char *iface = cfg->iface;
     if (iface) return chorus__iface_ip(iface, ip, len, e);
     struct sockaddr_in sa;
     if (chorus__sock_resolve(store_addr, &sa))

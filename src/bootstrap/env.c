@@ -7,10 +7,11 @@
 
 #include "bootstrap/env.h"
 
+/* Read fresh on every call (not the process-wide config): launcher variables describe the job
+ * at the moment it is formed. */
 static const char *env(const char *name)
 {
-    const char *v = getenv(name);
-    return v && *v ? v : NULL;
+    return chorus__env(name);
 }
 
 /* Parses a non-negative int; -1 if the text is not one. */

@@ -28,8 +28,10 @@ int chorus__store_local_ip(chorus_store *s, char *ip, size_t len);
 void chorus__store_close(chorus_store *s);
 
 /* Address a store server should listen on (bind.c): "" for every address only with
- * CHORUS_BIND_ANY=1; else CHORUS_IFACE's address; else what store_addr's host resolves to. */
-chorus_result chorus__store_bind_ip(const char *store_addr, char *ip, size_t len, chorus_errbuf *e);
+ * CHORUS_BIND_ANY=1; else CHORUS_IFACE's address; else what store_addr's host resolves to.
+ * Both variables are read from cfg (the communicator's parsed config). */
+chorus_result chorus__store_bind_ip(const chorus_config *cfg, const char *store_addr, char *ip,
+                                    size_t len, chorus_errbuf *e);
 /* IPv4 address of an interface name, or the address itself. */
 chorus_result chorus__iface_ip(const char *iface, char *ip, size_t len, chorus_errbuf *e);
 

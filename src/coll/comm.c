@@ -76,19 +76,12 @@ size_t *chorus__chunks(size_t count, int n)
 
 void chorus__segments(size_t max_cnt, size_t esize, size_t *seg_cnt, int *nseg)
 {
-    size_t seg_bytes = (size_t)chorus__cfg_long("CHORUS_TCP_SEGMENT");
+    size_t seg_bytes = chorus__config()->tcp_segment;
     if (seg_bytes < 4096) seg_bytes = 4096;
     size_t per = seg_bytes / esize;
     size_t n = max_cnt ? (max_cnt + per - 1) / per : 1;
     *nseg = (int)n;
     *seg_cnt = (max_cnt + n - 1) / n;
-}
-
-static uint64_t hash64(uint64_t h, const void *data, size_t len)
-{
-    const unsigned char *p = data;
-    for (size_t i = 0; i < len; i++) h = (h ^ p[i]) * 0x100000001b3ull; /* FNV-1a */
-    return h;
 }
 
 /* ---- init ------------------------------------------------------------------------------- */
@@ -129,9 +122,9 @@ static void comm_free(chorus_comm *c)
 
 /* The address this rank listens on: CHORUS_IFACE (an interface name or an IPv4 address), else
  * the local address of the connection to the store, which is an address peers can reach. */
-static chorus_result pick_ip(chorus_store *store, char *ip, size_t len, chorus_errbuf *e)
+static chorus_result pick_ip(chorus_store *store, const char *iface, char *ip, size_t len,
+                             chorus_errbuf *e)
 {
-    const char *iface = chorus__cfg_str("CHORUS_IFACE");
     if (iface) return chorus__iface_ip(iface, ip, len, e);
     if (store && chorus__store_local_ip(store, ip, len) == 0) return CHORUS_OK;
     snprintf(ip, len, "127.0.0.1");
@@ -254,12 +247,15 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
                 job.rank, job.size, job.job, job.store_addr[0] ? job.store_addr : job.rdzv_file,
                 job.serve_store && job.rank == 0 ? " (served here)" : "");
 
+    chorus_config cfg;
+    CHORUS_CHECK(chorus__config_load(&cfg, e));
     chorus_comm *c = comm_alloc(job.size);
     if (!c) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
+    c->cfg = cfg;
     c->rank = job.rank;
     c->local_rank = job.local_rank;
     c->local_size = job.local_size;
-    c->id = hash64(0xcbf29ce484222325ull, job.job, strlen(job.job));
+    c->id = chorus__hash64(job.job, strlen(job.job));
     for (int p = 0; p < job.size; p++) c->world[p] = p;
 
     chorus_result r = CHORUS_OK;
@@ -278,7 +274,8 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
         c->local_size = 1;
         c->nhosts = 1;
         CHORUS_CHECK_GOTO(
-            chorus__net_create(0, 1, job.job, "127.0.0.1", &c->net, addr, sizeof(addr), e), r, out);
+            chorus__net_create(&c->cfg, 0, 1, job.job, "127.0.0.1", &c->net, addr, sizeof(addr), e),
+            r, out);
         goto out;
     }
     if (job.serve_store && job.rank == 0) {
@@ -291,8 +288,9 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
         } else {
             const char *colon = strrchr(job.store_addr, ':');
             char bind_ip[64] = ""; /* not every address unless asked (CHORUS_BIND_ANY) */
-            CHORUS_CHECK_GOTO(chorus__store_bind_ip(job.store_addr, bind_ip, sizeof(bind_ip), e), r,
-                              out);
+            CHORUS_CHECK_GOTO(
+                chorus__store_bind_ip(&c->cfg, job.store_addr, bind_ip, sizeof(bind_ip), e), r,
+                out);
             CHORUS_CHECK_GOTO(
                 chorus__store_server_start(bind_ip, atoi(colon + 1), &server, &port, e), r, out);
         }
@@ -302,10 +300,10 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
             out);
     }
     CHORUS_CHECK_GOTO(chorus__store_connect(job.store_addr, job.job, deadline, &store, e), r, out);
-    CHORUS_CHECK_GOTO(pick_ip(store, ip, sizeof(ip), e), r, out);
-    CHORUS_CHECK_GOTO(
-        chorus__net_create(job.rank, job.size, job.job, ip, &c->net, addr, sizeof(addr), e), r,
-        out);
+    CHORUS_CHECK_GOTO(pick_ip(store, c->cfg.iface, ip, sizeof(ip), e), r, out);
+    CHORUS_CHECK_GOTO(chorus__net_create(&c->cfg, job.rank, job.size, job.job, ip, &c->net, addr,
+                                         sizeof(addr), e),
+                      r, out);
     CHORUS_CHECK_GOTO(exchange(c, store, addr, addrs, hosts, deadline, e), r, out);
     CHORUS_CHECK_GOTO(chorus__net_connect_all(c->net, addrs, hosts, deadline, e), r, out);
     CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s", c->rank,
@@ -433,8 +431,9 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
             if (i < s->rank) s->local_rank++;
             s->local_size++;
         }
-    uint64_t h = hash64(c->id, &nsplit, sizeof(nsplit));
-    s->id = hash64(h, &color, sizeof(color));
+    uint64_t h = chorus__hash64_seed(c->id, &nsplit, sizeof(nsplit));
+    s->id = chorus__hash64_seed(h, &color, sizeof(color));
+    s->cfg = c->cfg;
     s->net = c->net;
     chorus__net_retain(c->net);
     free(hostmap);

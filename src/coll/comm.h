@@ -26,6 +26,7 @@ struct chorus_comm {
     size_t scratch_cap;
     struct chorus_shm *shm; /* shared-memory group of all ranks, when they share one host */
     unsigned select_warned; /* CHORUS_ALGO_* warnings already given (bit per collective) */
+    chorus_config cfg;      /* CHORUS_* variables, parsed at init; split communicators inherit */
 };
 
 /* Per-call state of a collective. */

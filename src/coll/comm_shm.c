@@ -37,7 +37,7 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
 {
     c->shm = NULL;
     if (c->size < 2 || c->nhosts != 1) return CHORUS_OK;
-    if (chorus__cfg_long("CHORUS_SHM") == 0) {
+    if (!c->cfg.shm) {
         CHORUS_INFO(CHORUS_LOG_SHM, "shared memory off (CHORUS_SHM=0): collectives use TCP");
         return CHORUS_OK;
     }
@@ -45,8 +45,8 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
     chorus_shm *s = NULL;
     char name[64] = "";
     if (c->rank == 0) {
-        long chunk = chorus__cfg_long("CHORUS_SHM_CHUNK");
-        long one = chorus__cfg_long("CHORUS_SHM_ONESHOT_MAX");
+        long chunk = (long)c->cfg.shm_chunk;
+        long one = (long)c->cfg.shm_oneshot_max;
         size_t min_chunk = round_up((size_t)c->size * 64, 4096);
         size_t ch = chunk > 0 ? round_up((size_t)chunk, 4096) : min_chunk;
         if (ch < min_chunk) ch = min_chunk;
@@ -82,7 +82,7 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
                                         "use TCP");
         return r;
     }
-    chorus__shm_start(s, c->net, c->size);
+    chorus__shm_start(s, &c->cfg, c->net, c->size);
     c->shm = s;
     CHORUS_INFO(CHORUS_LOG_SHM,
                 "shared memory for %d ranks: %s (unlinked), %zu KiB, slots of %zu KiB, "

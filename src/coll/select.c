@@ -49,9 +49,9 @@
 #include "coll/comm.h"
 #include "transport/shm/shm.h"
 
-static const char *forced(chorus_comm *c, const char *var, int bit, const char *const *known)
+static const char *forced(chorus_comm *c, const char *var, const char *v, int bit,
+                          const char *const *known)
 {
-    const char *v = getenv(var); /* not chorus__cfg_str: no default, and this is per call */
     if (!v || !*v) return NULL;
     for (int i = 0; known[i]; i++)
         if (!strcmp(v, known[i])) {
@@ -79,7 +79,8 @@ chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes)
 {
     static const char *const known[] = {"oneshot", "rsag",     "rd",       "ring",
                                         "shm",     "shm_flat", "shm_rsag", NULL};
-    const char *f = forced(c, "CHORUS_ALGO_ALLREDUCE", CHORUS_COLL_ALLREDUCE, known);
+    const char *f =
+        forced(c, "CHORUS_ALGO_ALLREDUCE", c->cfg.algo_allreduce, CHORUS_COLL_ALLREDUCE, known);
     if (f && !strcmp(f, "oneshot")) return CHORUS_AR_ONESHOT;
     if (f && !strcmp(f, "rsag")) return CHORUS_AR_RSAG;
     if (f && !strcmp(f, "rd")) return CHORUS_AR_RD;
@@ -91,18 +92,17 @@ chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes)
                                                             : CHORUS_AR_SHM_RSAG;
     /* The defaults fold in rank order, as the shared-memory algorithms do: results do not
      * depend on the algorithm, the size or the position (rd and ring, when forced, do). */
-    return bytes <= (size_t)chorus__cfg_long("CHORUS_TCP_ONESHOT_MAX") ? CHORUS_AR_ONESHOT
-                                                                       : CHORUS_AR_RSAG;
+    return bytes <= c->cfg.tcp_oneshot_max ? CHORUS_AR_ONESHOT : CHORUS_AR_RSAG;
 }
 
 chorus_bc_algo chorus__select_broadcast(chorus_comm *c, size_t bytes)
 {
     static const char *const known[] = {"tree", "chain", "shm", NULL};
-    const char *f = forced(c, "CHORUS_ALGO_BROADCAST", CHORUS_COLL_BROADCAST, known);
+    const char *f =
+        forced(c, "CHORUS_ALGO_BROADCAST", c->cfg.algo_broadcast, CHORUS_COLL_BROADCAST, known);
     if (f) return f[0] == 't' ? CHORUS_BC_TREE : f[0] == 'c' ? CHORUS_BC_CHAIN : CHORUS_BC_SHM;
     if (c->shm) return CHORUS_BC_SHM;
-    return bytes <= (size_t)chorus__cfg_long("CHORUS_BCAST_TREE_MAX") ? CHORUS_BC_TREE
-                                                                      : CHORUS_BC_CHAIN;
+    return bytes <= c->cfg.bcast_tree_max ? CHORUS_BC_TREE : CHORUS_BC_CHAIN;
 }
 
 int chorus__select_shm(chorus_comm *c, int kind)
@@ -112,10 +112,18 @@ int chorus__select_shm(chorus_comm *c, int kind)
     static const char *const dissemination[] = {"dissemination", "shm", NULL};
     const char *f = NULL;
     switch (kind) {
-    case CHORUS_COLL_ALLGATHER: f = forced(c, "CHORUS_ALGO_ALLGATHER", kind, ring); break;
-    case CHORUS_COLL_REDUCE_SCATTER: f = forced(c, "CHORUS_ALGO_REDUCE_SCATTER", kind, ring); break;
-    case CHORUS_COLL_ALLTOALL: f = forced(c, "CHORUS_ALGO_ALLTOALL", kind, pairwise); break;
-    case CHORUS_COLL_BARRIER: f = forced(c, "CHORUS_ALGO_BARRIER", kind, dissemination); break;
+    case CHORUS_COLL_ALLGATHER:
+        f = forced(c, "CHORUS_ALGO_ALLGATHER", c->cfg.algo_allgather, kind, ring);
+        break;
+    case CHORUS_COLL_REDUCE_SCATTER:
+        f = forced(c, "CHORUS_ALGO_REDUCE_SCATTER", c->cfg.algo_reduce_scatter, kind, ring);
+        break;
+    case CHORUS_COLL_ALLTOALL:
+        f = forced(c, "CHORUS_ALGO_ALLTOALL", c->cfg.algo_alltoall, kind, pairwise);
+        break;
+    case CHORUS_COLL_BARRIER:
+        f = forced(c, "CHORUS_ALGO_BARRIER", c->cfg.algo_barrier, kind, dissemination);
+        break;
     default: break;
     }
     if (f) return !strcmp(f, "shm");
@@ -134,11 +142,10 @@ void chorus__select_describe(const chorus_comm *c)
                     c->shm->nt_min);
     else
         CHORUS_INFO(CHORUS_LOG_COLL,
-                    "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %ld B, "
+                    "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %zu B, "
                     "direct reduce-scatter + ring allgather above (both fold in rank order); "
-                    "broadcast binomial tree up to %ld B, chain above; ring "
+                    "broadcast binomial tree up to %zu B, chain above; ring "
                     "allgather and reduce-scatter, pairwise alltoall, dissemination barrier",
-                    (unsigned long long)c->id, c->size, c->nhosts,
-                    chorus__cfg_long("CHORUS_TCP_ONESHOT_MAX"),
-                    chorus__cfg_long("CHORUS_BCAST_TREE_MAX"));
+                    (unsigned long long)c->id, c->size, c->nhosts, c->cfg.tcp_oneshot_max,
+                    c->cfg.bcast_tree_max);
 }

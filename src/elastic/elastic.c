@@ -3,14 +3,8 @@
  * commit/restore, state sync from the most advanced rank, and the loop that re-forms the job
  * after a lost peer or a membership change.
  *
- * The rendezvous with chorus-run --elastic, through keys of the launcher's store:
- *   el/next            newest generation the launcher is forming (or formed)
- *   el/in/<g>/<w>      worker w checks in for generation g; value: the worker id it lost, or -1
- *   el/round/<g>       "<g> <n> <w0> ... <wn-1>": the members of generation g in rank order;
- *                      "done" when the job finished without forming it
- *   el/out/<w>         worker w is retired (scale-down); value: why
- * Generation g's communicator is an ordinary one whose job id is "<job>.g<g>", so its keys
- * and connections never mix with another generation's.
+ * The rendezvous with chorus-run --elastic goes through keys of the launcher's store, all
+ * defined in keys.h.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +14,7 @@
 #include "bootstrap/store.h"
 #include "chorus/elastic.h"
 #include "coll/comm.h"
+#include "elastic/keys.h"
 
 typedef struct var {
     char name[64];
@@ -59,20 +54,24 @@ chorus_result chorus_elastic_create(chorus_elastic **out)
     el->commits = -1;
     el->suspect = -1;
     el->wid = -1;
-    const char *e = getenv("CHORUS_ELASTIC");
-    el->elastic = e && !strcmp(e, "1");
+    chorus_config cfg;
+    chorus_result r = chorus__config_load(&cfg, chorus__init_errbuf());
+    if (r != CHORUS_OK) {
+        free(el);
+        return r;
+    }
+    el->elastic = cfg.elastic;
     if (el->elastic) {
-        const char *w = getenv("CHORUS_WORKER_ID"), *s = getenv("CHORUS_STORE_ADDR"),
-                   *j = getenv("CHORUS_JOB_ID");
-        if (!w || !*w || !s || !*s || !j || !*j) {
-            chorus_result r = chorus__fail(
+        const char *s = cfg.store_addr, *j = cfg.job_id;
+        if (cfg.worker_id < 0 || !s || !j) {
+            r = chorus__fail(
                 chorus__init_errbuf(), CHORUS_ERR_ENV,
                 "CHORUS_ELASTIC=1 needs CHORUS_WORKER_ID, CHORUS_STORE_ADDR and CHORUS_JOB_ID "
                 "(launch with chorus-run --elastic)");
             free(el);
             return r;
         }
-        el->wid = atoi(w);
+        el->wid = (int)cfg.worker_id;
         snprintf(el->store_addr, sizeof(el->store_addr), "%s", s);
         snprintf(el->job, sizeof(el->job), "%s", j);
     }
@@ -158,7 +157,7 @@ static chorus_result membership_pending(chorus_elastic *el, int64_t *pending)
         char *v = NULL;
         int found = 0;
         chorus_errbuf e;
-        if (chorus__store_check(el->store, "el/next", &v, NULL, &found, &e) != CHORUS_OK)
+        if (chorus__store_check(el->store, CHORUS_EL_NEXT, &v, NULL, &found, &e) != CHORUS_OK)
             CHORUS_WARN(CHORUS_LOG_ELASTIC, "cannot ask the launcher about membership: %s", e.msg);
         else if (found && strtol(v, NULL, 10) > el->gen)
             *pending = 1;
@@ -191,12 +190,11 @@ chorus_result chorus_elastic_commit(chorus_elastic *el)
 
 static uint64_t layout_hash(const chorus_elastic *el)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
+    uint64_t h = 0;
     for (int i = 0; i < el->nvars; i++) {
-        for (const char *p = el->vars[i].name; *p; p++)
-            h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
         uint64_t b = el->vars[i].bytes;
-        for (int k = 0; k < 8; k++) h = (h ^ ((b >> (8 * k)) & 0xff)) * 0x100000001b3ull;
+        h = chorus__hash64_seed(h, el->vars[i].name, strlen(el->vars[i].name));
+        h = chorus__hash64_seed(h, &b, sizeof(b));
     }
     return h;
 }
@@ -287,23 +285,23 @@ static chorus_result rendezvous(chorus_elastic *el)
             chorus__store_connect(el->store_addr, el->job, chorus__deadline(), &el->store, e));
     char *v = NULL;
     int found = 0;
-    CHORUS_CHECK(chorus__store_check(el->store, "el/next", &v, NULL, &found, e));
+    CHORUS_CHECK(chorus__store_check(el->store, CHORUS_EL_NEXT, &v, NULL, &found, e));
     long target = found ? strtol(v, NULL, 10) : 1;
     free(v);
     if (target <= el->gen) target = el->gen + 1;
     for (int attempt = 0; attempt < 10000; attempt++) {
         char key[80], val[32], *m = NULL;
-        snprintf(key, sizeof(key), "el/in/%ld/%d", target, el->wid);
+        chorus_el_key_in(key, sizeof(key), target, el->wid);
         snprintf(val, sizeof(val), "%d", el->suspect);
         CHORUS_CHECK(chorus__store_set(el->store, key, val, strlen(val), e));
-        snprintf(key, sizeof(key), "el/round/%ld", target);
+        chorus_el_key_round(key, sizeof(key), target);
         chorus_result r = chorus__store_get(el->store, key, &m, NULL, chorus__deadline(), e);
         if (r != CHORUS_OK)
             return FAIL(el, r,
                         "worker %d could not join generation %ld of the elastic job: %s (did the "
                         "launcher stop the job?)",
                         el->wid, target, e->msg);
-        if (!strcmp(m, "done")) {
+        if (!strcmp(m, CHORUS_EL_ROUND_DONE)) {
             free(m);
             return FAIL(el, CHORUS_ERR_MEMBERSHIP,
                         "the elastic job finished before worker %d could join it", el->wid);
@@ -313,7 +311,7 @@ static chorus_result rendezvous(chorus_elastic *el)
         if (rank == -2)
             return FAIL(el, CHORUS_ERR_PROTOCOL, "malformed membership of generation %ld", target);
         if (rank < 0) {
-            snprintf(key, sizeof(key), "el/out/%d", el->wid);
+            chorus_el_key_out(key, sizeof(key), el->wid);
             CHORUS_CHECK(chorus__store_check(el->store, key, &v, NULL, &found, e));
             if (found) {
                 chorus_result rr =
@@ -331,7 +329,7 @@ static chorus_result rendezvous(chorus_elastic *el)
         job.rank = rank;
         job.size = size;
         job.local_rank = job.local_size = -1;
-        snprintf(job.job, sizeof(job.job), "%.40s.g%d", el->job, (int)(target & 0x7fffffff));
+        chorus_el_gen_job(job.job, sizeof(job.job), el->job, target);
         snprintf(job.store_addr, sizeof(job.store_addr), "%s", el->store_addr);
         chorus_comm *c = NULL;
         r = chorus__init_job(&job, &c);

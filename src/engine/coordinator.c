@@ -97,7 +97,7 @@ static void stall_warn(chorus_engine *e, eng_map *stall, char **names, size_t nn
              "are behind, stuck, or took a different code path (CHORUS_STALL_WARN_S=%g)",
              total, total == 1 ? " was" : "s were", msg, warn);
     CHORUS_WARN(CHORUS_LOG_ENGINE, "%s", line);
-    const char *df = chorus__cfg_str("CHORUS_DEBUG_FILE");
+    const char *df = chorus__config()->debug_file;
     if (!CHORUS__LOG_ON(CHORUS_LOG_WARN) || (df && *df))
         fprintf(stderr, "CHORUS WARN rank %d: %s\n", e->rank, line);
     if (shut > 0 && worst >= shut) {

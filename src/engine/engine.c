@@ -46,18 +46,18 @@ void chorus_engine_tensor_opts_init(chorus_engine_tensor_opts *o)
 
 void chorus_engine_opts_init(chorus_engine_opts *o)
 {
+    const chorus_config *cfg = chorus__config();
     memset(o, 0, sizeof(*o));
     o->size = sizeof(*o);
     o->version = CHORUS_ENGINE_OPTS_VERSION;
-    o->cycle_time_ms = chorus__cfg_double("CHORUS_CYCLE_TIME_MS");
-    long ft = chorus__cfg_long("CHORUS_FUSION_THRESHOLD");
-    o->fusion_threshold = ft > 0 ? (size_t)ft : 0;
-    o->cache_capacity = (int)chorus__cfg_long("CHORUS_CACHE_CAPACITY");
-    o->stall_warn_s = chorus__cfg_double("CHORUS_STALL_WARN_S");
-    o->stall_shutdown_s = chorus__cfg_double("CHORUS_STALL_SHUTDOWN_S");
-    o->idle_ms = chorus__cfg_double("CHORUS_ENGINE_IDLE_MS");
-    o->timeline = chorus__cfg_str("CHORUS_TIMELINE");
-    const char *c = chorus__cfg_str("CHORUS_COMPRESSION");
+    o->cycle_time_ms = cfg->cycle_time_ms;
+    o->fusion_threshold = cfg->fusion_threshold;
+    o->cache_capacity = (int)cfg->cache_capacity;
+    o->stall_warn_s = cfg->stall_warn_s;
+    o->stall_shutdown_s = cfg->stall_shutdown_s;
+    o->idle_ms = cfg->engine_idle_ms;
+    o->timeline = cfg->timeline;
+    const char *c = cfg->compression;
     o->compressor = chorus__compressor_by_name(c);
     if (!o->compressor && c && *c && strcmp(c, "none"))
         CHORUS_WARN(CHORUS_LOG_ENGINE,

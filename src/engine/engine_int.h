@@ -264,6 +264,5 @@ const char *chorus__kind_name(int kind);
 void chorus__scale(void *dst, const void *src, size_t n, chorus_dtype t, double f);
 /* Fills n elements with the identity of op (0 for sum/avg, 1 for prod, max for min, ...). */
 void chorus__fill_identity(void *dst, size_t n, chorus_dtype t, chorus_op op);
-uint64_t chorus__hash64(const void *p, size_t n);
 
 #endif

@@ -12,9 +12,7 @@ static char tomb_;
 
 static uint64_t hash_str(const char *s)
 {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-    return h ^ (h >> 29);
+    return chorus__hash64(s, strlen(s));
 }
 
 void chorus__map_free(eng_map *m)

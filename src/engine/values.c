@@ -1,7 +1,7 @@
 /*
  * values.c - what the engine does to element values outside the core's reductions: scaling
  * (prescale, postscale), the identity element of each op (what a rank that joined
- * contributes), and the 64-bit hash of the divergence check. Scaling and identities are dtype
+ * contributes). Scaling and identities are dtype
  * facts and belong with the dtype table once there is one.
  */
 #include <math.h>
@@ -72,28 +72,4 @@ void chorus__fill_identity(void *dst, size_t n, chorus_dtype t, chorus_op op)
     case CHORUS_FLOAT64: FILL(double, op == CHORUS_PROD ? 1.0 : hi ? INFINITY : -INFINITY); break;
     default: break;
     }
-}
-
-/* ---- hashing ------------------------------------------------------------------------------ */
-
-/* 64-bit hash, 8 bytes at a time (a multiply-xorshift mix per word, so it is fast on large
- * parameter buffers and any changed bit changes the result). */
-uint64_t chorus__hash64(const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    uint64_t h = 0x9e3779b97f4a7c15ull ^ (n * 0xff51afd7ed558ccdull);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h ^= w * 0xc2b2ae3d27d4eb4full;
-        h = (h << 31 | h >> 33) * 0x9e3779b97f4a7c15ull;
-    }
-    uint64_t w = 0;
-    for (size_t k = 0; i < n; i++, k++) w |= (uint64_t)b[i] << (8 * k);
-    h ^= w * 0xc2b2ae3d27d4eb4full;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
 }

@@ -52,7 +52,7 @@ void chorus__auth_key_set(chorus_auth_key *k, const void *secret, size_t len)
 void chorus__auth_key_from_env(chorus_auth_key *k)
 {
     static int said_unset, said_short;
-    const char *s = getenv("CHORUS_SECRET");
+    const char *s = chorus__config()->secret;
     size_t len = s ? strlen(s) : 0;
     chorus__auth_key_set(k, s, len);
     if (!len && !__atomic_exchange_n(&said_unset, 1, __ATOMIC_RELAXED))

@@ -116,7 +116,7 @@ chorus_result chorus__sock_listen(const char *ip, int port, int backlog, int *fd
 
 void chorus__sock_tune(int fd)
 {
-    int one = 1, buf = (int)chorus__cfg_long("CHORUS_SOCKET_BUF");
+    int one = 1, buf = (int)chorus__config()->socket_buf;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     if (buf > 0) {
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));

@@ -31,10 +31,8 @@ int main(int argc, char **argv)
     int n = chorus_size(c), me = chorus_rank(c);
     const size_t sizes[] = {1, 7, 1000, 65537, 1 << 20};
     for (int a = 1; a < argc; a++) {
-        if (strcmp(argv[a], "auto"))
-            setenv("CHORUS_ALGO_ALLREDUCE", argv[a], 1);
-        else
-            unsetenv("CHORUS_ALGO_ALLREDUCE"); /* the rules pick by size */
+        /* "auto": the default, the rules pick by size */
+        test_set_config(c, "CHORUS_ALGO_ALLREDUCE", strcmp(argv[a], "auto") ? argv[a] : NULL);
         for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
             size_t cnt = sizes[si];
             for (int dt = 0; dt < 3; dt++) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/comm.h"
 #include "harness.h"
 #include "reduce/reduce.h"
 
@@ -98,7 +99,8 @@ static void test_allreduce(size_t count, chorus_dtype t, chorus_op op, int inpla
     }
     char what[128];
     snprintf(what, sizeof(what), "allreduce count %zu dtype %d op %d inplace %d algo %s", count,
-             (int)t, (int)op, inplace, getenv("CHORUS_ALGO_ALLREDUCE"));
+             (int)t, (int)op, inplace,
+             comm->cfg.algo_allreduce ? comm->cfg.algo_allreduce : "auto");
     expect_equal(recv, ref, bytes, what);
     free(send);
     free(recv);
@@ -184,7 +186,7 @@ static void test_alltoall(size_t count, chorus_dtype t, int inplace, uint64_t sa
 /* Random floats: summation order matters, so this shows every rank got the same bits. */
 static void test_identical_bits(size_t count, const char *algo)
 {
-    setenv("CHORUS_ALGO_ALLREDUCE", algo, 1);
+    test_set_config(comm, "CHORUS_ALGO_ALLREDUCE", algo);
     float *x = malloc(count * sizeof(float));
     uint64_t s = 42 + (uint64_t)rank_;
     for (size_t i = 0; i < count; i++)
@@ -200,7 +202,7 @@ static void test_identical_bits(size_t count, const char *algo)
                       count, r, rank_);
     free(all);
     free(x);
-    unsetenv("CHORUS_ALGO_ALLREDUCE");
+    test_set_config(comm, "CHORUS_ALGO_ALLREDUCE", NULL);
 }
 
 static void test_p2p(void)
@@ -278,7 +280,7 @@ int main(int argc, char **argv)
     int noshm = shm_env && !strcmp(shm_env, "0");
     static const char *algos[] = {"oneshot", "rsag", "rd", "ring", "shm"};
     for (int a = 0; a < 5 - noshm; a++) {
-        setenv("CHORUS_ALGO_ALLREDUCE", algos[a], 1);
+        test_set_config(comm, "CHORUS_ALGO_ALLREDUCE", algos[a]);
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
             for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
                 for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
@@ -288,20 +290,20 @@ int main(int argc, char **argv)
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
             test_allreduce(262147, dtypes[d], CHORUS_SUM, d % 2, salt++);
     }
-    unsetenv("CHORUS_ALGO_ALLREDUCE");
+    test_set_config(comm, "CHORUS_ALGO_ALLREDUCE", NULL);
     for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
                 test_reduce_scatter(counts[k], dtypes[d], ops[o], (int)(k % 2), salt++);
     static const char *bcast_algos[] = {"tree", "chain", "shm"};
     for (int a = 0; a < 3 - noshm; a++) {
-        setenv("CHORUS_ALGO_BROADCAST", bcast_algos[a], 1);
+        test_set_config(comm, "CHORUS_ALGO_BROADCAST", bcast_algos[a]);
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
                 test_broadcast(counts[k], dtypes[d], (int)((d + k) % (size_t)size_), salt++);
         test_broadcast(700001, CHORUS_UINT8, size_ - 1, salt++);
     }
-    unsetenv("CHORUS_ALGO_BROADCAST");
+    test_set_config(comm, "CHORUS_ALGO_BROADCAST", NULL);
     for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
         for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
             test_allgather(counts[k], dtypes[d], (int)(k % 2), salt++);

@@ -493,7 +493,7 @@ static int case_death(int victim)
     double dt = chorus__now() - t0;
     fprintf(stderr, "rank %d: %d p2p requests failed after %.2fs: %s: %s\n", rank_, n, dt,
             chorus_strerror(CHORUS_ERR_PEER_LOST), chorus_last_error(comm));
-    ASSERT(dt < chorus__cfg_double("CHORUS_TIMEOUT_S"));
+    ASSERT(dt < chorus__config()->timeout_s);
     free(big);
     chorus_finalize(comm);
     sleep(2); /* chorus-run reports the first rank to end: let that be the victim */

@@ -302,7 +302,7 @@ int main(int argc, char **argv)
         timeout();
     } else if (!strcmp(mode, "noshm")) {
         ASSERT(comm->shm == NULL);
-        setenv("CHORUS_ALGO_ALLREDUCE", "shm", 1);
+        test_set_config(comm, "CHORUS_ALGO_ALLREDUCE", "shm");
         int32_t x = 1;
         ASSERT_OK(chorus_allreduce(comm, &x, &x, 1, CHORUS_INT32, CHORUS_SUM));
         ASSERT_EQ(x, size_);

@@ -61,7 +61,7 @@ int main(int argc, char **argv)
             snprintf(needle, sizeof(needle), "rank %d", victim);
             ASSERT_EQ(r, CHORUS_ERR_PEER_LOST);
             ASSERT_STR_CONTAINS(chorus_last_error(c), needle);
-            ASSERT(dt < chorus__cfg_double("CHORUS_TIMEOUT_S"));
+            ASSERT(dt < chorus__config()->timeout_s);
             ASSERT(chorus_allreduce(c, x, x, count, CHORUS_FLOAT32, CHORUS_SUM) != CHORUS_OK);
             chorus_finalize(c);
             free(x);

@@ -170,16 +170,16 @@ void chorus__shm_unlink(chorus_shm *s)
         CHORUS_WARN(CHORUS_LOG_SHM, "shm_unlink(%s): %s", s->name, strerror(errno));
 }
 
-void chorus__shm_start(chorus_shm *s, chorus_net *net, int local_size)
+void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_net *net, int local_size)
 {
     s->net = net;
-    long spin = chorus__cfg_long("CHORUS_SHM_SPIN_US");
+    long spin = cfg->shm_spin_us;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* More ranks than cores: a spinning rank steals the core of the rank it waits for, so
      * it yields from the start. */
     s->yield_now = ncpu > 0 && local_size > ncpu;
     s->spin_ns = spin > 0 ? (uint64_t)spin * 1000 : 0;
-    long nt = chorus__cfg_long("CHORUS_SHM_NT_MIN");
+    long nt = (long)cfg->shm_nt_min;
     s->nt_min = nt > 0 ? (size_t)nt : (size_t)-1;
     uint64_t myns = s->ctrl[s->rank].pidns;
     for (int q = 0; q < s->size; q++) {

@@ -99,8 +99,9 @@ chorus_result chorus__shm_attach(const char *name, uint64_t comm_id, int size, i
                                  chorus_shm **out, chorus_errbuf *e);
 /* Removes the name (mappings stay valid). Idempotent. */
 void chorus__shm_unlink(chorus_shm *s);
-/* After every rank has attached: opens liveness handles for the peers. */
-void chorus__shm_start(chorus_shm *s, chorus_net *net, int local_size);
+/* After every rank has attached: opens liveness handles for the peers; spin time and the
+ * non-temporal threshold come from cfg (the communicator's config). */
+void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_net *net, int local_size);
 /* Marks this rank finalized, unmaps, closes handles. NULL is fine. */
 void chorus__shm_destroy(chorus_shm *s);
 

@@ -984,10 +984,6 @@ static void *watchdog(void *arg)
 
 static void watchdog_start(chorus_net *n)
 {
-    double t = chorus__cfg_double("CHORUS_TIMEOUT_S");
-    n->hb_interval = chorus__cfg_double("CHORUS_HEARTBEAT_S");
-    n->hb_timeout = chorus__cfg_double("CHORUS_HEARTBEAT_TIMEOUT_S");
-    if (t > 0 && n->hb_timeout > t) n->hb_timeout = t;
     if (n->hb_interval <= 0 || n->size < 2) return;
     if (n->hb_timeout < 2 * n->hb_interval) n->hb_timeout = 2 * n->hb_interval;
     double now = chorus__now();
@@ -1017,8 +1013,9 @@ static void watchdog_stop(chorus_net *n)
 
 /* ---- set-up ----------------------------------------------------------------------------- */
 
-chorus_result chorus__net_create(int rank, int size, const char *job, const char *bind_ip,
-                                 chorus_net **out, char *addr, size_t addr_len, chorus_errbuf *e)
+chorus_result chorus__net_create(const chorus_config *cfg, int rank, int size, const char *job,
+                                 const char *bind_ip, chorus_net **out, char *addr, size_t addr_len,
+                                 chorus_errbuf *e)
 {
     chorus_net *n = calloc(1, sizeof(*n));
     if (!n) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
@@ -1032,8 +1029,11 @@ chorus_result chorus__net_create(int rank, int size, const char *job, const char
     n->refs = 1;
     n->listen_fd = -1;
     n->broken_rank = -1;
-    n->max_msg = (uint64_t)chorus__cfg_long("CHORUS_MAX_MESSAGE");
-    n->spin_us = (int)chorus__cfg_long("CHORUS_SPIN_US");
+    n->max_msg = (uint64_t)cfg->max_message;
+    n->spin_us = (int)cfg->spin_us;
+    n->hb_interval = cfg->heartbeat_s;
+    n->hb_timeout = cfg->heartbeat_timeout_s;
+    if (cfg->timeout_s > 0 && n->hb_timeout > cfg->timeout_s) n->hb_timeout = cfg->timeout_s;
     snprintf(n->job, sizeof(n->job), "%s", job);
     chorus__auth_key_from_env(&n->key);
     pthread_mutex_init(&n->mu, NULL);

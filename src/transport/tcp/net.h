@@ -48,9 +48,12 @@ typedef struct chorus_req {
  * healthy. */
 #define CHORUS__NET_ANY (-1)
 
-/* Creates the listening socket on bind_ip (port 0: any) and returns "ip:port" to publish. */
-chorus_result chorus__net_create(int rank, int size, const char *job, const char *bind_ip,
-                                 chorus_net **out, char *addr, size_t addr_len, chorus_errbuf *e);
+/* Creates the listening socket on bind_ip (port 0: any) and returns "ip:port" to publish.
+ * Timeouts, heartbeats, the largest message and the spin time come from cfg (the creating
+ * communicator's config). */
+chorus_result chorus__net_create(const chorus_config *cfg, int rank, int size, const char *job,
+                                 const char *bind_ip, chorus_net **out, char *addr, size_t addr_len,
+                                 chorus_errbuf *e);
 
 /* Connects to every other rank (addrs[r] = "ip:port", hosts[r] for messages). Rank r connects
  * to lower ranks and accepts higher ones; connections that fail the handshake are dropped and

@@ -1,0 +1,165 @@
+/* config_parse - the typed config: every default parses, values of each type are read
+ * strictly, a malformed one is an error naming the variable and its value (from chorus_init
+ * too), a communicator keeps the values it was created with and its splits inherit them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/comm.h"
+#include "harness.h"
+
+static void clear_env(void)
+{
+    for (const chorus_cfg_entry *t = chorus__cfg_table(); t->name; t++) unsetenv(t->name);
+}
+
+/* Parses with name=value set; returns the result, leaves the message in e. */
+static chorus_result parse_with(const char *name, const char *value, chorus_config *cfg,
+                                chorus_errbuf *e)
+{
+    setenv(name, value, 1);
+    e->msg[0] = 0;
+    chorus_result r = chorus__config_parse(cfg, e);
+    unsetenv(name);
+    if (r != CHORUS_OK) printf("%s=%s -> %s\n", name, value, e->msg);
+    return r;
+}
+
+static size_t field_size(const chorus_cfg_entry *t)
+{
+    switch (t->kind) {
+    case CHORUS_CFG_INT: return sizeof(long);
+    case CHORUS_CFG_DOUBLE: return sizeof(double);
+    case CHORUS_CFG_BOOL: return sizeof(int);
+    case CHORUS_CFG_BYTES: return sizeof(size_t);
+    default: return sizeof(const char *); /* equal text is stored once: equal pointers */
+    }
+}
+
+static void defaults(void)
+{
+    chorus_config cfg;
+    chorus_errbuf e;
+    clear_env();
+    ASSERT_OK(chorus__config_parse(&cfg, &e));
+    ASSERT(cfg.timeout_s == 300.0);
+    ASSERT_EQ(cfg.socket_buf, 4194304);
+    ASSERT_EQ(cfg.max_message, 17179869184ull);
+    ASSERT_EQ(cfg.shm, 1);
+    ASSERT_EQ(cfg.bind_any, 0);
+    ASSERT_EQ(cfg.rank, -1); /* integer without a default, unset */
+    ASSERT(cfg.iface == NULL && cfg.secret == NULL && cfg.algo_allreduce == NULL);
+    ASSERT_STR_CONTAINS(cfg.debug_subsys, "ALL");
+    ASSERT_STR_CONTAINS(cfg.bind, "core");
+    /* each default, given explicitly, parses to the same value */
+    for (const chorus_cfg_entry *t = chorus__cfg_table(); t->name; t++) {
+        chorus_config set;
+        if (!t->def) continue;
+        ASSERT_OK(parse_with(t->name, t->def, &set, &e));
+        ASSERT(!memcmp((char *)&set + t->offset, (char *)&cfg + t->offset, field_size(t)));
+    }
+}
+
+static void typed_values(void)
+{
+    chorus_config cfg;
+    chorus_errbuf e;
+    ASSERT_OK(parse_with("CHORUS_TIMEOUT_S", "2.5", &cfg, &e));
+    ASSERT(cfg.timeout_s == 2.5);
+    ASSERT_OK(parse_with("CHORUS_SHM_CHUNK", "64K", &cfg, &e));
+    ASSERT_EQ(cfg.shm_chunk, 65536);
+    ASSERT_OK(parse_with("CHORUS_MAX_MESSAGE", "2G", &cfg, &e));
+    ASSERT_EQ(cfg.max_message, 2ull << 30);
+    ASSERT_OK(parse_with("CHORUS_SHM", "off", &cfg, &e));
+    ASSERT_EQ(cfg.shm, 0);
+    ASSERT_OK(parse_with("CHORUS_BIND_ANY", "TRUE", &cfg, &e));
+    ASSERT_EQ(cfg.bind_any, 1);
+    ASSERT_OK(parse_with("CHORUS_ALGO_BROADCAST", "chain", &cfg, &e));
+    ASSERT_STR_CONTAINS(cfg.algo_broadcast, "chain");
+    ASSERT_EQ(strlen(cfg.algo_broadcast), 5);
+    ASSERT_OK(parse_with("CHORUS_IFACE", "lo", &cfg, &e));
+    ASSERT_STR_CONTAINS(cfg.iface, "lo");
+    ASSERT_OK(parse_with("CHORUS_IFACE", "", &cfg, &e)); /* empty: unset */
+    ASSERT(cfg.iface == NULL);
+}
+
+static void malformed(void)
+{
+    chorus_config cfg;
+    chorus_errbuf e;
+    ASSERT_EQ(parse_with("CHORUS_TIMEOUT_S", "abc", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_TIMEOUT_S=abc is not a non-negative number");
+    ASSERT(cfg.timeout_s == 300.0); /* the bad row holds its default */
+    ASSERT_EQ(parse_with("CHORUS_HEARTBEAT_S", "-1", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_HEARTBEAT_S=-1 is not a non-negative number");
+    ASSERT_EQ(parse_with("CHORUS_SOCKET_BUF", "-5", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_SOCKET_BUF=-5 is not a size in bytes");
+    ASSERT_EQ(parse_with("CHORUS_SHM_CHUNK", "64X", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_SHM_CHUNK=64X is not a size in bytes");
+    ASSERT_EQ(parse_with("CHORUS_MAX_MESSAGE", "99999999999G", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_EQ(parse_with("CHORUS_SPIN_US", "5.5", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_SPIN_US=5.5 is not a non-negative integer");
+    ASSERT_EQ(parse_with("CHORUS_SHM", "maybe", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_SHM=maybe is not a boolean");
+    ASSERT_EQ(parse_with("CHORUS_ALGO_BROADCAST", "fast", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_ALGO_BROADCAST=fast is not one of tree,chain,shm");
+    ASSERT_EQ(parse_with("CHORUS_ALGO_BROADCAST", "tre", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    /* set one row on a parsed config, as tests do on a communicator */
+    ASSERT_OK(chorus__config_parse(&cfg, &e));
+    ASSERT_OK(chorus__config_set(&cfg, "CHORUS_ALGO_ALLREDUCE", "ring", &e));
+    ASSERT_STR_CONTAINS(cfg.algo_allreduce, "ring");
+    ASSERT_OK(chorus__config_set(&cfg, "CHORUS_ALGO_ALLREDUCE", NULL, &e));
+    ASSERT(cfg.algo_allreduce == NULL);
+    ASSERT_EQ(chorus__config_set(&cfg, "CHORUS_NO_SUCH", "1", &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_NO_SUCH is not a Chorus variable");
+}
+
+/* chorus_init (a world of one: no launcher variables) refuses a malformed value. */
+static void init_refuses(void)
+{
+    chorus_comm *c = NULL;
+    setenv("CHORUS_TIMEOUT_S", "abc", 1);
+    ASSERT_EQ(chorus_init(&c), CHORUS_ERR_INVALID_ARG);
+    ASSERT(c == NULL);
+    printf("chorus_init: %s\n", chorus_last_error(NULL));
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL),
+                        "invalid environment: CHORUS_TIMEOUT_S=abc is not a non-negative number");
+    unsetenv("CHORUS_TIMEOUT_S");
+}
+
+/* A communicator keeps what it was created with; a split inherits it. */
+static void snapshot(void)
+{
+    chorus_comm *c = NULL, *s = NULL;
+    setenv("CHORUS_TCP_ONESHOT_MAX", "1K", 1);
+    ASSERT_OK(chorus_init(&c));
+    setenv("CHORUS_TCP_ONESHOT_MAX", "2K", 1);
+    ASSERT_EQ(c->cfg.tcp_oneshot_max, 1024);
+    ASSERT_OK(chorus_comm_split(c, 0, 0, &s));
+    ASSERT_EQ(s->cfg.tcp_oneshot_max, 1024);
+    unsetenv("CHORUS_TCP_ONESHOT_MAX");
+    chorus_finalize(s);
+    chorus_finalize(c);
+}
+
+static void hashing(void)
+{
+    const char a[] = "generation-1", b[] = "generation-2";
+    ASSERT(chorus__hash64(a, sizeof(a)) != chorus__hash64(b, sizeof(b)));
+    ASSERT(chorus__hash64(a, sizeof(a)) == chorus__hash64_seed(0, a, sizeof(a)));
+    ASSERT(chorus__hash64_seed(1, a, sizeof(a)) != chorus__hash64_seed(2, a, sizeof(a)));
+    ASSERT(chorus__hash64(a, 0) != chorus__hash64(a, 1));
+}
+
+int main(void)
+{
+    clear_env();
+    defaults();
+    typed_values();
+    malformed();
+    init_refuses();
+    snapshot();
+    hashing();
+    printf("config_parse: ok\n");
+    return 0;
+}

@@ -48,14 +48,14 @@ static chorus_result done(chorus_comm *c, chorus_result r)
     if (!c)                                                                                        \
     return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG, "%s: comm is NULL", fn)
 
-/* Runs the selected algorithm. An unknown CHORUS_ALGO_* value fails before anything is sent:
- * the communicator stays usable. */
-static chorus_result run(chorus_comm *c, int kind, const chorus_coll_args *a)
+/* The algorithm for a call of kind on bytes. Done right after the argument checks, so that an
+ * unknown CHORUS_ALGO_* value fails on every call (one rank, empty buffers included), before
+ * anything is sent: the communicator stays usable. */
+static chorus_result pick(chorus_comm *c, int kind, size_t bytes, const chorus_algo **algo)
 {
     chorus_result r;
-    const chorus_algo *algo = chorus__select(c, kind, CHORUS_MEM_HOST, a->bytes, &r);
-    if (!algo) return r;
-    return done(c, algo->run(c, a));
+    *algo = chorus__select(c, kind, CHORUS_MEM_HOST, bytes, &r);
+    return r;
 }
 
 chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, size_t count,
@@ -65,6 +65,8 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     size_t bytes;
     CHORUS_CHECK(check(c, "chorus_allreduce", count, 1, t, &bytes));
     CHORUS_CHECK(check_op(c, "chorus_allreduce", op));
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLREDUCE, bytes, &algo));
     if (count && (!send || !recv))
         return BAD("chorus_allreduce: NULL buffer with count %zu", count);
     if (count == 0) return CHORUS_OK;
@@ -75,7 +77,7 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     }
     chorus_coll_args a = {
         .send = send, .recv = recv, .count = count, .bytes = bytes, .t = t, .op = op};
-    return run(c, CHORUS_COLL_ALLREDUCE, &a);
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int root)
@@ -86,10 +88,12 @@ chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_d
     if (root < 0 || root >= c->size)
         return BAD("chorus_broadcast: root %d is out of range (size %d)", root, c->size);
     if (count && !buf) return BAD("chorus_broadcast: NULL buffer with count %zu", count);
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_BROADCAST, bytes, &algo));
     if (count == 0 || c->size == 1) return CHORUS_OK;
     chorus_coll_args a = {
         .send = buf, .recv = buf, .count = count, .bytes = bytes, .t = t, .root = root};
-    return run(c, CHORUS_COLL_BROADCAST, &a);
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, size_t sendcount,
@@ -101,13 +105,15 @@ chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, siz
     CHORUS_CHECK(check(c, "chorus_allgather", sendcount, (size_t)c->size, t, &all));
     if (sendcount && (!send || !recv))
         return BAD("chorus_allgather: NULL buffer with count %zu", sendcount);
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLGATHER, bytes, &algo));
     if (sendcount == 0) return CHORUS_OK;
     /* In place: send is recv's own slot (as MPI_IN_PLACE), or recv itself (moved into place). */
     char *slot = (char *)recv + (size_t)c->rank * bytes;
     if (send != slot) memmove(slot, send, bytes);
     if (c->size == 1) return CHORUS_OK;
     chorus_coll_args a = {.send = slot, .recv = recv, .count = sendcount, .bytes = bytes, .t = t};
-    return run(c, CHORUS_COLL_ALLGATHER, &a);
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv, size_t recvcount,
@@ -120,6 +126,8 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
     CHORUS_CHECK(check_op(c, "chorus_reduce_scatter", op));
     if (recvcount && (!send || !recv))
         return BAD("chorus_reduce_scatter: NULL buffer with count %zu", recvcount);
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_REDUCE_SCATTER, bytes, &algo));
     if (recvcount == 0) return CHORUS_OK;
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
@@ -128,7 +136,7 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
     }
     chorus_coll_args a = {
         .send = send, .recv = recv, .count = recvcount, .bytes = bytes, .t = t, .op = op};
-    return run(c, CHORUS_COLL_REDUCE_SCATTER, &a);
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size_t count_per_rank,
@@ -140,6 +148,8 @@ chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size
     CHORUS_CHECK(check(c, "chorus_alltoall", count_per_rank, (size_t)c->size, t, &all));
     if (count_per_rank && (!send || !recv))
         return BAD("chorus_alltoall: NULL buffer with count %zu", count_per_rank);
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLTOALL, bytes, &algo));
     if (count_per_rank == 0) return CHORUS_OK;
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
@@ -147,16 +157,18 @@ chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size
     }
     chorus_coll_args a = {
         .send = send, .recv = recv, .count = count_per_rank, .bytes = bytes, .t = t};
-    return run(c, CHORUS_COLL_ALLTOALL, &a);
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_barrier(chorus_comm *c)
 {
     NULL_COMM("chorus_barrier");
     CHORUS_CHECK(chorus__net_error(c->net, &c->err));
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_BARRIER, 0, &algo));
     if (c->size == 1) return CHORUS_OK;
     chorus_coll_args a = {.t = CHORUS_UINT8};
-    return run(c, CHORUS_COLL_BARRIER, &a);
+    return done(c, algo->run(c, &a));
 }
 
 static chorus_result check_p2p(chorus_comm *c, const char *fn, const void *buf, size_t count,

@@ -14,7 +14,7 @@
 /* The arguments of one collective call, already checked by api.c. Unused fields are 0. */
 typedef struct chorus_coll_args {
     const void *send;
-    void *recv; /* broadcast: the buffer; allgather: recv with this rank's block in place */
+    void *recv;   /* broadcast: the buffer; allgather: recv with this rank's block in place */
     size_t count; /* elements: allreduce, broadcast, alltoall per rank, allgather and
                      reduce-scatter per rank */
     size_t bytes; /* count * dtype size */

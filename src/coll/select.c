@@ -247,8 +247,8 @@ const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem,
             char names[400];
             valid_names(kind, names, sizeof(names));
             *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
-                                "%s=%s is not a %s algorithm; valid: %s", var, v, kind_name[kind],
-                                names);
+                                "%s=%s is not an algorithm of %s; valid: %s", var, v,
+                                kind_name[kind], names);
             return NULL;
         }
     }

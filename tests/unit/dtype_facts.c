@@ -11,10 +11,9 @@ int main(void)
         [CHORUS_INT8] = 1,    [CHORUS_UINT8] = 1,    [CHORUS_INT32] = 4,   [CHORUS_INT64] = 8,
         [CHORUS_FLOAT16] = 2, [CHORUS_BFLOAT16] = 2, [CHORUS_FLOAT32] = 4, [CHORUS_FLOAT64] = 8};
     static const char *names[CHORUS_DTYPE_COUNT] = {
-        [CHORUS_INT8] = "int8",        [CHORUS_UINT8] = "uint8",
-        [CHORUS_INT32] = "int32",      [CHORUS_INT64] = "int64",
-        [CHORUS_FLOAT16] = "float16",  [CHORUS_BFLOAT16] = "bfloat16",
-        [CHORUS_FLOAT32] = "float32",  [CHORUS_FLOAT64] = "float64"};
+        [CHORUS_INT8] = "int8",       [CHORUS_UINT8] = "uint8",     [CHORUS_INT32] = "int32",
+        [CHORUS_INT64] = "int64",     [CHORUS_FLOAT16] = "float16", [CHORUS_BFLOAT16] = "bfloat16",
+        [CHORUS_FLOAT32] = "float32", [CHORUS_FLOAT64] = "float64"};
     for (int t = 0; t < CHORUS_DTYPE_COUNT; t++) {
         ASSERT_EQ(chorus_dtype_size((chorus_dtype)t), sizes[t]);
         ASSERT(!strcmp(chorus__dtype_name(t), names[t]));
@@ -58,8 +57,8 @@ int main(void)
                     int pos_zero = 1;
                     for (size_t b = 0; b < es; b++) pos_zero &= oi[b] == 0;
                     if (!(neg_zero && pos_zero))
-                        test_fail(__FILE__, __LINE__, "%s op %d: element %zu changed", names[t],
-                                  op, i);
+                        test_fail(__FILE__, __LINE__, "%s op %d: element %zu changed", names[t], op,
+                                  i);
                 }
             }
         }

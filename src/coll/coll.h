@@ -25,7 +25,7 @@ typedef struct chorus_coll_args {
 
 /* Where an algorithm's buffers live. Host memory only for now; a device memory type is a new
  * value here and rows that declare it. */
-typedef enum { CHORUS_MEM_HOST = 0, CHORUS_MEM_COUNT } chorus_mem_type;
+typedef enum { CHORUS_MEM_HOST = 0 } chorus_mem_type;
 
 /* The transport an algorithm moves data with: a row is usable on a communicator that has it. */
 typedef enum { CHORUS_TP_NET, CHORUS_TP_SHM } chorus_transport;

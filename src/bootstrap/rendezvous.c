@@ -1,7 +1,7 @@
 /*
- * rendezvous.c - from a described job to a connected TCP mesh: serve or reach the store,
- * pick the address to listen on, publish "address, host name, host identity", read everyone
- * else's, group the ranks by host and connect to all of them.
+ * rendezvous.c - from a described job to everyone's address: serve or reach the store, pick
+ * the address to listen on, publish "address, host name, host identity", read everyone
+ * else's and group the ranks by host.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -81,49 +81,6 @@ static void group_hosts(char *const *hids, int size, int rank, chorus_rdzv *out)
     if (out->local_size < 0) out->local_size = local_size;
 }
 
-/* Publishes this rank's "ip:port\nhost name\nhost id" and fetches every rank's record. */
-static chorus_result exchange(const chorus_job *job, chorus_store *store, const char *addr,
-                              char **addrs, char **hostnames, chorus_rdzv *out, double deadline,
-                              chorus_errbuf *e)
-{
-    char hid[300], rec[600], key[64], name[64] = "?";
-    chorus__host_id(hid, sizeof(hid));
-    gethostname(name, sizeof(name) - 1);
-    snprintf(rec, sizeof(rec), "%s\n%s\n%s", addr, name, hid);
-    snprintf(key, sizeof(key), "rank/%d", job->rank);
-    CHORUS_CHECK(chorus__store_set(store, key, rec, strlen(rec), e));
-    char **hids = calloc((size_t)job->size, sizeof(char *));
-    if (!hids) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
-    chorus_result r = CHORUS_OK;
-    for (int p = 0; p < job->size && r == CHORUS_OK; p++) {
-        char *v = NULL;
-        snprintf(key, sizeof(key), "rank/%d", p);
-        r = chorus__store_get(store, key, &v, NULL, deadline, e);
-        if (r != CHORUS_OK) {
-            chorus__fail(e, r, "rank %d never registered with the rendezvous store (%s)", p,
-                         e->msg);
-            break;
-        }
-        char *nl1 = strchr(v, '\n'), *nl2 = nl1 ? strchr(nl1 + 1, '\n') : NULL;
-        if (!nl2) {
-            free(v);
-            r = chorus__fail(e, CHORUS_ERR_PROTOCOL, "malformed rendezvous record for rank %d", p);
-            break;
-        }
-        *nl1 = *nl2 = 0;
-        addrs[p] = strdup(v);
-        hostnames[p] = strdup(nl1 + 1);
-        hids[p] = strdup(nl2 + 1);
-        free(v);
-        if (!addrs[p] || !hostnames[p] || !hids[p])
-            r = chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
-    }
-    if (r == CHORUS_OK) group_hosts(hids, job->size, job->rank, out);
-    for (int p = 0; p < job->size; p++) free(hids[p]);
-    free(hids);
-    return r;
-}
-
 /* Rank 0 of a job that serves its own store: starts it, on the address peers will dial. */
 static chorus_result serve_store(chorus_job *job, chorus_store_server **server, chorus_errbuf *e)
 {
@@ -140,58 +97,80 @@ static chorus_result serve_store(chorus_job *job, chorus_store_server **server, 
     return chorus__store_server_start(bind_ip, colon ? atoi(colon + 1) : 0, server, &port, e);
 }
 
-chorus_result chorus__rendezvous(const chorus_job *jobp, chorus_rdzv *out, chorus_errbuf *e)
+chorus_result chorus__rdzv_open(chorus_rdzv *rz, const chorus_job *job, chorus_errbuf *e)
 {
-    chorus_job job = *jobp;
-    out->net = NULL;
-    out->local_rank = job.local_rank;
-    out->local_size = job.local_size;
-    char ip[64], addr[128];
-    if (job.size == 1) {
-        out->host[0] = 0;
-        out->nhosts = 1;
-        out->local_rank = 0;
-        out->local_size = 1;
-        return chorus__net_create(0, 1, job.job, "127.0.0.1", &out->net, addr, sizeof(addr), e);
-    }
+    rz->job = *job;
+    rz->deadline = chorus__deadline();
+    rz->local_rank = job->local_rank;
+    rz->local_size = job->local_size;
+    if (job->serve_store && job->rank == 0)
+        CHORUS_CHECK(serve_store(&rz->job, &rz->server, e));
+    else if (job->rdzv_file[0])
+        CHORUS_CHECK(read_rdzv_file(job->rdzv_file, rz->job.store_addr, sizeof(rz->job.store_addr),
+                                    rz->deadline, e));
+    CHORUS_CHECK(chorus__store_connect(rz->job.store_addr, job->job, rz->deadline, &rz->store, e));
+    return pick_ip(rz->store, rz->ip, sizeof(rz->ip), e);
+}
+
+chorus_result chorus__rdzv_exchange(chorus_rdzv *rz, const char *addr, chorus_errbuf *e)
+{
+    const chorus_job *job = &rz->job;
+    chorus_store *store = rz->store;
+    rz->addrs = calloc((size_t)job->size, sizeof(char *));
+    rz->hostnames = calloc((size_t)job->size, sizeof(char *));
+    if (!rz->addrs || !rz->hostnames) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
+    char hid[300], rec[600], key[64], name[64] = "?";
+    chorus__host_id(hid, sizeof(hid));
+    gethostname(name, sizeof(name) - 1);
+    snprintf(rec, sizeof(rec), "%s\n%s\n%s", addr, name, hid);
+    snprintf(key, sizeof(key), "rank/%d", job->rank);
+    CHORUS_CHECK(chorus__store_set(store, key, rec, strlen(rec), e));
+    char **hids = calloc((size_t)job->size, sizeof(char *));
+    if (!hids) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
     chorus_result r = CHORUS_OK;
-    chorus_store_server *server = NULL;
-    chorus_store *store = NULL;
-    char **addrs = calloc((size_t)job.size, sizeof(char *));
-    char **hosts = calloc((size_t)job.size, sizeof(char *));
-    double deadline = chorus__deadline();
-    if (!addrs || !hosts) {
-        r = chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
-        goto out;
+    for (int p = 0; p < job->size && r == CHORUS_OK; p++) {
+        char *v = NULL;
+        snprintf(key, sizeof(key), "rank/%d", p);
+        r = chorus__store_get(store, key, &v, NULL, rz->deadline, e);
+        if (r != CHORUS_OK) {
+            chorus__fail(e, r, "rank %d never registered with the rendezvous store (%s)", p,
+                         e->msg);
+            break;
+        }
+        char *nl1 = strchr(v, '\n'), *nl2 = nl1 ? strchr(nl1 + 1, '\n') : NULL;
+        if (!nl2) {
+            free(v);
+            r = chorus__fail(e, CHORUS_ERR_PROTOCOL, "malformed rendezvous record for rank %d", p);
+            break;
+        }
+        *nl1 = *nl2 = 0;
+        rz->addrs[p] = strdup(v);
+        rz->hostnames[p] = strdup(nl1 + 1);
+        hids[p] = strdup(nl2 + 1);
+        free(v);
+        if (!rz->addrs[p] || !rz->hostnames[p] || !hids[p])
+            r = chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
     }
-    if (job.serve_store && job.rank == 0)
-        CHORUS_CHECK_GOTO(serve_store(&job, &server, e), r, out);
-    else if (job.rdzv_file[0])
-        CHORUS_CHECK_GOTO(
-            read_rdzv_file(job.rdzv_file, job.store_addr, sizeof(job.store_addr), deadline, e), r,
-            out);
-    CHORUS_CHECK_GOTO(chorus__store_connect(job.store_addr, job.job, deadline, &store, e), r, out);
-    CHORUS_CHECK_GOTO(pick_ip(store, ip, sizeof(ip), e), r, out);
-    CHORUS_CHECK_GOTO(
-        chorus__net_create(job.rank, job.size, job.job, ip, &out->net, addr, sizeof(addr), e), r,
-        out);
-    CHORUS_CHECK_GOTO(exchange(&job, store, addr, addrs, hosts, out, deadline, e), r, out);
-    CHORUS_CHECK_GOTO(chorus__net_connect_all(out->net, addrs, hosts, deadline, e), r, out);
-    CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s",
-                job.rank, out->local_rank, out->local_size, out->nhosts, addr);
-out:
-    chorus__store_close(store);
-    /* Every rank fetched all addresses before connecting, so once the mesh is complete nobody
-     * needs the store any more. */
-    if (server) chorus__store_server_stop(server);
-    if (job.rdzv_file[0] && job.rank == 0) unlink(job.rdzv_file);
-    for (int p = 0; addrs && p < job.size; p++) free(addrs[p]);
-    for (int p = 0; hosts && p < job.size; p++) free(hosts[p]);
-    free(addrs);
-    free(hosts);
-    if (r != CHORUS_OK && out->net) {
-        chorus__net_release(out->net);
-        out->net = NULL;
+    if (r == CHORUS_OK) {
+        group_hosts(hids, job->size, job->rank, rz);
+        CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s",
+                    job->rank, rz->local_rank, rz->local_size, rz->nhosts, addr);
     }
+    for (int p = 0; p < job->size; p++) free(hids[p]);
+    free(hids);
     return r;
+}
+
+void chorus__rdzv_close(chorus_rdzv *rz)
+{
+    chorus__store_close(rz->store);
+    rz->store = NULL;
+    if (rz->server) chorus__store_server_stop(rz->server);
+    rz->server = NULL;
+    if (rz->job.rdzv_file[0] && rz->job.rank == 0) unlink(rz->job.rdzv_file);
+    for (int p = 0; rz->addrs && p < rz->job.size; p++) free(rz->addrs[p]);
+    for (int p = 0; rz->hostnames && p < rz->job.size; p++) free(rz->hostnames[p]);
+    free(rz->addrs);
+    free(rz->hostnames);
+    rz->addrs = rz->hostnames = NULL;
 }

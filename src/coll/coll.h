@@ -141,7 +141,5 @@ chorus_result chorus__barrier_shm(chorus_comm *c, const chorus_coll_args *a);
  * communicator without shared memory warns once and follows the rules. */
 const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem, size_t bytes,
                                   chorus_result *err);
-/* Logs the rules in force for c at INFO (once per communicator: init and split call it). */
-void chorus__select_describe(const chorus_comm *c);
 
 #endif

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "bootstrap/rendezvous.h"
-#include "coll/coll.h"
+#include "coll/comm.h"
 #include "transport/shm/shm.h"
 
 static uint64_t hash64(uint64_t h, const void *data, size_t len)
@@ -57,6 +57,35 @@ static void comm_free(chorus_comm *c)
     free(c);
 }
 
+/* The world's TCP mesh: rendezvous (bootstrap) around the transport's listen and connect. */
+static chorus_result connect_job(chorus_comm *c, const chorus_job *job, chorus_errbuf *e)
+{
+    char addr[128];
+    if (job->size == 1) {
+        c->local_rank = 0;
+        c->local_size = 1;
+        c->nhosts = 1;
+        return chorus__net_create(0, 1, job->job, "127.0.0.1", &c->net, addr, sizeof(addr), e);
+    }
+    chorus_rdzv rz = {.host = c->host};
+    chorus_result r;
+    CHORUS_CHECK_GOTO(chorus__rdzv_open(&rz, job, e), r, out);
+    CHORUS_CHECK_GOTO(
+        chorus__net_create(job->rank, job->size, job->job, rz.ip, &c->net, addr, sizeof(addr), e),
+        r, out);
+    CHORUS_CHECK_GOTO(chorus__rdzv_exchange(&rz, addr, e), r, out);
+    CHORUS_CHECK_GOTO(chorus__net_connect_all(c->net, rz.addrs, rz.hostnames, rz.deadline, e), r,
+                      out);
+    c->nhosts = rz.nhosts;
+    c->local_rank = rz.local_rank;
+    c->local_size = rz.local_size;
+out:
+    /* Every rank fetched all addresses before connecting, so once the mesh is complete nobody
+     * needs the store any more. */
+    chorus__rdzv_close(&rz);
+    return r;
+}
+
 chorus_result chorus_init(chorus_comm **out)
 {
     chorus_errbuf *e = chorus__init_errbuf();
@@ -86,16 +115,11 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
     c->id = hash64(0xcbf29ce484222325ull, job.job, strlen(job.job));
     for (int p = 0; p < job.size; p++) c->world[p] = p;
 
-    chorus_rdzv rz = {.host = c->host};
-    chorus_result r = chorus__rendezvous(&job, &rz, e);
+    chorus_result r = connect_job(c, &job, e);
     if (r != CHORUS_OK) {
         comm_free(c);
         return r;
     }
-    c->net = rz.net;
-    c->nhosts = rz.nhosts;
-    c->local_rank = rz.local_rank;
-    c->local_size = rz.local_size;
     /* Same host for all: a shared-memory group, set up over the TCP mesh just built. */
     r = chorus__comm_shm_setup(c);
     if (r != CHORUS_OK) {

@@ -40,4 +40,8 @@ chorus_result chorus__init_job(const chorus_job *job, chorus_comm **out);
  * and c uses TCP. A collective over c: every rank calls it. Errors are TCP failures. */
 chorus_result chorus__comm_shm_setup(chorus_comm *c);
 
+/* Logs the algorithm rules in force for a new communicator c at INFO (select.c; init and
+ * split call it once per communicator). */
+void chorus__select_describe(const chorus_comm *c);
+
 #endif

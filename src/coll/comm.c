@@ -3,12 +3,9 @@
  * with its shared-memory group when its ranks share a host), chorus_comm_split and
  * chorus_comm_split_type, chorus_finalize, chorus_comm_abort.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "bootstrap/rendezvous.h"
 #include "coll/comm.h"

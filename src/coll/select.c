@@ -275,8 +275,12 @@ void chorus__select_describe(const chorus_comm *c)
                     "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %ld B, "
                     "direct reduce-scatter + ring allgather above (both fold in rank order); "
                     "broadcast binomial tree up to %ld B, chain above; ring allgather, direct "
-                    "reduce-scatter, pairwise alltoall, dissemination barrier",
+                    "reduce-scatter, pairwise alltoall, dissemination barrier%s",
                     (unsigned long long)c->id, c->size, c->nhosts,
                     chorus__cfg_long("CHORUS_TCP_ONESHOT_MAX"),
-                    chorus__cfg_long("CHORUS_BCAST_TREE_MAX"));
+                    chorus__cfg_long("CHORUS_BCAST_TREE_MAX"),
+                    c->nhosts > 1 && c->size > c->nhosts
+                        ? " (chorus_comm_split_type(CHORUS_SPLIT_HOST) gives the ranks of each "
+                          "host a communicator over shared memory)"
+                        : "");
 }

@@ -219,6 +219,24 @@ chorus_result chorus_recv(chorus_comm *c, void *buf, size_t count, chorus_dtype 
  * by rank in c). color < 0 gives *out = NULL (the rank joins no group). */
 chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm **out);
 
+/* How chorus_comm_split_type groups ranks. Ranks are on one host when they share the host
+ * name, the boot and the network namespace. */
+typedef enum {
+    CHORUS_SPLIT_HOST = 0,        /* the ranks of c on this rank's host */
+    CHORUS_SPLIT_HOST_LEADERS = 1 /* the lowest rank of c on each host; the others get NULL */
+} chorus_split_type;
+
+/* Collective over c (every rank calls it, with the same type): splits c by topology, like
+ * MPI_Comm_split_type. The new communicator's ranks are ordered by key, then by rank in c. A
+ * communicator of CHORUS_SPLIT_HOST has all its ranks on one host and so uses shared memory
+ * for its collectives (unless CHORUS_SHM=0 or the segment cannot be made, then TCP, with a
+ * warning), also when c spans several hosts. Returns CHORUS_ERR_INVALID_ARG for a NULL
+ * argument or an unknown type (nothing is sent then), else what chorus_comm_split returns
+ * (peer failures, CHORUS_ERR_NOMEM). *out must be finalized by its owner; it may be used from
+ * another thread than c, as any split communicator. */
+chorus_result chorus_comm_split_type(chorus_comm *c, chorus_split_type type, int key,
+                                     chorus_comm **out);
+
 /* Size in bytes of one element of t, or 0 for an unknown dtype. */
 size_t chorus_dtype_size(chorus_dtype t);
 

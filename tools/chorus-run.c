@@ -36,6 +36,7 @@
 
 #include "base/base.h"
 #include "bootstrap/store.h"
+#include "coll/comm.h"
 #include "elastic/keys.h"
 
 #define SUSPECT_GRACE_S 3.0 /* a worker reported lost must check in within this, or is killed */
@@ -861,6 +862,11 @@ static int prepare_job(job *j, chorus_store_server **server)
     const char *bad = chorus__config_error();
     if (bad) {
         fprintf(stderr, "chorus-run: invalid environment: %s\n", bad);
+        return 2;
+    }
+    chorus_errbuf algo_err;
+    if (chorus__select_check_config(chorus__config(), &algo_err) != CHORUS_OK) {
+        fprintf(stderr, "chorus-run: invalid environment: %s\n", algo_err.msg);
         return 2;
     }
     chorus__config_log_set();

@@ -198,6 +198,19 @@ static inline int chorus__mul_overflow(size_t a, size_t b, size_t *out)
     return __builtin_mul_overflow(a, b, out) ? -1 : 0;
 }
 
+/* ---- dtypes (dtype.c) ----------------------------------------------------------------- */
+
+/* chorus_dtype_size (public, chorus.h) is defined in dtype.c too. */
+/* "float32", ...; "unknown-dtype" out of range. */
+const char *chorus__dtype_name(int dtype);
+int chorus__dtype_is_float(chorus_dtype t);
+/* Writes one element holding the identity of op for t (0 for sum/avg, 1 for prod, the largest
+ * value or +inf for min, the smallest or -inf for max) to elem (8 bytes suffice); -1 if t or
+ * op is unknown. Little-endian hosts only, as the wire format. */
+int chorus__dtype_identity(chorus_dtype t, chorus_op op, void *elem);
+/* dst[0..n) = the identity of op (nothing for an unknown t or op). */
+void chorus__dtype_fill_identity(void *dst, size_t n, chorus_dtype t, chorus_op op);
+
 /* Host identity: hostname, boot id and network namespace. Ranks with the same identity can
  * share memory. */
 void chorus__host_id(char *out, size_t len);

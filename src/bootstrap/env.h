@@ -20,8 +20,4 @@ typedef struct chorus_job {
 
 chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e);
 
-/* Creates the world communicator of a described job (coll/comm.c; chorus_init is
- * job_from_env + this). src/elastic uses it to form each generation of an elastic job. */
-chorus_result chorus__init_job(const chorus_job *job, chorus_comm **out);
-
 #endif

@@ -6,11 +6,14 @@
  */
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/coll.h"
 #include "transport/shm/shm.h"
 
-chorus_result chorus__allgather_shm(chorus_comm *c, void *recv, size_t sendcount, chorus_dtype t)
+chorus_result chorus__allgather_shm(chorus_comm *c, const chorus_coll_args *a)
 {
+    void *recv = a->recv;
+    size_t sendcount = a->count;
+    chorus_dtype t = a->t;
     chorus_shm *s = c->shm;
     chorus_errbuf *e = &c->err;
     s->what = "allgather";

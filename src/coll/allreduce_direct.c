@@ -15,21 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/comm.h"
-#include "coll/direct.h"
+#include "coll/coll.h"
 
 /* Folds n contributions, the one of rank q at src(q), into dst in rank order. */
 static void fold(char *dst, char *const *src, int n, size_t m, chorus_dtype t, chorus_op op)
 {
     chorus__reduce(dst, src[0], src[1], m, t, op);
     for (int q = 2; q < n; q++) chorus__reduce(dst, dst, src[q], m, t, op);
-}
-
-chorus_result chorus__direct_reduce_scatter(chorus_coll *x, const char *local, char *out,
-                                            const size_t *off, const size_t *cnt, chorus_dtype t,
-                                            chorus_op op, int tag_base)
-{
-    return chorus__direct_rs_ag(x, local, out, off, cnt, t, op, tag_base, NULL);
 }
 
 chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out, const size_t *off,
@@ -62,14 +54,13 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
                             "out of memory for a reduce-scatter of %zu bytes", mine);
     }
     chorus_req *sq = rq + nmsg;
-#define SEG_LO(i, k) ((size_t)(k)*segc < cnt[i] ? (size_t)(k)*segc : cnt[i])
-#define SEG_N(i, k)  (SEG_LO(i, (k) + 1) - SEG_LO(i, k))
     /* receives: slice r of every other rank, into its slot; message (p, k) is rq[idx(p) + k] */
     for (int j = 1; j < n; j++) {
         int p = (r + n - j) % n;
         for (int k = 0; k < nseg; k++)
             chorus__coll_irecv(x, &rq[(size_t)(j - 1) * (size_t)nseg + (size_t)k], p, tag_base + k,
-                               tmp + (size_t)p * slot + SEG_LO(r, k) * es, SEG_N(r, k) * es);
+                               tmp + (size_t)p * slot + chorus__seg_lo(cnt[r], segc, k) * es,
+                               chorus__seg_n(cnt[r], segc, k) * es);
     }
     /* the allgather's receives come after the reduce-scatter's: each peer sends in that order */
     chorus_ring_ag agst, *ag = NULL;
@@ -88,12 +79,13 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
         int p = (r + j) % n;
         for (int k = 0; k < nseg; k++)
             chorus__coll_isend(x, &sq[(size_t)(j - 1) * (size_t)nseg + (size_t)k], p, tag_base + k,
-                               local + (off[p] + SEG_LO(p, k)) * es, SEG_N(p, k) * es);
+                               local + (off[p] + chorus__seg_lo(cnt[p], segc, k)) * es,
+                               chorus__seg_n(cnt[p], segc, k) * es);
     }
     if (copy_own) memcpy(tmp + (size_t)r * slot, own, mine);
     chorus_result res = CHORUS_OK;
     for (int k = 0; k < nseg && res == CHORUS_OK; k++) {
-        size_t lo = SEG_LO(r, k) * es;
+        size_t lo = chorus__seg_lo(cnt[r], segc, k) * es;
         for (int p = 0; p < n && res == CHORUS_OK; p++) {
             if (p == r) {
                 src[p] = copy_own ? tmp + (size_t)r * slot + lo : (char *)own + lo;
@@ -104,15 +96,13 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
             src[p] = tmp + (size_t)p * slot + lo;
         }
         if (res == CHORUS_OK) {
-            fold(out + lo, src, n, SEG_N(r, k), t, op);
+            fold(out + lo, src, n, chorus__seg_n(cnt[r], segc, k), t, op);
             if (ag) {
-                chorus__reduce_finish(out + lo, SEG_N(r, k), t, op, n);
+                chorus__reduce_finish(out + lo, chorus__seg_n(cnt[r], segc, k), t, op, n);
                 chorus__ring_ag_send_own(ag, k);
             }
         }
     }
-#undef SEG_LO
-#undef SEG_N
     if (ag) res = chorus__ring_ag_finish(ag, res);
     if (res == CHORUS_OK) {
         for (size_t i = 0; i < nmsg; i++) ps[i] = &sq[i];
@@ -124,29 +114,29 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
     return res;
 }
 
-chorus_result chorus__allreduce_rsag(chorus_comm *c, const void *send, void *recv, size_t count,
-                                     chorus_dtype t, chorus_op op)
+chorus_result chorus__allreduce_direct_ring(chorus_comm *c, const chorus_coll_args *a)
 {
     int n = c->size;
-    size_t es = chorus_dtype_size(t);
-    size_t *off = chorus__chunks(count, n);
+    size_t es = chorus_dtype_size(a->t);
+    size_t *off = chorus__chunks(a->count, n);
     if (!off) return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
     size_t *cnt = off + n;
     chorus_coll x;
-    chorus__coll_begin(&x, c, CHORUS_COLL_ALLREDUCE, t, op, count);
-    char *out = (char *)recv + off[c->rank] * es;
+    chorus__coll_begin(&x, c, CHORUS_COLL_ALLREDUCE, a->t, a->op, a->count);
+    char *out = (char *)a->recv + off[c->rank] * es;
     /* Allgather data for slice q lands in recv only after rank q folded it, which needed this
      * rank's reduce-scatter message for q to have left recv first: in place is safe. */
-    chorus_result r = chorus__direct_rs_ag(&x, send, out, off, cnt, t, op, 0, recv);
+    chorus_result r = chorus__direct_rs_ag(&x, a->send, out, off, cnt, a->t, a->op, 0, a->recv);
     free(off);
     return r;
 }
 
-chorus_result chorus__allreduce_oneshot(chorus_comm *c, const void *send, void *recv, size_t count,
-                                        chorus_dtype t, chorus_op op)
+chorus_result chorus__allreduce_oneshot(chorus_comm *c, const chorus_coll_args *a)
 {
     int n = c->size, r = c->rank;
-    size_t bytes = count * chorus_dtype_size(t), slot = (bytes + 63) & ~(size_t)63;
+    size_t count = a->count, bytes = a->bytes, slot = (bytes + 63) & ~(size_t)63;
+    chorus_dtype t = a->t;
+    chorus_op op = a->op;
     char *tmp = chorus__comm_scratch(c, slot * (size_t)n + 64);
     chorus_req *rq = malloc(sizeof(chorus_req) * 2 * (size_t)n);
     chorus_req **ps = malloc(sizeof(chorus_req *) * 2 * (size_t)n);
@@ -159,7 +149,7 @@ chorus_result chorus__allreduce_oneshot(chorus_comm *c, const void *send, void *
     }
     chorus_coll x;
     chorus__coll_begin(&x, c, CHORUS_COLL_ALLREDUCE, t, op, count);
-    memcpy(tmp + (size_t)r * slot, send, bytes); /* recv may be send: keep our input aside */
+    memcpy(tmp + (size_t)r * slot, a->send, bytes); /* recv may be send: keep our input aside */
     int k = 0;
     for (int j = 1; j < n; j++) {
         int p = (r + n - j) % n;
@@ -175,11 +165,36 @@ chorus_result chorus__allreduce_oneshot(chorus_comm *c, const void *send, void *
     chorus_result res = chorus__coll_wait(&x, ps, k);
     if (res == CHORUS_OK) {
         for (int p = 0; p < n; p++) src[p] = tmp + (size_t)p * slot;
-        fold(recv, src, n, count, t, op);
-        chorus__reduce_finish(recv, count, t, op, n);
+        fold(a->recv, src, n, count, t, op);
+        chorus__reduce_finish(a->recv, count, t, op, n);
     }
     free(rq);
     free(ps);
     free(src);
     return res;
+}
+
+/* Reduce-scatter with the same rank-order fold: slice i is block i of every input. */
+chorus_result chorus__reduce_scatter_direct(chorus_comm *c, const chorus_coll_args *a)
+{
+    int n = c->size;
+    size_t recvcount = a->count, all = a->bytes * (size_t)n;
+    /* In place, the input is copied aside: the output (slice 0's place) would be overwritten
+     * while slice 0 is still being sent. */
+    size_t *off = chorus__chunks(recvcount * (size_t)n, n);
+    char *copy = a->send == a->recv ? malloc(all) : NULL;
+    if (!off || (a->send == a->recv && !copy)) {
+        free(off);
+        free(copy);
+        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    if (copy) memcpy(copy, a->send, all);
+    chorus_coll x;
+    chorus__coll_begin(&x, c, CHORUS_COLL_REDUCE_SCATTER, a->t, a->op, recvcount);
+    chorus_result r = chorus__direct_rs_ag(&x, copy ? copy : a->send, a->recv, off, off + n, a->t,
+                                           a->op, 0, NULL);
+    if (r == CHORUS_OK) chorus__reduce_finish(a->recv, recvcount, a->t, a->op, n);
+    free(off);
+    free(copy);
+    return r;
 }

@@ -6,42 +6,40 @@
  */
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/coll.h"
 
-chorus_result chorus__allreduce_rd(chorus_comm *c, const void *send, void *recv, size_t count,
-                                   chorus_dtype t, chorus_op op)
+chorus_result chorus__allreduce_rd(chorus_comm *c, const chorus_coll_args *a)
 {
     int n = c->size, r = c->rank;
-    size_t bytes = count * chorus_dtype_size(t);
+    void *recv = a->recv;
+    size_t count = a->count, bytes = a->bytes;
+    chorus_dtype t = a->t;
+    chorus_op op = a->op;
+    const void *send = a->send;
     if (send != recv) memcpy(recv, send, bytes);
     chorus_coll x;
     chorus__coll_begin(&x, c, CHORUS_COLL_ALLREDUCE, t, op, count);
     char *tmp = chorus__comm_scratch(c, bytes + 64);
     if (!tmp) return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
-    int p2 = 1;
-    while (p2 * 2 <= n) p2 *= 2;
-    int rem = n - p2, vrank, tag = 0;
+    int p2 = chorus__pow2_floor(n);
+    int rem = n - p2, vrank = chorus__rd_vrank(r, rem), tag = 0;
     chorus_req rq[2];
     chorus_req *both[2] = {&rq[0], &rq[1]};
     if (r < 2 * rem) {
         if (r % 2 == 0) {
             chorus__coll_isend(&x, &rq[0], r + 1, tag, recv, bytes);
             CHORUS_CHECK(chorus__coll_wait1(&x, &rq[0]));
-            vrank = -1;
         } else {
             chorus__coll_irecv(&x, &rq[0], r - 1, tag, tmp, bytes);
             CHORUS_CHECK(chorus__coll_wait1(&x, &rq[0]));
             chorus__reduce(recv, tmp, recv, count, t, op);
-            vrank = r / 2;
         }
-    } else {
-        vrank = r - rem;
     }
     tag++;
     if (vrank >= 0) {
         for (int mask = 1; mask < p2; mask <<= 1, tag++) {
             int vp = vrank ^ mask;
-            int peer = vp < rem ? vp * 2 + 1 : vp + rem;
+            int peer = chorus__rd_rank(vp, rem);
             chorus__coll_irecv(&x, &rq[0], peer, tag, tmp, bytes);
             chorus__coll_isend(&x, &rq[1], peer, tag, recv, bytes);
             CHORUS_CHECK(chorus__coll_wait(&x, both, 2));

@@ -17,7 +17,7 @@
  */
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/coll.h"
 #include "transport/shm/shm.h"
 
 #define NT_BLOCK CHORUS_SHM_BLOCK /* bytes reduced in cache before a non-temporal copy */

@@ -6,12 +6,15 @@
  */
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/coll.h"
 #include "transport/shm/shm.h"
 
-chorus_result chorus__alltoall_shm(chorus_comm *c, const void *send, void *recv, size_t count,
-                                   chorus_dtype t)
+chorus_result chorus__alltoall_shm(chorus_comm *c, const chorus_coll_args *a)
 {
+    const void *send = a->send;
+    void *recv = a->recv;
+    size_t count = a->count;
+    chorus_dtype t = a->t;
     chorus_shm *s = c->shm;
     chorus_errbuf *e = &c->err;
     s->what = "alltoall";

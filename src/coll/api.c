@@ -1,29 +1,14 @@
 /*
  * api.c - the public collectives: check the arguments (touching nothing when they are
- * wrong), pick the algorithm (select.c), run it, and make any failure break the communicator
- * so that no later call works on a half-finished state.
+ * wrong), handle the cases with nothing to exchange, pick the algorithm's row (select.c), run
+ * it, and make any failure break the communicator so that no later call works on a
+ * half-finished state.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/comm.h"
-#include "coll/direct.h"
+#include "coll/coll.h"
 #include "transport/shm/shm.h"
-
-size_t chorus_dtype_size(chorus_dtype t)
-{
-    switch (t) {
-    case CHORUS_INT8:
-    case CHORUS_UINT8: return 1;
-    case CHORUS_FLOAT16:
-    case CHORUS_BFLOAT16: return 2;
-    case CHORUS_INT32:
-    case CHORUS_FLOAT32: return 4;
-    case CHORUS_INT64:
-    case CHORUS_FLOAT64: return 8;
-    default: return 0;
-    }
-}
 
 #define BAD(...) chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG, __VA_ARGS__)
 
@@ -63,6 +48,16 @@ static chorus_result done(chorus_comm *c, chorus_result r)
     if (!c)                                                                                        \
     return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG, "%s: comm is NULL", fn)
 
+/* The algorithm for a call of kind on bytes. Done right after the argument checks, so that an
+ * unknown CHORUS_ALGO_* value fails on every call (one rank, empty buffers included), before
+ * anything is sent: the communicator stays usable. */
+static chorus_result pick(chorus_comm *c, int kind, size_t bytes, const chorus_algo **algo)
+{
+    chorus_result r;
+    *algo = chorus__select(c, kind, CHORUS_MEM_HOST, bytes, &r);
+    return r;
+}
+
 chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, size_t count,
                                chorus_dtype t, chorus_op op)
 {
@@ -70,6 +65,8 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     size_t bytes;
     CHORUS_CHECK(check(c, "chorus_allreduce", count, 1, t, &bytes));
     CHORUS_CHECK(check_op(c, "chorus_allreduce", op));
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLREDUCE, bytes, &algo));
     if (count && (!send || !recv))
         return BAD("chorus_allreduce: NULL buffer with count %zu", count);
     if (count == 0) return CHORUS_OK;
@@ -78,16 +75,9 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
         chorus__reduce_finish(recv, count, t, op, 1);
         return CHORUS_OK;
     }
-    chorus_result r;
-    switch (chorus__select_allreduce(c, bytes)) {
-    case CHORUS_AR_SHM_FLAT: r = chorus__allreduce_shm(c, send, recv, count, t, op, 0); break;
-    case CHORUS_AR_SHM_RSAG: r = chorus__allreduce_shm(c, send, recv, count, t, op, 1); break;
-    case CHORUS_AR_ONESHOT: r = chorus__allreduce_oneshot(c, send, recv, count, t, op); break;
-    case CHORUS_AR_RSAG: r = chorus__allreduce_rsag(c, send, recv, count, t, op); break;
-    case CHORUS_AR_RD: r = chorus__allreduce_rd(c, send, recv, count, t, op); break;
-    default: r = chorus__allreduce_ring(c, send, recv, count, t, op); break;
-    }
-    return done(c, r);
+    chorus_coll_args a = {
+        .send = send, .recv = recv, .count = count, .bytes = bytes, .t = t, .op = op};
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int root)
@@ -98,14 +88,12 @@ chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_d
     if (root < 0 || root >= c->size)
         return BAD("chorus_broadcast: root %d is out of range (size %d)", root, c->size);
     if (count && !buf) return BAD("chorus_broadcast: NULL buffer with count %zu", count);
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_BROADCAST, bytes, &algo));
     if (count == 0 || c->size == 1) return CHORUS_OK;
-    chorus_bc_algo algo = chorus__select_broadcast(c, bytes);
-    if (algo == CHORUS_BC_SHM) return done(c, chorus__bcast_shm(c, buf, count, t, root));
-    chorus_coll x;
-    chorus__coll_begin(&x, c, CHORUS_COLL_BROADCAST, t, (chorus_op)root, count);
-    chorus_result r = algo == CHORUS_BC_TREE ? chorus__bcast_tree(c, buf, bytes, root, &x)
-                                             : chorus__bcast_chain(c, buf, bytes, root, &x);
-    return done(c, r);
+    chorus_coll_args a = {
+        .send = buf, .recv = buf, .count = count, .bytes = bytes, .t = t, .root = root};
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, size_t sendcount,
@@ -117,25 +105,15 @@ chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, siz
     CHORUS_CHECK(check(c, "chorus_allgather", sendcount, (size_t)c->size, t, &all));
     if (sendcount && (!send || !recv))
         return BAD("chorus_allgather: NULL buffer with count %zu", sendcount);
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLGATHER, bytes, &algo));
     if (sendcount == 0) return CHORUS_OK;
     /* In place: send is recv's own slot (as MPI_IN_PLACE), or recv itself (moved into place). */
     char *slot = (char *)recv + (size_t)c->rank * bytes;
     if (send != slot) memmove(slot, send, bytes);
     if (c->size == 1) return CHORUS_OK;
-    if (chorus__select_shm(c, CHORUS_COLL_ALLGATHER))
-        return done(c, chorus__allgather_shm(c, recv, sendcount, t));
-    int n = c->size;
-    size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
-    if (!off) return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < n; i++) {
-        off[i] = (size_t)i * sendcount;
-        off[n + i] = sendcount;
-    }
-    chorus_coll x;
-    chorus__coll_begin(&x, c, CHORUS_COLL_ALLGATHER, t, 0, sendcount);
-    chorus_result r = chorus__ring_allgather(&x, recv, off, off + n, chorus_dtype_size(t), 0);
-    free(off);
-    return done(c, r);
+    chorus_coll_args a = {.send = slot, .recv = recv, .count = sendcount, .bytes = bytes, .t = t};
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv, size_t recvcount,
@@ -148,37 +126,17 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
     CHORUS_CHECK(check_op(c, "chorus_reduce_scatter", op));
     if (recvcount && (!send || !recv))
         return BAD("chorus_reduce_scatter: NULL buffer with count %zu", recvcount);
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_REDUCE_SCATTER, bytes, &algo));
     if (recvcount == 0) return CHORUS_OK;
-    int n = c->size;
-    if (n == 1) {
+    if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
         chorus__reduce_finish(recv, recvcount, t, op, 1);
         return CHORUS_OK;
     }
-    if (chorus__select_shm(c, CHORUS_COLL_REDUCE_SCATTER))
-        return done(c, chorus__reduce_scatter_shm(c, send, recv, recvcount, t, op));
-    /* Rank order, as the allreduce (allreduce_direct.c). In place, the input is copied aside:
-     * the output (slice 0's place) would be overwritten while slice 0 is still being sent. */
-    size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
-    char *copy = send == recv ? malloc(all) : NULL;
-    if (!off || (send == recv && !copy)) {
-        free(off);
-        free(copy);
-        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
-    }
-    if (copy) memcpy(copy, send, all);
-    for (int i = 0; i < n; i++) {
-        off[i] = (size_t)i * recvcount;
-        off[n + i] = recvcount;
-    }
-    chorus_coll x;
-    chorus__coll_begin(&x, c, CHORUS_COLL_REDUCE_SCATTER, t, op, recvcount);
-    chorus_result r =
-        chorus__direct_reduce_scatter(&x, copy ? copy : send, recv, off, off + n, t, op, 0);
-    if (r == CHORUS_OK) chorus__reduce_finish(recv, recvcount, t, op, n);
-    free(off);
-    free(copy);
-    return done(c, r);
+    chorus_coll_args a = {
+        .send = send, .recv = recv, .count = recvcount, .bytes = bytes, .t = t, .op = op};
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size_t count_per_rank,
@@ -190,64 +148,25 @@ chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size
     CHORUS_CHECK(check(c, "chorus_alltoall", count_per_rank, (size_t)c->size, t, &all));
     if (count_per_rank && (!send || !recv))
         return BAD("chorus_alltoall: NULL buffer with count %zu", count_per_rank);
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLTOALL, bytes, &algo));
     if (count_per_rank == 0) return CHORUS_OK;
-    int n = c->size, me = c->rank;
-    if (n > 1 && chorus__select_shm(c, CHORUS_COLL_ALLTOALL))
-        return done(c, chorus__alltoall_shm(c, send, recv, count_per_rank, t));
-    const char *src = send;
-    if (send == recv && n > 1) {
-        char *copy = chorus__comm_scratch(c, all);
-        if (!copy) return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
-        memcpy(copy, send, all);
-        src = copy;
+    if (c->size == 1) {
+        if (send != recv) memmove(recv, send, bytes);
+        return CHORUS_OK;
     }
-    memmove((char *)recv + (size_t)me * bytes, src + (size_t)me * bytes, bytes);
-    if (n == 1) return CHORUS_OK;
-    chorus_req *rq = malloc(sizeof(chorus_req) * 2 * (size_t)n);
-    chorus_req **ps = malloc(sizeof(chorus_req *) * 2 * (size_t)n);
-    if (!rq || !ps) {
-        free(rq);
-        free(ps);
-        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
-    }
-    chorus_coll x;
-    chorus__coll_begin(&x, c, CHORUS_COLL_ALLTOALL, t, 0, count_per_rank);
-    int k = 0;
-    /* Pairwise order: at step s talk to me+s and me-s, so no rank is flooded by everyone. */
-    for (int s = 1; s < n; s++) {
-        int from = chorus__mod(me - s, n);
-        chorus__coll_irecv(&x, &rq[k], from, 0, (char *)recv + (size_t)from * bytes, bytes);
-        ps[k] = &rq[k];
-        k++;
-    }
-    for (int s = 1; s < n; s++) {
-        int to = (me + s) % n;
-        chorus__coll_isend(&x, &rq[k], to, 0, src + (size_t)to * bytes, bytes);
-        ps[k] = &rq[k];
-        k++;
-    }
-    chorus_result r = chorus__coll_wait(&x, ps, k);
-    free(rq);
-    free(ps);
-    return done(c, r);
+    chorus_coll_args a = {
+        .send = send, .recv = recv, .count = count_per_rank, .bytes = bytes, .t = t};
+    return done(c, algo->run(c, &a));
 }
 
 chorus_result chorus_barrier(chorus_comm *c)
 {
     NULL_COMM("chorus_barrier");
     CHORUS_CHECK(chorus__net_error(c->net, &c->err));
-    int n = c->size;
-    if (n > 1 && chorus__select_shm(c, CHORUS_COLL_BARRIER)) return done(c, chorus__barrier_shm(c));
-    chorus_coll x;
-    chorus__coll_begin(&x, c, CHORUS_COLL_BARRIER, CHORUS_UINT8, 0, 0);
-    /* Dissemination: after round k every rank has heard, directly or not, from 2^k others. */
-    chorus_result r = CHORUS_OK;
-    for (int k = 1, round = 0; k < n && r == CHORUS_OK; k <<= 1, round++) {
-        chorus_req rq[2];
-        chorus_req *ps[2] = {&rq[0], &rq[1]};
-        chorus__coll_irecv(&x, &rq[0], chorus__mod(c->rank - k, n), round, NULL, 0);
-        chorus__coll_isend(&x, &rq[1], (c->rank + k) % n, round, NULL, 0);
-        r = chorus__coll_wait(&x, ps, 2);
-    }
-    return done(c, r);
+    const chorus_algo *algo;
+    CHORUS_CHECK(pick(c, CHORUS_COLL_BARRIER, 0, &algo));
+    if (c->size == 1) return CHORUS_OK;
+    chorus_coll_args a = {.t = CHORUS_UINT8};
+    return done(c, algo->run(c, &a));
 }

@@ -6,11 +6,15 @@
  */
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/coll.h"
 #include "transport/shm/shm.h"
 
-chorus_result chorus__bcast_shm(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int root)
+chorus_result chorus__bcast_shm(chorus_comm *c, const chorus_coll_args *a)
 {
+    void *buf = a->recv;
+    size_t count = a->count;
+    chorus_dtype t = a->t;
+    int root = a->root;
     chorus_shm *s = c->shm;
     chorus_errbuf *e = &c->err;
     s->what = "broadcast";

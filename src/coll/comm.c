@@ -1,88 +1,16 @@
 /*
- * comm.c - communicator life cycle: chorus_init (environment -> store -> connection mesh),
- * chorus_comm_split, chorus_finalize, chorus_comm_abort, and the helpers the algorithms share.
+ * comm.c - communicator life cycle: chorus_init (environment -> rendezvous -> communicator,
+ * with its shared-memory group when its ranks share a host), chorus_comm_split and
+ * chorus_comm_split_type, chorus_finalize, chorus_comm_abort.
  */
-#include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "bootstrap/env.h"
-#include "bootstrap/store.h"
+#include "bootstrap/rendezvous.h"
 #include "coll/comm.h"
 #include "transport/shm/shm.h"
-
-/* ---- helpers shared by the algorithms --------------------------------------------------- */
-
-void chorus__coll_begin(chorus_coll *x, chorus_comm *c, int kind, chorus_dtype t, chorus_op op,
-                        size_t count)
-{
-    x->c = c;
-    memset(&x->h, 0, sizeof(x->h));
-    x->h.type = CHORUS_MSG_COLL;
-    x->h.comm_id = c->id;
-    x->h.coll = chorus__coll_sig(kind, (int)t, (int)op);
-    x->h.seq = ++c->seq;
-    x->h.count = count;
-}
-
-void chorus__coll_isend(chorus_coll *x, chorus_req *r, int peer, int tag, const void *buf,
-                        size_t bytes)
-{
-    chorus_wire_hdr h = x->h;
-    h.tag = tag;
-    h.len = bytes;
-    chorus__net_isend(x->c->net, r, x->c->world[peer], &h, buf);
-}
-
-void chorus__coll_irecv(chorus_coll *x, chorus_req *r, int peer, int tag, void *buf, size_t bytes)
-{
-    chorus_wire_hdr h = x->h;
-    h.tag = tag;
-    h.len = bytes;
-    chorus__net_irecv(x->c->net, r, x->c->world[peer], &h, buf);
-}
-
-chorus_result chorus__coll_wait(chorus_coll *x, chorus_req *const *reqs, int n)
-{
-    return chorus__net_wait(x->c->net, reqs, n, chorus__deadline(), &x->c->err);
-}
-
-chorus_result chorus__coll_wait1(chorus_coll *x, chorus_req *r)
-{
-    return chorus__coll_wait(x, &r, 1);
-}
-
-void *chorus__comm_scratch(chorus_comm *c, size_t n)
-{
-    if (n <= c->scratch_cap) return c->scratch;
-    free(c->scratch);
-    c->scratch = chorus__malloc_aligned(n);
-    c->scratch_cap = c->scratch ? n : 0;
-    return c->scratch;
-}
-
-size_t *chorus__chunks(size_t count, int n)
-{
-    size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
-    for (int i = 0; off && i < n; i++) {
-        off[i] = chorus__chunk_off(count, n, i);
-        off[n + i] = chorus__chunk_cnt(count, n, i);
-    }
-    return off;
-}
-
-void chorus__segments(size_t max_cnt, size_t esize, size_t *seg_cnt, int *nseg)
-{
-    size_t seg_bytes = chorus__config()->tcp_segment;
-    if (seg_bytes < 4096) seg_bytes = 4096;
-    size_t per = seg_bytes / esize;
-    size_t n = max_cnt ? (max_cnt + per - 1) / per : 1;
-    *nseg = (int)n;
-    *seg_cnt = (max_cnt + n - 1) / n;
-}
 
 /* ---- init ------------------------------------------------------------------------------- */
 
@@ -120,107 +48,33 @@ static void comm_free(chorus_comm *c)
     free(c);
 }
 
-/* The address this rank listens on: CHORUS_IFACE (an interface name or an IPv4 address), else
- * the local address of the connection to the store, which is an address peers can reach. */
-static chorus_result pick_ip(chorus_store *store, const char *iface, char *ip, size_t len,
-                             chorus_errbuf *e)
+/* The world's TCP mesh: rendezvous (bootstrap) around the transport's listen and connect. */
+static chorus_result connect_job(chorus_comm *c, const chorus_job *job, chorus_errbuf *e)
 {
-    if (iface) return chorus__iface_ip(iface, ip, len, e);
-    if (store && chorus__store_local_ip(store, ip, len) == 0) return CHORUS_OK;
-    snprintf(ip, len, "127.0.0.1");
-    return CHORUS_OK;
-}
-
-/* Single host, no address given: rank 0 publishes its store's address in a file. */
-static chorus_result write_rdzv_file(const char *path, int port, chorus_errbuf *e)
-{
-    char tmp[300];
-    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "127.0.0.1:%d\n", port);
-    if (fclose(f) || rename(tmp, path)) {
-        unlink(tmp);
-        return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot write %s: %s", path, strerror(errno));
+    char addr[128];
+    if (job->size == 1) {
+        c->local_rank = 0;
+        c->local_size = 1;
+        c->nhosts = 1;
+        return chorus__net_create(&c->cfg, 0, 1, job->job, "127.0.0.1", &c->net, addr, sizeof(addr),
+                                  e);
     }
-    return CHORUS_OK;
-}
-
-static chorus_result read_rdzv_file(const char *path, char *addr, size_t len, double deadline,
-                                    chorus_errbuf *e)
-{
-    for (;;) {
-        FILE *f = fopen(path, "r");
-        if (f) {
-            int ok = fgets(addr, (int)len, f) != NULL;
-            fclose(f);
-            char *nl = strchr(addr, '\n');
-            if (ok && nl) {
-                *nl = 0;
-                return CHORUS_OK;
-            }
-        }
-        if (chorus__now() > deadline)
-            return chorus__fail(e, CHORUS_ERR_TIMEOUT,
-                                "rank 0 did not publish its rendezvous address in %s before the "
-                                "timeout (is rank 0 running? CHORUS_TIMEOUT_S)",
-                                path);
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* Fetches every rank's "ip:port\nhost-id" record and fills addrs/hosts/host indices. */
-static chorus_result exchange(chorus_comm *c, chorus_store *store, const char *addr, char **addrs,
-                              char **hostnames, double deadline, chorus_errbuf *e)
-{
-    char hid[300], rec[600], key[64], name[64] = "?";
-    chorus__host_id(hid, sizeof(hid));
-    gethostname(name, sizeof(name) - 1);
-    snprintf(rec, sizeof(rec), "%s\n%s\n%s", addr, name, hid);
-    snprintf(key, sizeof(key), "rank/%d", c->rank);
-    CHORUS_CHECK(chorus__store_set(store, key, rec, strlen(rec), e));
-    char **hids = calloc((size_t)c->size, sizeof(char *));
-    if (!hids) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
-    chorus_result r = CHORUS_OK;
-    for (int p = 0; p < c->size && r == CHORUS_OK; p++) {
-        char *v = NULL;
-        snprintf(key, sizeof(key), "rank/%d", p);
-        r = chorus__store_get(store, key, &v, NULL, deadline, e);
-        if (r != CHORUS_OK) {
-            chorus__fail(e, r, "rank %d never registered with the rendezvous store (%s)", p,
-                         e->msg);
-            break;
-        }
-        char *nl1 = strchr(v, '\n'), *nl2 = nl1 ? strchr(nl1 + 1, '\n') : NULL;
-        if (!nl2) {
-            free(v);
-            r = chorus__fail(e, CHORUS_ERR_PROTOCOL, "malformed rendezvous record for rank %d", p);
-            break;
-        }
-        *nl1 = *nl2 = 0;
-        addrs[p] = strdup(v);
-        hostnames[p] = strdup(nl1 + 1);
-        hids[p] = strdup(nl2 + 1);
-        free(v);
-    }
-    if (r == CHORUS_OK) {
-        int local_rank = 0, local_size = 0;
-        c->nhosts = 0;
-        for (int p = 0; p < c->size; p++) {
-            int q = 0;
-            while (q < p && strcmp(hids[q], hids[p])) q++;
-            c->host[p] = q < p ? c->host[q] : c->nhosts++;
-            if (!strcmp(hids[p], hids[c->rank])) {
-                if (p < c->rank) local_rank++;
-                local_size++;
-            }
-        }
-        if (c->local_rank < 0) c->local_rank = local_rank;
-        if (c->local_size < 0) c->local_size = local_size;
-    }
-    for (int p = 0; p < c->size; p++) free(hids[p]);
-    free(hids);
+    chorus_rdzv rz = {.host = c->host, .cfg = &c->cfg};
+    chorus_result r;
+    CHORUS_CHECK_GOTO(chorus__rdzv_open(&rz, job, e), r, out);
+    CHORUS_CHECK_GOTO(chorus__net_create(&c->cfg, job->rank, job->size, job->job, rz.ip, &c->net,
+                                         addr, sizeof(addr), e),
+                      r, out);
+    CHORUS_CHECK_GOTO(chorus__rdzv_exchange(&rz, addr, e), r, out);
+    CHORUS_CHECK_GOTO(chorus__net_connect_all(c->net, rz.addrs, rz.hostnames, rz.deadline, e), r,
+                      out);
+    c->nhosts = rz.nhosts;
+    c->local_rank = rz.local_rank;
+    c->local_size = rz.local_size;
+out:
+    /* Every rank fetched all addresses before connecting, so once the mesh is complete nobody
+     * needs the store any more. */
+    chorus__rdzv_close(&rz);
     return r;
 }
 
@@ -249,86 +103,27 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
 
     chorus_config cfg;
     CHORUS_CHECK(chorus__config_load(&cfg, e));
+    CHORUS_CHECK(chorus__select_check_config(&cfg, e));
     chorus_comm *c = comm_alloc(job.size);
     if (!c) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
     c->cfg = cfg;
     c->rank = job.rank;
-    c->local_rank = job.local_rank;
-    c->local_size = job.local_size;
     c->id = chorus__hash64(job.job, strlen(job.job));
     for (int p = 0; p < job.size; p++) c->world[p] = p;
 
-    chorus_result r = CHORUS_OK;
-    chorus_store_server *server = NULL;
-    chorus_store *store = NULL;
-    char **addrs = calloc((size_t)job.size, sizeof(char *));
-    char **hosts = calloc((size_t)job.size, sizeof(char *));
-    double deadline = chorus__deadline();
-    char ip[64], addr[128];
-    if (!addrs || !hosts) {
-        r = chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    if (job.size == 1) {
-        c->local_rank = 0;
-        c->local_size = 1;
-        c->nhosts = 1;
-        CHORUS_CHECK_GOTO(
-            chorus__net_create(&c->cfg, 0, 1, job.job, "127.0.0.1", &c->net, addr, sizeof(addr), e),
-            r, out);
-        goto out;
-    }
-    if (job.serve_store && job.rank == 0) {
-        int port = 0;
-        if (job.rdzv_file[0]) {
-            CHORUS_CHECK_GOTO(chorus__store_server_start("127.0.0.1", 0, &server, &port, e), r,
-                              out);
-            CHORUS_CHECK_GOTO(write_rdzv_file(job.rdzv_file, port, e), r, out);
-            snprintf(job.store_addr, sizeof(job.store_addr), "127.0.0.1:%d", port);
-        } else {
-            const char *colon = strrchr(job.store_addr, ':');
-            char bind_ip[64] = ""; /* not every address unless asked (CHORUS_BIND_ANY) */
-            CHORUS_CHECK_GOTO(
-                chorus__store_bind_ip(&c->cfg, job.store_addr, bind_ip, sizeof(bind_ip), e), r,
-                out);
-            CHORUS_CHECK_GOTO(
-                chorus__store_server_start(bind_ip, atoi(colon + 1), &server, &port, e), r, out);
-        }
-    } else if (job.rdzv_file[0]) {
-        CHORUS_CHECK_GOTO(
-            read_rdzv_file(job.rdzv_file, job.store_addr, sizeof(job.store_addr), deadline, e), r,
-            out);
-    }
-    CHORUS_CHECK_GOTO(chorus__store_connect(job.store_addr, job.job, deadline, &store, e), r, out);
-    CHORUS_CHECK_GOTO(pick_ip(store, c->cfg.iface, ip, sizeof(ip), e), r, out);
-    CHORUS_CHECK_GOTO(chorus__net_create(&c->cfg, job.rank, job.size, job.job, ip, &c->net, addr,
-                                         sizeof(addr), e),
-                      r, out);
-    CHORUS_CHECK_GOTO(exchange(c, store, addr, addrs, hosts, deadline, e), r, out);
-    CHORUS_CHECK_GOTO(chorus__net_connect_all(c->net, addrs, hosts, deadline, e), r, out);
-    CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s", c->rank,
-                c->local_rank, c->local_size, c->nhosts, addr);
-    /* Same host for all: a shared-memory group, set up over the TCP mesh just built. */
-    r = chorus__comm_shm_setup(c);
-    if (r != CHORUS_OK) {
-        snprintf(e->msg, sizeof(e->msg), "%s", c->err.msg);
-        goto out;
-    }
-    chorus__select_describe(c);
-out:
-    chorus__store_close(store);
-    /* Every rank fetched all addresses before connecting, so once the mesh is complete nobody
-     * needs the store any more. */
-    if (server) chorus__store_server_stop(server);
-    if (job.rdzv_file[0] && job.rank == 0) unlink(job.rdzv_file);
-    for (int p = 0; addrs && p < job.size; p++) free(addrs[p]);
-    for (int p = 0; hosts && p < job.size; p++) free(hosts[p]);
-    free(addrs);
-    free(hosts);
+    chorus_result r = connect_job(c, &job, e);
     if (r != CHORUS_OK) {
         comm_free(c);
         return r;
     }
+    /* Same host for all: a shared-memory group, set up over the TCP mesh just built. */
+    r = chorus__comm_shm_setup(c);
+    if (r != CHORUS_OK) {
+        snprintf(e->msg, sizeof(e->msg), "%s", c->err.msg);
+        comm_free(c);
+        return r;
+    }
+    chorus__select_describe(c);
     *out = c;
     return CHORUS_OK;
 }
@@ -450,6 +245,31 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
     chorus__select_describe(s);
     *out = s;
     return CHORUS_OK;
+}
+
+chorus_result chorus_comm_split_type(chorus_comm *c, chorus_split_type type, int key,
+                                     chorus_comm **out)
+{
+    if (!c || !out)
+        return chorus__fail(c ? &c->err : chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_comm_split_type: %s is NULL", c ? "out" : "comm");
+    *out = NULL;
+    int me = c->rank, color;
+    switch (type) {
+    case CHORUS_SPLIT_HOST: color = c->host[me]; break;
+    case CHORUS_SPLIT_HOST_LEADERS: {
+        int p = 0;
+        while (p < me && c->host[p] != c->host[me]) p++;
+        color = p == me ? 0 : -1; /* the lowest rank of each host leads it */
+        break;
+    }
+    default:
+        return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                            "chorus_comm_split_type: unknown split type %d (CHORUS_SPLIT_HOST or "
+                            "CHORUS_SPLIT_HOST_LEADERS)",
+                            (int)type);
+    }
+    return chorus_comm_split(c, color, key, out);
 }
 
 chorus_result chorus__comm_fail(chorus_comm *comm, chorus_result r, const char *fmt, ...)

@@ -7,12 +7,16 @@
  */
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/coll.h"
 #include "transport/shm/shm.h"
 
-chorus_result chorus__reduce_scatter_shm(chorus_comm *c, const void *send, void *recv,
-                                         size_t recvcount, chorus_dtype t, chorus_op op)
+chorus_result chorus__reduce_scatter_shm(chorus_comm *c, const chorus_coll_args *a)
 {
+    const void *send = a->send;
+    void *recv = a->recv;
+    size_t recvcount = a->count;
+    chorus_dtype t = a->t;
+    chorus_op op = a->op;
     chorus_shm *s = c->shm;
     chorus_errbuf *e = &c->err;
     s->what = "reduce_scatter";

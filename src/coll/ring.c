@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/coll.h"
 
 chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, char *work, char *out,
                                           const size_t *off, const size_t *cnt, chorus_dtype t,
@@ -17,7 +17,7 @@ chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, cha
 {
     chorus_comm *c = x->c;
     int n = c->size, r = c->rank;
-    int right = (r + 1) % n, left = (r + n - 1) % n;
+    int right = chorus__ring_next(r, n), left = chorus__ring_prev(r, n);
     size_t es = chorus_dtype_size(t), maxcnt = 0;
     for (int i = 0; i < n; i++)
         if (cnt[i] > maxcnt) maxcnt = cnt[i];
@@ -34,22 +34,22 @@ chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, cha
                             maxcnt * es);
     }
     char *tbuf[2] = {tmp, tmp + ((maxcnt * es + 63) & ~(size_t)63)};
-#define SEG_LO(i, k) ((size_t)(k)*segc < cnt[i] ? (size_t)(k)*segc : cnt[i])
-#define SEG_N(i, k)  ((SEG_LO(i, (k) + 1)) - SEG_LO(i, k))
 #define POST_RECV(s)                                                                               \
     do {                                                                                           \
         int rc_ = chorus__mod(r - (s)-2, n);                                                       \
         for (int k = 0; k < nseg; k++)                                                             \
             chorus__coll_irecv(x, &rreq[(s)*nseg + k], left, tag_base + (s)*nseg + k,              \
-                               tbuf[(s) % 2] + SEG_LO(rc_, k) * es, SEG_N(rc_, k) * es);           \
+                               tbuf[(s) % 2] + chorus__seg_lo(cnt[rc_], segc, k) * es,             \
+                               chorus__seg_n(cnt[rc_], segc, k) * es);                             \
     } while (0)
 
     chorus_result res = CHORUS_OK;
     POST_RECV(0);
     int sc = chorus__mod(r - 1, n);
     for (int k = 0; k < nseg; k++)
-        chorus__coll_isend(x, &sreq[k], right, tag_base + k, local + (off[sc] + SEG_LO(sc, k)) * es,
-                           SEG_N(sc, k) * es);
+        chorus__coll_isend(x, &sreq[k], right, tag_base + k,
+                           local + (off[sc] + chorus__seg_lo(cnt[sc], segc, k)) * es,
+                           chorus__seg_n(cnt[sc], segc, k) * es);
     for (int s = 0; s < n - 1 && res == CHORUS_OK; s++) {
         if (s + 1 < n - 1) POST_RECV(s + 1);
         int rc = chorus__mod(r - s - 2, n);
@@ -57,7 +57,7 @@ chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, cha
         for (int k = 0; k < nseg; k++) {
             res = chorus__coll_wait1(x, &rreq[s * nseg + k]);
             if (res != CHORUS_OK) break;
-            size_t lo = SEG_LO(rc, k), m = SEG_N(rc, k);
+            size_t lo = chorus__seg_lo(cnt[rc], segc, k), m = chorus__seg_n(cnt[rc], segc, k);
             chorus__reduce(dst + lo * es, tbuf[s % 2] + lo * es, local + (off[rc] + lo) * es, m, t,
                            op);
             if (s + 1 < n - 1)
@@ -106,13 +106,14 @@ chorus_result chorus__ring_ag_post(chorus_ring_ag *ag, chorus_coll *x, char *buf
         return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
     }
     size_t segc = ag->segc;
-    int nseg = ag->nseg, left = (r + n - 1) % n;
+    int nseg = ag->nseg, left = chorus__ring_prev(r, n);
     /* every step receives a different chunk: post them all, in the order they will arrive */
     for (int s = 0; s < n - 1; s++) {
         int rc = chorus__mod(r - s - 1, n);
         for (int k = 0; k < nseg; k++)
             chorus__coll_irecv(x, &ag->rreq[s * nseg + k], left, tag_base + s * nseg + k,
-                               buf + (off[rc] + SEG_LO(rc, k)) * es, SEG_N(rc, k) * es);
+                               buf + (off[rc] + chorus__seg_lo(cnt[rc], segc, k)) * es,
+                               chorus__seg_n(cnt[rc], segc, k) * es);
     }
     return CHORUS_OK;
 }
@@ -123,8 +124,9 @@ void chorus__ring_ag_send_own(chorus_ring_ag *ag, int k)
     int r = c->rank;
     size_t segc = ag->segc, es = ag->es;
     const size_t *off = ag->off, *cnt = ag->cnt;
-    chorus__coll_isend(ag->x, &ag->sreq[k], (r + 1) % c->size, ag->tag_base + k,
-                       ag->buf + (off[r] + SEG_LO(r, k)) * es, SEG_N(r, k) * es);
+    chorus__coll_isend(ag->x, &ag->sreq[k], chorus__ring_next(r, c->size), ag->tag_base + k,
+                       ag->buf + (off[r] + chorus__seg_lo(cnt[r], segc, k)) * es,
+                       chorus__seg_n(cnt[r], segc, k) * es);
 }
 
 chorus_result chorus__ring_ag_finish(chorus_ring_ag *ag, chorus_result res)
@@ -140,9 +142,10 @@ chorus_result chorus__ring_ag_finish(chorus_ring_ag *ag, chorus_result res)
         for (int k = 0; k < nseg && res == CHORUS_OK; k++) {
             res = chorus__coll_wait1(x, &ag->rreq[s * nseg + k]);
             if (res == CHORUS_OK)
-                chorus__coll_isend(x, &ag->sreq[(s + 1) * nseg + k], (r + 1) % n,
+                chorus__coll_isend(x, &ag->sreq[(s + 1) * nseg + k], chorus__ring_next(r, n),
                                    ag->tag_base + (s + 1) * nseg + k,
-                                   ag->buf + (off[rc] + SEG_LO(rc, k)) * es, SEG_N(rc, k) * es);
+                                   ag->buf + (off[rc] + chorus__seg_lo(cnt[rc], segc, k)) * es,
+                                   chorus__seg_n(cnt[rc], segc, k) * es);
         }
     }
     chorus_req **all = res == CHORUS_OK ? malloc(sizeof(chorus_req *) * 2 * nmsg) : NULL;
@@ -168,5 +171,15 @@ chorus_result chorus__ring_allgather(chorus_coll *x, char *buf, const size_t *of
     for (int k = 0; k < ag.nseg; k++) chorus__ring_ag_send_own(&ag, k);
     return chorus__ring_ag_finish(&ag, CHORUS_OK);
 }
-#undef SEG_LO
-#undef SEG_N
+
+chorus_result chorus__allgather_ring(chorus_comm *c, const chorus_coll_args *a)
+{
+    int n = c->size;
+    size_t *off = chorus__chunks(a->count * (size_t)n, n); /* block i at i * count */
+    if (!off) return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    chorus_coll x;
+    chorus__coll_begin(&x, c, CHORUS_COLL_ALLGATHER, a->t, 0, a->count);
+    chorus_result r = chorus__ring_allgather(&x, a->recv, off, off + n, chorus_dtype_size(a->t), 0);
+    free(off);
+    return r;
+}

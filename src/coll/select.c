@@ -5,129 +5,301 @@
  * (seconds per byte: TCP loopback ~1/2 GB/s, a copy through memory ~1/10 GB/s). For p ranks and
  * S bytes:
  *
- *   allreduce, shm flat:            (S/C) * (alpha_shm + C beta_copy + (p-1) C beta_x)
+ *   allreduce, shm one-shot:            (S/C) * (alpha_shm + C beta_copy + (p-1) C beta_x)
  *          every rank copies its chunk of C bytes into its slot, then reduces all p slots:
  *          one synchronisation per chunk, (p-1) S bytes read across cores per rank; with one
  *          chunk (S <= C) this is the one-shot
- *   allreduce, shm rsag:            (S/C) * (3 alpha_shm + C beta_copy + 2(p-1)/p C beta_x)
+ *   allreduce, shm pipelined:           (S/C) * (3 alpha_shm + C beta_copy + 2(p-1)/p C beta_x)
  *          reduce-scatter + allgather through the slots: three synchronisations per chunk,
  *          2(p-1)/p S bytes across cores per rank
  *          (beta_x: cross-core transfer, ~1/12 GB/s here; both keep memory traffic at the
  *           bound, one read of the input and one write of the output per rank, as the slots
- *           stay in cache. For p = 2 the cross-core bytes are equal, so flat wins by its single
- *           synchronisation; for p > 2 flat reads p/2 times more, so rsag wins once S is
- *           large: the crossover is CHORUS_SHM_ONESHOT_MAX)
+ *           stay in cache. For p = 2 the cross-core bytes are equal, so one-shot wins by its single
+ *           synchronisation; for p > 2 one-shot reads p/2 times more, so pipelined wins once
+ *           S is large: the crossover is CHORUS_SHM_ONESHOT_MAX)
  *   allreduce, one-shot:            alpha + (p-1) S beta                       -> small S
  *          every rank sends its buffer to every other (concurrently) and folds all p in rank
  *          order: one round instead of log2(p)
- *   allreduce, direct rs + ring ag: 2(p-1) alpha + 2(p-1)/p S beta             -> large S
+ *   allreduce, direct_ring (direct reduce-scatter + ring allgather):
+ *                                   2(p-1) alpha + 2(p-1)/p S beta             -> large S
  *          rank r receives slice r from everyone and folds it in rank order (as much traffic
  *          as a ring's reduce-scatter), then the ring allgather; both default TCP algorithms
  *          fold in rank order like the shm ones, so the result of an element depends neither
  *          on the algorithm nor on its position - fusing tensors never changes a result
  *   allreduce, recursive doubling:  log2(p) * (alpha + S*beta)        (forced only: rd)
  *   allreduce, ring:                2(p-1) * alpha + 2(p-1)/p * S*beta  (forced only: ring)
+ *          the same volume as direct_ring, but each rank talks to its two neighbours only
+ *          and needs 2 slices of scratch instead of a whole buffer: for networks where
+ *          p-1 concurrent peers congest, or memory is short; folds in ring order
  *   broadcast, shm:                 (S/C + 1) (alpha_shm + C beta_copy)
  *   broadcast, binomial tree:       log2(p) * (alpha + S*beta)                 -> small S
  *   broadcast, pipelined chain:     (p-2+S/s) * (alpha + s*beta)   -> large S (s: segment)
  *   allgather / reduce-scatter / alltoall / barrier over shm: one copy in and one copy out of
- *          each byte, alpha_shm per slot; over TCP: ring / ring / pairwise / dissemination.
+ *          each byte, alpha_shm per slot; over TCP: ring / direct / pairwise / dissemination.
  *
  * Topology: when every rank of the communicator is on one host (comm->nhosts == 1) and
  * CHORUS_SHM is not 0, the communicator has a shared-memory group (comm_shm.c) and shared
  * memory wins for every size - alpha_shm and beta_copy are both far below TCP's - so it is
  * the default for all collectives; otherwise TCP, with the size crossovers
- * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce is flat for 2 ranks
- * or up to CHORUS_SHM_ONESHOT_MAX bytes, rsag above. CHORUS_ALGO_<COLLECTIVE> forces one
- * algorithm (oneshot, rsag, rd, ring, tree, chain, pairwise, dissemination, shm, and for allreduce
- * shm_flat or shm_rsag); forcing shm where there is no shared memory warns once and uses the rules.
- * Every rank must see the same settings.
+ * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce is one-shot for 2
+ * ranks or up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above.
+ *
+ * The table: one row per algorithm {id, collective, name, description, memory type,
+ * transport, when the rules pick it, function}. The rules take, for a collective, the first
+ * row (in table order) whose memory type is the buffers', whose transport the communicator
+ * has, and whose size test passes; rows with no size test run only when forced. A new
+ * algorithm or backend is one row. CHORUS_ALGO_<COLLECTIVE>=<name> forces a row; "shm" also
+ * means "shared memory, variant by the rules". A name that is no row of that collective is
+ * CHORUS_ERR_INVALID_ARG from the collective (nothing sent, the communicator stays usable);
+ * forcing a shared-memory row where there is none warns once and uses the rules. Every rank
+ * must see the same settings.
  */
-#include <stdlib.h>
+#include <ctype.h>
+#include <stdio.h>
 #include <string.h>
 
-#include "coll/comm.h"
+#include "coll/coll.h"
 #include "transport/shm/shm.h"
 
-static const char *forced(chorus_comm *c, const char *var, const char *v, int bit,
-                          const char *const *known)
+static chorus_result ar_shm_oneshot(chorus_comm *c, const chorus_coll_args *a)
 {
-    if (!v || !*v) return NULL;
-    for (int i = 0; known[i]; i++)
-        if (!strcmp(v, known[i])) {
-            if (strncmp(v, "shm", 3) || c->shm) return known[i];
-            if (!(c->select_warned & (1u << bit))) {
-                c->select_warned |= 1u << bit;
-                CHORUS_WARN(CHORUS_LOG_COLL,
-                            "%s=shm but this communicator has no shared memory (%s); choosing "
-                            "by the rules",
-                            var,
-                            c->size < 2      ? "one rank"
-                            : c->nhosts != 1 ? "ranks on several hosts"
-                                             : "CHORUS_SHM=0 or set-up failed");
-            }
-            return NULL;
-        }
-    if (!(c->select_warned & (1u << bit))) {
-        c->select_warned |= 1u << bit;
-        CHORUS_WARN(CHORUS_LOG_COLL, "%s=%s is not known; choosing by the rules", var, v);
+    return chorus__allreduce_shm(c, a->send, a->recv, a->count, a->t, a->op, 0);
+}
+static chorus_result ar_shm_pipelined(chorus_comm *c, const chorus_coll_args *a)
+{
+    return chorus__allreduce_shm(c, a->send, a->recv, a->count, a->t, a->op, 1);
+}
+
+/* Size tests of the rules: does the row fit this call? */
+typedef int (*fits_fn)(const chorus_comm *c, size_t bytes);
+static int always(const chorus_comm *c, size_t bytes)
+{
+    (void)c;
+    (void)bytes;
+    return 1;
+}
+static int shm_oneshot_fits(const chorus_comm *c, size_t bytes)
+{
+    return c->size <= 2 || bytes <= c->shm->oneshot_max; /* one sync, but reads p inputs */
+}
+static int tcp_oneshot_fits(const chorus_comm *c, size_t bytes)
+{
+    return bytes <= c->cfg.tcp_oneshot_max;
+}
+static int tree_fits(const chorus_comm *c, size_t bytes)
+{
+    return bytes <= c->cfg.bcast_tree_max;
+}
+
+enum {
+    AR_SHM_ONESHOT,
+    AR_SHM_PIPELINED,
+    AR_ONESHOT,
+    AR_DIRECT_RING,
+    AR_RD,
+    AR_RING,
+    BC_SHM,
+    BC_TREE,
+    BC_CHAIN,
+    AG_SHM,
+    AG_RING,
+    RS_SHM,
+    RS_DIRECT,
+    A2A_SHM,
+    A2A_PAIRWISE,
+    BAR_SHM,
+    BAR_DISSEMINATION,
+    NALGO
+};
+
+typedef struct row {
+    chorus_algo a;
+    fits_fn fits; /* NULL: forced only */
+} row;
+
+#define ROW(id_, kind, name, alias, desc, mem, tp, fn, fits)                                       \
+    [id_] = {{CHORUS_COLL_##kind, name, alias, desc, mem, tp, fn}, fits}
+#define HOST CHORUS_MEM_HOST
+#define NET  CHORUS_TP_NET
+#define SHM  CHORUS_TP_SHM
+
+/* In order of preference within a collective: the rules take the first row that fits. */
+static const row table[NALGO] = {
+    ROW(AR_SHM_ONESHOT, ALLREDUCE, "shm_oneshot", "shm_flat",
+        "shared memory, every rank reduces all inputs in rank order, chunk by chunk", HOST, SHM,
+        ar_shm_oneshot, shm_oneshot_fits),
+    ROW(AR_SHM_PIPELINED, ALLREDUCE, "shm_pipelined", NULL,
+        "shared memory, per chunk a reduce-scatter then an allgather through the slots", HOST, SHM,
+        ar_shm_pipelined, always),
+    ROW(AR_ONESHOT, ALLREDUCE, "oneshot", NULL,
+        "TCP, every rank sends its buffer to every other and folds all in rank order", HOST, NET,
+        chorus__allreduce_oneshot, tcp_oneshot_fits),
+    ROW(AR_DIRECT_RING, ALLREDUCE, "direct_ring", NULL,
+        "TCP, direct reduce-scatter folding in rank order, then a ring allgather", HOST, NET,
+        chorus__allreduce_direct_ring, always),
+    ROW(AR_RD, ALLREDUCE, "rd", NULL, "TCP, recursive doubling (forced only)", HOST, NET,
+        chorus__allreduce_rd, NULL),
+    ROW(AR_RING, ALLREDUCE, "ring", NULL,
+        "TCP, ring reduce-scatter + ring allgather: neighbour links and little scratch (forced "
+        "only)",
+        HOST, NET, chorus__allreduce_ring, NULL),
+    ROW(BC_SHM, BROADCAST, "shm", NULL, "shared memory, the root's slots copied out by all", HOST,
+        SHM, chorus__bcast_shm, always),
+    ROW(BC_TREE, BROADCAST, "tree", NULL, "TCP, binomial tree", HOST, NET, chorus__bcast_tree,
+        tree_fits),
+    ROW(BC_CHAIN, BROADCAST, "chain", NULL, "TCP, pipelined chain", HOST, NET, chorus__bcast_chain,
+        always),
+    ROW(AG_SHM, ALLGATHER, "shm", NULL, "shared memory, through the slots", HOST, SHM,
+        chorus__allgather_shm, always),
+    ROW(AG_RING, ALLGATHER, "ring", NULL, "TCP, pipelined ring", HOST, NET, chorus__allgather_ring,
+        always),
+    ROW(RS_SHM, REDUCE_SCATTER, "shm", NULL, "shared memory, through the slots", HOST, SHM,
+        chorus__reduce_scatter_shm, always),
+    ROW(RS_DIRECT, REDUCE_SCATTER, "direct", NULL,
+        "TCP, every rank receives its block from all and folds in rank order", HOST, NET,
+        chorus__reduce_scatter_direct, always),
+    ROW(A2A_SHM, ALLTOALL, "shm", NULL, "shared memory, through the slots", HOST, SHM,
+        chorus__alltoall_shm, always),
+    ROW(A2A_PAIRWISE, ALLTOALL, "pairwise", NULL, "TCP, pairwise exchange", HOST, NET,
+        chorus__alltoall_pairwise, always),
+    ROW(BAR_SHM, BARRIER, "shm", NULL, "shared memory flags", HOST, SHM, chorus__barrier_shm,
+        always),
+    ROW(BAR_DISSEMINATION, BARRIER, "dissemination", NULL, "TCP, dissemination", HOST, NET,
+        chorus__barrier_dissemination, always),
+};
+
+static const char *const kind_name[CHORUS_COLL_KIND_MAX] = {
+    [CHORUS_COLL_ALLREDUCE] = "allreduce", [CHORUS_COLL_BROADCAST] = "broadcast",
+    [CHORUS_COLL_ALLGATHER] = "allgather", [CHORUS_COLL_REDUCE_SCATTER] = "reduce_scatter",
+    [CHORUS_COLL_ALLTOALL] = "alltoall",   [CHORUS_COLL_BARRIER] = "barrier",
+};
+
+static int usable(const chorus_comm *c, const row *r, chorus_mem_type mem)
+{
+    return r->a.mem == mem && (r->a.tp != CHORUS_TP_SHM || c->shm != NULL);
+}
+
+/* The rules: the first usable row of kind that fits (only_tp >= 0: of that transport). */
+static const row *by_rules(const chorus_comm *c, int kind, chorus_mem_type mem, size_t bytes,
+                           int only_tp)
+{
+    for (int i = 0; i < NALGO; i++) {
+        const row *r = &table[i];
+        if (r->a.kind == kind && r->fits && usable(c, r, mem) &&
+            (only_tp < 0 || (int)r->a.tp == only_tp) && r->fits(c, bytes))
+            return r;
     }
     return NULL;
 }
 
-chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes)
+/* "a, b (or c), d": the names CHORUS_ALGO_<kind> accepts. */
+static void valid_names(int kind, char *out, size_t len)
 {
-    static const char *const known[] = {"oneshot", "rsag",     "rd",       "ring",
-                                        "shm",     "shm_flat", "shm_rsag", NULL};
-    const char *f =
-        forced(c, "CHORUS_ALGO_ALLREDUCE", c->cfg.algo_allreduce, CHORUS_COLL_ALLREDUCE, known);
-    if (f && !strcmp(f, "oneshot")) return CHORUS_AR_ONESHOT;
-    if (f && !strcmp(f, "rsag")) return CHORUS_AR_RSAG;
-    if (f && !strcmp(f, "rd")) return CHORUS_AR_RD;
-    if (f && !strcmp(f, "ring")) return CHORUS_AR_RING;
-    if (f && !strcmp(f, "shm_flat")) return CHORUS_AR_SHM_FLAT;
-    if (f && !strcmp(f, "shm_rsag")) return CHORUS_AR_SHM_RSAG;
-    if (c->shm) /* flat: one sync per slot, but every rank reads all p inputs */
-        return c->size <= 2 || bytes <= c->shm->oneshot_max ? CHORUS_AR_SHM_FLAT
-                                                            : CHORUS_AR_SHM_RSAG;
-    /* The defaults fold in rank order, as the shared-memory algorithms do: results do not
-     * depend on the algorithm, the size or the position (rd and ring, when forced, do). */
-    return bytes <= c->cfg.tcp_oneshot_max ? CHORUS_AR_ONESHOT : CHORUS_AR_RSAG;
-}
-
-chorus_bc_algo chorus__select_broadcast(chorus_comm *c, size_t bytes)
-{
-    static const char *const known[] = {"tree", "chain", "shm", NULL};
-    const char *f =
-        forced(c, "CHORUS_ALGO_BROADCAST", c->cfg.algo_broadcast, CHORUS_COLL_BROADCAST, known);
-    if (f) return f[0] == 't' ? CHORUS_BC_TREE : f[0] == 'c' ? CHORUS_BC_CHAIN : CHORUS_BC_SHM;
-    if (c->shm) return CHORUS_BC_SHM;
-    return bytes <= c->cfg.bcast_tree_max ? CHORUS_BC_TREE : CHORUS_BC_CHAIN;
-}
-
-int chorus__select_shm(chorus_comm *c, int kind)
-{
-    static const char *const ring[] = {"ring", "shm", NULL};
-    static const char *const pairwise[] = {"pairwise", "shm", NULL};
-    static const char *const dissemination[] = {"dissemination", "shm", NULL};
-    const char *f = NULL;
-    switch (kind) {
-    case CHORUS_COLL_ALLGATHER:
-        f = forced(c, "CHORUS_ALGO_ALLGATHER", c->cfg.algo_allgather, kind, ring);
-        break;
-    case CHORUS_COLL_REDUCE_SCATTER:
-        f = forced(c, "CHORUS_ALGO_REDUCE_SCATTER", c->cfg.algo_reduce_scatter, kind, ring);
-        break;
-    case CHORUS_COLL_ALLTOALL:
-        f = forced(c, "CHORUS_ALGO_ALLTOALL", c->cfg.algo_alltoall, kind, pairwise);
-        break;
-    case CHORUS_COLL_BARRIER:
-        f = forced(c, "CHORUS_ALGO_BARRIER", c->cfg.algo_barrier, kind, dissemination);
-        break;
-    default: break;
+    size_t o = 0;
+    out[0] = 0;
+    int shm_row = 0;
+    for (int i = 0; i < NALGO && o < len; i++) {
+        const chorus_algo *a = &table[i].a;
+        if (a->kind != kind) continue;
+        shm_row |= !strcmp(a->name, "shm");
+        o += (size_t)snprintf(out + o, len - o, "%s%s", o ? ", " : "", a->name);
+        if (a->alias && o < len) o += (size_t)snprintf(out + o, len - o, " (or %s)", a->alias);
     }
-    if (f) return !strcmp(f, "shm");
-    return c->shm != NULL;
+    if (!shm_row && o < len) snprintf(out + o, len - o, ", shm (shared memory, by the rules)");
+}
+
+static void warn_once(chorus_comm *c, int kind, const char *var, const char *v)
+{
+    if (c->select_warned & (1u << kind)) return;
+    c->select_warned |= 1u << kind;
+    CHORUS_WARN(CHORUS_LOG_COLL,
+                "%s=%s but this communicator has no shared memory (%s); choosing by the rules", var,
+                v,
+                c->size < 2      ? "one rank"
+                : c->nhosts != 1 ? "ranks on several hosts"
+                                 : "CHORUS_SHM=0 or set-up failed");
+}
+
+/* The CHORUS_ALGO_* value of a config for a collective kind, or NULL. */
+static const char *forced_name(const chorus_config *cfg, int kind)
+{
+    const char *const v[CHORUS_COLL_KIND_MAX] = {
+        [CHORUS_COLL_ALLREDUCE] = cfg->algo_allreduce,
+        [CHORUS_COLL_BROADCAST] = cfg->algo_broadcast,
+        [CHORUS_COLL_ALLGATHER] = cfg->algo_allgather,
+        [CHORUS_COLL_REDUCE_SCATTER] = cfg->algo_reduce_scatter,
+        [CHORUS_COLL_ALLTOALL] = cfg->algo_alltoall,
+        [CHORUS_COLL_BARRIER] = cfg->algo_barrier,
+    };
+    return kind >= 0 && kind < CHORUS_COLL_KIND_MAX ? v[kind] : NULL;
+}
+
+/* "CHORUS_ALGO_<KIND>" */
+static void var_name(int kind, char *var, size_t len)
+{
+    snprintf(var, len, "CHORUS_ALGO_");
+    for (size_t i = 0, o = strlen(var); kind_name[kind][i] && o + 1 < len; i++, o++) {
+        var[o] = (char)toupper((unsigned char)kind_name[kind][i]);
+        var[o + 1] = 0;
+    }
+}
+
+/* The row named v (or by its alias) among kind's rows, or NULL. */
+static const row *find_named(int kind, const char *v)
+{
+    for (int i = 0; i < NALGO; i++) {
+        const chorus_algo *a = &table[i].a;
+        if (a->kind == kind && (!strcmp(v, a->name) || (a->alias && !strcmp(v, a->alias))))
+            return &table[i];
+    }
+    return NULL;
+}
+
+chorus_result chorus__select_check_config(const chorus_config *cfg, chorus_errbuf *e)
+{
+    for (int kind = 0; kind < CHORUS_COLL_KIND_MAX; kind++) {
+        const char *v = kind_name[kind] ? forced_name(cfg, kind) : NULL;
+        if (!v || !strcmp(v, "shm") || find_named(kind, v)) continue;
+        char var[64], names[400];
+        var_name(kind, var, sizeof(var));
+        valid_names(kind, names, sizeof(names));
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "%s=%s is not an algorithm of %s; valid: %s",
+                            var, v, kind_name[kind], names);
+    }
+    return CHORUS_OK;
+}
+
+const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem, size_t bytes,
+                                  chorus_result *err)
+{
+    *err = CHORUS_OK;
+    char var[64];
+    var_name(kind, var, sizeof(var));
+    const char *v = forced_name(&c->cfg, kind);
+    const row *r = NULL;
+    if (v) {
+        r = find_named(kind, v);
+        if (r && !usable(c, r, mem)) {
+            if (r->a.tp == CHORUS_TP_SHM) warn_once(c, kind, var, v);
+            r = NULL;
+        } else if (!r && !strcmp(v, "shm")) {
+            r = by_rules(c, kind, mem, bytes, CHORUS_TP_SHM);
+            if (!r) warn_once(c, kind, var, v);
+        } else if (!r) {
+            char names[400];
+            valid_names(kind, names, sizeof(names));
+            *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                                "%s=%s is not an algorithm of %s; valid: %s", var, v,
+                                kind_name[kind], names);
+            return NULL;
+        }
+    }
+    if (!r) r = by_rules(c, kind, mem, bytes, -1);
+    if (!r)
+        *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                            "no %s algorithm for this memory type on this communicator",
+                            kind_name[kind]);
+    return r ? &r->a : NULL;
 }
 
 void chorus__select_describe(const chorus_comm *c)
@@ -144,8 +316,12 @@ void chorus__select_describe(const chorus_comm *c)
         CHORUS_INFO(CHORUS_LOG_COLL,
                     "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %zu B, "
                     "direct reduce-scatter + ring allgather above (both fold in rank order); "
-                    "broadcast binomial tree up to %zu B, chain above; ring "
-                    "allgather and reduce-scatter, pairwise alltoall, dissemination barrier",
+                    "broadcast binomial tree up to %zu B, chain above; ring allgather, direct "
+                    "reduce-scatter, pairwise alltoall, dissemination barrier%s",
                     (unsigned long long)c->id, c->size, c->nhosts, c->cfg.tcp_oneshot_max,
-                    c->cfg.bcast_tree_max);
+                    c->cfg.bcast_tree_max,
+                    c->nhosts > 1 && c->size > c->nhosts
+                        ? " (chorus_comm_split_type(CHORUS_SPLIT_HOST) gives the ranks of each "
+                          "host a communicator over shared memory)"
+                        : "");
 }

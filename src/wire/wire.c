@@ -162,13 +162,6 @@ chorus_result chorus__wire_decode_kv(const unsigned char *in, size_t len, chorus
     return CHORUS_OK;
 }
 
-const char *chorus__dtype_name(int dtype)
-{
-    static const char *names[] = {"int8",    "uint8",    "int32",   "int64",
-                                  "float16", "bfloat16", "float32", "float64"};
-    return dtype >= 0 && dtype < CHORUS_DTYPE_COUNT ? names[dtype] : "unknown-dtype";
-}
-
 const char *chorus__op_name(int op)
 {
     static const char *names[] = {"sum", "prod", "min", "max", "avg"};

@@ -114,6 +114,5 @@ static inline uint32_t chorus__coll_sig(int kind, int dtype, int op)
 }
 /* Human description of a data header, for mismatch messages. */
 void chorus__wire_describe(const chorus_wire_hdr *h, char *out, size_t len);
-const char *chorus__dtype_name(int dtype);
 const char *chorus__op_name(int op);
 #endif

@@ -278,7 +278,7 @@ int main(int argc, char **argv)
     /* shm: the shared-memory algorithms (one-shot and pipelined), unless CHORUS_SHM=0 */
     const char *shm_env = getenv("CHORUS_SHM");
     int noshm = shm_env && !strcmp(shm_env, "0");
-    static const char *algos[] = {"oneshot", "rsag", "rd", "ring", "shm"};
+    static const char *algos[] = {"oneshot", "direct_ring", "rd", "ring", "shm"};
     for (int a = 0; a < 5 - noshm; a++) {
         test_set_config(comm, "CHORUS_ALGO_ALLREDUCE", algos[a]);
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)

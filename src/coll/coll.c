@@ -1,0 +1,77 @@
+/*
+ * coll.c - what the collective algorithms share: the context of one call (its header
+ * template, with the communicator's next sequence number), posting sends and receives in
+ * communicator ranks, waiting with a deadline, the scratch buffer, chunks and segments.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/coll.h"
+
+void chorus__coll_begin(chorus_coll *x, chorus_comm *c, int kind, chorus_dtype t, chorus_op op,
+                        size_t count)
+{
+    x->c = c;
+    memset(&x->h, 0, sizeof(x->h));
+    x->h.type = CHORUS_MSG_COLL;
+    x->h.comm_id = c->id;
+    x->h.coll = chorus__coll_sig(kind, (int)t, (int)op);
+    x->h.seq = ++c->seq;
+    x->h.count = count;
+}
+
+void chorus__coll_isend(chorus_coll *x, chorus_req *r, int peer, int tag, const void *buf,
+                        size_t bytes)
+{
+    chorus_wire_hdr h = x->h;
+    h.tag = tag;
+    h.len = bytes;
+    chorus__net_isend(x->c->net, r, x->c->world[peer], &h, buf);
+}
+
+void chorus__coll_irecv(chorus_coll *x, chorus_req *r, int peer, int tag, void *buf, size_t bytes)
+{
+    chorus_wire_hdr h = x->h;
+    h.tag = tag;
+    h.len = bytes;
+    chorus__net_irecv(x->c->net, r, x->c->world[peer], &h, buf);
+}
+
+chorus_result chorus__coll_wait(chorus_coll *x, chorus_req *const *reqs, int n)
+{
+    return chorus__net_wait(x->c->net, reqs, n, chorus__deadline(), &x->c->err);
+}
+
+chorus_result chorus__coll_wait1(chorus_coll *x, chorus_req *r)
+{
+    return chorus__coll_wait(x, &r, 1);
+}
+
+void *chorus__comm_scratch(chorus_comm *c, size_t n)
+{
+    if (n <= c->scratch_cap) return c->scratch;
+    free(c->scratch);
+    c->scratch = chorus__malloc_aligned(n);
+    c->scratch_cap = c->scratch ? n : 0;
+    return c->scratch;
+}
+
+size_t *chorus__chunks(size_t count, int n)
+{
+    size_t *off = malloc(sizeof(size_t) * 2 * (size_t)n);
+    for (int i = 0; off && i < n; i++) {
+        off[i] = chorus__chunk_off(count, n, i);
+        off[n + i] = chorus__chunk_cnt(count, n, i);
+    }
+    return off;
+}
+
+void chorus__segments(size_t max_cnt, size_t esize, size_t *seg_cnt, int *nseg)
+{
+    size_t seg_bytes = chorus__config()->tcp_segment;
+    if (seg_bytes < 4096) seg_bytes = 4096;
+    size_t per = seg_bytes / esize;
+    size_t n = max_cnt ? (max_cnt + per - 1) / per : 1;
+    *nseg = (int)n;
+    *seg_cnt = (max_cnt + n - 1) / n;
+}

@@ -1,0 +1,76 @@
+#!/bin/sh
+# twohosts.sh - a job over two hosts on one machine: two network namespaces joined by a veth
+# pair (10.213.0.1 and 10.213.0.2, addresses that exist only inside them) count as two hosts,
+# since a host's identity includes its network namespace. Two ranks run in each, started the
+# torchrun way (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); tests/mp/coll_select then checks
+# that world collectives are correct over TCP and that the communicator of each host's ranks
+# uses shared memory, and the ranks' INFO logs must say so too. The namespaces (and the veth
+# pair with them) are removed on every exit path. Needs root and `ip netns`; prints SKIP with
+# the reason and exits 0 otherwise.
+BUILD=${BUILD:-build}
+prog=$BUILD/tests/mp/coll_select
+[ "$(id -u)" = 0 ] || { echo "SKIP twohosts: needs root to create network namespaces"; exit 0; }
+command -v ip > /dev/null 2>&1 && ip netns list > /dev/null 2>&1 ||
+    { echo "SKIP twohosts: 'ip netns' is not available"; exit 0; }
+[ -x "$prog" ] || { echo "twohosts: $prog is not built"; exit 1; }
+
+tag=$$
+ns1=chorus-h1-$tag
+ns2=chorus-h2-$tag
+logs=$(mktemp -d)
+pids=""
+cleanup() {
+    trap '' INT TERM HUP # a second signal must not cut the cleanup short
+    trap - EXIT
+    for p in $pids; do kill -9 "$p" 2> /dev/null; done
+    ip netns del "$ns1" 2> /dev/null
+    ip netns del "$ns2" 2> /dev/null
+    rm -rf "$logs"
+}
+trap cleanup EXIT
+trap 'cleanup; exit 1' INT TERM HUP
+
+if ! ip netns add "$ns1" 2> "$logs/err" || ! ip netns add "$ns2" 2>> "$logs/err"; then
+    echo "SKIP twohosts: cannot create network namespaces: $(cat "$logs/err")"
+    exit 0
+fi
+set -e
+ip link add "cv1-$tag" netns "$ns1" type veth peer name "cv2-$tag" netns "$ns2"
+ip -n "$ns1" addr add 10.213.0.1/24 dev "cv1-$tag"
+ip -n "$ns2" addr add 10.213.0.2/24 dev "cv2-$tag"
+for ns in "$ns1" "$ns2"; do ip -n "$ns" link set lo up; done
+ip -n "$ns1" link set "cv1-$tag" up
+ip -n "$ns2" link set "cv2-$tag" up
+set +e
+
+# Ranks 0 and 1 on the first host (rank 0 serves the store at MASTER_ADDR), 2 and 3 on the
+# second. Variables a launcher of the test runner may have set are removed.
+for r in 0 1 2 3; do
+    ns=$ns1
+    [ $r -ge 2 ] && ns=$ns2
+    ip netns exec "$ns" env -u CHORUS_RANK -u CHORUS_SIZE -u CHORUS_STORE_ADDR \
+        -u CHORUS_LOCAL_RANK -u CHORUS_LOCAL_SIZE -u CHORUS_IFACE \
+        RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
+        MASTER_ADDR=10.213.0.1 MASTER_PORT=29511 CHORUS_JOB_ID="twohosts-$tag" \
+        CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT,SHM \
+        "$prog" > "$logs/rank$r.log" 2>&1 &
+    pids="$pids $!"
+done
+fail=0
+r=0
+for p in $pids; do
+    wait "$p" || { echo "twohosts: rank $r failed (exit $?)"; fail=1; }
+    r=$((r + 1))
+done
+for r in 0 1 2 3; do sed "s/^/rank$r| /" "$logs/rank$r.log"; done
+[ $fail = 0 ] || exit 1
+for r in 0 1 2 3; do
+    log=$logs/rank$r.log
+    grep -q "world of 4 ranks on 2 hosts (TCP); host-local communicator of 2 ranks (shared memory)" "$log" ||
+        { echo "twohosts: rank $r did not report TCP for the world and shared memory on its host"; exit 1; }
+    grep -q ", 2 hosts, listening on 10.213.0.$((r / 2 + 1)):" "$log" ||
+        { echo "twohosts: rank $r did not listen on its own namespace's address"; exit 1; }
+    grep -q "shared memory for 2 ranks" "$log" ||
+        { echo "twohosts: rank $r logged no shared-memory group of 2 ranks"; exit 1; }
+done
+echo "twohosts: OK (2 hosts x 2 ranks; world over TCP, each host's communicator over shared memory)"

@@ -82,6 +82,7 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     switch (chorus__select_allreduce(c, bytes)) {
     case CHORUS_AR_SHM_FLAT: r = chorus__allreduce_shm(c, send, recv, count, t, op, 0); break;
     case CHORUS_AR_SHM_RSAG: r = chorus__allreduce_shm(c, send, recv, count, t, op, 1); break;
+    case CHORUS_AR_SHM_CMA: r = chorus__allreduce_cma(c, send, recv, count, t, op); break;
     case CHORUS_AR_ONESHOT: r = chorus__allreduce_oneshot(c, send, recv, count, t, op); break;
     case CHORUS_AR_RSAG: r = chorus__allreduce_rsag(c, send, recv, count, t, op); break;
     case CHORUS_AR_RD: r = chorus__allreduce_rd(c, send, recv, count, t, op); break;

@@ -106,6 +106,9 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c);
 /* rsag: reduce-scatter + allgather pipeline; else every rank reduces everything (flat). */
 chorus_result chorus__allreduce_shm(chorus_comm *c, const void *send, void *recv, size_t count,
                                     chorus_dtype t, chorus_op op, int rsag);
+/* Single-copy (process_vm_readv) reduce-scatter + allgather; needs c->shm->cma. */
+chorus_result chorus__allreduce_cma(chorus_comm *c, const void *send, void *recv, size_t count,
+                                    chorus_dtype t, chorus_op op);
 chorus_result chorus__bcast_shm(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int root);
 /* recv already holds this rank's block at recv + rank * sendcount elements. */
 chorus_result chorus__allgather_shm(chorus_comm *c, void *recv, size_t sendcount, chorus_dtype t);
@@ -122,7 +125,8 @@ typedef enum {
     CHORUS_AR_RD,
     CHORUS_AR_RING,
     CHORUS_AR_SHM_FLAT,
-    CHORUS_AR_SHM_RSAG
+    CHORUS_AR_SHM_RSAG,
+    CHORUS_AR_SHM_CMA
 } chorus_ar_algo;
 typedef enum { CHORUS_BC_TREE, CHORUS_BC_CHAIN, CHORUS_BC_SHM } chorus_bc_algo;
 chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes);

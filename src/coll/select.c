@@ -77,8 +77,8 @@ static const char *forced(chorus_comm *c, const char *var, int bit, const char *
 
 chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes)
 {
-    static const char *const known[] = {"oneshot", "rsag",     "rd",       "ring",
-                                        "shm",     "shm_flat", "shm_rsag", NULL};
+    static const char *const known[] = {"oneshot",  "rsag",     "rd",      "ring", "shm",
+                                        "shm_flat", "shm_rsag", "shm_cma", NULL};
     const char *f = forced(c, "CHORUS_ALGO_ALLREDUCE", CHORUS_COLL_ALLREDUCE, known);
     if (f && !strcmp(f, "oneshot")) return CHORUS_AR_ONESHOT;
     if (f && !strcmp(f, "rsag")) return CHORUS_AR_RSAG;
@@ -86,6 +86,8 @@ chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes)
     if (f && !strcmp(f, "ring")) return CHORUS_AR_RING;
     if (f && !strcmp(f, "shm_flat")) return CHORUS_AR_SHM_FLAT;
     if (f && !strcmp(f, "shm_rsag")) return CHORUS_AR_SHM_RSAG;
+    if (f && !strcmp(f, "shm_cma") && c->shm->cma) return CHORUS_AR_SHM_CMA;
+    if (c->shm && c->shm->cma && bytes >= c->shm->cma_min) return CHORUS_AR_SHM_CMA;
     if (c->shm) /* flat: one sync per slot, but every rank reads all p inputs */
         return c->size <= 2 || bytes <= c->shm->oneshot_max ? CHORUS_AR_SHM_FLAT
                                                             : CHORUS_AR_SHM_RSAG;

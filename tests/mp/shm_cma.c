@@ -1,0 +1,96 @@
+/*
+ * shm_cma.c - the single-copy (process_vm_readv/writev) allreduce when the kernel refuses it.
+ *
+ *   chorus-run -np N shm_cma refused R     rank R installs a seccomp filter that fails
+ *                                          process_vm_readv with EPERM (as container profiles
+ *                                          do) before chorus_init: every rank must agree to go
+ *                                          without single-copy (c->shm->cma == 0) and still
+ *                                          compute correct sums at every size
+ *   CHORUS_SHM_CMA=1 chorus-run -np N shm_cma required R
+ *                                          the same filter with single copy required: every
+ *                                          rank's chorus_init fails, naming rank R
+ *   chorus-run -np N shm_cma on            single copy is available here: every rank has it
+ *                                          and uses it from CHORUS_SHM_CMA_MIN bytes
+ */
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include "coll/comm.h"
+#include "harness.h"
+#include "transport/shm/shm.h"
+
+/* A real kernel refusal: seccomp returns EPERM for process_vm_readv, nothing else changes. */
+static void refuse_cma(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+    ASSERT(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+    ASSERT(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0);
+}
+
+/* Allreduce sums of integer-valued floats at sizes around and far above the crossover. */
+static void sums(chorus_comm *c)
+{
+    int n = chorus_size(c), me = chorus_rank(c);
+    const size_t counts[] = {1, 1000, 4096, 70001, 1 << 20};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        size_t cnt = counts[i];
+        float *x = malloc(cnt * sizeof(float));
+        ASSERT(x != NULL);
+        for (size_t j = 0; j < cnt; j++) x[j] = (float)((j * 7 + (size_t)me) % 1000);
+        ASSERT_OK(chorus_allreduce(c, x, x, cnt, CHORUS_FLOAT32, CHORUS_SUM));
+        for (size_t j = 0; j < cnt; j++) {
+            float want = 0;
+            for (int r = 0; r < n; r++) want += (float)((j * 7 + (size_t)r) % 1000);
+            if (x[j] != want)
+                test_fail(__FILE__, __LINE__, "count %zu: x[%zu] = %g, want %g", cnt, j,
+                          (double)x[j], (double)want);
+        }
+        free(x);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "on";
+    int victim = argc > 2 ? atoi(argv[2]) : 1;
+    const char *rank_env = getenv("CHORUS_RANK");
+    int rank = rank_env ? atoi(rank_env) : -1;
+    if (strcmp(mode, "on") && rank == victim) refuse_cma();
+    chorus_comm *c;
+    chorus_result r = chorus_init(&c);
+    if (!strcmp(mode, "required")) {
+        test_rank = rank;
+        fprintf(stderr, "rank %d: chorus_init: %s: %s\n", rank, chorus_strerror(r),
+                chorus_last_error(NULL));
+        ASSERT(r != CHORUS_OK);
+        char needle[64];
+        snprintf(needle, sizeof(needle), "CHORUS_SHM_CMA=1, but rank %d cannot", victim);
+        ASSERT_STR_CONTAINS(chorus_last_error(NULL), needle);
+        printf("shm_cma: rank %d refused to start\n", rank);
+        return 0;
+    }
+    ASSERT_OK(r);
+    test_rank = chorus_rank(c);
+    ASSERT(c->shm != NULL);
+    int want = !strcmp(mode, "on");
+    ASSERT_EQ(c->shm->cma, want);
+    ASSERT_EQ(chorus__select_allreduce(c, 1 << 20) == CHORUS_AR_SHM_CMA, want);
+    sums(c);
+    ASSERT_OK(chorus_barrier(c));
+    printf("shm_cma: rank %d %s single copy, sums correct\n", test_rank, want ? "with" : "without");
+    chorus_finalize(c);
+    return 0;
+}

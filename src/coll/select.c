@@ -86,8 +86,19 @@ chorus_ar_algo chorus__select_allreduce(chorus_comm *c, size_t bytes)
     if (f && !strcmp(f, "ring")) return CHORUS_AR_RING;
     if (f && !strcmp(f, "shm_flat")) return CHORUS_AR_SHM_FLAT;
     if (f && !strcmp(f, "shm_rsag")) return CHORUS_AR_SHM_RSAG;
-    if (f && !strcmp(f, "shm_cma") && c->shm->cma) return CHORUS_AR_SHM_CMA;
-    if (c->shm && c->shm->cma && bytes >= c->shm->cma_min) return CHORUS_AR_SHM_CMA;
+    if (f && !strcmp(f, "shm_cma")) {
+        if (c->shm->cma) return CHORUS_AR_SHM_CMA;
+        if (!(c->select_warned & (1u << 31))) {
+            c->select_warned |= 1u << 31;
+            CHORUS_WARN(CHORUS_LOG_COLL,
+                        "CHORUS_ALGO_ALLREDUCE=shm_cma but single-copy transfers are off here "
+                        "(CHORUS_SHM_CMA=0 or refused by the kernel, see CHORUS_DEBUG=INFO); "
+                        "choosing by the rules");
+        }
+    }
+    /* single copy: measured faster from ~12 KiB at 2 ranks; with more ranks than this host's 2
+     * cores it was not, so it is the rule for 2 ranks only (shm_cma forces it for any p) */
+    if (c->shm && c->shm->cma && c->size == 2 && bytes >= c->shm->cma_min) return CHORUS_AR_SHM_CMA;
     if (c->shm) /* flat: one sync per slot, but every rank reads all p inputs */
         return c->size <= 2 || bytes <= c->shm->oneshot_max ? CHORUS_AR_SHM_FLAT
                                                             : CHORUS_AR_SHM_RSAG;
@@ -131,9 +142,14 @@ void chorus__select_describe(const chorus_comm *c)
         CHORUS_INFO(CHORUS_LOG_COLL,
                     "comm %016llx (%d ranks, one host): shared memory for every collective; "
                     "allreduce one-shot up to %zu B, pipelined in %zu KiB chunks above; "
-                    "non-temporal stores from %zu B (CHORUS_ALGO_* can force a TCP algorithm)",
+                    "non-temporal stores from %zu B; single-copy allreduce %s%zu B "
+                    "(CHORUS_ALGO_* can force a TCP algorithm)",
                     (unsigned long long)c->id, c->size, c->shm->oneshot_max, c->shm->chunk >> 10,
-                    c->shm->nt_min);
+                    c->shm->nt_min,
+                    !c->shm->cma   ? "off, would be from "
+                    : c->size == 2 ? "from "
+                                   : "only when forced (shm_cma), with more than 2 ranks; from ",
+                    c->shm->cma_min);
     else
         CHORUS_INFO(CHORUS_LOG_COLL,
                     "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %ld B, "

@@ -65,9 +65,10 @@ static chorus_result cma_setup(chorus_comm *c, chorus_shm *s)
     CHORUS_CHECK(chorus_allreduce(c, &failed, &first, 1, CHORUS_INT32, CHORUS_MIN));
     if (first == INT32_MAX) {
         s->cma = 1;
-        CHORUS_INFO(CHORUS_LOG_SHM,
-                    "single-copy allreduce on (process_vm_readv) from %zu B, pieces of %zu KiB",
-                    s->cma_min, s->cma_piece >> 10);
+        CHORUS_INFO(
+            CHORUS_LOG_SHM,
+            "single-copy allreduce on (process_vm_readv/writev) from %zu B, pieces of %zu KiB",
+            s->cma_min, s->cma_piece >> 10);
         return CHORUS_OK;
     }
     if (want == 1)

@@ -11,6 +11,10 @@
  *                                          rank's chorus_init fails, naming rank R
  *   chorus-run -np N shm_cma on            single copy is available here: every rank has it
  *                                          and uses it from CHORUS_SHM_CMA_MIN bytes
+ *   chorus-run -np 2 shm_cma badbuf        rank 1's send buffer is unreadable where rank 0
+ *                                          reads it (as if it were shorter than the count):
+ *                                          both ranks fail with CHORUS_ERR_INVALID_ARG naming
+ *                                          rank 1's buffer, nobody crashes or hangs
  */
 #include <errno.h>
 #include <linux/audit.h>
@@ -19,6 +23,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 
@@ -62,13 +67,35 @@ static void sums(chorus_comm *c)
     }
 }
 
+/* 2 ranks, 1 MiB of floats: rank 0 reduces the first half, reading rank 1's input there,
+ * which rank 1 has made inaccessible (PROT_NONE); rank 1 itself only reads the second half. */
+static void badbuf(chorus_comm *c)
+{
+    size_t cnt = 1 << 18, bytes = cnt * sizeof(float);
+    int me = chorus_rank(c);
+    ASSERT_EQ(chorus_size(c), 2);
+    char *send = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    float *recv = calloc(cnt, sizeof(float));
+    ASSERT(send != MAP_FAILED && recv != NULL);
+    memset(send, 0, bytes);
+    if (me == 1) ASSERT(mprotect(send, bytes / 2, PROT_NONE) == 0);
+    chorus_result r = chorus_allreduce(c, send, recv, cnt, CHORUS_FLOAT32, CHORUS_SUM);
+    fprintf(stderr, "rank %d: %s: %s\n", me, chorus_strerror(r), chorus_last_error(c));
+    ASSERT_EQ(r, CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_last_error(c), "rank 0 cannot read");
+    ASSERT_STR_CONTAINS(chorus_last_error(c), "bytes of rank 1's buffer in allreduce");
+    printf("shm_cma: rank %d reported the unreadable buffer\n", me);
+    munmap(send, bytes);
+    free(recv);
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "on";
     int victim = argc > 2 ? atoi(argv[2]) : 1;
     const char *rank_env = getenv("CHORUS_RANK");
     int rank = rank_env ? atoi(rank_env) : -1;
-    if (strcmp(mode, "on") && rank == victim) refuse_cma();
+    if ((!strcmp(mode, "refused") || !strcmp(mode, "required")) && rank == victim) refuse_cma();
     chorus_comm *c;
     chorus_result r = chorus_init(&c);
     if (!strcmp(mode, "required")) {
@@ -85,7 +112,12 @@ int main(int argc, char **argv)
     ASSERT_OK(r);
     test_rank = chorus_rank(c);
     ASSERT(c->shm != NULL);
-    int want = !strcmp(mode, "on");
+    if (!strcmp(mode, "badbuf")) {
+        badbuf(c);
+        chorus_finalize(c);
+        return 0;
+    }
+    int want = strcmp(mode, "refused") != 0;
     ASSERT_EQ(c->shm->cma, want);
     ASSERT_EQ(chorus__select_allreduce(c, 1 << 20) == CHORUS_AR_SHM_CMA, want);
     sums(c);

@@ -67,6 +67,9 @@ void chorus__cma_release(chorus_shm *s)
 static chorus_result cma_error(chorus_shm *s, int peer, int wr, int err, size_t n, chorus_errbuf *e)
 {
     int pid = (int)s->ctrl[peer].pid;
+    /* A rank that failed first (and may have exited since) has the better reason. */
+    chorus_result ar = chorus__shm_check_abort(s, e);
+    if (ar != CHORUS_OK) return ar;
     if (err == ESRCH) {
         /* The peer's memory is gone (it is exiting): wait, briefly, until it has exited, so
          * that its parent (chorus-run) learns of its death before it learns of ours and

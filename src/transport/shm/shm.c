@@ -251,6 +251,12 @@ static chorus_result aborted(chorus_shm *s, chorus_errbuf *e)
     return chorus__fail(e, r, "%s", h->abort_why);
 }
 
+chorus_result chorus__shm_check_abort(chorus_shm *s, chorus_errbuf *e)
+{
+    if (!__atomic_load_n(&s->hdr->abort, __ATOMIC_ACQUIRE)) return CHORUS_OK;
+    return aborted(s, e);
+}
+
 static int peer_dead(chorus_shm *s, int q)
 {
     if (s->pidfd[q] >= 0) {

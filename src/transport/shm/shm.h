@@ -142,6 +142,9 @@ static inline void chorus__shm_post_in(chorus_shm *s, uint64_t g, uint64_t sig, 
     chorus__shm_post(s, CHORUS_SHM_IN, g + 1);
 }
 
+/* CHORUS_OK, or the reason of the rank that broke the group (chorus__shm_abort). */
+chorus_result chorus__shm_check_abort(chorus_shm *s, chorus_errbuf *e);
+
 static inline int chorus__shm_reached(uint32_t cur, uint32_t target)
 {
     return (int32_t)(cur - target) >= 0;

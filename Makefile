@@ -41,14 +41,15 @@ ALL_TARGETS = $(BUILD)/lib/libchorus.a $(BUILD)/lib/libchorus.so $(TOOLS) $(BUIL
 .DEFAULT_GOAL := all
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all deps test demo install clean format format-check
+.PHONY: all deps test demo install clean format format-check check-structure
 .SECONDARY:
 all: deps $(ALL_TARGETS)
 
 deps:
 	@sh tools/deps.sh $(DEBIAN_PKGS)
 
-$(BUILD)/obj/%.o: %.c
+# Order-only on deps: with -j the compilers must not start before missing headers are installed.
+$(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -Itests -c $< -o $@
 
@@ -89,6 +90,11 @@ install: all
 	for h in include/chorus/*.h; do [ -f "$$h" ] && install -m 644 $$h $(PREFIX)/include/chorus/; done; true
 	install -m 755 $(TOOLS) $(PREFIX)/bin/
 	install -m 644 $(BUILD)/lib/pkgconfig/chorus.pc $(PREFIX)/lib/pkgconfig/
+
+# Structure rules (no include, call or import cycles; no upward calls; contract comments;
+# getenv only in the config module): tools/check_structure.py says what each rule is.
+check-structure: $(LIB_OBJS)
+	python3 tools/check_structure.py $(BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -90,6 +90,9 @@ chorus_result chorus_finalize(chorus_comm *comm);
  * blocked on it see CHORUS_ERR_PEER_LOST. The communicator must still be finalized. */
 chorus_result chorus_comm_abort(chorus_comm *comm);
 
+/* This rank's number in c (0..size-1), the number of ranks in c, this rank's number among
+ * the ranks of c on its host, and how many ranks of c share that host. Never fail; c must be a
+ * live communicator. */
 int chorus_rank(const chorus_comm *c);
 int chorus_size(const chorus_comm *c);
 int chorus_local_rank(const chorus_comm *c);
@@ -116,6 +119,7 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
 chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size_t count_per_rank,
                               chorus_dtype t);
 
+/* Returns once every rank of c has entered the barrier. */
 chorus_result chorus_barrier(chorus_comm *c);
 
 /* Point to point. Messages between a pair with the same tag arrive in order; a receive whose
@@ -132,6 +136,8 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
 /* Size in bytes of one element of t, or 0 for an unknown dtype. */
 size_t chorus_dtype_size(chorus_dtype t);
 
+/* Name and one-line meaning of a result code (a static string; "unknown chorus_result" for a
+ * value outside the table). Thread-safe. */
 const char *chorus_strerror(chorus_result r);
 
 /* Detail of the last failure on c (or of the last failed chorus_init when c is NULL). */

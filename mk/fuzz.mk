@@ -25,7 +25,7 @@ DEBIAN_PKGS += clang
 .PHONY: fuzz fuzz-ci
 fuzz: $(FUZZ_BINS)
 
-$(FUZZ_BUILD)/obj/%.o: %.c
+$(FUZZ_BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 

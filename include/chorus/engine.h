@@ -213,6 +213,8 @@ typedef struct chorus_engine_stats {
     double thread_cpu_s;    /* CPU time used by the engine thread */
 } chorus_engine_stats;
 
+/* Copies the engine's counters into *s (any thread; they are read under the engine's lock,
+ * as of the last completed update). CHORUS_ERR_INVALID_ARG when e or s is NULL. */
 chorus_result chorus_engine_get_stats(chorus_engine *e, chorus_engine_stats *s);
 
 #ifdef __cplusplus

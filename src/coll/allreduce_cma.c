@@ -3,29 +3,33 @@
  * peers' buffers directly with process_vm_readv (transport/shm/cma.h) instead of staging
  * every byte through the shared segment.
  *
- * Rank r owns slice r of the message (cache-line aligned, about count/p elements). It posts
- * IN with the addresses of its send and recv buffers; then, for each piece of its slice
- * (CHORUS_SHM_CMA_PIECE bytes), it reads that piece of every peer's input (process_vm_readv)
- * into a small scratch buffer that stays in cache, folds all p inputs in rank order - its own
- * read in place - straight into its recv, and writes the reduced piece, still in cache, into
- * every peer's recv (process_vm_writev). Finally it posts OUT and waits for every peer's OUT:
- * nobody returns while a peer may still read or write its buffers. Two synchronisations per
- * call, whatever the size.
+ * The message is cut into K pieces (at most CHORUS_SHM_CMA_PIECE bytes, at least one per
+ * rank, cache-line aligned). Each rank posts IN with the addresses of its send and recv
+ * buffers, then claims pieces one at a time from a counter in the segment - even ranks from
+ * the front, odd ranks from the back, so that on an idle machine each of 2 ranks does the
+ * same half every call. For a piece it reads that piece of every peer's input
+ * (process_vm_readv) into a small scratch buffer that stays in cache, folds all p inputs in
+ * rank order - its own read in place - straight into its recv, and writes the reduced piece,
+ * still in cache, into every peer's recv (process_vm_writev). When no piece is left it posts
+ * OUT and waits for every peer's OUT: nobody returns while a peer may still read or write its
+ * buffers. Two synchronisations per call, whatever the size. A rank that is descheduled
+ * (another process took its core) claims less and the others do its share: which rank
+ * computes a piece changes nothing in the result.
  *
- * Per rank: (p-1)/p S bytes of peers' inputs and (p-1)/p S bytes of results cross cores, each
- * in one copy, and 1/p of the reduction; memory traffic is one read of the input and one
- * write of the output. Pushing results (rather than having peers read them) matters: a
- * rank's writes land in lines it already owns from the previous call on the same buffers,
- * while a read of a result just written on another core must snoop that core's cache (1.6x
+ * Per rank (when the ranks keep pace): (p-1)/p S bytes of peers' inputs and (p-1)/p S bytes
+ * of results cross cores, each in one copy, and 1/p of the reduction; memory traffic is one read of
+ * the input and one write of the output. Pushing results (rather than having peers read them)
+ * matters: a rank's writes land in lines it already owns from the previous call on the same
+ * buffers, while a read of a result just written on another core must snoop that core's cache (1.6x
  * slower at 1 MiB here). Every element is folded once, x0 op x1 op ... in rank order, and
  * copied to the others, so all ranks hold identical bits, equal to the staging-slot paths.
  *
  * Outputs of at least CHORUS_SHM_NT_MIN bytes are reduced into a cached scratch piece and
  * streamed into recv with non-temporal stores (no read-for-ownership of the output).
  *
- * In place works: rank q writes into my buffer only at its slice, after it has read my input
- * there, and nobody else reads it; my own slice is read by nobody but me (with me >= 2 I copy
- * my piece aside first, since the fold writes x0 op x1 over it).
+ * In place works: only the rank that claimed a piece touches it, in any buffer, and it writes
+ * the result there after it has read every input of it (with me >= 2 it copies its own input
+ * piece aside first, since the fold writes x0 op x1 over it).
  *
  * The collective takes one chunk number g of the shm flag protocol (IN and OUT) and touches no
  * staging slot.
@@ -36,6 +40,30 @@
 #include "transport/shm/cma.h"
 #include "transport/shm/shm.h"
 
+/* The group's claim word: low half F, pieces taken from the front, high half B, from the back,
+ * both counted since the group began (32-bit, wrapping). A collective of K pieces began when
+ * F + B was t0 and ends when F + B = t0 + K: then every piece has been claimed once. */
+typedef struct claims {
+    uint64_t *word;
+    uint32_t f0, b0, t0, k;
+    int back;
+} claims;
+
+/* Claims the next piece from this rank's end: 1 and its index, or 0 when none is left. */
+static int claim(claims *cl, size_t *piece)
+{
+    uint64_t w = __atomic_load_n(cl->word, __ATOMIC_RELAXED);
+    for (;;) {
+        uint32_t f = (uint32_t)w, b = (uint32_t)(w >> 32);
+        if ((uint32_t)(f + b - cl->t0) >= cl->k) return 0;
+        uint64_t nw = cl->back ? w + ((uint64_t)1 << 32) : (w & ~(uint64_t)0xffffffffu) | (f + 1u);
+        if (__atomic_compare_exchange_n(cl->word, &w, nw, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            *piece = cl->back ? cl->k - 1u - (uint32_t)(b - cl->b0) : (uint32_t)(f - cl->f0);
+            return 1;
+        }
+    }
+}
+
 chorus_result chorus__allreduce_cma(chorus_comm *c, const void *sendv, void *recvv, size_t count,
                                     chorus_dtype t, chorus_op op)
 {
@@ -45,11 +73,12 @@ chorus_result chorus__allreduce_cma(chorus_comm *c, const void *sendv, void *rec
     char *recv = recvv;
     int p = s->size, me = s->rank;
     size_t es = chorus_dtype_size(t);
-    size_t al = 64 / es; /* slices start on cache lines */
-    size_t sl = ((count + (size_t)p - 1) / (size_t)p + al - 1) / al * al;
-    size_t lo = (size_t)me * sl < count ? (size_t)me * sl : count;
-    size_t hi = lo + sl < count ? lo + sl : count;
-    size_t pe = s->cma_piece / es;
+    size_t al = 64 / es; /* pieces start on cache lines */
+    /* at least one piece per rank, at most CHORUS_SHM_CMA_PIECE bytes each */
+    size_t np = (count * es + s->cma_piece - 1) / s->cma_piece;
+    if (np < (size_t)p) np = (size_t)p;
+    size_t pe = ((count + np - 1) / np + al - 1) / al * al;
+    size_t npiece = (count + pe - 1) / pe;
     int nt = count * es >= s->nt_min;
     int own_aside = send == recv && me >= 2 && !nt; /* the fold would overwrite my input */
     /* scratch: the first two inputs of the fold, my own input when it must be set aside, and
@@ -63,13 +92,21 @@ chorus_result chorus__allreduce_cma(chorus_comm *c, const void *sendv, void *rec
     s->what = "allreduce";
 
     CHORUS_CHECK(chorus__shm_wait_slot(s, g, e));
+    /* Nobody claims before everyone has posted IN below, and every claim of earlier
+     * collectives ended before its rank's OUT, which this rank has waited for: stable. */
+    claims cl = {.word = &s->hdr->cma_claim, .k = (uint32_t)npiece, .back = me & 1};
+    uint64_t w0 = __atomic_load_n(cl.word, __ATOMIC_ACQUIRE);
+    cl.f0 = (uint32_t)w0;
+    cl.b0 = (uint32_t)(w0 >> 32);
+    cl.t0 = cl.f0 + cl.b0;
     s->ctrl[me].cma_send = (uint64_t)(uintptr_t)send;
     s->ctrl[me].cma_recv = (uint64_t)(uintptr_t)recv;
     chorus__shm_post_in(s, g, sig, count); /* publishes the addresses (sequentially consistent) */
     CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
 
-    for (size_t a = lo; a < hi; a += pe) {
-        size_t m = hi - a < pe ? hi - a : pe, at = a * es, len = m * es;
+    size_t k;
+    while (claim(&cl, &k)) {
+        size_t a = k * pe, m = count - a < pe ? count - a : pe, at = a * es, len = m * es;
         char *dst = nt ? scr_out : recv + at;
         const char *mine = send + at;
         if (own_aside) {

@@ -68,6 +68,7 @@ typedef struct chorus_shm_hdr {
     _Alignas(64) uint32_t abort; /* 0 healthy, 1 reason being written, 2 reason valid */
     int32_t abort_result;
     char abort_why[448];
+    _Alignas(64) uint64_t cma_claim; /* single-copy allreduce: pieces claimed (allreduce_cma.c) */
 } chorus_shm_hdr;
 
 typedef struct chorus_shm {

@@ -114,8 +114,6 @@ def launch(mode, np_, args):
     port = str(free_port())
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=str(np_),
                OMP_NUM_THREADS="1")
-    if mode == "chorus-thread":
-        env["CHORUS_PY_ENGINE"] = "0"  # the ordered-thread backend instead of the engine
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--mode", mode,
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch)]
     procs = [subprocess.Popen(cmd, env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
@@ -146,7 +144,7 @@ def main():
     if args.worker:
         return worker(args)
 
-    configs = [("single", 1), ("ddp", args.np), ("chorus", args.np), ("chorus-thread", args.np),
+    configs = [("single", 1), ("ddp", args.np), ("chorus", args.np),
                ("chorus-per-tensor", args.np)]
     runs = {c: [] for c in configs}
     for rep in range(args.repeat):
@@ -163,7 +161,6 @@ def main():
     print("|---|---:|---:|---:|---:|")
     names = {"single": "one process, no communication", "ddp": "PyTorch DDP (gloo)",
              "chorus": "chorus.torch DistributedOptimizer (engine)",
-             "chorus-thread": "chorus.torch DistributedOptimizer (CHORUS_PY_ENGINE=0)",
              "chorus-per-tensor": "chorus.torch, engine, one allreduce per tensor "
                                   "(bucket_cap_mb=0)"}
     for mode, n in configs:

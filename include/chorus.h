@@ -140,6 +140,15 @@ size_t chorus_dtype_size(chorus_dtype t);
  * value outside the table). Thread-safe. */
 const char *chorus_strerror(chorus_result r);
 
+/* Names of the enumerations, for bindings that read them from the library instead of copying
+ * them: chorus_result_name(CHORUS_ERR_TIMEOUT) is "CHORUS_ERR_TIMEOUT", chorus_dtype_name
+ * (CHORUS_FLOAT32) is "float32", chorus_op_name(CHORUS_SUM) is "sum". Each returns NULL for a
+ * value outside its enumeration, so a caller can walk 0, 1, ... until NULL. Static strings;
+ * any thread. */
+const char *chorus_result_name(int r);
+const char *chorus_dtype_name(int t);
+const char *chorus_op_name(int op);
+
 /* Detail of the last failure on c (or of the last failed chorus_init when c is NULL). */
 const char *chorus_last_error(const chorus_comm *c);
 

@@ -155,10 +155,11 @@ static void on_end(chorus_engine_handle *h, chorus_result r, void *arg)
     pthread_mutex_unlock(&x->mu);
 }
 
-/* Cuts the model into buckets the first time it is seen: walking from the last layer down,
- * layers with parameters join the current bucket until it holds d->bucket_bytes (0: one
- * layer per bucket). Names list the layers, e.g. "linear3" or "linear2+linear3" (kind and
- * ordinal among the layers of that kind), the same on every rank. 0 or -1. */
+/* Cuts the model into buckets the first time it is seen, with the library's one bucketing
+ * rule (chorus_engine_bucket_plan): layers are the items, from the last layer down, a bucket
+ * closing once it holds d->bucket_bytes (0: one layer per bucket). Names list the layers, e.g.
+ * "linear3" or "linear2+linear3" (kind and ordinal among the layers of that kind), the same on
+ * every rank. 0 or -1. */
 static int engine_prepare(nn_dist *d, nn_model *m)
 {
     struct nn_dist_engine *x = d->eng;
@@ -168,10 +169,14 @@ static int engine_prepare(nn_dist *d, nn_model *m)
         return -1;
     }
     char(*lname)[24] = calloc((size_t)m->nlayers, sizeof(*lname));
+    size_t *bytes = malloc((size_t)m->nlayers * sizeof(size_t));
+    int *plan = malloc((size_t)m->nlayers * sizeof(int));
     x->b = calloc((size_t)m->nlayers, sizeof(*x->b));
     x->bucket_of_lo = malloc((size_t)m->nlayers * sizeof(int));
-    if (!lname || !x->b || !x->bucket_of_lo) {
+    if (!lname || !bytes || !plan || !x->b || !x->bucket_of_lo) {
         free(lname);
+        free(bytes);
+        free(plan);
         snprintf(d->err, sizeof(d->err), "out of memory");
         return -1;
     }
@@ -180,19 +185,26 @@ static int engine_prepare(nn_dist *d, nn_model *m)
         nn_kind k = m->layers[i].kind;
         snprintf(lname[i], sizeof(lname[i]), "%s%d", nn_kind_name(k), ++count[k]);
         x->bucket_of_lo[i] = -1;
+        bytes[i] = m->layers[i].nparams * sizeof(float);
     }
-    grad_bucket *cur = NULL;
+    chorus_result r = chorus_engine_bucket_plan(bytes, m->nlayers, d->bucket_bytes, d->bucket_bytes,
+                                                plan, &x->nbuckets);
+    if (r != CHORUS_OK) {
+        snprintf(d->err, sizeof(d->err), "nn_dist: %s", chorus_last_error(NULL));
+        free(lname);
+        free(bytes);
+        free(plan);
+        return -1;
+    }
+    /* Buckets are runs of layers; bucket 0 holds the last ones. Walk down so that each bucket
+     * is met from its highest layer. */
     for (int i = m->nlayers - 1; i >= 0; i--) {
-        const nn_layer *L = &m->layers[i];
-        if (!L->nparams) continue;
-        if (!cur) {
-            cur = &x->b[x->nbuckets++];
-            cur->hi = i;
-            cur->name[0] = 0;
-        }
+        if (plan[i] < 0) continue;
+        grad_bucket *cur = &x->b[plan[i]];
+        if (cur->count == 0) cur->hi = i; /* first (highest) layer of the bucket */
         cur->lo = i;
-        cur->off = L->param_off;
-        cur->count = m->layers[cur->hi].param_off + m->layers[cur->hi].nparams - L->param_off;
+        cur->off = m->layers[i].param_off;
+        cur->count = m->layers[cur->hi].param_off + m->layers[cur->hi].nparams - cur->off;
         /* names list the layers from the lowest up: prepend "lname+" */
         size_t ln = strlen(lname[i]), cn = strlen(cur->name), add = ln + (cn ? 1 : 0);
         if (add + cn < sizeof(cur->name)) {
@@ -200,11 +212,12 @@ static int engine_prepare(nn_dist *d, nn_model *m)
             memcpy(cur->name, lname[i], ln);
             if (cn) cur->name[ln] = '+';
         }
-        if (cur->count * sizeof(float) >= d->bucket_bytes) cur = NULL;
     }
     for (int j = 0; j < x->nbuckets; j++) x->bucket_of_lo[x->b[j].lo] = j;
     x->nlayers = m->nlayers;
     free(lname);
+    free(bytes);
+    free(plan);
     return 0;
 }
 

@@ -217,6 +217,25 @@ typedef struct chorus_engine_stats {
  * as of the last completed update). CHORUS_ERR_INVALID_ARG when e or s is NULL. */
 chorus_result chorus_engine_get_stats(chorus_engine *e, chorus_engine_stats *s);
 
+/* ---- bucketing ---------------------------------------------------------------------------- */
+
+/* The grouping of gradients into buckets (one fused allreduce each), shared by every front end
+ * so that the C trainer and chorus.torch cut models the same way.
+ *
+ * bytes[i] is the size of item i (a parameter, or a layer's parameters), items in registration
+ * (forward) order. The plan walks them from item n-1 down to item 0, the order in which backward
+ * produces their gradients: the open bucket takes the next item, and closes once it holds at
+ * least its cap, first_bucket_bytes for bucket 0 and bucket_bytes for the others. So buckets are
+ * runs of consecutive items, bucket 0 holds the last items, and a bucket exceeds its cap by less
+ * than its lowest item. A cap of 0 puts every item in a bucket of its own. Items of 0 bytes take
+ * no part (bucket_of[i] = -1) and do not close or open a bucket.
+ *
+ * On success bucket_of[i] (n entries, the caller's) is item i's bucket and *nbuckets (may be
+ * NULL) the number of buckets. CHORUS_ERR_INVALID_ARG when n < 0, or when n > 0 and bytes or
+ * bucket_of is NULL (detail in chorus_last_error(NULL)). Pure: any thread, no engine needed. */
+chorus_result chorus_engine_bucket_plan(const size_t *bytes, int n, size_t bucket_bytes,
+                                        size_t first_bucket_bytes, int *bucket_of, int *nbuckets);
+
 #ifdef __cplusplus
 }
 #endif

@@ -69,13 +69,8 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
-# chorus_result values, in the order of CHORUS_RESULT_MAP in include/chorus.h.
-RESULT_NAMES = [
-    "CHORUS_OK", "CHORUS_ERR_INVALID_ARG", "CHORUS_ERR_SYSTEM", "CHORUS_ERR_TIMEOUT",
-    "CHORUS_ERR_PEER_LOST", "CHORUS_ERR_MISMATCH", "CHORUS_ERR_AUTH", "CHORUS_ERR_NOMEM",
-    "CHORUS_ERR_INTERNAL", "CHORUS_ERR_PROTOCOL", "CHORUS_ERR_ABORTED", "CHORUS_ERR_ENV",
-    "CHORUS_ERR_MEMBERSHIP",
-]
+# Exception class of each chorus_result name (the numbers come from the library, below);
+# a name not listed raises ChorusError.
 _RESULT_CLASS = {
     "CHORUS_ERR_INVALID_ARG": ChorusInvalidArgument,
     "CHORUS_ERR_SYSTEM": HorovodInternalError,
@@ -90,11 +85,6 @@ _RESULT_CLASS = {
     "CHORUS_ERR_ENV": ChorusEnvError,
     "CHORUS_ERR_MEMBERSHIP": HorovodInternalError,
 }
-
-# chorus_dtype and chorus_op values (include/chorus.h).
-DTYPE = {"int8": 0, "uint8": 1, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 5,
-         "float32": 6, "float64": 7}
-OP = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
 # ---- finding and loading the library ----------------------------------------------------
 
@@ -154,18 +144,31 @@ _proto("chorus_finalize", _c.c_int, _P)
 _proto("chorus_comm_abort", _c.c_int, _P)
 for _n in ("chorus_rank", "chorus_size", "chorus_local_rank", "chorus_local_size"):
     _proto(_n, _c.c_int, _P)
-_proto("chorus_allreduce", _c.c_int, _P, _P, _P, _c.c_size_t, _c.c_int, _c.c_int)
-_proto("chorus_broadcast", _c.c_int, _P, _P, _c.c_size_t, _c.c_int, _c.c_int)
-_proto("chorus_allgather", _c.c_int, _P, _P, _P, _c.c_size_t, _c.c_int)
-_proto("chorus_reduce_scatter", _c.c_int, _P, _P, _P, _c.c_size_t, _c.c_int, _c.c_int)
-_proto("chorus_alltoall", _c.c_int, _P, _P, _P, _c.c_size_t, _c.c_int)
-_proto("chorus_barrier", _c.c_int, _P)
-_proto("chorus_send", _c.c_int, _P, _P, _c.c_size_t, _c.c_int, _c.c_int, _c.c_int)
-_proto("chorus_recv", _c.c_int, _P, _P, _c.c_size_t, _c.c_int, _c.c_int, _c.c_int)
 _proto("chorus_comm_split", _c.c_int, _P, _c.c_int, _c.c_int, _comm_pp)
 _proto("chorus_dtype_size", _c.c_size_t, _c.c_int)
 _proto("chorus_strerror", _c.c_char_p, _c.c_int)
 _proto("chorus_last_error", _c.c_char_p, _P)
+
+
+_proto("chorus_result_name", _c.c_char_p, _c.c_int)
+_proto("chorus_dtype_name", _c.c_char_p, _c.c_int)
+_proto("chorus_op_name", _c.c_char_p, _c.c_int)
+
+
+def _names(fn):
+    """[fn(0), fn(1), ...] up to the first NULL: an enumeration as libchorus names it."""
+    out = []
+    while True:
+        n = fn(len(out))
+        if n is None:
+            return out
+        out.append(n.decode())
+
+
+# chorus_result, chorus_dtype and chorus_op, read from the library (include/chorus.h).
+RESULT_NAMES = _names(lib.chorus_result_name)
+DTYPE = {n: i for i, n in enumerate(_names(lib.chorus_dtype_name))}
+OP = {n: i for i, n in enumerate(_names(lib.chorus_op_name))}
 
 
 def _decode(b):

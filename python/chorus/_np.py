@@ -9,7 +9,7 @@ import pickle
 
 import numpy as np
 
-from . import _core, _ops
+from . import _core, _engine
 from ._core import (Average, Sum, Min, Max, Product, Adasum, ProcessSet, global_process_set,
                     add_process_set, remove_process_set, is_initialized, shutdown)
 from ._lib import DTYPE
@@ -36,7 +36,7 @@ class _Adapter:
             raise ValueError("chorus: the array must be C-contiguous for an in-place "
                              "collective (use np.ascontiguousarray or the out-of-place form)")
         code = _NP_CODES.get(a.dtype, -1)
-        return _ops.Buf(a.ctypes.data, a.size, code, a.dtype.name, a.shape, a.dtype.itemsize)
+        return _engine.Buf(a.ctypes.data, a.size, code, a.shape, a.dtype.itemsize)
 
     @staticmethod
     def empty(shape, like):
@@ -45,10 +45,6 @@ class _Adapter:
     @staticmethod
     def scale_(a, f):
         np.multiply(a, f, out=a, casting="unsafe")
-
-    @staticmethod
-    def floordiv_(a, n):
-        np.floor_divide(a, n, out=a)
 
     @staticmethod
     def copy_(dst, src):
@@ -113,8 +109,10 @@ def _reduce_dtype(a, op, what):
                     "int64 float16 float32 float64 bool)" % (what, a.dtype))
 
 
-def _run(fn):
-    return _core.S.executor.run(fn) if _core.S.executor else fn()
+def _set(process_set):
+    """(ProcessSet, its engine) for process_set= (None: the global one)."""
+    ps = _core.resolve_set(process_set)
+    return ps, _core.engine_of(ps)
 
 
 def allreduce_(array, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -122,14 +120,12 @@ def allreduce_(array, op=None, name=None, prescale_factor=1.0, postscale_factor=
     """Reduces ``array`` over the ranks in place and returns it. op: Average (default), Sum,
     Min, Max, Product."""
     op = _core.as_op(op, average)
-    ps = _core.resolve_set(process_set)
+    ps, eng = _set(process_set)
     A.buf(array)
     _writable(array, "allreduce_")
     work, wop, back = _reduce_dtype(array, op, "allreduce_")
-
-    def do():
-        _ops.allreduce(A, ps.comm, work, work, wop, prescale_factor, postscale_factor, name)
-    _run(do)
+    _engine.allreduce(A, eng, [(work, work)], wop, prescale_factor, postscale_factor, name,
+                      "allreduce").wait()
     if back is not None:
         np.copyto(array, work.astype(back))
     return array
@@ -144,19 +140,17 @@ def allreduce(array, op=None, name=None, prescale_factor=1.0, postscale_factor=1
 
 def grouped_allreduce(arrays, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
                       process_set=None):
-    """Reduces a list of arrays in one fused operation per dtype; returns new arrays."""
+    """Reduces a list of arrays as one operation (the engine fuses them); returns new arrays."""
     op = _core.as_op(op)
-    ps = _core.resolve_set(process_set)
+    ps, eng = _set(process_set)
     outs = [np.array(a, copy=True, order="C") for a in arrays]
     works = [_reduce_dtype(a, op, "grouped_allreduce") for a in outs]
     if len({w[1] for w in works}) > 1:
         raise TypeError("chorus grouped_allreduce: bool arrays cannot be grouped with others")
-    wop = works[0][1] if works else op
-
-    def do():
-        _ops.allreduce_fused(A, ps.comm, [w[0] for w in works], wop, prescale_factor,
-                             postscale_factor, name)
-    _run(do)
+    if not works:
+        return []
+    _engine.allreduce(A, eng, [(w[0], w[0]) for w in works], works[0][1], prescale_factor,
+                      postscale_factor, name, "grouped allreduce").wait()
     for o, (w, _, back) in zip(outs, works):
         if back is not None:
             np.copyto(o, w.astype(back))
@@ -165,11 +159,10 @@ def grouped_allreduce(arrays, op=None, name=None, prescale_factor=1.0, postscale
 
 def broadcast_(array, root_rank=0, name=None, process_set=None):
     """Overwrites ``array`` with root_rank's, in place; returns it."""
-    ps = _core.resolve_set(process_set)
+    ps, eng = _set(process_set)
     A.buf(array)
     _writable(array, "broadcast_")
-    _run(lambda: _ops.broadcast(A, ps.comm, array, root_rank, name))
-    return array
+    return _engine.broadcast(A, eng, array, root_rank, ps.comm.size, name).wait()
 
 
 def broadcast(array, root_rank=0, name=None, process_set=None):
@@ -179,17 +172,19 @@ def broadcast(array, root_rank=0, name=None, process_set=None):
 
 def allgather(array, name=None, process_set=None):
     """Concatenates every rank's array along dim 0 (dim 0 may differ between ranks)."""
-    ps = _core.resolve_set(process_set)
+    ps, eng = _set(process_set)
     a = np.ascontiguousarray(array)
-    return _run(lambda: _ops.allgather(A, ps.comm, a, name))
+    return _engine.allgather(A, eng, [a], name).wait()[0]
 
 
 def alltoall(array, splits=None, name=None, process_set=None):
     """Sends splits[j] rows to rank j (equal parts when splits is None). Returns (received
     array, received splits)."""
-    ps = _core.resolve_set(process_set)
+    ps, eng = _set(process_set)
     a = np.ascontiguousarray(array)
-    out, recv = _run(lambda: _ops.alltoall(A, ps.comm, a, splits, name))
+    if splits is not None:
+        splits = [int(s) for s in (splits.tolist() if hasattr(splits, "tolist") else splits)]
+    out, recv = _engine.alltoall(A, eng, a, splits, ps.comm.size, ps.comm.rank, name).wait()
     return out, np.asarray(recv, dtype=np.int32)
 
 
@@ -198,24 +193,23 @@ def reducescatter(array, op=None, name=None, prescale_factor=1.0, postscale_fact
     """Reduces over ranks and returns this rank's part of dim 0 (the first dim0 % size ranks
     get one row more)."""
     op = _core.as_op(op)
-    ps = _core.resolve_set(process_set)
+    ps, eng = _set(process_set)
     a = np.ascontiguousarray(array)
     work, wop, back = _reduce_dtype(a, op, "reducescatter")
-    out = _run(lambda: _ops.reducescatter(A, ps.comm, work, wop, prescale_factor,
-                                          postscale_factor, name))
+    out = _engine.reducescatter(A, eng, work, wop, ps.comm.size, ps.comm.rank, prescale_factor,
+                                postscale_factor, name).wait()
     return out.astype(back) if back is not None else out
 
 
 def barrier(process_set=None):
-    ps = _core.resolve_set(process_set)
-    _run(lambda: _ops.barrier(ps.comm))
+    """Returns once every rank of the process set has called it."""
+    _set(process_set)[1].barrier()
 
 
 def join():
     """This rank has no more data: it takes part with zeros in the others' allreduces until
     all ranks have joined. Returns the last rank to join."""
-    ps = _core.resolve_set(None)
-    return _run(lambda: _ops.join(ps.comm))
+    return _set(None)[1].join()
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):

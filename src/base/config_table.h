@@ -49,5 +49,4 @@ CHORUS_CFG(CHORUS_STALL_SHUTDOWN_S, "0", "Engine: after a stall this long, every
 CHORUS_CFG(CHORUS_TIMELINE, NULL, "Engine: write a Chrome trace (open in Perfetto or chrome://tracing) of every tensor's negotiation, queueing, fusion copies and collective to this file; rank 0 writes it unless the name contains %r (the rank).")
 CHORUS_CFG(CHORUS_ENGINE_IDLE_MS, "200", "Engine: heartbeat of an idle engine thread in milliseconds; bounds how long a rank waits for an idle peer to notice a shutdown or stall.")
 CHORUS_CFG(CHORUS_COMPRESSION, "none", "Engine: default wire compression of float allreduces: none, fp16 or bf16.")
-CHORUS_CFG(CHORUS_PY_ENGINE, "1", "Python (chorus.torch): 0 runs collectives on one ordered background thread calling the blocking C collectives instead of the training engine.")
 /* clang-format on */

@@ -15,6 +15,17 @@ const char *chorus_strerror(chorus_result r)
     }
 }
 
+const char *chorus_result_name(int r)
+{
+    switch (r) {
+#define CHORUS_X_NAME(code, msg)                                                                   \
+    case code: return #code;
+        CHORUS_RESULT_MAP(CHORUS_X_NAME)
+#undef CHORUS_X_NAME
+    default: return NULL;
+    }
+}
+
 static _Thread_local chorus_errbuf init_err;
 
 chorus_errbuf *chorus__init_errbuf(void)

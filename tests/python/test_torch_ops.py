@@ -66,6 +66,18 @@ def test_allreduce_inplace_zero_copy_and_scaling():
     assert torch.allclose(t, want)
 
 
+def test_integer_scaling_out_of_place():
+    # the engine scales floats only: integer tensors are scaled around it, on the output
+    t = torch.full((3,), R + 1, dtype=torch.int32)
+    out = hvd.allreduce(t, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5)
+    assert torch.equal(t, torch.full((3,), R + 1, dtype=torch.int32))
+    assert torch.equal(out, torch.full((3,), N * (N + 1) // 2, dtype=torch.int32))
+    outs = hvd.grouped_allreduce([t, t.to(torch.int64)], op=hvd.Sum, prescale_factor=3.0)
+    assert torch.equal(t, torch.full((3,), R + 1, dtype=torch.int32))
+    assert all(torch.equal(o, torch.full((3,), 3 * N * (N + 1) // 2, dtype=o.dtype))
+               for o in outs)
+
+
 def test_allreduce_noncontiguous():
     t = val(R, (4, 3)).t()
     with pytest.raises(ValueError, match="contiguous"):
@@ -207,6 +219,22 @@ def test_process_sets():
         hvd.add_process_set([N])
 
 
+def test_process_sets_run_on_their_own_engines():
+    # a process set's ops go to the engine over its split communicator, not the world's
+    pair = hvd.add_process_set([0, 1])
+    if pair.included():
+        before = hvd.engine_stats()["tensors"]
+        got = hvd.allreduce(torch.tensor([float(R)]), op=hvd.Sum, process_set=pair)
+        assert got.item() == 1.0
+        assert hvd.engine_stats(pair)["tensors"] == 1
+        assert hvd.engine_stats()["tensors"] == before
+    else:
+        with pytest.raises(ValueError, match="not a member"):
+            hvd.engine_stats(pair)
+    hvd.barrier()
+    assert hvd.remove_process_set(pair)
+
+
 def test_mismatched_shapes_raise_everywhere():
     t = torch.zeros(2, 3) if R == 0 else torch.zeros(3, 3)
     with pytest.raises(hvd.ChorusMismatchError,
@@ -230,6 +258,15 @@ def test_mismatched_counts_raise_everywhere():
     t = torch.zeros(R + 2)
     with pytest.raises(hvd.HorovodInternalError, match="different shapes|count"):
         hvd.synchronize(hvd.allreduce_async(t))
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
+
+
+def test_reducescatter_different_rows_raise_everywhere():
+    # ranks that disagree on dim 0 all get the error (the engine compares the sizes), and
+    # the job goes on
+    t = torch.zeros(N + 1 + R, 2)
+    with pytest.raises(hvd.ChorusMismatchError, match=r"chorus reducescatter: .*disagree"):
+        hvd.reducescatter(t, op=hvd.Sum)
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
 
 

@@ -1,9 +1,11 @@
 """Gradient compression for allreduce, with the horovod.torch.Compression interface.
 
 A compressor has compress(tensor) -> (tensor, ctx) and decompress(tensor, ctx) -> tensor.
-Compression.fp16 sends float tensors as float16; when the training runtime (engine) is
-running and the tensor is float32 or float64, DistributedOptimizer hands the conversion to the
-engine's built-in fp16 compressor instead, which does it without Python copies.
+A compressor that names one of libchorus's compressors in ``engine_compressor`` is not called
+from Python: allreduce, grouped_allreduce and DistributedOptimizer hand that compressor to the
+engine, which converts on its own thread. Compression.fp16 is such a one
+(chorus_compressor_fp16: float32/float64 travel and are reduced as float16); its
+compress/decompress remain for code that calls them directly.
 """
 
 import torch
@@ -36,7 +38,7 @@ class NoneCompressor(Compressor):
 class FP16Compressor(Compressor):
     """Sends floating-point tensors as float16 (half the bytes); others unchanged."""
 
-    engine_name = "fp16"
+    engine_compressor = "fp16"  # chorus_compressor_fp16()
 
     @staticmethod
     def compress(tensor):

@@ -6,10 +6,8 @@ import pickle
 
 import torch
 
-from .. import _core, _ops
+from .. import _core
 from .._core import global_process_set
-from .._lib import DTYPE
-from .._core import HostBuf
 from . import mpi_ops
 
 
@@ -34,53 +32,15 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
             raise ValueError("chorus broadcast_parameters: %s is a %s, not a tensor"
                              % (n, type(p).__name__))
     ps = _core.resolve_set(process_set)
-    eng = _core.S.engine
-    if eng is not None and eng.handles(ps):
-        handles = [mpi_ops.broadcast_async_(p.data, root_rank, "broadcast." + str(n), ps)
-                   for n, p in items]
+    handles = []
+    try:
+        for n, p in items:
+            handles.append(mpi_ops.broadcast_async_(p.data, root_rank, "broadcast." + str(n),
+                                                    ps))
+    finally:
+        # Every broadcast enqueued ends before an error (a bad root, say) is raised.
         for h in handles:
             mpi_ops.synchronize(h)
-        return
-    _broadcast_packed([p.data for _, p in items], root_rank, ps)
-
-
-def _broadcast_packed(tensors, root_rank, ps):
-    """One broadcast for many tensors: packed into one buffer on the executor."""
-    if not 0 <= root_rank < ps.comm.size:
-        raise ValueError("chorus broadcast_parameters: root_rank %d is out of range for %d "
-                         "ranks" % (root_rank, ps.comm.size))
-    hosts = [mpi_ops._host(t) for t in tensors]
-    sizes = [h.numel() * h.element_size() for h in hosts]
-    total = sum(sizes)
-    layout = _ops._crc(repr([(tuple(h.shape), str(h.dtype)) for h in hosts]))
-
-    def run():
-        b = _ops.Buf(0, total, DTYPE["uint8"], "uint8", (total,), 1)
-        _ops.check(ps.comm, _ops.record(_ops.K_BROADCAST, b, root=root_rank, extra=layout),
-                   "broadcast_parameters", "parameter lists (names, shapes or dtypes)")
-        if total == 0:
-            return
-        hb = HostBuf(total)
-        off = 0
-        if ps.comm.rank == root_rank:
-            for h, n in zip(hosts, sizes):
-                hb.a[off:off + n] = _bytes(h)
-                off += n
-        ps.comm.broadcast(hb.ptr, total, DTYPE["uint8"], root_rank)
-        off = 0
-        for h, n in zip(hosts, sizes):
-            _bytes(h)[:] = hb.a[off:off + n]
-            off += n
-
-    _core.S.executor.run(run)
-    for t, h in zip(tensors, hosts):
-        if h.data_ptr() != t.data_ptr():
-            t.copy_(h)
-
-
-def _bytes(t):
-    """A writeable numpy uint8 view of a CPU contiguous tensor's memory."""
-    return t.detach().reshape(-1).view(torch.uint8).numpy()
 
 
 def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):

@@ -7,25 +7,18 @@ tensors are staged through host memory. dtypes: uint8 int8 int32 int64 float16 b
 float32 float64 natively; int16 is reduced as int32 and bool as uint8 (Sum/Max: logical or,
 Min/Product: logical and); data-moving ops (broadcast, allgather, alltoall) take any dtype.
 
-Asynchronous ops return an integer handle for poll()/synchronize(). Who runs them:
-  * the training runtime (libchorus's engine, include/chorus/engine.h) when the library has
-    it: named ops negotiated across ranks, fused, run by the engine thread;
-  * otherwise one background thread issuing the blocking C collectives in order (see
-    chorus._core). Blocking ops wait for earlier asynchronous ones either way.
-chorus.torch.backend() says which one is in use.
+Every op runs on the engine of its process set (chorus._engine, libchorus's training
+runtime): enqueued by name from the calling thread, negotiated across ranks, fused and run by
+the engine thread. Asynchronous ops return an integer handle for poll()/synchronize()
+(chorus._handles).
 """
-
-import itertools
-import threading
 
 import torch
 
-from .. import _core, _ops
+from .. import _core, _engine, _handles, _np, _timeline
 from .._core import (Average, Sum, Adasum, Min, Max, Product, ProcessSet, global_process_set,
                      add_process_set, remove_process_set, is_initialized)
-from .._lib import (DTYPE, HorovodInternalError, ChorusError, ChorusMismatchError)
-from .. import _np
-from .. import _timeline
+from .._lib import DTYPE, HorovodInternalError, ChorusMismatchError
 from .compression import Compression
 
 _CODES = {torch.int8: DTYPE["int8"], torch.uint8: DTYPE["uint8"], torch.int32: DTYPE["int32"],
@@ -39,12 +32,12 @@ def _dname(dtype):
 
 
 class _Adapter:
-    """How _ops sees a CPU tensor."""
+    """How chorus._engine sees a CPU tensor."""
 
     @staticmethod
     def buf(t):
-        return _ops.Buf(t.data_ptr(), t.numel(), _CODES.get(t.dtype, -1), _dname(t.dtype),
-                        t.shape, t.element_size())
+        return _engine.Buf(t.data_ptr(), t.numel(), _CODES.get(t.dtype, -1), t.shape,
+                           t.element_size())
 
     @staticmethod
     def empty(shape, like):
@@ -56,10 +49,6 @@ class _Adapter:
             t.mul_(f)
         else:
             t.copy_(t.to(torch.float64).mul_(f))
-
-    @staticmethod
-    def floordiv_(t, n):
-        t.copy_(torch.div(t, n, rounding_mode="floor"))
 
     @staticmethod
     def copy_(dst, src):
@@ -74,23 +63,13 @@ A = _Adapter()
 def init(comm=None, process_sets=None):
     """Joins the job described by the environment (chorus-run; RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT as torchrun sets them; mpirun; srun), or a one-rank job when there is none.
-    Starts the training runtime when libchorus has it. Idempotent."""
+    Starts the engine of the global process set. Idempotent."""
     _np.init(comm, process_sets)
-    _reset_names()
-    from . import _engine
-    _engine.maybe_start()
-
-
-def _reset_names():
-    """Unnamed ops count from 0 in every new job (every generation of an elastic one), so
-    that ranks that joined later agree with the others on names."""
-    global _names
-    _names = itertools.count()
 
 
 def shutdown():
-    """Waits for pending operations and releases everything; init() may be called again."""
-    _handles.clear()
+    """Stops the engines (pending operations end with an error) and releases everything;
+    init() may be called again."""
     _core.shutdown()
 
 
@@ -110,15 +89,14 @@ def is_homogeneous():
 
 
 def backend():
-    """'engine' when the training runtime runs the asynchronous ops, else 'thread'."""
-    return "engine" if _core.S.engine is not None else "thread"
+    """'engine': libchorus's training runtime runs every collective (the only runtime)."""
+    return "engine"
 
 
-def engine_stats():
-    """Counters of the training runtime (cycles, coordinator rounds, tensors, cache hits,
-    fused allreduce calls, bytes reduced, engine thread CPU seconds), or None without it."""
-    eng = _core.S.engine
-    return eng.stats() if eng is not None else None
+def engine_stats(process_set=global_process_set):
+    """Counters of the process set's engine (cycles, coordinator rounds, tensors, cache hits,
+    fused allreduce calls, bytes reduced, engine thread CPU seconds)."""
+    return _set(process_set)[1].stats()
 
 
 def start_timeline(file_path, mark_cycles=False):
@@ -134,75 +112,34 @@ def stop_timeline():
 
 # ---- handles ------------------------------------------------------------------------------
 
-_handles = {}
-_next_handle = itertools.count(1)
-_names = itertools.count()
-_handles_lock = threading.Lock()
+poll = _handles.poll
+synchronize = _handles.synchronize
 
 
-class _Pending:
-    """One operation in flight: its waitable, the tensors it uses (kept alive), and what to
-    return once it is done."""
-
-    __slots__ = ("wait_fn", "poll_fn", "keep", "result", "tl")
-
-    def __init__(self, wait_fn, poll_fn, keep, tl=None):
-        self.wait_fn, self.poll_fn, self.keep, self.tl = wait_fn, poll_fn, keep, tl
+def _issue(o, sync):
+    """The result of Op o now (sync), else a handle for synchronize()."""
+    return o.wait() if sync else _handles.register(o)
 
 
-def _register(p):
-    with _handles_lock:
-        h = next(_next_handle)
-        _handles[h] = p
-    return h
+class _Group:
+    """Several Ops behind one handle; the result is the list of theirs."""
 
+    def __init__(self, ops):
+        self.ops = ops
 
-def poll(handle):
-    """True when the operation of handle has finished (synchronize() will not block)."""
-    p = _handles.get(handle)
-    if p is None:
-        raise ValueError("chorus poll: unknown handle %r (already synchronized?)" % (handle,))
-    return p.poll_fn()
+    def poll(self):
+        return all(o.poll() for o in self.ops)
 
-
-def synchronize(handle):
-    """Waits for the operation of handle and returns its output. Raises HorovodInternalError
-    (or a subclass: ChorusMismatchError, ChorusPeerLostError, ChorusTimeoutError) when it
-    failed, on every rank."""
-    with _handles_lock:
-        p = _handles.pop(handle, None)
-    if p is None:
-        return None
-    try:
-        out = p.wait_fn()
-    except ChorusError:
-        raise
-    except RuntimeError as e:
-        raise HorovodInternalError(str(e)) from e
-    finally:
-        if p.tl is not None:
-            _timeline.end(p.tl)
-    return out
-
-
-def _launch(kind, name, run, post, sync, keep=()):
-    """Runs run() (on the executor, in issue order), then post(result) on the waiting thread.
-    sync: run now and return post's value; else return a handle."""
-    tl = _timeline.begin(kind, name)
-    ex = _core.S.executor
-    if sync:
-        try:
-            return post(ex.run(run))
-        finally:
-            if tl is not None:
-                _timeline.end(tl)
-    h = ex.submit(run, post)
-    return _register(_Pending(h.wait, h.done, keep, tl))
-
-
-def _engine():
-    """The engine backend for ops on process_set when it handles them, else None."""
-    return _core.S.engine
+    def wait(self):
+        err, out = None, []
+        for o in self.ops:
+            try:
+                out.append(o.wait())
+            except BaseException as e:  # every op must end before raising
+                err = err or e
+        if err is not None:
+            raise err
+        return out
 
 
 # ---- argument checks and tensor staging ---------------------------------------------------
@@ -248,51 +185,38 @@ def _reduce_work(host, op, what):
 
 
 def _set(process_set):
-    return _core.resolve_set(process_set)
+    """(ProcessSet, its engine) for process_set=; raises for non-members."""
+    ps = _core.resolve_set(process_set)
+    return ps, _core.engine_of(ps)
 
 
-def _auto(prefix, name):
-    """The engine keys ops by name. Unnamed ops share one counter whatever their kind, so
-    ranks that issue different collectives at the same point collide on a name and get a
-    mismatch error (kind differs) instead of waiting for each other forever."""
-    return name if name else "noname.%d" % next(_names)
+def _compressor(compression):
+    """The engine's compressor for a Python compressor that names one (Compression.fp16), or
+    None: such compression happens in the engine, not in Python."""
+    name = getattr(compression, "engine_compressor", None)
+    return _engine.COMPRESSORS[name] if name else None
 
 
 # ---- allreduce ----------------------------------------------------------------------------
 
 
 def _allreduce(tensor, output, name, op, prescale_factor, postscale_factor, process_set,
-               sync, what):
+               sync, what, compressor=None):
     """Reduces tensor into output (output may be tensor: in place)."""
     _tensor(tensor, what)
-    ps = _set(process_set)
+    ps, eng = _set(process_set)
     inplace = output is tensor
     if inplace:
         _contiguous(tensor, what)
     host = _host(tensor)
     work, wop, back = _reduce_work(host, op, what)
     staged = work is not tensor
-    eng = _engine()
-    if eng is not None and eng.handles(ps):
-        dst = work if (staged or inplace) else output
-        return eng.allreduce(work, dst, wop, prescale_factor, postscale_factor,
-                             _auto("allreduce", name), sync,
-                             finish=(lambda: _finish(tensor, output, work, back)) if staged
-                             else (lambda: output))
-    if staged or inplace:
-        def run():
-            _ops.allreduce(A, ps.comm, work, work, wop, prescale_factor, postscale_factor, name)
-
-        def post(_):
-            return _finish(tensor, output, work, back)
-    else:
-        def run():
-            _ops.allreduce(A, ps.comm, tensor, output, wop, prescale_factor, postscale_factor,
-                           name)
-
-        def post(_):
-            return output
-    return _launch("allreduce", name, run, post, sync, (tensor, output, work))
+    dst = work if (staged or inplace) else output
+    o = _engine.allreduce(A, eng, [(work, dst)], wop, prescale_factor, postscale_factor, name,
+                          what, compressor)
+    o.keep.append((tensor, output))
+    o.map(lambda _: _finish(tensor, output, work, back) if staged else output)
+    return _issue(o, sync)
 
 
 def _finish(tensor, output, work, back):
@@ -331,17 +255,18 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 class _AllreduceFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
-        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+    def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set,
+                compressor):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set, compressor)
         out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
         return _allreduce(tensor, out, name, op, prescale_factor, postscale_factor,
-                          process_set, True, "allreduce")
+                          process_set, True, "allreduce", compressor)
 
     @staticmethod
     def backward(ctx, grad):
-        op, pre, post, ps = ctx.args
-        return (_AllreduceFn.apply(grad.contiguous(), None, op, pre, post, ps),
-                None, None, None, None, None)
+        op, pre, post, ps, comp = ctx.args
+        return (_AllreduceFn.apply(grad.contiguous(), None, op, pre, post, ps, comp),
+                None, None, None, None, None, None)
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
@@ -349,21 +274,24 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Returns the reduction of tensor over the ranks (a new tensor; differentiable)."""
     op = _core.as_op(op, average)
     _tensor(tensor, "allreduce")
-    c, ctx = compression.compress(tensor)
+    comp = _compressor(compression)
+    c, ctx = (tensor, None) if comp else compression.compress(tensor)
     if c.requires_grad and torch.is_grad_enabled():
-        out = _AllreduceFn.apply(c, name, op, prescale_factor, postscale_factor, process_set)
+        out = _AllreduceFn.apply(c, name, op, prescale_factor, postscale_factor, process_set,
+                                 comp)
     else:
         out = torch.empty_like(c, memory_format=torch.contiguous_format)
         _allreduce(c, out, name, op, prescale_factor, postscale_factor, process_set, True,
-                   "allreduce")
-    return compression.decompress(out, ctx)
+                   "allreduce", comp)
+    return out if comp else compression.decompress(out, ctx)
 
 
-def _grouped_allreduce(tensors, outputs, name, op, pre, post, process_set, sync, what):
+def _grouped_allreduce(tensors, outputs, name, op, pre, post, process_set, sync, what,
+                       compressor=None):
     tensors = list(tensors)
     if not tensors:
-        return [] if sync else _register(_Pending(lambda: [], lambda: True, ()))
-    ps = _set(process_set)
+        return [] if sync else _handles.register(_handles.Done([]))
+    ps, eng = _set(process_set)
     works = []
     for t, o in zip(tensors, outputs):
         _tensor(t, what)
@@ -376,21 +304,13 @@ def _grouped_allreduce(tensors, outputs, name, op, pre, post, process_set, sync,
         works.append((w, wop, back))
     if len({w[1] for w in works}) > 1:
         raise TypeError("chorus %s: bool tensors cannot be grouped with other dtypes" % what)
-    wop = works[0][1]
     ws = [w[0] for w in works]
-
-    def finish():
-        return [_finish(t, o, w, back) for t, o, (w, _, back) in zip(tensors, outputs, works)]
-
-    eng = _engine()
-    if eng is not None and eng.handles(ps):
-        return eng.grouped_allreduce(ws, wop, pre, post, _auto("grouped_allreduce", name),
-                                     sync, finish)
-
-    def run():
-        _ops.allreduce_fused(A, ps.comm, ws, wop, pre, post, name)
-    return _launch("grouped_allreduce", name, run, lambda _: finish(), sync,
-                   (tensors, outputs, ws))
+    o = _engine.allreduce(A, eng, [(w, w) for w in ws], works[0][1], pre, post, name, what,
+                          compressor)
+    o.keep.append((tensors, outputs))
+    o.map(lambda _: [_finish(t, out, w, back)
+                     for t, out, (w, _, back) in zip(tensors, outputs, works)])
+    return _issue(o, sync)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -414,11 +334,14 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Returns the reductions of a list of tensors, done as one fused operation."""
     op = _core.as_op(op, average)
-    comp = [compression.compress(t) for t in tensors]
+    engine_comp = _compressor(compression)
+    comp = [(t, None) if engine_comp else compression.compress(t) for t in tensors]
     cs = [c for c, _ in comp]
     outs = [torch.empty_like(c, memory_format=torch.contiguous_format) for c in cs]
     res = _grouped_allreduce(cs, outs, name, op, prescale_factor, postscale_factor,
-                             process_set, True, "grouped_allreduce")
+                             process_set, True, "grouped_allreduce", engine_comp)
+    if engine_comp:
+        return res
     return [compression.decompress(r, ctx) for r, (_, ctx) in zip(res, comp)]
 
 
@@ -434,28 +357,22 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 def _broadcast(tensor, output, root_rank, name, process_set, sync, what):
     _tensor(tensor, what)
-    ps = _set(process_set)
+    ps, eng = _set(process_set)
     if output is tensor:
         _contiguous(tensor, what)
     host = _host(tensor)
     work = host if output is tensor else None
     if work is None:
         work = host.clone() if host is tensor else host
-    if not 0 <= int(root_rank) < ps.comm.size:
-        raise ValueError("chorus %s: root_rank %d is out of range for %d ranks"
-                         % (what, root_rank, ps.comm.size))
 
-    def finish():
+    def finish(_):
         if output.data_ptr() != work.data_ptr():
             output.copy_(work)
         return output
 
-    eng = _engine()
-    if eng is not None and eng.handles(ps):
-        return eng.broadcast(work, int(root_rank), _auto("broadcast", name), sync, finish)
-    return _launch("broadcast", name,
-                   lambda: _ops.broadcast(A, ps.comm, work, int(root_rank), name),
-                   lambda _: finish(), sync, (tensor, output, work))
+    o = _engine.broadcast(A, eng, work, int(root_rank), ps.comm.size, name, what)
+    o.keep.append((tensor, output))
+    return _issue(o.map(finish), sync)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -484,7 +401,7 @@ class _BroadcastFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         g = allreduce(grad.contiguous(), op=Average, process_set=ctx.ps)
-        if _set(ctx.ps).comm.rank != ctx.root:
+        if _set(ctx.ps)[0].comm.rank != ctx.root:
             g = g * 0
         return g, None, None, None
 
@@ -503,21 +420,15 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 def _allgather(tensor, name, process_set, sync, what):
     _tensor(tensor, what)
-    ps = _set(process_set)
+    ps, eng = _set(process_set)
     if tensor.dim() == 0:
         raise ValueError("chorus %s: the tensor needs at least one dimension (got a scalar); "
                          "use tensor.reshape(1)" % what)
     host = _host(tensor)
     dev = tensor.device
-
-    def post(out):
-        return out if dev.type == "cpu" else out.to(dev)
-
-    eng = _engine()
-    if eng is not None and eng.handles(ps):
-        return eng.allgather(host, _auto("allgather", name), sync, post)
-    return _launch("allgather", name, lambda: _ops.allgather(A, ps.comm, host, name), post,
-                   sync, (tensor, host))
+    o = _engine.allgather(A, eng, [host], name, what)
+    o.keep.append(tensor)
+    return _issue(o.map(lambda outs: outs[0] if dev.type == "cpu" else outs[0].to(dev)), sync)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -537,7 +448,7 @@ class _AllgatherFn(torch.autograd.Function):
         g = allreduce(grad.contiguous(), op=Sum, process_set=ctx.ps)
         dims = _allgather(torch.tensor([ctx.dim], dtype=torch.int64), None, ctx.ps, True,
                           "allgather")
-        r = _set(ctx.ps).comm.rank
+        r = _set(ctx.ps)[0].comm.rank
         off = int(dims[:r].sum())
         return g.narrow(0, off, ctx.dim), None, None
 
@@ -552,16 +463,13 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts allgathering each tensor of a list; the handle's result is the list."""
-    ps = _set(process_set)
+    ps, eng = _set(process_set)
     hosts = [_host(_tensor(t, "grouped_allgather")) for t in tensors]
     devs = [t.device for t in tensors]
-
-    def run():
-        return [_ops.allgather(A, ps.comm, h, name) for h in hosts]
-
-    def post(outs):
-        return [o if d.type == "cpu" else o.to(d) for o, d in zip(outs, devs)]
-    return _launch("grouped_allgather", name, run, post, False, (tensors, hosts))
+    o = _engine.allgather(A, eng, hosts, name, "grouped_allgather")
+    o.keep.append(tensors)
+    return _handles.register(o.map(
+        lambda outs: [x if d.type == "cpu" else x.to(d) for x, d in zip(outs, devs)]))
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
@@ -583,16 +491,16 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Starts an alltoall: splits[j] rows of tensor go to rank j (equal parts when splits is
     None). The handle's result is (output, received_splits)."""
     _tensor(tensor, "alltoall")
-    ps = _set(process_set)
+    ps, eng = _set(process_set)
     host = _host(tensor)
-    sp = _splits_list(splits)
     dev = tensor.device
 
     def post(res):
         out, recv = res
         return (out if dev.type == "cpu" else out.to(dev)), torch.tensor(recv, dtype=torch.int32)
-    return _launch("alltoall", name, lambda: _ops.alltoall(A, ps.comm, host, sp, name), post,
-                   False, (tensor, host))
+    o = _engine.alltoall(A, eng, host, _splits_list(splits), ps.comm.size, ps.comm.rank, name)
+    o.keep.append(tensor)
+    return _handles.register(o.map(post))
 
 
 class _AlltoallFn(torch.autograd.Function):
@@ -621,22 +529,24 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     return out if splits is None else (out, recv)
 
 
-def _reducescatter_one(ps, t, op, pre, post, name, what):
+def _reducescatter_one(t, op, pre, post, name, process_set, what):
+    """The Op of one reducescatter (its result is this rank's part)."""
     _tensor(t, what)
+    ps, eng = _set(process_set)
     if t.dim() == 0:
         raise ValueError("chorus %s: the tensor needs at least one dimension" % what)
     host = _host(t)
     work, wop, back = _reduce_work(host, op, what)
     dev = t.device
 
-    def run():
-        return _ops.reducescatter(A, ps.comm, work, wop, pre, post, name)
-
     def fin(out):
         if back is not None:
             out = out.to(back)
         return out if dev.type == "cpu" else out.to(dev)
-    return run, fin, (t, host, work)
+    o = _engine.reducescatter(A, eng, work, wop, ps.comm.size, ps.comm.rank, pre, post, name,
+                              what)
+    o.keep.append(t)
+    return o.map(fin)
 
 
 def reducescatter_async(tensor, op=Average, name=None, process_set=global_process_set,
@@ -644,31 +554,37 @@ def reducescatter_async(tensor, op=Average, name=None, process_set=global_proces
     """Starts a reduce-scatter over dim 0: rank r gets rows of the reduction (dim0 // size,
     one more for the first dim0 % size ranks). Returns a handle."""
     op = _core.as_op(op)
-    ps = _set(process_set)
-    run, fin, keep = _reducescatter_one(ps, tensor, op, prescale_factor, postscale_factor,
-                                        name, "reducescatter")
-    return _launch("reducescatter", name, run, fin, False, keep)
+    return _handles.register(_reducescatter_one(tensor, op, prescale_factor, postscale_factor,
+                                                name, process_set, "reducescatter"))
 
 
 def reducescatter(tensor, op=Average, name=None, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Returns this rank's part of the reduction of tensor (see reducescatter_async)."""
     op = _core.as_op(op)
-    ps = _set(process_set)
-    run, fin, keep = _reducescatter_one(ps, tensor, op, prescale_factor, postscale_factor,
-                                        name, "reducescatter")
-    return _launch("reducescatter", name, run, fin, True, keep)
+    return _reducescatter_one(tensor, op, prescale_factor, postscale_factor, name, process_set,
+                              "reducescatter").wait()
 
 
 def grouped_reducescatter_async(tensors, op=Average, name=None, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reducescatter of each tensor of a list; the handle's result is the list."""
     op = _core.as_op(op)
-    ps = _set(process_set)
-    parts = [_reducescatter_one(ps, t, op, prescale_factor, postscale_factor, name,
-                                "grouped_reducescatter") for t in tensors]
-    return _launch("grouped_reducescatter", name, lambda: [p[0]() for p in parts],
-                   lambda outs: [p[1](o) for p, o in zip(parts, outs)], False,
-                   [p[2] for p in parts])
+    ops = []
+    try:
+        for i, t in enumerate(tensors):
+            ops.append(_reducescatter_one(t, op, prescale_factor, postscale_factor,
+                                          name and "%s.%d" % (name, i), process_set,
+                                          "grouped_reducescatter"))
+    except BaseException:
+        # The ops already enqueued end before their buffers go; the argument error is raised.
+        for o in ops:
+            try:
+                o.wait()
+            except BaseException:  # noqa: B902
+                pass
+        raise
+    return _handles.register(_Group(ops))
 
 
 def grouped_reducescatter(tensors, op=Average, name=None, process_set=global_process_set,
@@ -684,21 +600,12 @@ def join(device=-1):
     """This rank has run out of data: it takes part with zeros in the other ranks'
     allreduces (and allgathers, broadcasts, barriers) until every rank has joined. An Average
     then divides by the ranks that contributed. Returns the last rank to join."""
-    _core.world()
-    eng = _engine()
-    if eng is not None:
-        return eng.join()
-    ps = _set(None)
-    return _launch("join", None, lambda: _ops.join(ps.comm), lambda r: r, True)
+    return _set(None)[1].join()
 
 
 def barrier(process_set=global_process_set):
     """Returns once every rank of the process set has called it."""
-    ps = _set(process_set)
-    eng = _engine()
-    if eng is not None and eng.handles(ps):
-        return eng.barrier()
-    _launch("barrier", None, lambda: _ops.barrier(ps.comm), lambda _: None, True)
+    _set(process_set)[1].barrier()
 
 
 __all__ = [

@@ -5,8 +5,10 @@ of backward_passes_per_step passes). Parameters are grouped into buckets in back
 (bucket_cap_mb, as DDP); when every gradient of a bucket is there, one asynchronous in-place
 grouped allreduce of the bucket starts, named after its first parameter. So the gradients of
 the last layers travel while the first layers are still being differentiated. step() (or
-synchronize()) waits for all of them and then runs the wrapped optimizer's update. With the
-engine, fp16 compression happens inside the engine.
+synchronize()) waits for all of them and then runs the wrapped optimizer's update. The
+buckets are libchorus's (chorus_engine_bucket_plan, the rule the C trainer uses too); the
+engine agrees the order of the allreduces across ranks, and Compression.fp16 is its fp16
+compressor.
 """
 
 import contextlib
@@ -14,7 +16,7 @@ import warnings
 
 import torch
 
-from .. import _core
+from .. import _core, _engine
 from .._core import Average, Adasum, global_process_set
 from .compression import Compression
 from . import mpi_ops
@@ -61,37 +63,25 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._requires_update = set()
         self._synchronized = False
         self._should_synchronize = True
-        # Buckets: consecutive parameters in reverse registration order (the usual order in
-        # which backward produces their gradients), up to bucket_cap_mb each.
-        order = [p for g in reversed(self.param_groups) for p in reversed(g["params"])
-                 if p.requires_grad]
-        cap = float(bucket_cap_mb) * 1024 * 1024
-        self._buckets, filled = [], 0
-        for p in order:
-            nbytes = p.numel() * p.element_size()
-            if not self._buckets or cap <= 0 or filled + nbytes > cap:
-                self._buckets.append([])
-                filled = 0
-            self._buckets[-1].append(p)
-            filled += nbytes
+        # Buckets: libchorus's plan over the parameters in registration order (it walks them
+        # from the last, the usual order in which backward produces their gradients, a bucket
+        # closing once it holds bucket_cap_mb). Parameters without gradients take no part.
+        params = [p for g in self.param_groups for p in g["params"]]
+        cap = max(0, int(float(bucket_cap_mb) * 1024 * 1024))
+        plan, nb = _engine.bucket_plan(
+            [p.numel() * p.element_size() if p.requires_grad else 0 for p in params], cap)
+        self._buckets = [[] for _ in range(nb)]
+        for p, b in reversed(list(zip(params, plan))):
+            if b >= 0:
+                self._buckets[b].append(p)
         self._bucket_of = {p: i for i, b in enumerate(self._buckets) for p in b}
         self._left = [len(b) for b in self._buckets]
-        self._next = 0
         if self._included():
             self._register_hooks()
 
     def _included(self):
         # The global set holds every rank (also before an elastic job has formed).
         return self.process_set is global_process_set or self.process_set.included()
-
-    @property
-    def _engine(self):
-        """The engine when it runs this optimizer's allreduces (looked up each time: an
-        elastic job starts a new one with every generation)."""
-        eng = _core.S.engine
-        if eng is None or not eng.handles(_core.resolve_set(self.process_set)):
-            return None
-        return eng
 
     def set_backward_passes_per_step(self, passes):
         self.backward_passes_per_step = int(passes)
@@ -131,16 +121,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _ready(self, p):
         i = self._bucket_of[p]
         self._left[i] -= 1
-        if self._engine is not None:
-            # The engine negotiates the order across ranks: a full bucket goes at once.
-            if self._left[i] == 0:
-                self._issue(i)
-            return
-        # Without the engine nothing negotiates the order of collectives across ranks, so
-        # buckets are issued in their fixed order: a full bucket waits for those before it.
-        while self._next < len(self._buckets) and self._left[self._next] == 0:
-            self._issue(self._next)
-            self._next += 1
+        # The engine agrees the order across ranks: a full bucket goes at once.
+        if self._left[i] == 0:
+            self._issue(i)
 
     def _issue(self, i):
         """Starts the allreduce of bucket i's gradients (one fused operation)."""
@@ -160,20 +143,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             pre, post = 1.0, 1.0
         grads = [p.grad for p in params]
-        eng = self._engine
-        if (eng is not None and self._compression is Compression.fp16 and
-                all(g.dtype in (torch.float32, torch.float64) and g.device.type == "cpu"
-                    and g.is_contiguous() for g in grads)):
-            # fp16 on the wire, converted by the engine: no Python copies.
-            h = eng.grouped_allreduce(grads, self.op, pre, post, name, False, lambda: grads,
-                                      compress=True)
-            self._inflight[i] = (h, [(p, None, None) for p in params])
-            return
-        comp = [self._compression.compress(g) for g in grads]
-        h = mpi_ops.grouped_allreduce_async_([c for c, _ in comp], name=name, op=self.op,
-                                             prescale_factor=pre, postscale_factor=post,
-                                             process_set=self.process_set)
-        self._inflight[i] = (h, [(p, c, ctx) for p, (c, ctx) in zip(params, comp)])
+        engine_comp = mpi_ops._compressor(self._compression)
+        if engine_comp is not None:
+            # The engine's compressor (fp16 on the wire): in place, no Python copies.
+            comp = [(g, None) for g in grads]
+        else:
+            comp = [self._compression.compress(g) for g in grads]
+        h = mpi_ops._grouped_allreduce(
+            [c for c, _ in comp], [c for c, _ in comp], name, self.op, pre, post,
+            self.process_set, False, "DistributedOptimizer", engine_comp)
+        self._inflight[i] = (h, [(p, None if engine_comp else c, ctx)
+                                 for p, (c, ctx) in zip(params, comp)])
 
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hook did not fire: a
@@ -184,7 +164,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return
         try:
             for i, b in enumerate(self._buckets):
-                if i not in self._inflight and (self._engine is not None or i >= self._next):
+                if i not in self._inflight:
                     self._issue(i)
             for i in sorted(self._inflight):
                 h, items = self._inflight[i]
@@ -205,7 +185,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._inflight.clear()
         self._handles.clear()
         self._left = [len(b) for b in self._buckets]
-        self._next = 0
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
 

@@ -344,16 +344,12 @@ def _code_of(e):
 
 
 def _attach(comm):
-    from .. import _engine
     if not _core.is_initialized():
-        _core.adopt(comm)
-        mpi_ops._reset_names()
-        _engine.maybe_start()
+        _core.adopt(comm)  # starts the generation's engine (its names count from 0)
 
 
 def _detach():
-    mpi_ops._handles.clear()
-    _core.shutdown()  # the world is the runtime's: stops engine and executor, keeps the comm
+    _core.shutdown()  # the world is the runtime's: stops the engines, keeps the comm
 
 
 def _run_elastic(func, state, args, kwargs):

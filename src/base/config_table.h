@@ -37,7 +37,7 @@ CHORUS_CFG(CHORUS_SHM_SPIN_US, "500", "Microseconds a rank spins on a shared-mem
 CHORUS_CFG(CHORUS_SHM_NT_MIN, "33554432", "Shared-memory collectives whose output is at least this many bytes write it with non-temporal stores (0: never).")
 CHORUS_CFG(CHORUS_SHM_CMA, "auto", "Single-copy allreduce between ranks of one host (Linux cross-memory attach, process_vm_readv): auto uses it for 2 ranks (more with CHORUS_ALGO_ALLREDUCE=shm_cma) when every rank can read and write every other (probed once per communicator; with Yama ptrace_scope 1 each rank allows this with PR_SET_PTRACER_ANY), 0 never, 1 requires it (set-up fails if the kernel refuses).")
 CHORUS_CFG(CHORUS_SHM_CMA_MIN, "12288", "Smallest allreduce in bytes that uses single-copy transfers (2 ranks, when available); smaller ones go through the staging slots.")
-CHORUS_CFG(CHORUS_SHM_CMA_PIECE, "131072", "Bytes per single-copy read of a peer's buffer (the piece reduced while it is in cache).")
+CHORUS_CFG(CHORUS_SHM_CMA_PIECE, "262144", "Bytes per single-copy read of a peer's buffer (the piece reduced while it is in cache).")
 CHORUS_CFG(CHORUS_TCP_ONESHOT_MAX, "32768", "Largest allreduce in bytes done one-shot over TCP (every rank sends its buffer to every other); larger ones are a direct reduce-scatter and a ring allgather.")
 CHORUS_CFG(CHORUS_BCAST_TREE_MAX, "262144", "Largest broadcast in bytes that uses the binomial tree over TCP; larger messages use the pipelined chain.")
 CHORUS_CFG(CHORUS_MAX_MESSAGE, "17179869184", "Largest message in bytes a peer may announce; a longer header is treated as corrupt.")

@@ -26,6 +26,17 @@ GLOO=${GLOO:-1}
 build_baselines
 describe_env >"$OUT/env.txt"
 have_chorus || say "bench: chorus-bench missing at $CHORUS_BENCH: running the baselines only"
+# Which shared-memory allreduce Chorus will use here (single copy needs the kernel's consent:
+# Yama ptrace_scope, seccomp), and the load, for the record.
+{
+    echo "# yama ptrace_scope: $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo none)"
+    if have_chorus; then
+        env -u CHORUS_SHM CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=SHM "$CHORUS_RUN" -np 2 -- \
+            "$CHORUS_BENCH" -c allreduce -b 4 -e 4 -n 1 2>&1 |
+            sed -n 's/.*CHORUS INFO \(single-copy allreduce .*\)/# chorus: \1/p' | head -n 1
+    fi
+    echo "# load before: $(uptime | sed 's/.*load average/load average/')"
+} >>"$OUT/env.txt"
 
 run_logged membw.before "$OUT/membw" -t "1,$NCPU"
 for np in $NPS; do
@@ -42,6 +53,7 @@ for np in $NPS; do
     done
 done
 run_logged membw.after "$OUT/membw" -t "1,$NCPU"
+echo "# load after: $(uptime | sed 's/.*load average/load average/')" >>"$OUT/env.txt"
 
 # The better run of membw, row by row.
 awk '!/^#/ && NF == 3 { k = $1 " " $2; if (!(k in best) || $3 > best[k]) best[k] = $3;

@@ -115,6 +115,10 @@ chorus_result chorus__allreduce_ring(chorus_comm *c, const chorus_coll_args *a);
  * allgather; else every rank reduces everything (one-shot, chunk by chunk). */
 chorus_result chorus__allreduce_shm(chorus_comm *c, const void *send, void *recv, size_t count,
                                     chorus_dtype t, chorus_op op, int rsag);
+/* Single-copy allreduce between the ranks of one host (allreduce_cma.c, process_vm_readv and
+ * process_vm_writev); needs c->shm->cma. */
+chorus_result chorus__allreduce_cma(chorus_comm *c, const void *send, void *recv, size_t count,
+                                    chorus_dtype t, chorus_op op);
 /* broadcast */
 chorus_result chorus__bcast_tree(chorus_comm *c, const chorus_coll_args *a);
 chorus_result chorus__bcast_chain(chorus_comm *c, const chorus_coll_args *a);

@@ -12,12 +12,14 @@
  *      later (a SIGKILL included) while every mapping stays valid.
  * If any rank failed, all of them fall back to TCP together, with a warning.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 #include <unistd.h>
 
 #include "coll/comm.h"
+#include "transport/shm/cma.h"
 #include "transport/shm/shm.h"
 
 static uint64_t nonce(void)
@@ -31,6 +33,49 @@ static uint64_t nonce(void)
 static size_t round_up(size_t x, size_t a)
 {
     return (x + a - 1) / a * a;
+}
+
+/* Single-copy reads (cma.h): every rank probes every peer, then an allreduce(MIN) over TCP of
+ * "the lowest rank that failed" makes all ranks agree. CHORUS_SHM_CMA=1 turns a refusal into
+ * an error, auto into the staging-slot path. Called before c->shm is set (so the allreduce
+ * goes over TCP). */
+static chorus_result cma_setup(chorus_comm *c, chorus_shm *s)
+{
+    const char *mode = c->cfg.shm_cma; /* auto, 0 or 1: checked when the config was parsed */
+    int want = !strcmp(mode, "0") ? 0 : !strcmp(mode, "1") ? 1 : 2;
+    if (!want) {
+        CHORUS_INFO(CHORUS_LOG_SHM, "single-copy allreduce off (CHORUS_SHM_CMA=0)");
+        return CHORUS_OK;
+    }
+    chorus_errbuf e = {{0}};
+    int32_t failed = INT32_MAX, first = 0;
+    if (chorus__cma_probe(s, &e) != CHORUS_OK) {
+        failed = c->rank;
+        if (want == 1)
+            CHORUS_WARN(CHORUS_LOG_SHM, "rank %d cannot use single-copy reads: %s", c->rank, e.msg);
+        else
+            CHORUS_INFO(CHORUS_LOG_SHM, "rank %d cannot use single-copy reads: %s", c->rank, e.msg);
+    }
+    CHORUS_CHECK(chorus_allreduce(c, &failed, &first, 1, CHORUS_INT32, CHORUS_MIN));
+    if (first == INT32_MAX) {
+        s->cma = 1;
+        CHORUS_INFO(
+            CHORUS_LOG_SHM,
+            "single-copy allreduce on (process_vm_readv/writev) from %zu B, pieces of %zu KiB",
+            s->cma_min, s->cma_piece >> 10);
+        return CHORUS_OK;
+    }
+    if (want == 1)
+        return chorus__fail(&c->err, CHORUS_ERR_SYSTEM,
+                            "CHORUS_SHM_CMA=1, but rank %d cannot read its peers' memory with "
+                            "process_vm_readv%s%s (CHORUS_SHM_CMA=auto falls back to the "
+                            "staging slots)",
+                            first, first == c->rank ? ": " : "", first == c->rank ? e.msg : "");
+    CHORUS_INFO(CHORUS_LOG_SHM,
+                "single-copy allreduce off: rank %d cannot read its peers' memory with "
+                "process_vm_readv%s%s; allreduce goes through the staging slots",
+                first, first == c->rank ? ": " : "", first == c->rank ? e.msg : "");
+    return CHORUS_OK;
 }
 
 chorus_result chorus__comm_shm_setup(chorus_comm *c)
@@ -59,6 +104,11 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
             CHORUS_WARN(CHORUS_LOG_SHM, "shared memory unavailable, collectives use TCP: %s",
                         e.msg);
             name[0] = 0;
+        } else {
+            size_t piece = c->cfg.shm_cma_piece;
+            s->hdr->cma_min = s->cma_min = c->cfg.shm_cma_min;
+            s->hdr->cma_piece = s->cma_piece = piece >= 4096 ? round_up(piece, 64) : (size_t)4096;
+            chorus__cma_prepare(s);
         }
     }
     chorus_result r = chorus_broadcast(c, name, sizeof(name), CHORUS_UINT8, 0);
@@ -69,6 +119,8 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
         if (chorus__shm_attach(name, c->id, c->size, c->rank, &s, &e) != CHORUS_OK) {
             CHORUS_WARN(CHORUS_LOG_SHM, "cannot use the shared memory of rank 0: %s", e.msg);
             ok = 0;
+        } else {
+            chorus__cma_prepare(s);
         }
     }
     if (r == CHORUS_OK) r = chorus_allreduce(c, &ok, &all_ok, 1, CHORUS_INT32, CHORUS_MIN);
@@ -83,6 +135,11 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
         return r;
     }
     chorus__shm_start(s, &c->cfg, c->net, c->size);
+    r = cma_setup(c, s);
+    if (r != CHORUS_OK) {
+        chorus__shm_destroy(s);
+        return r;
+    }
     c->shm = s;
     CHORUS_INFO(CHORUS_LOG_SHM,
                 "shared memory for %d ranks: %s (unlinked), %zu KiB, slots of %zu KiB, "

@@ -69,6 +69,10 @@ static chorus_result ar_shm_pipelined(chorus_comm *c, const chorus_coll_args *a)
 {
     return chorus__allreduce_shm(c, a->send, a->recv, a->count, a->t, a->op, 1);
 }
+static chorus_result ar_shm_cma(chorus_comm *c, const chorus_coll_args *a)
+{
+    return chorus__allreduce_cma(c, a->send, a->recv, a->count, a->t, a->op);
+}
 
 /* Size tests of the rules: does the row fit this call? */
 typedef int (*fits_fn)(const chorus_comm *c, size_t bytes);
@@ -77,6 +81,12 @@ static int always(const chorus_comm *c, size_t bytes)
     (void)c;
     (void)bytes;
     return 1;
+}
+/* Single copy: measured faster from ~12 KiB at 2 ranks; with more ranks than this host's 2
+ * cores it was not, so by the rules it serves 2 ranks only (shm_cma forces it for any p). */
+static int shm_cma_fits(const chorus_comm *c, size_t bytes)
+{
+    return c->shm->cma && c->size == 2 && bytes >= c->shm->cma_min;
 }
 static int shm_oneshot_fits(const chorus_comm *c, size_t bytes)
 {
@@ -92,6 +102,7 @@ static int tree_fits(const chorus_comm *c, size_t bytes)
 }
 
 enum {
+    AR_SHM_CMA,
     AR_SHM_ONESHOT,
     AR_SHM_PIPELINED,
     AR_ONESHOT,
@@ -125,6 +136,10 @@ typedef struct row {
 
 /* In order of preference within a collective: the rules take the first row that fits. */
 static const row table[NALGO] = {
+    ROW(AR_SHM_CMA, ALLREDUCE, "shm_cma", NULL,
+        "same host, single copy: each rank reads its peers' pieces (process_vm_readv), folds them "
+        "in rank order and writes the result into the peers (process_vm_writev)",
+        HOST, SHM, ar_shm_cma, shm_cma_fits),
     ROW(AR_SHM_ONESHOT, ALLREDUCE, "shm_oneshot", "shm_flat",
         "shared memory, every rank reduces all inputs in rank order, chunk by chunk", HOST, SHM,
         ar_shm_oneshot, shm_oneshot_fits),
@@ -279,6 +294,17 @@ const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem,
     const row *r = NULL;
     if (v) {
         r = find_named(kind, v);
+        if (r == &table[AR_SHM_CMA] && c->shm && !c->shm->cma) {
+            if (!(c->select_warned & (1u << 31))) {
+                c->select_warned |= 1u << 31;
+                CHORUS_WARN(CHORUS_LOG_COLL,
+                            "%s=shm_cma but single-copy transfers are off here (CHORUS_SHM_CMA=0 "
+                            "or refused by the kernel, see CHORUS_DEBUG=INFO); choosing by the "
+                            "rules",
+                            var);
+            }
+            r = by_rules(c, kind, mem, bytes, -1);
+        }
         if (r && !usable(c, r, mem)) {
             if (r->a.tp == CHORUS_TP_SHM) warn_once(c, kind, var, v);
             r = NULL;
@@ -309,9 +335,14 @@ void chorus__select_describe(const chorus_comm *c)
         CHORUS_INFO(CHORUS_LOG_COLL,
                     "comm %016llx (%d ranks, one host): shared memory for every collective; "
                     "allreduce one-shot up to %zu B, pipelined in %zu KiB chunks above; "
-                    "non-temporal stores from %zu B (CHORUS_ALGO_* can force a TCP algorithm)",
+                    "non-temporal stores from %zu B; single-copy allreduce %s%zu B "
+                    "(CHORUS_ALGO_* can force a TCP algorithm)",
                     (unsigned long long)c->id, c->size, c->shm->oneshot_max, c->shm->chunk >> 10,
-                    c->shm->nt_min);
+                    c->shm->nt_min,
+                    !c->shm->cma   ? "off, would be from "
+                    : c->size == 2 ? "from "
+                                   : "only when forced (shm_cma), with more than 2 ranks; from ",
+                    c->shm->cma_min);
     else
         CHORUS_INFO(CHORUS_LOG_COLL,
                     "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %zu B, "

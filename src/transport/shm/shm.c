@@ -22,11 +22,12 @@
 #include <immintrin.h>
 #endif
 
+#include "transport/shm/cma.h"
 #include "transport/shm/shm.h"
 #include "wire/wire.h"
 
 #define SHM_MAGIC      0x314d4853524f4843ull /* "CHORSHM1" */
-#define SHM_VERSION    1
+#define SHM_VERSION    2
 #define SLEEP_SLICE_NS (5 * 1000 * 1000) /* how often a sleeper checks liveness and deadline */
 
 static size_t round_up(size_t x, size_t a)
@@ -151,12 +152,15 @@ chorus_result chorus__shm_attach(const char *name, uint64_t comm_id, int size, i
     size_t data_off;
     if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC || h->version != SHM_VERSION ||
         h->comm_id != comm_id || h->size != (uint32_t)size || h->chunk == 0 ||
-        h->total != (uint64_t)st.st_size || layout(size, h->chunk, &data_off) != h->total) {
+        h->cma_piece < 4096 || h->total != (uint64_t)st.st_size ||
+        layout(size, h->chunk, &data_off) != h->total) {
         chorus__shm_destroy(s);
         return chorus__fail(e, CHORUS_ERR_PROTOCOL,
                             "shared memory %s does not belong to this communicator", name);
     }
     s->oneshot_max = h->oneshot_max;
+    s->cma_min = h->cma_min;
+    s->cma_piece = h->cma_piece;
     set_pointers(s, h->chunk);
     *out = s;
     return CHORUS_OK;
@@ -196,6 +200,7 @@ void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_net *net,
 void chorus__shm_destroy(chorus_shm *s)
 {
     if (!s) return;
+    chorus__cma_release(s);
     if (s->base) {
         __atomic_store_n(&s->ctrl[s->rank].finalized, 1, __ATOMIC_RELEASE);
         munmap(s->base, s->len);
@@ -244,6 +249,12 @@ static chorus_result aborted(chorus_shm *s, chorus_errbuf *e)
     chorus_result r = (chorus_result)h->abort_result;
     if (r == CHORUS_OK) r = CHORUS_ERR_ABORTED;
     return chorus__fail(e, r, "%s", h->abort_why);
+}
+
+chorus_result chorus__shm_check_abort(chorus_shm *s, chorus_errbuf *e)
+{
+    if (!__atomic_load_n(&s->hdr->abort, __ATOMIC_ACQUIRE)) return CHORUS_OK;
+    return aborted(s, e);
 }
 
 static int peer_dead(chorus_shm *s, int q)

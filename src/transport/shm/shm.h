@@ -49,6 +49,10 @@ typedef struct chorus_shm_ctrl {
     _Alignas(128) int32_t pid;
     uint32_t finalized;
     uint64_t pidns;
+    uint64_t cma_probe_addr; /* address of a private word of this rank's, for the CMA probe */
+    uint64_t cma_probe_val;  /* ... and the value it holds */
+    uint64_t cma_send;       /* single-copy allreduce: this rank's send and recv buffers, */
+    uint64_t cma_recv;       /* valid from its IN post until its OUT post of the collective */
 } chorus_shm_ctrl;
 
 typedef struct chorus_shm_hdr {
@@ -59,9 +63,12 @@ typedef struct chorus_shm_hdr {
     uint64_t chunk;              /* bytes per staging slot */
     uint64_t oneshot_max;        /* largest one-shot allreduce (bytes) */
     uint64_t total;              /* bytes of the whole segment */
+    uint64_t cma_min;            /* smallest allreduce (bytes) that uses single-copy reads */
+    uint64_t cma_piece;          /* bytes per single-copy read */
     _Alignas(64) uint32_t abort; /* 0 healthy, 1 reason being written, 2 reason valid */
     int32_t abort_result;
     char abort_why[448];
+    _Alignas(64) uint64_t cma_claim; /* single-copy allreduce: pieces claimed (allreduce_cma.c) */
 } chorus_shm_hdr;
 
 typedef struct chorus_shm {
@@ -85,6 +92,11 @@ typedef struct chorus_shm {
     char *block;      /* CHORUS_SHM_BLOCK private bytes, 64-byte aligned */
     char name[64];
     int unlinked;
+    int cma;           /* every rank can read every peer with process_vm_readv (agreed) */
+    int cma_ptracer;   /* this group holds a PR_SET_PTRACER_ANY reference (cma.c) */
+    size_t cma_min;    /* rank 0's CHORUS_SHM_CMA_MIN (from the header) */
+    size_t cma_piece;  /* rank 0's CHORUS_SHM_CMA_PIECE (from the header) */
+    uint64_t cma_word; /* the private word peers read to probe CMA */
 } chorus_shm;
 
 #define CHORUS_SHM_BLOCK 16384
@@ -131,6 +143,9 @@ static inline void chorus__shm_post_in(chorus_shm *s, uint64_t g, uint64_t sig, 
     f->count[g & 1] = count;
     chorus__shm_post(s, CHORUS_SHM_IN, g + 1);
 }
+
+/* CHORUS_OK, or the reason of the rank that broke the group (chorus__shm_abort). */
+chorus_result chorus__shm_check_abort(chorus_shm *s, chorus_errbuf *e);
 
 static inline int chorus__shm_reached(uint32_t cur, uint32_t target)
 {

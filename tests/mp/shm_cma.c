@@ -1,0 +1,131 @@
+/*
+ * shm_cma.c - the single-copy (process_vm_readv/writev) allreduce when the kernel refuses it.
+ *
+ *   chorus-run -np N shm_cma refused R     rank R installs a seccomp filter that fails
+ *                                          process_vm_readv with EPERM (as container profiles
+ *                                          do) before chorus_init: every rank must agree to go
+ *                                          without single-copy (c->shm->cma == 0) and still
+ *                                          compute correct sums at every size
+ *   CHORUS_SHM_CMA=1 chorus-run -np N shm_cma required R
+ *                                          the same filter with single copy required: every
+ *                                          rank's chorus_init fails, naming rank R
+ *   chorus-run -np N shm_cma on            single copy is available here: every rank has it
+ *                                          and uses it from CHORUS_SHM_CMA_MIN bytes
+ *   chorus-run -np 2 shm_cma badbuf        rank 1's send buffer is unreadable where rank 0
+ *                                          reads it (as if it were shorter than the count):
+ *                                          both ranks fail with CHORUS_ERR_INVALID_ARG naming
+ *                                          rank 1's buffer, nobody crashes or hangs
+ */
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include "coll/coll.h"
+#include "harness.h"
+#include "transport/shm/shm.h"
+
+/* A real kernel refusal: seccomp returns EPERM for process_vm_readv, nothing else changes. */
+static void refuse_cma(void)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {(unsigned short)(sizeof(f) / sizeof(f[0])), f};
+    ASSERT(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+    ASSERT(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0);
+}
+
+/* Allreduce sums of integer-valued floats at sizes around and far above the crossover. */
+static void sums(chorus_comm *c)
+{
+    int n = chorus_size(c), me = chorus_rank(c);
+    const size_t counts[] = {1, 1000, 4096, 70001, 1 << 20};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+        size_t cnt = counts[i];
+        float *x = malloc(cnt * sizeof(float));
+        ASSERT(x != NULL);
+        for (size_t j = 0; j < cnt; j++) x[j] = (float)((j * 7 + (size_t)me) % 1000);
+        ASSERT_OK(chorus_allreduce(c, x, x, cnt, CHORUS_FLOAT32, CHORUS_SUM));
+        for (size_t j = 0; j < cnt; j++) {
+            float want = 0;
+            for (int r = 0; r < n; r++) want += (float)((j * 7 + (size_t)r) % 1000);
+            if (x[j] != want)
+                test_fail(__FILE__, __LINE__, "count %zu: x[%zu] = %g, want %g", cnt, j,
+                          (double)x[j], (double)want);
+        }
+        free(x);
+    }
+}
+
+/* 2 ranks, 1 MiB of floats: rank 0 reduces the first half, reading rank 1's input there,
+ * which rank 1 has made inaccessible (PROT_NONE); rank 1 itself only reads the second half. */
+static void badbuf(chorus_comm *c)
+{
+    size_t cnt = 1 << 18, bytes = cnt * sizeof(float);
+    int me = chorus_rank(c);
+    ASSERT_EQ(chorus_size(c), 2);
+    char *send = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    float *recv = calloc(cnt, sizeof(float));
+    ASSERT(send != MAP_FAILED && recv != NULL);
+    memset(send, 0, bytes);
+    if (me == 1) ASSERT(mprotect(send, bytes / 2, PROT_NONE) == 0);
+    chorus_result r = chorus_allreduce(c, send, recv, cnt, CHORUS_FLOAT32, CHORUS_SUM);
+    fprintf(stderr, "rank %d: %s: %s\n", me, chorus_strerror(r), chorus_last_error(c));
+    ASSERT_EQ(r, CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_last_error(c), "rank 0 cannot read");
+    ASSERT_STR_CONTAINS(chorus_last_error(c), "bytes of rank 1's buffer in allreduce");
+    printf("shm_cma: rank %d reported the unreadable buffer\n", me);
+    munmap(send, bytes);
+    free(recv);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "on";
+    int victim = argc > 2 ? atoi(argv[2]) : 1;
+    const char *rank_env = getenv("CHORUS_RANK");
+    int rank = rank_env ? atoi(rank_env) : -1;
+    if ((!strcmp(mode, "refused") || !strcmp(mode, "required")) && rank == victim) refuse_cma();
+    chorus_comm *c;
+    chorus_result r = chorus_init(&c);
+    if (!strcmp(mode, "required")) {
+        test_rank = rank;
+        fprintf(stderr, "rank %d: chorus_init: %s: %s\n", rank, chorus_strerror(r),
+                chorus_last_error(NULL));
+        ASSERT(r != CHORUS_OK);
+        char needle[64];
+        snprintf(needle, sizeof(needle), "CHORUS_SHM_CMA=1, but rank %d cannot", victim);
+        ASSERT_STR_CONTAINS(chorus_last_error(NULL), needle);
+        printf("shm_cma: rank %d refused to start\n", rank);
+        return 0;
+    }
+    ASSERT_OK(r);
+    test_rank = chorus_rank(c);
+    ASSERT(c->shm != NULL);
+    if (!strcmp(mode, "badbuf")) {
+        badbuf(c);
+        chorus_finalize(c);
+        return 0;
+    }
+    int want = strcmp(mode, "refused") != 0;
+    ASSERT_EQ(c->shm->cma, want);
+    chorus_result sr;
+    const chorus_algo *a = chorus__select(c, CHORUS_COLL_ALLREDUCE, CHORUS_MEM_HOST, 1 << 20, &sr);
+    ASSERT_OK(sr);
+    ASSERT_EQ(!strcmp(a->name, "shm_cma"), want);
+    sums(c);
+    ASSERT_OK(chorus_barrier(c));
+    printf("shm_cma: rank %d %s single copy, sums correct\n", test_rank, want ? "with" : "without");
+    chorus_finalize(c);
+    return 0;
+}

@@ -68,7 +68,10 @@ void chorus__dtype_fill_identity(void *dst, size_t n, chorus_dtype t, chorus_op 
 {
     unsigned char e[8];
     if (chorus__dtype_identity(t, op, e)) return;
-    size_t es = chorus_dtype_size(t);
+    size_t es = chorus_dtype_size(t), total = n * es;
     char *p = dst;
-    for (size_t i = 0; i < n; i++) memcpy(p + i * es, e, es);
+    if (!total) return;
+    memcpy(p, e, es);
+    for (size_t done = es; done < total; done *= 2) /* doubling: a few large copies */
+        memcpy(p + done, p, done < total - done ? done : total - done);
 }

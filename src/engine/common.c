@@ -69,5 +69,6 @@ void chorus__eng_post(chorus_engine *e, const eng_meta *m, void *buf, size_t cou
     if (m->op == CHORUS_AVG && !core_avg)
         chorus__reduce_finish(buf, count, (chorus_dtype)m->dtype, CHORUS_AVG,
                               chorus__eng_active(e));
-    if (m->postscale != 1.0) chorus__scale(buf, buf, count, (chorus_dtype)m->dtype, m->postscale);
+    if (m->postscale != 1.0)
+        chorus__reduce_scale(buf, buf, count, (chorus_dtype)m->dtype, m->postscale);
 }

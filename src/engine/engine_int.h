@@ -10,7 +10,8 @@
  *   fusion.c     allreduce rounds packed into fusion buffers, one chorus_allreduce per bucket
  *   rounds.c     one tensor's part in a round: input, the compressor's prepare and finish
  *   compress/    the built-in compressors (one per file)
- *   meta.c       comparing metadata across ranks; values.c  scaling, identities, hash
+ *   meta.c       comparing metadata across ranks (scaling is src/reduce's, identities and the
+ *                hash are src/base's)
  *   common.c     helpers the steps share: buffers, the thread's error record, rank sets
  *   timeline.c   the Chrome trace;  map.c  a string-keyed hash map
  *   (the negotiation messages are encoded and parsed in src/wire/engine_msg.c)
@@ -258,11 +259,5 @@ int chorus__meta_equal(const eng_meta *a, const eng_meta *b);
 /* Describes how b differs from a: "dtype float32 on rank 0 but float16 on rank 1". */
 void chorus__meta_diff(const eng_meta *a, int ra, const eng_meta *b, int rb, char *out, size_t len);
 const char *chorus__kind_name(int kind);
-
-/* values.c */
-/* dst[i] = src[i] * f for float dtypes (dst may equal src). */
-void chorus__scale(void *dst, const void *src, size_t n, chorus_dtype t, double f);
-/* Fills n elements with the identity of op (0 for sum/avg, 1 for prod, max for min, ...). */
-void chorus__fill_identity(void *dst, size_t n, chorus_dtype t, chorus_op op);
 
 #endif

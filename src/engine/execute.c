@@ -31,7 +31,8 @@ static const void *scaled_input(chorus_engine *e, const eng_req *r)
     if (r->m.prescale == 1.0) return r->send;
     size_t b = r->m.count * chorus_dtype_size((chorus_dtype)r->m.dtype);
     void *tmp = chorus__eng_grow(&e->scratch, &e->scratch_cap, b);
-    if (tmp) chorus__scale(tmp, r->send, r->m.count, (chorus_dtype)r->m.dtype, r->m.prescale);
+    if (tmp)
+        chorus__reduce_scale(tmp, r->send, r->m.count, (chorus_dtype)r->m.dtype, r->m.prescale);
     return tmp;
 }
 
@@ -152,7 +153,7 @@ static chorus_result run_reduce_scatter(chorus_engine *e, eng_exec *x)
                 memcpy(dst, src + o * es, c * es);
             else
                 c = 0;
-            chorus__fill_identity(dst + c * es, maxc - c, t, op);
+            chorus__dtype_fill_identity(dst + c * es, maxc - c, t, op);
         }
         res = chorus_reduce_scatter(e->comm, in, out, maxc, t, op);
         if (res == CHORUS_OK && r && mine) memcpy(r->recv, out, mine * es);

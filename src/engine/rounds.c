@@ -44,7 +44,7 @@ static const void *round_input(eng_req *r)
     size_t b = r->m.count * chorus_dtype_size((chorus_dtype)r->m.dtype);
     void *tmp = malloc(b ? b : 1);
     if (!tmp) return NULL;
-    chorus__scale(tmp, r->send, r->m.count, (chorus_dtype)r->m.dtype, r->m.prescale);
+    chorus__reduce_scale(tmp, r->send, r->m.count, (chorus_dtype)r->m.dtype, r->m.prescale);
     r->input = tmp;
     return tmp;
 }
@@ -92,7 +92,8 @@ void chorus__round_prepare(chorus_engine *e, eng_exec *x, void *wire)
         }
     } else if (!fill) {
         if (r->m.prescale != 1.0)
-            chorus__scale(wire, r->send, r->m.count, (chorus_dtype)r->m.dtype, r->m.prescale);
+            chorus__reduce_scale(wire, r->send, r->m.count, (chorus_dtype)r->m.dtype,
+                                 r->m.prescale);
         else if (wire != r->send)
             memcpy(wire, r->send, r->m.count * chorus_dtype_size((chorus_dtype)r->m.dtype));
     }
@@ -100,7 +101,7 @@ void chorus__round_prepare(chorus_engine *e, eng_exec *x, void *wire)
     if (w.kind == ENG_ROUND_GATHER)
         memset(wire, 0, w.wcount * chorus_dtype_size((chorus_dtype)w.wdtype));
     else
-        chorus__fill_identity(wire, w.wcount, (chorus_dtype)w.wdtype, red_op(w.op));
+        chorus__dtype_fill_identity(wire, w.wcount, (chorus_dtype)w.wdtype, red_op(w.op));
 }
 
 int chorus__round_finish(chorus_engine *e, eng_exec *x, const void *wire, int nparts,

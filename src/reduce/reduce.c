@@ -311,3 +311,41 @@ void chorus__reduce_finish(void *buf, size_t n, chorus_dtype t, chorus_op op, in
     default: break;
     }
 }
+
+/* ---- scaling ------------------------------------------------------------------------------ */
+
+void chorus__reduce_scale(void *dst, const void *src, size_t n, chorus_dtype t, double f)
+{
+    switch (t) {
+    case CHORUS_FLOAT32: {
+        float *d = dst;
+        const float *s = src;
+        float ff = (float)f;
+        for (size_t i = 0; i < n; i++) d[i] = s[i] * ff;
+        break;
+    }
+    case CHORUS_FLOAT64: {
+        double *d = dst;
+        const double *s = src;
+        for (size_t i = 0; i < n; i++) d[i] = s[i] * f;
+        break;
+    }
+    case CHORUS_FLOAT16: {
+        uint16_t *d = dst;
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++)
+            d[i] = chorus__f32_to_f16(chorus__f16_to_f32(s[i]) * (float)f);
+        break;
+    }
+    case CHORUS_BFLOAT16: {
+        uint16_t *d = dst;
+        const uint16_t *s = src;
+        for (size_t i = 0; i < n; i++)
+            d[i] = chorus__f32_to_bf16(chorus__bf16_to_f32(s[i]) * (float)f);
+        break;
+    }
+    default:
+        if (dst != src) memmove(dst, src, n * chorus_dtype_size(t));
+        break;
+    }
+}

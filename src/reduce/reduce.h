@@ -24,4 +24,8 @@ uint16_t chorus__f32_to_f16(float f);
 float chorus__bf16_to_f32(uint16_t h);
 uint16_t chorus__f32_to_bf16(float f);
 
+/* dst[i] = src[i] * f for float dtypes, through float32 for the 16-bit ones (dst may equal src);
+ * other dtypes are copied unchanged. */
+void chorus__reduce_scale(void *dst, const void *src, size_t n, chorus_dtype t, double f);
+
 #endif

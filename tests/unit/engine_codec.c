@@ -195,7 +195,7 @@ static void test_identity(void)
                 for (size_t i = 0; i < n; i++) ((float *)x)[i] = (float)i - 7.5f;
             if (t == CHORUS_FLOAT64)
                 for (size_t i = 0; i < n; i++) ((double *)x)[i] = (double)i * 3 - 9.25;
-            chorus__fill_identity(id, n, (chorus_dtype)t, ops[o]);
+            chorus__dtype_fill_identity(id, n, (chorus_dtype)t, ops[o]);
             chorus__reduce(out, x, id, n, (chorus_dtype)t, ops[o]);
             if (memcmp(out, x, sizeof(x)))
                 test_fail(__FILE__, __LINE__, "identity of op %d for dtype %d", o, t);
@@ -205,10 +205,10 @@ static void test_identity(void)
 static void test_scale_hash(void)
 {
     float f[3] = {1, -2, 3};
-    chorus__scale(f, f, 3, CHORUS_FLOAT32, 0.5);
+    chorus__reduce_scale(f, f, 3, CHORUS_FLOAT32, 0.5);
     ASSERT(f[0] == 0.5f && f[1] == -1.0f && f[2] == 1.5f);
     uint16_t h = chorus__f32_to_bf16(3.0f);
-    chorus__scale(&h, &h, 1, CHORUS_BFLOAT16, 2.0);
+    chorus__reduce_scale(&h, &h, 1, CHORUS_BFLOAT16, 2.0);
     ASSERT(chorus__bf16_to_f32(h) == 6.0f);
     char a[1000], b[1000];
     for (int i = 0; i < 1000; i++) a[i] = b[i] = (char)i;

@@ -28,7 +28,9 @@ typedef struct chorus_coll_args {
 typedef enum { CHORUS_MEM_HOST = 0 } chorus_mem_type;
 
 /* The transport an algorithm moves data with: a row is usable on a communicator that has it. */
-typedef enum { CHORUS_TP_NET, CHORUS_TP_SHM } chorus_transport;
+/* What a row needs of the communicator: TCP (always there), its shared-memory group, or that
+ * group with single-copy transfers agreed at set-up (c->shm->cma). */
+typedef enum { CHORUS_TP_NET, CHORUS_TP_SHM, CHORUS_TP_SHM_CMA } chorus_transport;
 
 typedef chorus_result (*chorus_algo_fn)(chorus_comm *c, const chorus_coll_args *a);
 

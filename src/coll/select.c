@@ -86,7 +86,7 @@ static int always(const chorus_comm *c, size_t bytes)
  * cores it was not, so by the rules it serves 2 ranks only (shm_cma forces it for any p). */
 static int shm_cma_fits(const chorus_comm *c, size_t bytes)
 {
-    return c->shm->cma && c->size == 2 && bytes >= c->shm->cma_min;
+    return c->size == 2 && bytes >= c->shm->cma_min;
 }
 static int shm_oneshot_fits(const chorus_comm *c, size_t bytes)
 {
@@ -133,13 +133,14 @@ typedef struct row {
 #define HOST CHORUS_MEM_HOST
 #define NET  CHORUS_TP_NET
 #define SHM  CHORUS_TP_SHM
+#define CMA  CHORUS_TP_SHM_CMA
 
 /* In order of preference within a collective: the rules take the first row that fits. */
 static const row table[NALGO] = {
     ROW(AR_SHM_CMA, ALLREDUCE, "shm_cma", NULL,
         "same host, single copy: each rank reads its peers' pieces (process_vm_readv), folds them "
         "in rank order and writes the result into the peers (process_vm_writev)",
-        HOST, SHM, ar_shm_cma, shm_cma_fits),
+        HOST, CMA, ar_shm_cma, shm_cma_fits),
     ROW(AR_SHM_ONESHOT, ALLREDUCE, "shm_oneshot", "shm_flat",
         "shared memory, every rank reduces all inputs in rank order, chunk by chunk", HOST, SHM,
         ar_shm_oneshot, shm_oneshot_fits),
@@ -189,19 +190,29 @@ static const char *const kind_name[CHORUS_COLL_KIND_MAX] = {
     [CHORUS_COLL_ALLTOALL] = "alltoall",   [CHORUS_COLL_BARRIER] = "barrier",
 };
 
-static int usable(const chorus_comm *c, const row *r, chorus_mem_type mem)
+static int has_transport(const chorus_comm *c, chorus_transport tp)
 {
-    return r->a.mem == mem && (r->a.tp != CHORUS_TP_SHM || c->shm != NULL);
+    switch (tp) {
+    case CHORUS_TP_NET: return 1;
+    case CHORUS_TP_SHM: return c->shm != NULL;
+    case CHORUS_TP_SHM_CMA: return c->shm != NULL && c->shm->cma;
+    }
+    return 0;
 }
 
-/* The rules: the first usable row of kind that fits (only_tp >= 0: of that transport). */
+static int usable(const chorus_comm *c, const row *r, chorus_mem_type mem)
+{
+    return r->a.mem == mem && has_transport(c, r->a.tp);
+}
+
+/* The rules: the first usable row of kind that fits (shm_only: of the shared-memory ones). */
 static const row *by_rules(const chorus_comm *c, int kind, chorus_mem_type mem, size_t bytes,
-                           int only_tp)
+                           int shm_only)
 {
     for (int i = 0; i < NALGO; i++) {
         const row *r = &table[i];
         if (r->a.kind == kind && r->fits && usable(c, r, mem) &&
-            (only_tp < 0 || (int)r->a.tp == only_tp) && r->fits(c, bytes))
+            (!shm_only || r->a.tp != CHORUS_TP_NET) && r->fits(c, bytes))
             return r;
     }
     return NULL;
@@ -221,18 +232,6 @@ static void valid_names(int kind, char *out, size_t len)
         if (a->alias && o < len) o += (size_t)snprintf(out + o, len - o, " (or %s)", a->alias);
     }
     if (!shm_row && o < len) snprintf(out + o, len - o, ", shm (shared memory, by the rules)");
-}
-
-static void warn_once(chorus_comm *c, int kind, const char *var, const char *v)
-{
-    if (c->select_warned & (1u << kind)) return;
-    c->select_warned |= 1u << kind;
-    CHORUS_WARN(CHORUS_LOG_COLL,
-                "%s=%s but this communicator has no shared memory (%s); choosing by the rules", var,
-                v,
-                c->size < 2      ? "one rank"
-                : c->nhosts != 1 ? "ranks on several hosts"
-                                 : "CHORUS_SHM=0 or set-up failed");
 }
 
 /* The CHORUS_ALGO_* value of a config for a collective kind, or NULL. */
@@ -257,6 +256,28 @@ static void var_name(int kind, char *var, size_t len)
         var[o] = (char)toupper((unsigned char)kind_name[kind][i]);
         var[o + 1] = 0;
     }
+}
+
+/* A forced algorithm whose transport this communicator lacks: warned once per collective,
+ * then the rules choose. */
+static void warn_unusable(chorus_comm *c, int kind, const char *v, chorus_transport tp)
+{
+    if (c->select_warned & (1u << kind)) return;
+    c->select_warned |= 1u << kind;
+    char var[64];
+    var_name(kind, var, sizeof(var));
+    if (tp == CHORUS_TP_SHM_CMA && c->shm)
+        CHORUS_WARN(CHORUS_LOG_COLL,
+                    "%s=%s but single-copy transfers are off here (CHORUS_SHM_CMA=0 or refused by "
+                    "the kernel, see CHORUS_DEBUG=INFO); choosing by the rules",
+                    var, v);
+    else
+        CHORUS_WARN(CHORUS_LOG_COLL,
+                    "%s=%s but this communicator has no shared memory (%s); choosing by the rules",
+                    var, v,
+                    c->size < 2      ? "one rank"
+                    : c->nhosts != 1 ? "ranks on several hosts"
+                                     : "CHORUS_SHM=0 or set-up failed");
 }
 
 /* The row named v (or by its alias) among kind's rows, or NULL. */
@@ -288,39 +309,25 @@ const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem,
                                   chorus_result *err)
 {
     *err = CHORUS_OK;
-    char var[64];
-    var_name(kind, var, sizeof(var));
     const char *v = forced_name(&c->cfg, kind);
     const row *r = NULL;
-    if (v) {
-        r = find_named(kind, v);
-        if (r == &table[AR_SHM_CMA] && c->shm && !c->shm->cma) {
-            if (!(c->select_warned & (1u << 31))) {
-                c->select_warned |= 1u << 31;
-                CHORUS_WARN(CHORUS_LOG_COLL,
-                            "%s=shm_cma but single-copy transfers are off here (CHORUS_SHM_CMA=0 "
-                            "or refused by the kernel, see CHORUS_DEBUG=INFO); choosing by the "
-                            "rules",
-                            var);
-            }
-            r = by_rules(c, kind, mem, bytes, -1);
-        }
-        if (r && !usable(c, r, mem)) {
-            if (r->a.tp == CHORUS_TP_SHM) warn_once(c, kind, var, v);
-            r = NULL;
-        } else if (!r && !strcmp(v, "shm")) {
-            r = by_rules(c, kind, mem, bytes, CHORUS_TP_SHM);
-            if (!r) warn_once(c, kind, var, v);
-        } else if (!r) {
-            char names[400];
+    if (v) { /* forced: that row, or for "shm" the shared-memory rows by the rules */
+        const row *named = find_named(kind, v);
+        int any_shm = !named && !strcmp(v, "shm");
+        if (!named && !any_shm) {
+            char var[64], names[400];
+            var_name(kind, var, sizeof(var));
             valid_names(kind, names, sizeof(names));
             *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
                                 "%s=%s is not an algorithm of %s; valid: %s", var, v,
                                 kind_name[kind], names);
             return NULL;
         }
+        r = any_shm ? by_rules(c, kind, mem, bytes, 1) : usable(c, named, mem) ? named : NULL;
+        if (!r && (any_shm || named->a.mem == mem))
+            warn_unusable(c, kind, v, any_shm ? CHORUS_TP_SHM : named->a.tp);
     }
-    if (!r) r = by_rules(c, kind, mem, bytes, -1);
+    if (!r) r = by_rules(c, kind, mem, bytes, 0);
     if (!r)
         *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
                             "no %s algorithm for this memory type on this communicator",

@@ -9,7 +9,7 @@
  *   execute.c    running what was agreed, round by round: allgatherv, reduce-scatter, ...
  *   fusion.c     allreduce rounds packed into fusion buffers, one chorus_allreduce per bucket
  *   rounds.c     one tensor's part in a round: input, the compressor's prepare and finish
- *   compress/    the built-in compressors (one per file)
+ *   compress/    the built-in compressors (cast.c: fp16 and bf16) and their registry
  *   meta.c       comparing metadata across ranks (scaling is src/reduce's, identities and the
  *                hash are src/base's)
  *   common.c     helpers the steps share: buffers, the thread's error record, rank sets

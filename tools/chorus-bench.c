@@ -25,22 +25,6 @@ enum { C_ALLREDUCE, C_BROADCAST, C_ALLGATHER, C_REDUCE_SCATTER, C_ALLTOALL, C_CO
 static const char *coll_names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
                                    "alltoall"};
 
-static size_t parse_size(const char *s)
-{
-    char *end;
-    double v = strtod(s, &end);
-    switch (*end) {
-    case 'k':
-    case 'K': v *= 1024; break;
-    case 'm':
-    case 'M': v *= 1024 * 1024; break;
-    case 'g':
-    case 'G': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-    }
-    return v < 0 ? 0 : (size_t)v;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -201,8 +185,14 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 'b': minb = parse_size(v); break;
-        case 'e': maxb = parse_size(v); break;
+        case 'b':
+        case 'e':
+            if (chorus__parse_bytes(v, a[1] == 'b' ? &minb : &maxb)) {
+                fprintf(stderr, "chorus-bench: -%c %s is not a size in bytes (e.g. 8, 64K, 1M)\n",
+                        a[1], v);
+                return 2;
+            }
+            break;
         case 'f': factor = atof(v); break;
         case 'n': iters = atoi(v); break;
         case 'w': warm = atoi(v); break;

@@ -168,6 +168,9 @@ void chorus__config_log_set(void);
 /* Any environment variable (launchers' RANK, SLURM_PROCID, PATH, ...): its value, NULL when
  * unset or empty. The one way the library reads a variable that is not in the table. */
 const char *chorus__env(const char *name);
+/* A size in bytes: digits with an optional K, M or G suffix (either case; powers of 1024).
+ * 0, or -1 for anything else (a sign, a space, a fraction, an overflow). */
+int chorus__parse_bytes(const char *s, size_t *out);
 
 /* ---- hashing ------------------------------------------------------------------------- */
 

@@ -2,6 +2,7 @@
  * config.c - the table of CHORUS_* variables, parsed strictly into a typed chorus_config, and
  * the one place in Chorus that reads the process environment.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -117,7 +118,7 @@ static int parse_bool(const char *s, int *out)
     return -1;
 }
 
-static int parse_bytes(const char *s, size_t *out)
+int chorus__parse_bytes(const char *s, size_t *out)
 {
     if (*s < '0' || *s > '9') return -1; /* no sign, no space */
     char *end;
@@ -126,7 +127,7 @@ static int parse_bytes(const char *s, size_t *out)
     if (errno || end == s) return -1;
     int shift = 0;
     if (*end) {
-        const char *units = "KMG", *u = strchr(units, *end);
+        const char *units = "KMG", *u = strchr(units, toupper((unsigned char)*end));
         if (!u || !*u || end[1]) return -1;
         shift = 10 * (int)(u - units + 1);
     }
@@ -188,7 +189,7 @@ static int store(const chorus_cfg_entry *e, const char *text, chorus_config *cfg
     case CHORUS_CFG_INT: v.l = -1, n = sizeof(v.l), bad = t && parse_int(t, &v.l); break;
     case CHORUS_CFG_DOUBLE: v.d = 0, n = sizeof(v.d), bad = t && parse_double(t, &v.d); break;
     case CHORUS_CFG_BOOL: v.b = 0, n = sizeof(v.b), bad = t && parse_bool(t, &v.b); break;
-    case CHORUS_CFG_BYTES: v.z = 0, n = sizeof(v.z), bad = t && parse_bytes(t, &v.z); break;
+    case CHORUS_CFG_BYTES: v.z = 0, n = sizeof(v.z), bad = t && chorus__parse_bytes(t, &v.z); break;
     }
     if (bad || !n) return -1;
     memcpy((char *)cfg + e->offset, &v, n);

@@ -39,18 +39,26 @@ static chorus_result cast_plan(void *st, const char *tensor, size_t count, choru
 
 static void narrow(const void *in, void *out, size_t n, chorus_dtype t, int bf)
 {
-    if (t == CHORUS_FLOAT32 && bf) CAST_LOOP(uint16_t, float, TO_BF16);
-    else if (t == CHORUS_FLOAT32) CAST_LOOP(uint16_t, float, TO_F16);
-    else if (bf) CAST_LOOP(uint16_t, double, TO_BF16);
-    else CAST_LOOP(uint16_t, double, TO_F16);
+    if (t == CHORUS_FLOAT32 && bf)
+        CAST_LOOP(uint16_t, float, TO_BF16);
+    else if (t == CHORUS_FLOAT32)
+        CAST_LOOP(uint16_t, float, TO_F16);
+    else if (bf)
+        CAST_LOOP(uint16_t, double, TO_BF16);
+    else
+        CAST_LOOP(uint16_t, double, TO_F16);
 }
 
 static void widen(const void *in, void *out, size_t n, chorus_dtype t, int bf)
 {
-    if (t == CHORUS_FLOAT32 && bf) CAST_LOOP(float, uint16_t, chorus__bf16_to_f32);
-    else if (t == CHORUS_FLOAT32) CAST_LOOP(float, uint16_t, chorus__f16_to_f32);
-    else if (bf) CAST_LOOP(double, uint16_t, chorus__bf16_to_f32);
-    else CAST_LOOP(double, uint16_t, chorus__f16_to_f32);
+    if (t == CHORUS_FLOAT32 && bf)
+        CAST_LOOP(float, uint16_t, chorus__bf16_to_f32);
+    else if (t == CHORUS_FLOAT32)
+        CAST_LOOP(float, uint16_t, chorus__f16_to_f32);
+    else if (bf)
+        CAST_LOOP(double, uint16_t, chorus__bf16_to_f32);
+    else
+        CAST_LOOP(double, uint16_t, chorus__f16_to_f32);
 }
 
 static chorus_result cast_prepare(void *st, const chorus_compress_call *c, const void *src,

@@ -45,6 +45,12 @@ const char *chorus__dtype_name(int dtype)
     return d ? d->name : "unknown-dtype";
 }
 
+const char *chorus_dtype_name(int t)
+{
+    const dtype_row *d = row(t);
+    return d ? d->name : NULL;
+}
+
 int chorus__dtype_is_float(chorus_dtype t)
 {
     const dtype_row *d = row((int)t);

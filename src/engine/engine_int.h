@@ -260,4 +260,10 @@ int chorus__meta_equal(const eng_meta *a, const eng_meta *b);
 void chorus__meta_diff(const eng_meta *a, int ra, const eng_meta *b, int rb, char *out, size_t len);
 const char *chorus__kind_name(int kind);
 
+/* The op a sum-then-divide average reduces with (CHORUS_SUM for CHORUS_AVG), else op. */
+static inline chorus_op chorus__eng_red_op(int op)
+{
+    return op == CHORUS_AVG ? CHORUS_SUM : (chorus_op)op;
+}
+
 #endif

@@ -20,11 +20,6 @@
 #include "engine/engine_int.h"
 #include "reduce/reduce.h"
 
-static chorus_op red_op(int op)
-{
-    return op == CHORUS_AVG ? CHORUS_SUM : (chorus_op)op;
-}
-
 /* The caller's input, prescaled when asked (into scratch), or NULL when out of memory. */
 static const void *scaled_input(chorus_engine *e, const eng_req *r)
 {
@@ -133,7 +128,7 @@ static chorus_result run_reduce_scatter(chorus_engine *e, eng_exec *x)
     int n = e->size, me = e->rank;
     eng_req *r = x->req;
     chorus_dtype t = (chorus_dtype)x->m.dtype;
-    chorus_op op = red_op(x->m.op);
+    chorus_op op = chorus__eng_red_op(x->m.op);
     size_t N = x->m.count, es = chorus_dtype_size(t), maxc = chorus__chunk_cnt(N, n, 0);
     size_t mine = chorus__chunk_cnt(N, n, me);
     double t0 = chorus__now();

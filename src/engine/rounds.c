@@ -14,19 +14,15 @@
 #include "engine/engine_int.h"
 #include "reduce/reduce.h"
 
-static chorus_op red_op(int op)
-{
-    return op == CHORUS_AVG ? CHORUS_SUM : (chorus_op)op;
-}
-
 eng_round chorus__round_of(const chorus_engine *e, const eng_exec *x)
 {
     const eng_meta *m = &x->m;
     if (m->nrounds) return m->rounds[x->round];
     /* An average over every rank is left to the core, which divides in the pass that writes
      * the result; with joined ranks the engine sums and divides by the contributors. */
-    chorus_op op =
-        m->op == CHORUS_AVG && chorus__eng_active(e) == e->size ? CHORUS_AVG : red_op(m->op);
+    chorus_op op = m->op == CHORUS_AVG && chorus__eng_active(e) == e->size
+                       ? CHORUS_AVG
+                       : chorus__eng_red_op(m->op);
     return (eng_round){ENG_ROUND_REDUCE, (uint8_t)op, m->dtype, m->count};
 }
 
@@ -101,7 +97,8 @@ void chorus__round_prepare(chorus_engine *e, eng_exec *x, void *wire)
     if (w.kind == ENG_ROUND_GATHER)
         memset(wire, 0, w.wcount * chorus_dtype_size((chorus_dtype)w.wdtype));
     else
-        chorus__dtype_fill_identity(wire, w.wcount, (chorus_dtype)w.wdtype, red_op(w.op));
+        chorus__dtype_fill_identity(wire, w.wcount, (chorus_dtype)w.wdtype,
+                                    chorus__eng_red_op(w.op));
 }
 
 int chorus__round_finish(chorus_engine *e, eng_exec *x, const void *wire, int nparts,

@@ -6,6 +6,7 @@
 #define CHORUS_BASE_H
 
 #include <stdarg.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -194,6 +195,10 @@ double chorus__deadline(void);
 /* ---- allocation ---------------------------------------------------------------------- */
 
 void *chorus__malloc_aligned(size_t n); /* 64-byte aligned; free() it */
+/* pthread_create for the library's own threads (store server, watchdog, engine), with
+ * asynchronous signals blocked in them so that the application's handlers run only on its own
+ * threads. 0 or an errno value. */
+int chorus__thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* a*b with overflow check: returns 0 and sets *out on success, -1 on overflow. */
 static inline int chorus__mul_overflow(size_t a, size_t b, size_t *out)

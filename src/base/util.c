@@ -1,4 +1,6 @@
 /* util.c - clocks, aligned allocation and host identity. */
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,4 +54,20 @@ void chorus__host_id(char *out, size_t len)
     unsigned long long netns =
         stat("/proc/self/ns/net", &st) == 0 ? (unsigned long long)st.st_ino : 0;
     snprintf(out, len, "%s/%s/%llu", host, boot, netns);
+}
+
+int chorus__thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    /* The new thread inherits the mask: asynchronous signals stay with the application's
+     * threads (its handlers never run on a library thread); faults still reach the thread that
+     * caused them. */
+    sigset_t all, old;
+    sigfillset(&all);
+    static const int sync_sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGABRT};
+    for (size_t i = 0; i < sizeof(sync_sigs) / sizeof(sync_sigs[0]); i++)
+        sigdelset(&all, sync_sigs[i]);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int r = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return r;
 }

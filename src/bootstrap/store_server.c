@@ -389,7 +389,7 @@ chorus_result chorus__store_server_start(const char *ip, int port, chorus_store_
         chorus__store_server_stop(s);
         return r;
     }
-    if (pipe2(s->wake, O_CLOEXEC) || pthread_create(&s->thread, NULL, serve, s)) {
+    if (pipe2(s->wake, O_CLOEXEC) || chorus__thread_start(&s->thread, serve, s)) {
         chorus__store_server_stop(s);
         return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot start the store thread");
     }

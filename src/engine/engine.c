@@ -694,7 +694,7 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
         snprintf(why, sizeof(why), "%s", chorus_last_error(e->comm));
     }
     if (r == CHORUS_OK) {
-        if (pthread_create(&e->thr, NULL, engine_main, e) != 0) {
+        if (chorus__thread_start(&e->thr, engine_main, e) != 0) {
             r = CHORUS_ERR_SYSTEM;
             snprintf(why, sizeof(why), "cannot create the engine thread: %s", strerror(errno));
         }

@@ -993,7 +993,7 @@ static void watchdog_start(chorus_net *n)
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&n->hb_cv, &ca);
     pthread_condattr_destroy(&ca);
-    if (pthread_create(&n->hb_thread, NULL, watchdog, n) == 0)
+    if (chorus__thread_start(&n->hb_thread, watchdog, n) == 0)
         n->hb_started = 1;
     else
         pthread_cond_destroy(&n->hb_cv);

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/status.h"
 #include "transport/tcp/net.h"
 #include "wire/auth.h"
 #include "wire/sock.h"
@@ -145,6 +146,7 @@ static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const 
     n->broken_rank = failed_rank;
     snprintf(n->broken_msg, sizeof(n->broken_msg), "%s", why);
     CHORUS_INFO(CHORUS_LOG_TCP, "communication failed: %s", why);
+    chorus__status_failed(n->rank, failed_rank == n->rank ? -1 : failed_rank, r);
     if (notify) send_abort_to_all(n, failed_rank, r, why);
     /* Stop using the sockets: shut them down so that every peer sees the failure promptly,
      * even one blocked on a message it will never get. */

@@ -63,9 +63,9 @@ typedef struct status_pipe {
     int fd;
     char buf[512];
     size_t len;
-    int reported;   /* a "failed" line arrived */
-    int blamed;     /* the rank it held responsible, -1: its own failure */
-    char what[48];  /* the result name it gave */
+    int reported;  /* a "failed" line arrived */
+    int blamed;    /* the rank it held responsible, -1: its own failure */
+    char what[48]; /* the result name it gave */
 } status_pipe;
 
 typedef struct worker {
@@ -76,7 +76,7 @@ typedef struct worker {
     int stopped; /* seen stopped (SIGSTOP/SIGTSTP) and not continued */
     int was_stopped;
     double stopped_at; /* when it was last seen stopped */
-    stream s[2]; /* stdout, stderr */
+    stream s[2];       /* stdout, stderr */
     tail tail;
     status_pipe st;
     double fail_time; /* when its failure was first seen: a report, an exit or a stop (0: not) */
@@ -332,9 +332,9 @@ static void free_env(char **envp)
 static char **child_env(const job *j, int rank, int size, int wid)
 {
     static const char *const ours[] = {
-        "CHORUS_RANK=",    "CHORUS_LOCAL_RANK=", "CHORUS_SIZE=",       "CHORUS_LOCAL_SIZE=",
-        "CHORUS_ELASTIC=", "CHORUS_WORKER_ID=",  "CHORUS_STORE_ADDR=", "CHORUS_JOB_ID=",
-        "CHORUS_STATUS_FD="};
+        "CHORUS_RANK=",       "CHORUS_LOCAL_RANK=", "CHORUS_SIZE=",
+        "CHORUS_LOCAL_SIZE=", "CHORUS_ELASTIC=",    "CHORUS_WORKER_ID=",
+        "CHORUS_STORE_ADDR=", "CHORUS_JOB_ID=",     "CHORUS_STATUS_FD="};
     size_t n = 0;
     while (environ[n]) n++;
     char **envp = calloc(n + 10, sizeof(char *));
@@ -1275,8 +1275,7 @@ static int report_failure(const job *j, const outcome *out)
             snprintf(why, sizeof(why), "after its own failure (%s)", w->st.what);
         else if (w->failed_alone)
             snprintf(why, sizeof(why), "on its own");
-        fprintf(stderr, "chorus-run: stopped: rank %d (pid %d) %s, %s\n", r, (int)w->pid, why,
-                how);
+        fprintf(stderr, "chorus-run: stopped: rank %d (pid %d) %s, %s\n", r, (int)w->pid, why, how);
     }
     int code = exit_code(cw->status);
     if (code == 0) code = exit_code(j->w[out->failed].status);

@@ -1,5 +1,7 @@
 /* status.c - the rank's failure line to its launcher (status.h). */
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -19,4 +21,13 @@ void chorus__status_failed(int rank, int blamed, chorus_result r)
     do {
         w = write((int)fd, line, (size_t)n);
     } while (w < 0 && errno == EINTR);
+}
+
+void chorus__status_check_launcher(void)
+{
+    long fd = chorus__config()->status_fd;
+    if (fd < 0) return;
+    /* The write end of a pipe polls as an error once no process holds the read end. */
+    struct pollfd p = {.fd = (int)fd, .events = 0};
+    if (poll(&p, 1, 0) == 1 && (p.revents & POLLERR)) kill(getpid(), SIGKILL);
 }

@@ -23,7 +23,8 @@
 
 static void sleep_ms(double ms)
 {
-    struct timespec ts = {(time_t)(ms / 1000), (long)((ms - (double)(long)(ms / 1000) * 1000) * 1e6)};
+    struct timespec ts = {(time_t)(ms / 1000),
+                          (long)((ms - (double)(long)(ms / 1000) * 1000) * 1e6)};
     nanosleep(&ts, NULL);
 }
 

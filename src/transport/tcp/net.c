@@ -954,6 +954,7 @@ static void *watchdog(void *arg)
         int nev;
         while ((nev = epoll_wait(n->epfd, ev, 32, 0)) > 0 && n->broken == CHORUS_OK)
             handle_events(n, ev, nev);
+        chorus__status_check_launcher();
         double now = chorus__now();
         for (int p = 0; p < n->size && n->broken == CHORUS_OK; p++) {
             peer *pe = &n->peers[p];

@@ -1286,8 +1286,9 @@ static int report_failure(const job *j, const outcome *out)
  * report_failure), 124 for --timeout, 130 when interrupted. */
 static int report(const job *j, const outcome *out)
 {
-    int code = 0;
-    if (!j->elastic && out->failed >= 0) {
+    int code = 0, any_failed = 0;
+    for (int r = 0; r < j->nw; r++) any_failed |= failed_status(j->w[r].status);
+    if (!j->elastic && out->failed >= 0 && any_failed) { /* not when every rank ended well */
         code = report_failure(j, out);
     } else if (out->timed_out) {
         code = 124;

@@ -110,7 +110,7 @@ $(BUILD)/lib/pkgconfig/chorus.pc: Makefile $(wildcard mk/*.mk) include/chorus.h
 test: deps $(WORLD_TARGETS) $(TEST_BINS)
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) sh tests/run.sh $(TESTS)
 
-demo: deps $(WORLD_TARGETS)
+demo: deps-demo $(WORLD_TARGETS)
 	@BUILD=$(BUILD) sh tools/demo.sh
 
 # Installs under $(DESTDIR)$(PREFIX): the libraries (static, and shared with its soname

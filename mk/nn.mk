@@ -19,10 +19,12 @@ NN_TARGETS   := $(NN_LIB) $(NN_SO) $(BUILD)/bin/chorus-train $(BUILD)/lib/pkgcon
 WORLD_TARGETS += $(NN_TARGETS)
 NN_PC = $(call pc_text,chorus_nn,Neural-network layers and data-parallel training over Chorus,-lchorus_nn,$(NN_LDLIBS),chorus)
 
-.PHONY: trainer deps-nn install-nn uninstall-nn
+.PHONY: trainer deps-nn deps-demo install-nn uninstall-nn
 trainer: deps-nn $(NN_TARGETS)
 deps-nn:
 	@sh tools/deps.sh "libchorus_nn and chorus-train (make trainer)" $(CORE_PKGS) $(NN_PKGS)
+deps-demo:
+	@sh tools/deps.sh "the demo (make demo)" $(CORE_PKGS) $(NN_PKGS) dataset-fashion-mnist
 $(NN_OBJS) $(BUILD)/obj/tools/chorus-train.o: | deps-nn
 
 # The layer loops are written to vectorise; -O3 lets the compiler do it fully.

@@ -106,7 +106,7 @@ if [ "$(id -u)" = 0 ]; then
     echo "== root, only a compiler and libsodium: make deps-nn installs what the trainer misses"
     mk "" "$CORE" deps-nn || { cat "$tmp/out"; fail "make deps-nn as root"; }
     cat "$tmp/out" "$tmp/apt.log"
-    grep -qx "apt-get install -y -q zlib1g-dev libopenblas-dev" "$tmp/apt.log" ||
+    grep -qx "apt-get -o DPkg::Lock::Timeout=600 install -y -q zlib1g-dev libopenblas-dev" "$tmp/apt.log" ||
         fail "root's make deps-nn did not apt-get install exactly zlib1g-dev libopenblas-dev"
 fi
 echo "deps tiers ok"

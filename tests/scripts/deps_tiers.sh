@@ -66,6 +66,7 @@ needed=$(readelf -d "$tmp/tree/b/lib/libchorus.so" | sed -n 's/.*Shared library:
 echo "libchorus.so needs: $needed"
 for lib in $needed; do
     case "$lib" in libsodium.so.* | libc.so.* | libm.so.* | librt.so.* | libpthread.so.* | ld-linux*) ;;
+    libasan.so.* | libubsan.so.* | libtsan.so.*) [ -n "${SANITIZE:-}" ] || fail "libchorus.so links $lib" ;;
     *) fail "libchorus.so links $lib, outside the core tier" ;; esac
 done
 echo "$needed" | grep -q libsodium || fail "libchorus.so does not link libsodium (the docs say it does)"

@@ -21,7 +21,16 @@ deps-man:
 
 $(BUILD)/man/%.1: $(BUILD)/bin/% | deps-man
 	@mkdir -p $(dir $@)
-	help2man --no-info --no-discard-stderr --name='$(man_name_$*)' --output=$@ $(abspath $<)
+	help2man --no-info --no-discard-stderr --name='$(man_name_$*)' \
+	    $(addprefix --include=,$(filter %.h2m,$^)) --output=$@ $(abspath $<)
+
+# chorus-run's page also has an ENVIRONMENT section: the CHORUS_* variables as
+# chorus-run --help-env prints them (kept as printed, in a no-fill block).
+$(BUILD)/man/chorus-run.1: $(BUILD)/man/chorus-run.h2m
+$(BUILD)/man/chorus-run.h2m: $(BUILD)/bin/chorus-run
+	@mkdir -p $(dir $@)
+	{ printf '[ENVIRONMENT]\nThe CHORUS_* variables every rank reads (docs/ENVIRONMENT.md says more):\n.PP\n.nf\n'; \
+	  $(abspath $<) --help-env | sed 's/\\/\\e/g; s/^[.'"'"']/\\\&&/'; printf '.fi\n'; } > $@
 
 install: install-man
 install-man: $(MAN_PAGES)

@@ -2,7 +2,8 @@
 # tests. A tier of its own over the core (`make trainer`): OpenBLAS and zlib; the trainer's
 # data comes from dataset-fashion-mnist (the demo's and the tests' tier).
 #
-#   make trainer      libchorus_nn.a, libchorus_nn.so, chorus-train and chorus_nn.pc
+#   make trainer      what make builds, plus libchorus_nn.a, libchorus_nn.so, chorus-train and
+#                     chorus_nn.pc
 
 NN_SRCS   := $(wildcard nn/*.c)
 NN_OBJS   := $(NN_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -20,7 +21,7 @@ WORLD_TARGETS += $(NN_TARGETS)
 NN_PC = $(call pc_text,chorus_nn,Neural-network layers and data-parallel training over Chorus,-lchorus_nn,$(NN_LDLIBS),chorus)
 
 .PHONY: trainer deps-nn deps-demo install-nn uninstall-nn
-trainer: deps-nn $(NN_TARGETS)
+trainer: deps-nn $(ALL_TARGETS) $(NN_TARGETS)
 deps-nn:
 	@sh tools/deps.sh "libchorus_nn and chorus-train (make trainer)" $(CORE_PKGS) $(NN_PKGS)
 deps-demo:

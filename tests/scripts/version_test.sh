@@ -1,7 +1,8 @@
 #!/bin/sh
 # One version, from include/chorus.h: every tool answers --version with one line
 # "<tool> <version>", the library's chorus_version() returns it, the Python package and its
-# metadata carry it, and the manual pages (make man) are made for it.
+# metadata carry it, and the manual pages (make man) are made for it (chorus-run's with the
+# CHORUS_* variables).
 set -u
 BUILD=${BUILD:-build}
 tmp=$(mktemp -d)
@@ -36,4 +37,6 @@ for t in chorus-run chorus-bench chorus-train; do
     grep -q "^\.TH $(echo "$t" | tr a-z A-Z) \"1\" .* \"$t $version\"" "$page" || fail "$page is not made for $t $version"
     grep -q -- '\\-\\-version' "$page" || fail "$page does not document --version"
 done
+grep -q '^\.SH ENVIRONMENT' "$BUILD/man/chorus-run.1" && grep -q '^CHORUS_TIMEOUT_S ' "$BUILD/man/chorus-run.1" ||
+    fail "chorus-run.1 has no ENVIRONMENT section listing the CHORUS_* variables"
 echo "version test ok"

@@ -18,7 +18,7 @@ INCLUDEDIR ?= $(PREFIX)/include
 MANDIR   ?= $(PREFIX)/share/man
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 # "0.1.0", from the CHORUS_VERSION_* macros of include/chorus.h (the one place it is written)
-VERSION  := $(shell awk '/^\#define CHORUS_VERSION_(MAJOR|MINOR|PATCH) /{v = v s $$3; s = "."} END{print v}' include/chorus.h)
+VERSION  := $(shell awk '/define CHORUS_VERSION_(MAJOR|MINOR|PATCH) /{v = v s $$3; s = "."} END{print v}' include/chorus.h)
 CC       ?= cc
 SANITIZE ?=
 ifeq ($(SANITIZE),)
@@ -70,7 +70,7 @@ deps-core:
 deps:
 	@sh tools/deps.sh "the tests (make test)" $(DEBIAN_PKGS)
 deps-format:
-	@sh tools/deps.sh "make format" clang-format
+	@sh tools/deps.sh "clang-format (make format, make format-check)" clang-format
 
 # Order-only on deps: with -j the compilers must not start before missing headers are installed.
 $(BUILD)/obj/%.o: %.c | deps-core
@@ -100,7 +100,7 @@ $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/l
 # pkg-config text of a library installed under PREFIX: $(call pc_text,name,description,
 # -l flags,private libraries,Requires). Outside the system directory (/usr) Libs carries an
 # rpath, so a program built from it runs without LD_LIBRARY_PATH.
-pc_text = prefix=$(PREFIX)\nlibdir=$(LIBDIR)\nincludedir=$(INCLUDEDIR)\n\nName: $(1)\nDescription: $(2)\nVersion: $(VERSION)\nRequires: $(5)\nLibs: -L$${libdir} $(if $(filter /usr,$(PREFIX)),,-Wl,-rpath,$${libdir} )$(3)\nLibs.private: $(4)\nCflags: -I$${includedir}\n
+pc_text = prefix=$(PREFIX)\nlibdir=$(LIBDIR)\nincludedir=$(INCLUDEDIR)\n\nName: $(1)\nDescription: $(2)\nVersion: $(VERSION)\n$(if $(5),Requires: $(5)\n)Libs: -L$${libdir} $(if $(filter /usr,$(PREFIX)),,-Wl,-rpath,$${libdir} )$(3)\nLibs.private: $(4)\nCflags: -I$${includedir}\n
 CHORUS_PC = $(call pc_text,chorus,Distributed deep-learning collectives and training runtime,-lchorus,$(LIB_LDLIBS) -pthread,)
 
 $(BUILD)/lib/pkgconfig/chorus.pc: Makefile $(wildcard mk/*.mk) include/chorus.h

@@ -29,13 +29,15 @@ static int guarded(const chorus_job *job)
     return job->serve_store && !job->rdzv_file[0];
 }
 
-static chorus_result other_job(const chorus_job *job, const char *detail, chorus_errbuf *e)
+/* what: the first half of the message ("rank 1 joined a store that belongs to another job"). */
+static chorus_result other_job(const chorus_job *job, const char *what, const char *detail,
+                               chorus_errbuf *e)
 {
     return chorus__fail(e, CHORUS_ERR_ENV,
-                        "rank %d joined a store that belongs to another job: %s. Two jobs were "
-                        "given the same store address %s (job id '%s'): give each job its own "
-                        "MASTER_PORT (or CHORUS_SECRET, or CHORUS_JOB_ID); this job stops here",
-                        job->rank, detail, job->store_addr, job->job);
+                        "%s (%s). Two jobs were given the same store address %s (job id '%s'): "
+                        "give each job its own MASTER_PORT (or CHORUS_SECRET, or CHORUS_JOB_ID); "
+                        "this job stops here",
+                        what, detail, job->store_addr, job->job);
 }
 
 /* Marks the identity of the store s as shared by two jobs (best effort: the caller fails). */
@@ -55,8 +57,6 @@ static int spoil_other_store(const chorus_job *job)
     if (chorus__store_connect(job->store_addr, job->job, chorus__now() + 2, &s, &ignored) !=
         CHORUS_OK)
         return 0;
-    long n = 0;
-    chorus__store_add(s, "job/claim/0", 1, &n, &ignored);
     mark_shared(s, "a second rank 0 found this store address already served");
     chorus__store_close(s);
     return 1;
@@ -84,7 +84,9 @@ static chorus_result claim_rank(chorus_rdzv *rz, chorus_errbuf *e)
     snprintf(why, sizeof(why), "rank %d of job identity %s was claimed by %ld processes", job->rank,
              rz->identity, n);
     mark_shared(rz->store, why);
-    return other_job(job, why, e);
+    char what[96];
+    snprintf(what, sizeof(what), "rank %d joined a store that belongs to another job", job->rank);
+    return other_job(job, what, why, e);
 }
 
 chorus_result chorus__rdzv_check_identity(chorus_rdzv *rz, chorus_errbuf *e)
@@ -97,7 +99,9 @@ chorus_result chorus__rdzv_check_identity(chorus_rdzv *rz, chorus_errbuf *e)
     if (chorus__store_check(rz->store, KEY_SHARED, &why, NULL, &found, &gone) != CHORUS_OK)
         return CHORUS_OK;
     if (!found) return CHORUS_OK;
-    chorus_result r = other_job(&rz->job, why, e);
+    char what[96];
+    snprintf(what, sizeof(what), "rank %d: another job joined this job's store", rz->job.rank);
+    chorus_result r = other_job(&rz->job, what, why, e);
     free(why);
     return r;
 }
@@ -196,7 +200,9 @@ chorus_result chorus__rdzv_open(chorus_rdzv *rz, const chorus_job *job, chorus_e
     if (job->serve_store && job->rank == 0) {
         chorus_result r = serve_store(rz->cfg, &rz->job, &rz->server, e);
         if (r != CHORUS_OK && guarded(job) && spoil_other_store(job))
-            return other_job(job, "its address is already served by another rank 0", e);
+            return other_job(job, "rank 0 found its store address served by another job's rank 0",
+                             "it could not listen there, and a store of the same job id answered",
+                             e);
         CHORUS_CHECK(r);
     } else if (job->rdzv_file[0])
         CHORUS_CHECK(read_rdzv_file(job->rdzv_file, rz->job.store_addr, sizeof(rz->job.store_addr),

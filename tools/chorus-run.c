@@ -128,8 +128,9 @@ static void usage(FILE *f)
         "  --cache-capacity N                 CHORUS_CACHE_CAPACITY\n"
         "  --stall-check-warning-time-seconds S, --stall-check-shutdown-time-seconds S\n"
         "                                     CHORUS_STALL_WARN_S, CHORUS_STALL_SHUTDOWN_S\n"
-        "  (--master-port P sets MASTER_PORT, as torchrun's does.) Other launchers' flags that\n"
-        "  do not apply here are refused with what to use instead.\n"
+        "  --timeline-mark-cycles, and torchrun's --standalone and --no-python, are what\n"
+        "  Chorus always does; --master-port P sets MASTER_PORT, as torchrun's does. Other\n"
+        "  launchers' flags that do not apply here are refused with what to use instead.\n"
         "\n"
         "elastic jobs (the program uses chorus_elastic_run; output is prefixed [worker id]):\n"
         "  --elastic        keep the job alive when workers fail: survivors form a new\n"
@@ -930,8 +931,6 @@ static const struct {
     {"--master-addr", MULTI_HOST},
     {"--autotune", NO_AUTOTUNE},
     {"--autotune-log-file", NO_AUTOTUNE},
-    {"--timeline-mark-cycles",
-     "the Chorus timeline has no cycle markers; --timeline-filename FILE writes the rest"},
     {"--gloo", "Chorus always runs over its own TCP and shared-memory transports; drop the flag"},
     {"--mpi", "to run under Open MPI, start the program with mpirun itself (Chorus reads "
               "OMPI_COMM_WORLD_*)"},
@@ -1059,9 +1058,10 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
         j->prefix = 0;
     } else if (!strcmp(a, "--tag-output")) {
         j->prefix = 1; /* Open MPI's: each line says which rank printed it */
-    } else if (!strcmp(a, "--standalone") || !strcmp(a, "--no-python")) {
-        /* torchrun's: one node with its own rendezvous; run the program as given. Both are
-         * what chorus-run always does. */
+    } else if (!strcmp(a, "--standalone") || !strcmp(a, "--no-python") ||
+               !strcmp(a, "--timeline-mark-cycles")) {
+        /* torchrun's: one node with its own rendezvous; run the program as given. Horovod's:
+         * mark each negotiation cycle in the timeline. All are what Chorus always does. */
     } else if (!strcmp(a, "--verbose")) {
         j->verbose = 1;
         setenv("CHORUS_DEBUG", "INFO", 0);
@@ -1374,7 +1374,8 @@ static void elastic_failed(job *j, worker *w, int status, const char *how)
         j->last_fail_status = status;
         snprintf(j->last_fail_line, sizeof(j->last_fail_line), "%s", line);
     }
-    if (same && w->replacement) j->repeating = 1;
+    int repeats = same && w->replacement && !j->repeating;
+    if (repeats) j->repeating = 1;
     int alive = count_alive(j);
     fprintf(stderr, "chorus-run: worker %d (pid %d%s) %s", w->wid, (int)w->pid,
             w->rank >= 0 ? ", a rank of the last generation" : "", how);
@@ -1382,9 +1383,9 @@ static void elastic_failed(job *j, worker *w, int status, const char *how)
         fprintf(stderr, "; %d worker%s left (elastic: the job goes on)", alive,
                 alive == 1 ? "" : "s");
     else if (may_replace(j))
-        fprintf(stderr, "; no worker is left: starting a replacement");
+        fprintf(stderr, "; no worker is left: replacing the failed ones");
     fprintf(stderr, "\n");
-    if (same && w->replacement)
+    if (repeats)
         fprintf(stderr,
                 "chorus-run: elastic: replacement worker %d failed as worker %d did (%s%s%s%s); "
                 "the failure repeats, so no more replacements are started\n",

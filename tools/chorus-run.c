@@ -5,11 +5,14 @@
  *   chorus-run --elastic -np N --min-np A --max-np B [--host-discovery-script PATH] program ...
  *
  * Serves the rendezvous store, makes a random per-job secret (CHORUS_SECRET) that every
- * connection must prove, starts the processes with their CHORUS_* environment, prefixes each
+ * connection must prove, starts the processes with their CHORUS_* environment (and
+ * torchrun's and horovodrun's variables, so their programs run unchanged), prefixes each
  * output line with the rank, forwards SIGINT/SIGTERM, and when one rank fails gives the
  * others a moment to report the failure, stops them, and exits with the failing rank's status
  * and a line saying which rank failed and how (also when a rank hangs: a stopped process is
- * noticed through waitpid).
+ * noticed through waitpid); --max-restarts starts the whole job again, as torchrun does.
+ * The flags of horovodrun, torchrun and mpirun that map onto Chorus are taken with their
+ * meaning; the others are refused with what to use instead (docs/LAUNCHER.md).
  *
  * With --elastic the job survives failures: the program uses chorus_elastic_run
  * (include/chorus/elastic.h), and this launcher decides the membership of each generation.
@@ -17,7 +20,8 @@
  * the launcher publishes el/round/<gen> = "<gen> <n> <worker ids in rank order>" once every
  * live worker has checked in and at least --min-np remain, kills workers that other workers
  * report unresponsive (or that are stopped) and that do not check in themselves, starts
- * replacements up to --max-np (--max-restarts of them), and follows a host discovery script.
+ * replacements up to --max-np (--max-restarts of them; none after a replacement failed as
+ * its predecessor did), and follows a host discovery script.
  * Running workers learn of a pending generation at their next commit (el/next). Every key
  * and value format of this protocol is defined in src/elastic/keys.h.
  */
@@ -280,10 +284,10 @@ typedef struct job {
     int prefix;
     char **argv;
     char store[64], id[80], base_id[64];
-    int np; /* ranks of a plain job; initial workers of an elastic one */
-    int attempt;      /* a plain job's run: 0, then 1.. after each --max-restarts restart */
-    int master_port;  /* MASTER_PORT for the ranks' own use (torch.distributed); 0: the user's */
-    int verbose;      /* --verbose: say what is started and how */
+    int np;              /* ranks of a plain job; initial workers of an elastic one */
+    int attempt;         /* a plain job's run: 0, then 1.. after each --max-restarts restart */
+    int master_port;     /* MASTER_PORT for the ranks' own use (torch.distributed); 0: the user's */
+    int verbose;         /* --verbose: say what is started and how */
     const char *log_dir; /* --log-dir: per-rank files of what the ranks print */
     int tee, redirects;  /* --tee, --redirects: 1 stdout, 2 stderr, 3 both */
     /* elastic */
@@ -359,14 +363,30 @@ static int count_alive(const job *j);
  * torch.distributed script with init_method="env://") and Horovod's (the rank a horovodrun
  * script reads before init). OMPI_COMM_WORLD_* are left alone: Open MPI's own MPI_Init would
  * take them for an mpirun job and fail. */
-static const char *const launcher_vars[] = {
-    "CHORUS_RANK=",        "CHORUS_LOCAL_RANK=",    "CHORUS_SIZE=",         "CHORUS_LOCAL_SIZE=",
-    "CHORUS_ELASTIC=",     "CHORUS_WORKER_ID=",     "CHORUS_STORE_ADDR=",   "CHORUS_JOB_ID=",
-    "RANK=",               "LOCAL_RANK=",           "WORLD_SIZE=",          "LOCAL_WORLD_SIZE=",
-    "GROUP_RANK=",         "GROUP_WORLD_SIZE=",     "ROLE_RANK=",           "ROLE_WORLD_SIZE=",
-    "TORCHELASTIC_RESTART_COUNT=", "TORCHELASTIC_MAX_RESTARTS=", "HOROVOD_RANK=",
-    "HOROVOD_SIZE=",       "HOROVOD_LOCAL_RANK=",   "HOROVOD_LOCAL_SIZE=",  "HOROVOD_CROSS_RANK=",
-    "HOROVOD_CROSS_SIZE="};
+static const char *const launcher_vars[] = {"CHORUS_RANK=",
+                                            "CHORUS_LOCAL_RANK=",
+                                            "CHORUS_SIZE=",
+                                            "CHORUS_LOCAL_SIZE=",
+                                            "CHORUS_ELASTIC=",
+                                            "CHORUS_WORKER_ID=",
+                                            "CHORUS_STORE_ADDR=",
+                                            "CHORUS_JOB_ID=",
+                                            "RANK=",
+                                            "LOCAL_RANK=",
+                                            "WORLD_SIZE=",
+                                            "LOCAL_WORLD_SIZE=",
+                                            "GROUP_RANK=",
+                                            "GROUP_WORLD_SIZE=",
+                                            "ROLE_RANK=",
+                                            "ROLE_WORLD_SIZE=",
+                                            "TORCHELASTIC_RESTART_COUNT=",
+                                            "TORCHELASTIC_MAX_RESTARTS=",
+                                            "HOROVOD_RANK=",
+                                            "HOROVOD_SIZE=",
+                                            "HOROVOD_LOCAL_RANK=",
+                                            "HOROVOD_LOCAL_SIZE=",
+                                            "HOROVOD_CROSS_RANK=",
+                                            "HOROVOD_CROSS_SIZE="};
 #define N_LAUNCHER_VARS (sizeof(launcher_vars) / sizeof(launcher_vars[0]))
 
 /* A copy of this process's environment with the rank's launcher variables set (or removed):
@@ -512,8 +532,7 @@ static worker *spawn(job *j, int rank, int size)
      * child would wait for it forever). */
     char **envp = child_env(j, rank, size, wid);
     pid_t pid = -1;
-    if (!envp || route_streams(j, w) || pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC))
-        goto fail;
+    if (!envp || route_streams(j, w) || pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) goto fail;
     char execfail[300];
     snprintf(execfail, sizeof(execfail), "chorus-run: cannot run '%s' (exec failed)\n", j->argv[0]);
     fflush(stdout);
@@ -906,11 +925,11 @@ static const struct {
 };
 
 #define ACROSS_HOSTS                                                                               \
-    "launch across hosts with mpirun or srun (export CHORUS_SECRET, MASTER_ADDR and "             \
+    "launch across hosts with mpirun or srun (export CHORUS_SECRET, MASTER_ADDR and "              \
     "MASTER_PORT to every rank; see docs/FAULT_TOLERANCE.md)"
 #define MULTI_HOST "chorus-run starts ranks on this host only; " ACROSS_HOSTS
 #define NO_AUTOTUNE                                                                                \
-    "Chorus has no autotuner; set the fusion threshold and cycle time yourself "                  \
+    "Chorus has no autotuner; set the fusion threshold and cycle time yourself "                   \
     "(--fusion-threshold-mb, --cycle-time-ms)"
 
 /* Flags of other launchers that do not map onto chorus-run, and what to use instead. */
@@ -953,10 +972,23 @@ static const struct {
 };
 
 /* Options that take a value (besides those of env_flags). */
-static const char *const value_opts[] = {
-    "-np", "-n", "--np", "--timeout", "--bind-to", "--grace", "--min-np", "--max-np",
-    "--max-restarts", "--host-discovery-script", "--discovery-interval", "-x",
-    "--nproc-per-node", "--nnodes", "--log-dir", "--tee", "--redirects"};
+static const char *const value_opts[] = {"-np",
+                                         "-n",
+                                         "--np",
+                                         "--timeout",
+                                         "--bind-to",
+                                         "--grace",
+                                         "--min-np",
+                                         "--max-np",
+                                         "--max-restarts",
+                                         "--host-discovery-script",
+                                         "--discovery-interval",
+                                         "-x",
+                                         "--nproc-per-node",
+                                         "--nnodes",
+                                         "--log-dir",
+                                         "--tee",
+                                         "--redirects"};
 
 static int takes_value(const char *name)
 {
@@ -1281,8 +1313,8 @@ static int prepare_job(job *j, chorus_store_server **server)
             if (read(ufd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) memset(rnd, 0, sizeof(rnd));
             close(ufd);
         }
-        snprintf(j->base_id, sizeof(j->base_id), "run-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0],
-                 rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+        snprintf(j->base_id, sizeof(j->base_id), "run-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(),
+                 rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
     }
     chorus_errbuf err;
     int port = 0;
@@ -1497,8 +1529,7 @@ static int supervise(job *j, const run_opts *o, outcome *out)
         if (j->elastic && !out->stopping) {
             int alive = count_alive(j);
             int rc = elastic_tick(j);
-            if (!rc && alive == 0 && !j->completing &&
-                !(j->unreplaced > 0 && may_replace(j))) {
+            if (!rc && alive == 0 && !j->completing && !(j->unreplaced > 0 && may_replace(j))) {
                 int any_running = 0;
                 for (int r = 0; r < j->nw; r++) any_running |= j->w[r].running;
                 if (!any_running) {
@@ -1595,7 +1626,11 @@ static int restart_job(job *j, const outcome *out)
 
 int main(int argc, char **argv)
 {
-    job j = {.np = -1, .prefix = 1, .max_restarts = -1, .discovery_every = 5, .min_np = 1,
+    job j = {.np = -1,
+             .prefix = 1,
+             .max_restarts = -1,
+             .discovery_every = 5,
+             .min_np = 1,
              .last_fail_wid = -1};
     run_opts o = {.grace = 5, .bind_req = -1};
     int rc = parse_args(argc, argv, &j, &o);

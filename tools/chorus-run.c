@@ -290,6 +290,7 @@ typedef struct job {
     int verbose;         /* --verbose: say what is started and how */
     const char *log_dir; /* --log-dir: per-rank files of what the ranks print */
     int tee, redirects;  /* --tee, --redirects: 1 stdout, 2 stderr, 3 both */
+    double started;      /* when the first run started (--timeout covers every run) */
     /* elastic */
     int elastic, min_np, max_np, max_restarts, restarts, unreplaced;
     /* the failure seen last (a failure of a replacement that matches it repeats) */
@@ -1047,6 +1048,8 @@ static int export_var(const char *v)
     return setenv(name, eq + 1, 1);
 }
 
+static int env_flag_used[sizeof(env_flags) / sizeof(env_flags[0])];
+
 /* Sets the variable of an env_flags row from its flag's value. */
 static int apply_env_flag(size_t row, const char *v)
 {
@@ -1059,7 +1062,20 @@ static int apply_env_flag(size_t row, const char *v)
     }
     char val[512];
     snprintf(val, sizeof(val), "%s%s", v, env_flags[row].suffix);
+    env_flag_used[row] = 1;
     return setenv(env_flags[row].var, val, 1);
+}
+
+/* The flag that set the variable an invalid-environment message names ("" when none did),
+ * so that the message points at what the user typed. */
+static const char *env_flag_behind(const char *msg)
+{
+    for (size_t i = 0; i < sizeof(env_flags) / sizeof(env_flags[0]); i++) {
+        size_t n = strlen(env_flags[i].var);
+        if (env_flag_used[i] && !strncmp(msg, env_flags[i].var, n) && msg[n] == '=')
+            return env_flags[i].flag;
+    }
+    return "";
 }
 
 /* torchrun's --nnodes: 1 or 1:1 (MIN:MAX nodes); more is a multi-host job. */
@@ -1292,7 +1308,9 @@ static int prepare_job(job *j, chorus_store_server **server)
     chorus__log_default_level(CHORUS_LOG_WARN);
     const char *bad = chorus__config_error();
     if (bad) {
-        fprintf(stderr, "chorus-run: invalid environment: %s\n", bad);
+        const char *flag = env_flag_behind(bad);
+        fprintf(stderr, "chorus-run: invalid environment: %s%s%s%s\n", bad,
+                *flag ? " (set by " : "", flag, *flag ? ")" : "");
         return 2;
     }
     chorus_errbuf algo_err;
@@ -1482,7 +1500,7 @@ static void stop_all(job *j, outcome *out, double now)
  * every rank has ended, 1 when out of memory. */
 static int supervise(job *j, const run_opts *o, outcome *out)
 {
-    double start = chorus__now();
+    double start = j->started;
     struct pollfd *pf = NULL;
     int *who = NULL, pf_cap = 0;
     for (;;) {
@@ -1637,6 +1655,7 @@ int main(int argc, char **argv)
     if (rc < 0) rc = check_args(argc, argv, &j, &o);
     chorus_store_server *server = NULL;
     if (rc < 0) rc = prepare_job(&j, &server);
+    j.started = chorus__now();
     if (rc < 0) rc = spawn_ranks(&j);
     if (rc >= 0) return rc;
     outcome out;

@@ -72,6 +72,13 @@ echo "$out"
 [ $rc = 6 ] || fail "--max-restarts: exit $rc, expected 6 once the restarts are used"
 [ "$(echo "$out" | grep -c '^chorus-run: restarting all')" = 2 ] || fail "--max-restarts 2 did not restart exactly twice"
 
+# --timeout covers every run together, not each restart
+start=$(date +%s)
+out=$(chorus-run -np 1 --timeout 3 --max-restarts 1000 sh -c 'sleep 1; exit 1' 2>&1); rc=$?
+echo "$out" | tail -2
+[ $rc = 124 ] || fail "--timeout with --max-restarts: exit $rc, expected 124"
+[ $(( $(date +%s) - start )) -lt 15 ] || fail "--timeout restarted with every run"
+
 # --log-dir: per-rank files; --tee 1 also shows stdout here; --tag-output is the default
 out=$(chorus-run -np 2 --log-dir "$tmp/logs" --tee 1 --tag-output sh -c 'echo "out $RANK"; echo "err $RANK" >&2' 2>&1)
 echo "$out"
@@ -80,6 +87,21 @@ echo "$out" | grep -q 'err' && fail "--log-dir: stderr was shown although only s
 [ "$(cat "$tmp/logs/attempt_0/1/stdout.log")" = "out 1" ] || fail "--log-dir: rank 1's stdout.log"
 [ "$(cat "$tmp/logs/attempt_0/0/stderr.log")" = "err 0" ] || fail "--log-dir: rank 0's stderr.log"
 refused "--tee and --redirects need --log-dir DIR" --tee 3
+
+# --redirects 2: only stderr goes to the file; stdout stays here
+out=$(chorus-run -np 1 --log-dir "$tmp/logs2" --redirects 2 sh -c 'echo "out"; echo "err" >&2' 2>&1)
+echo "$out"
+[ "$out" = "[0] out" ] || fail "--redirects 2: '$out' shown here"
+[ "$(cat "$tmp/logs2/attempt_0/0/stderr.log")" = "err" ] && [ ! -e "$tmp/logs2/attempt_0/0/stdout.log" ] || fail "--redirects 2: files"
+
+# horovodrun's tuning flags are CHORUS_* variables of every rank; torchrun's --master-port is
+# MASTER_PORT; --standalone and --no-python are what chorus-run does anyway
+out=$(chorus-run -np 1 --fusion-threshold-mb 8 --cycle-time-ms 3 --cache-capacity 10 \
+    --stall-check-warning-time-seconds 7 --stall-check-shutdown-time-seconds 9 --master-port 29777 \
+    --standalone --no-python sh -c 'echo "$CHORUS_FUSION_THRESHOLD $CHORUS_CYCLE_TIME_MS $CHORUS_CACHE_CAPACITY $CHORUS_STALL_WARN_S $CHORUS_STALL_SHUTDOWN_S $MASTER_PORT"' 2>&1)
+echo "$out"
+[ "$out" = "[0] 8M 3 10 7 9 29777" ] || fail "horovodrun's tuning flags"
+refused "CHORUS_CYCLE_TIME_MS=abc is not a non-negative number (set by --cycle-time-ms)" --cycle-time-ms abc
 
 # The flags that reach the library, shown through Python ranks (a sanitized libchorus cannot be
 # loaded into the interpreter: the sanitizer builds check the rest).

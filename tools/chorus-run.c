@@ -25,18 +25,18 @@
  * Running workers learn of a pending generation at their next commit (el/next). Every key
  * and value format of this protocol is defined in src/elastic/keys.h.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -488,30 +488,18 @@ static FILE *open_log(const job *j, int wid, const char *name)
     return f;
 }
 
-/* Where the streams of worker wid go: the console, and with --log-dir a file each (streams
- * named by --redirects only there, those named by --tee there and on the console). */
-static int route_streams(const job *j, worker *w)
+/* With --log-dir, where the streams of worker w go: a file each (streams named by
+ * --redirects only there, those named by --tee there and on the console). A file that cannot
+ * be written leaves its stream on the console, after a line saying so. */
+static void route_streams(const job *j, worker *w)
 {
     static const char *const names[2] = {"stdout", "stderr"};
-    FILE *console[2] = {stdout, stderr};
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < 2 && j->log_dir; s++) {
         int bit = 1 << s;
-        w->s[s].out = console[s];
-        w->s[s].log = NULL;
-        if (!j->log_dir || !((j->redirects | j->tee) & bit)) continue;
-        if (!(w->s[s].log = open_log(j, w->wid, names[s]))) return -1;
-        if ((j->redirects & bit) && !(j->tee & bit)) w->s[s].out = NULL;
+        if (!((j->redirects | j->tee) & bit)) continue;
+        w->s[s].log = open_log(j, w->wid, names[s]);
+        if (w->s[s].log && (j->redirects & bit) && !(j->tee & bit)) w->s[s].out = NULL;
     }
-    return 0;
-}
-
-static void close_logs(worker *w)
-{
-    for (int s = 0; s < 2; s++)
-        if (w->s[s].log) {
-            fclose(w->s[s].log);
-            w->s[s].log = NULL;
-        }
 }
 
 static worker *spawn(job *j, int rank, int size)
@@ -524,22 +512,37 @@ static worker *spawn(job *j, int rank, int size)
         j->capw = nc;
     }
     int wid = j->nw;
-    worker *w = &j->w[wid];
-    memset(w, 0, sizeof(*w));
-    w->wid = wid;
-    int out[2] = {-1, -1}, errp[2] = {-1, -1};
+    int out[2], errp[2];
+    if (pipe2(out, O_CLOEXEC)) return NULL;
+    if (pipe2(errp, O_CLOEXEC)) {
+        close(out[0]);
+        close(out[1]);
+        return NULL;
+    }
     /* The child's environment is built here: between fork and exec only async-signal-safe
      * calls are allowed (the store thread may hold the allocator's lock at fork time, and the
      * child would wait for it forever). */
     char **envp = child_env(j, rank, size, wid);
-    pid_t pid = -1;
-    if (!envp || route_streams(j, w) || pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) goto fail;
+    if (!envp) {
+        close(out[0]);
+        close(out[1]);
+        close(errp[0]);
+        close(errp[1]);
+        return NULL;
+    }
     char execfail[300];
     snprintf(execfail, sizeof(execfail), "chorus-run: cannot run '%s' (exec failed)\n", j->argv[0]);
     fflush(stdout);
     fflush(stderr);
-    pid = fork();
-    if (pid < 0) goto fail;
+    pid_t pid = fork();
+    if (pid < 0) {
+        free_env(envp);
+        close(out[0]);
+        close(out[1]);
+        close(errp[0]);
+        close(errp[1]);
+        return NULL;
+    }
     if (pid == 0) {
         dup2(out[1], 1);
         dup2(errp[1], 2);
@@ -558,21 +561,16 @@ static worker *spawn(job *j, int rank, int size)
     setpgid(pid, pid); /* also here: the child may not have run yet when we signal it */
     close(out[1]);
     close(errp[1]);
-    j->nw++;
+    worker *w = &j->w[j->nw++];
+    memset(w, 0, sizeof(*w));
+    w->wid = wid;
     w->pid = pid;
     w->running = 1;
     w->rank = -1;
-    w->s[0].fd = out[0];
-    w->s[1].fd = errp[0];
+    w->s[0] = (stream){.fd = out[0], .out = stdout};
+    w->s[1] = (stream){.fd = errp[0], .out = stderr};
+    route_streams(j, w);
     return w;
-fail:
-    if (envp) free_env(envp);
-    close_logs(w);
-    for (int i = 0; i < 2; i++) {
-        if (out[i] >= 0) close(out[i]);
-        if (errp[i] >= 0) close(errp[i]);
-    }
-    return NULL;
 }
 
 static int count_alive(const job *j)
@@ -732,6 +730,59 @@ static void publish(job *j, long gen)
 static int may_replace(const job *j)
 {
     return j->restarts < j->max_restarts && !j->repeating;
+}
+
+/* Pumps what the pipes of an ended worker still hold, so that its last line is known. */
+static void drain_worker(job *j, worker *w)
+{
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 64 && w->s[s].fd >= 0; i++) {
+            struct pollfd p = {.fd = w->s[s].fd, .events = POLLIN};
+            if (poll(&p, 1, 0) <= 0) break;
+            pump(&w->s[s], w->wid, j->prefix);
+        }
+}
+
+/* Did the program fail on its own (an exit status, a crash), rather than being killed or
+ * stopped from outside? Only such a failure can repeat. */
+static int own_failure(int status)
+{
+    if (WIFEXITED(status)) return WEXITSTATUS(status) != 0;
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    return sig && sig != SIGKILL && sig != SIGTERM && sig != SIGINT && sig != SIGHUP;
+}
+
+/* Says how elastic worker w failed and what happens next. A replacement that fails as the
+ * failure before it did (the same status and the same last line on stderr) stops further
+ * replacements: the next one would fail at the same point again. */
+static void elastic_failed(job *j, worker *w, int status, const char *how)
+{
+    drain_worker(j, w);
+    const char *line = w->s[1].last;
+    int same = own_failure(status) && j->last_fail_wid >= 0 && status == j->last_fail_status &&
+               !strcmp(line, j->last_fail_line);
+    int prev = j->last_fail_wid;
+    if (own_failure(status)) {
+        j->last_fail_wid = w->wid;
+        j->last_fail_status = status;
+        snprintf(j->last_fail_line, sizeof(j->last_fail_line), "%s", line);
+    }
+    int repeats = same && w->replacement && !j->repeating;
+    if (repeats) j->repeating = 1;
+    int alive = count_alive(j);
+    fprintf(stderr, "chorus-run: worker %d (pid %d%s) %s", w->wid, (int)w->pid,
+            w->rank >= 0 ? ", a rank of the last generation" : "", how);
+    if (alive > 0)
+        fprintf(stderr, "; %d worker%s left (elastic: the job goes on)", alive,
+                alive == 1 ? "" : "s");
+    else if (may_replace(j))
+        fprintf(stderr, "; no worker is left: replacing the failed ones");
+    fprintf(stderr, "\n");
+    if (repeats)
+        fprintf(stderr,
+                "chorus-run: elastic: replacement worker %d failed as worker %d did (%s%s%s%s); "
+                "the failure repeats, so no more replacements are started\n",
+                w->wid, prev, how, *line ? ", last line '" : "", line, *line ? "'" : "");
 }
 
 /* Returns 0, or the exit status with which the job must stop (too few workers left). */
@@ -1388,59 +1439,6 @@ typedef struct outcome {
     int last_failed; /* elastic: the worker that failed last (-1: none) */
     double fail_time, term_time;
 } outcome;
-
-/* Pumps what the pipes of an ended worker still hold, so that its last line is known. */
-static void drain_worker(job *j, worker *w)
-{
-    for (int s = 0; s < 2; s++)
-        for (int i = 0; i < 64 && w->s[s].fd >= 0; i++) {
-            struct pollfd p = {.fd = w->s[s].fd, .events = POLLIN};
-            if (poll(&p, 1, 0) <= 0) break;
-            pump(&w->s[s], w->wid, j->prefix);
-        }
-}
-
-/* Did the program fail on its own (an exit status, a crash), rather than being killed or
- * stopped from outside? Only such a failure can repeat. */
-static int own_failure(int status)
-{
-    if (WIFEXITED(status)) return WEXITSTATUS(status) != 0;
-    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-    return sig && sig != SIGKILL && sig != SIGTERM && sig != SIGINT && sig != SIGHUP;
-}
-
-/* Says how elastic worker w failed and what happens next. A replacement that fails as the
- * failure before it did (the same status and the same last line on stderr) stops further
- * replacements: the next one would fail at the same point again. */
-static void elastic_failed(job *j, worker *w, int status, const char *how)
-{
-    drain_worker(j, w);
-    const char *line = w->s[1].last;
-    int same = own_failure(status) && j->last_fail_wid >= 0 && status == j->last_fail_status &&
-               !strcmp(line, j->last_fail_line);
-    int prev = j->last_fail_wid;
-    if (own_failure(status)) {
-        j->last_fail_wid = w->wid;
-        j->last_fail_status = status;
-        snprintf(j->last_fail_line, sizeof(j->last_fail_line), "%s", line);
-    }
-    int repeats = same && w->replacement && !j->repeating;
-    if (repeats) j->repeating = 1;
-    int alive = count_alive(j);
-    fprintf(stderr, "chorus-run: worker %d (pid %d%s) %s", w->wid, (int)w->pid,
-            w->rank >= 0 ? ", a rank of the last generation" : "", how);
-    if (alive > 0)
-        fprintf(stderr, "; %d worker%s left (elastic: the job goes on)", alive,
-                alive == 1 ? "" : "s");
-    else if (may_replace(j))
-        fprintf(stderr, "; no worker is left: replacing the failed ones");
-    fprintf(stderr, "\n");
-    if (repeats)
-        fprintf(stderr,
-                "chorus-run: elastic: replacement worker %d failed as worker %d did (%s%s%s%s); "
-                "the failure repeats, so no more replacements are started\n",
-                w->wid, prev, how, *line ? ", last line '" : "", line, *line ? "'" : "");
-}
 
 /* Reaps ended workers and notices stopped (hung) or continued ones: a plain job records its
  * first failure; an elastic one poisons the failed worker's generation so the others re-form. */

@@ -1289,6 +1289,12 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
         return 2;
     }
     if (j->log_dir && !j->redirects) j->redirects = 3;
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/", j->log_dir ? j->log_dir : ".");
+    if (j->log_dir && (make_parents(dir) || access(j->log_dir, W_OK))) {
+        fprintf(stderr, "chorus-run: --log-dir %s: %s\n", j->log_dir, strerror(errno));
+        return 2;
+    }
     if (j->max_restarts < 0) j->max_restarts = j->elastic ? 3 : 0;
     if (!o->max_np_set) j->max_np = j->np;
     const char *b = chorus__env("CHORUS_BIND"); /* checked with the rest of the config later */

@@ -87,6 +87,8 @@ echo "$out" | grep -q 'err' && fail "--log-dir: stderr was shown although only s
 [ "$(cat "$tmp/logs/attempt_0/1/stdout.log")" = "out 1" ] || fail "--log-dir: rank 1's stdout.log"
 [ "$(cat "$tmp/logs/attempt_0/0/stderr.log")" = "err 0" ] || fail "--log-dir: rank 0's stderr.log"
 refused "--tee and --redirects need --log-dir DIR" --tee 3
+touch "$tmp/file"
+refused "chorus-run: --log-dir $tmp/file/logs: Not a directory" --log-dir "$tmp/file/logs"
 
 # --redirects 2: only stderr goes to the file; stdout stays here
 out=$(chorus-run -np 1 --log-dir "$tmp/logs2" --redirects 2 sh -c 'echo "out"; echo "err" >&2' 2>&1)

@@ -44,7 +44,8 @@ static void usage(void)
             "  -r ROOT   broadcast root (default 0)\n"
             "  -n ITERS  timed iterations per size (default: by size)\n"
             "  -w ITERS  warm-up iterations per size (default: by size)\n"
-            "  -z        check every timed iteration's result, not only the verified pass\n");
+            "  -z        check every timed iteration's result, not only the verified pass\n"
+            "  --version print the version and exit\n");
 }
 
 /* Small integer input: every reduction order gives the same exact answer. */
@@ -153,6 +154,8 @@ static size_t prepare(bench *b, size_t count)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--version"))
+        return printf("chorus-bench %s\n", chorus_version()) < 0;
     bench b = {.coll = C_ALLREDUCE, .t = CHORUS_FLOAT32, .op = CHORUS_SUM};
     size_t minb = 8, maxb = 64u << 20;
     double factor = 2;

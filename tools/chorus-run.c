@@ -122,6 +122,7 @@ static void usage(FILE *f)
         "  --verbose        say what is started; the ranks log at CHORUS_DEBUG=INFO\n"
         "  --help-env       print the CHORUS_* environment variables and their defaults\n"
         "  -h, --help       this help\n"
+        "  --version        print the version and exit\n"
         "\n"
         "horovodrun's tuning flags, each a CHORUS_* variable of every rank:\n"
         "  --timeline-filename FILE           CHORUS_TIMELINE\n"
@@ -1648,6 +1649,8 @@ static int restart_job(job *j, const outcome *out)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--version"))
+        return printf("chorus-run %s\n", chorus_version()) < 0;
     job j = {.np = -1,
              .prefix = 1,
              .max_restarts = -1,

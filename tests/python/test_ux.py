@@ -54,3 +54,46 @@ def test_horovod_elastic_benchmark_runs_under_elastic():
     assert "[0] Iter #2:" in r.stdout and "[0] Total img/sec on 2 CPU(s):" in r.stdout
     assert "[1] " not in r.stdout, r.stdout  # only rank 0 logs, before and after run()
     assert "ValueError" not in r.stderr, r.stderr
+
+
+def _worker_pid(launcher_pid, worker_id):
+    """The pid of the launcher's child whose CHORUS_WORKER_ID is worker_id (None if none)."""
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open("/proc/%s/environ" % d, "rb") as f:
+                envs = f.read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == launcher_pid and b"CHORUS_WORKER_ID=%d" % worker_id in envs:
+            return int(d)
+    return None
+
+
+def test_horovod_elastic_benchmark_survives_a_lost_worker():
+    """Worker 1 is killed mid-benchmark: rank 0 goes on with a replacement, which reads its
+    planned rank (1, not 0) before hvd.elastic.run and so does not log."""
+    e = env(CHORUS_HEARTBEAT_TIMEOUT_S="2", CHORUS_HEARTBEAT_S="0.5")
+    p = subprocess.Popen([RUN, "--elastic", "-np", "2", PY,
+                          os.path.join(HERE, "elastic_benchmark.py"), "--num-iters", "12"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e)
+    out = []
+    try:
+        for line in p.stdout:
+            out.append(line)
+            if line.startswith("[0] Iter #2:") and "generation 2" not in "".join(out):
+                victim = _worker_pid(p.pid, 1)
+                assert victim, "".join(out)
+                os.kill(victim, 9)
+        p.wait(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    text = "".join(out)
+    assert p.returncode == 0, text
+    assert "started worker 2 (pid" in text and "generation 2 has 2 ranks (workers 0 2)" in text
+    assert "[0] Total img/sec on 2 CPU(s):" in text, text
+    assert "[2] " not in text, text  # the replacement is rank 1 from its start

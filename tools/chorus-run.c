@@ -1096,8 +1096,8 @@ static int report(const job *j, const outcome *out)
         else
             fprintf(stderr, "chorus-run: rank %d (pid %d) %s", cause, (int)j->w[cause].pid, how);
         if (others)
-            fprintf(stderr, "; %d other rank%s also failed or were stopped", others,
-                    others > 1 ? "s" : "");
+            fprintf(stderr, "; %d other rank%s also failed or %s stopped", others,
+                    others > 1 ? "s" : "", others > 1 ? "were" : "was");
         fprintf(stderr, "\n");
         code = exit_code(j->w[out->failed].status);
     } else if (out->timed_out) {

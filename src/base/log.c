@@ -20,16 +20,23 @@ static FILE *log_file;
 static char log_host[64];
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
+/* CHORUS_DEBUG, already checked against its list by the config: the level it asks for. */
 static int parse_level(const char *s)
 {
-    if (!s || !*s) return CHORUS_LOG_NONE;
-    if (!strcasecmp(s, "WARN")) return CHORUS_LOG_WARN;
-    if (!strcasecmp(s, "INFO")) return CHORUS_LOG_INFO;
-    if (!strcasecmp(s, "TRACE")) return CHORUS_LOG_TRACE;
-    if (!strcasecmp(s, "NONE") || !strcasecmp(s, "OFF")) return CHORUS_LOG_NONE;
-    return CHORUS_LOG_WARN;
+    static const struct {
+        const char *name;
+        int level;
+    } names[] = {{"ERROR", CHORUS_LOG_WARN},
+                 {"WARN", CHORUS_LOG_WARN},
+                 {"INFO", CHORUS_LOG_INFO},
+                 {"DEBUG", CHORUS_LOG_TRACE},
+                 {"TRACE", CHORUS_LOG_TRACE}};
+    for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcasecmp(s, names[i].name)) return names[i].level;
+    return CHORUS_LOG_NONE; /* NONE, OFF, VERSION */
 }
 
+/* CHORUS_DEBUG_SUBSYS, already checked by the config: the bits of the names it lists. */
 static int parse_subsys(const char *s)
 {
     static const struct {

@@ -1,0 +1,55 @@
+#!/bin/sh
+# Messages a user reads when something is off: a launcher variable missing ("RANK is not set"),
+# a port held by a program that is not a Chorus store (said within seconds, not after the
+# whole timeout), a clean Python exit (a shutdown, not an error), and counts in good grammar.
+set -u
+fail() { echo "FAILED: $*"; exit 1; }
+bench="chorus-bench -b 8 -e 8 -n 1 -w 0"
+tmp=${TMPDIR:-/tmp}/messages_wording.$$
+listener=""
+cleanup() { [ -n "$listener" ] && kill "$listener" 2>/dev/null; rm -f "$tmp".*; }
+trap cleanup EXIT INT TERM
+
+out=$(env -u RANK WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 $bench 2>&1); rc=$?
+echo "$out"
+[ $rc = 1 ] && echo "$out" | grep -q "^  RANK is not set: every process of a torchrun-style job needs RANK and WORLD_SIZE (with MASTER_ADDR and MASTER_PORT); or start the program with a launcher (chorus-run -np N)$" ||
+    fail "WORLD_SIZE without RANK"
+
+# A listener that accepts and never answers holds MASTER_PORT.
+python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+conns = []
+while True:
+    conns.append(s.accept()[0])
+' >"$tmp.port" &
+listener=$!
+for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$tmp.port" ] && break; sleep 0.2; done
+port=$(cat "$tmp.port")
+[ -n "$port" ] || fail "no listener"
+start=$(date +%s)
+out=$(CHORUS_TIMEOUT_S=120 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $bench 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+echo "$out"
+echo "took ${took}s of a 120 s timeout"
+[ $rc = 1 ] && echo "$out" | grep -q "rendezvous store at 127.0.0.1:$port accepted the connection but sent no reply in 10 s: it is not a Chorus store" ||
+    fail "a port held by something else"
+[ "$took" -lt 60 ] || fail "it waited ${took}s"
+
+# A clean exit of a Python program: the engine is shut down, nothing reads like an error.
+out=$(cd python && CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=ENGINE chorus-run -np 2 /usr/bin/python3 -c '
+import chorus, numpy as np
+chorus.init()
+print("sum", chorus.allreduce(np.ones(3, dtype=np.float32))[0])' 2>&1); rc=$?
+echo "$out"
+[ $rc = 0 ] || fail "python run: exit $rc"
+[ "$(echo "$out" | grep -c 'CHORUS INFO engine shut down (chorus_engine_shutdown on every rank)')" = 2 ] ||
+    fail "the shutdown line on each rank"
+echo "$out" | grep -q "engine stopped\|before this op ran" && fail "a clean exit reads like an error"
+
+# Counts: "1 other rank also failed or was stopped"
+out=$(chorus-run -np 2 chorus-bench -t 4 2>&1)
+echo "$out"
+echo "$out" | grep -q "; 1 other rank also failed or was stopped$" || fail "grammar of the launcher's summary"
+echo "messages_wording: ok"

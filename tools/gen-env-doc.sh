@@ -17,7 +17,7 @@ meaning lists, in any case), `names` (a comma-separated list of them), `positive
 above 0), `text` or `secret` (text that is never logged). Anything else is an error, never a
 silent default: chorus-run refuses to start and `chorus_init` returns `CHORUS_ERR_INVALID_ARG`,
 with one line that names the variable, the value and what is accepted, for example
-`invalid environment: CHORUS_TIMEOUT_S=0 is not a positive number (seconds, e.g. 30 or 2.5)`.
+`invalid environment: CHORUS_TIMEOUT_S=0 is not a positive number (above 0, e.g. 30 or 2.5)`.
 A `CHORUS_*` name that is none of these (a misspelling) is not an error but is warned about on
 stderr, whatever `CHORUS_DEBUG` says, once per process (by chorus-run for the ranks it starts),
 with the closest known name: `CHORUS_TIMOUT_S is not a Chorus variable and is ignored; did you

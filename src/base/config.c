@@ -186,7 +186,7 @@ static const char *expected(const chorus_cfg_entry *e)
     switch (e->kind) {
     case CHORUS_CFG_INT: return "is not a non-negative integer";
     case CHORUS_CFG_DOUBLE: return "is not a non-negative number";
-    case CHORUS_CFG_POSNUM: return "is not a positive number (seconds, e.g. 30 or 2.5)";
+    case CHORUS_CFG_POSNUM: return "is not a positive number (above 0, e.g. 30 or 2.5)";
     case CHORUS_CFG_BOOL: return "is not a boolean (0/1, true/false, yes/no, on/off)";
     case CHORUS_CFG_BYTES:
         return "is not a size in bytes (a non-negative integer, optionally with K, M or G)";

@@ -11,7 +11,7 @@ bench="chorus-bench -b 4K -e 4K -n 1 -w 0"
 for v in 0 -5 abc; do
     out=$(CHORUS_TIMEOUT_S=$v chorus-run -np 2 sh -c 'echo started' 2>&1); rc=$?
     echo "$out"
-    [ $rc = 2 ] && [ "$out" = "chorus-run: invalid environment: CHORUS_TIMEOUT_S=$v is not a positive number (seconds, e.g. 30 or 2.5)" ] ||
+    [ $rc = 2 ] && [ "$out" = "chorus-run: invalid environment: CHORUS_TIMEOUT_S=$v is not a positive number (above 0, e.g. 30 or 2.5)" ] ||
         fail "CHORUS_TIMEOUT_S=$v under chorus-run (exit $rc)"
 done
 # without a launcher (a world of one): chorus_init refuses it

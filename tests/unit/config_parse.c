@@ -96,14 +96,17 @@ static void malformed(void)
     chorus_errbuf e;
     ASSERT_EQ(parse_with("CHORUS_TIMEOUT_S", "abc", &cfg, &e), CHORUS_ERR_INVALID_ARG);
     ASSERT_STR_CONTAINS(e.msg,
-                        "CHORUS_TIMEOUT_S=abc is not a positive number (seconds, e.g. 30 or 2.5)");
+                        "CHORUS_TIMEOUT_S=abc is not a positive number (above 0, e.g. 30 or 2.5)");
     ASSERT(cfg.timeout_s == 300.0); /* the bad row holds its default */
     /* a timeout of 0 or below is no timeout: refused, not read as the default */
     ASSERT_EQ(parse_with("CHORUS_TIMEOUT_S", "0", &cfg, &e), CHORUS_ERR_INVALID_ARG);
-    ASSERT_STR_CONTAINS(e.msg, "CHORUS_TIMEOUT_S=0 is not a positive number (seconds");
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_TIMEOUT_S=0 is not a positive number (above 0");
     ASSERT_EQ(parse_with("CHORUS_TIMEOUT_S", "-5", &cfg, &e), CHORUS_ERR_INVALID_ARG);
     ASSERT_STR_CONTAINS(e.msg, "CHORUS_TIMEOUT_S=-5 is not a positive number");
     ASSERT_EQ(parse_with("CHORUS_TIMEOUT_S", "inf", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_EQ(parse_with("CHORUS_HEARTBEAT_TIMEOUT_S", "0", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_EQ(parse_with("CHORUS_ENGINE_IDLE_MS", "0", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_ENGINE_IDLE_MS=0 is not a positive number (above 0");
     /* log level and subsystems: the names users type, any case; anything else is refused */
     ASSERT_EQ(parse_with("CHORUS_DEBUG", "verbose", &cfg, &e), CHORUS_ERR_INVALID_ARG);
     ASSERT_STR_CONTAINS(e.msg, "CHORUS_DEBUG=verbose is not one of NONE,OFF,VERSION,ERROR,WARN,"
@@ -155,7 +158,7 @@ static void init_refuses(void)
     ASSERT(c == NULL);
     printf("chorus_init: %s\n", chorus_last_error(NULL));
     ASSERT_STR_CONTAINS(chorus_last_error(NULL), "invalid environment: CHORUS_TIMEOUT_S=abc is not "
-                                                 "a positive number (seconds, e.g. 30 or 2.5)");
+                                                 "a positive number (above 0, e.g. 30 or 2.5)");
     unsetenv("CHORUS_TIMEOUT_S");
 }
 

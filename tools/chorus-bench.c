@@ -199,6 +199,7 @@ typedef struct opts {
     size_t minb, maxb, stepb;
     double factor;
     int iters, warm, check, average, quiet;
+    int all_types, all_ops; /* -d all, -o all: one table section per type, per op */
 } opts;
 
 /* Errors before chorus_init are printed by one process: rank 0, or a process started without
@@ -315,6 +316,8 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
             break;
         }
         case 'd':
+            o->all_types = !strcasecmp(v, "all");
+            if (o->all_types) break;
             b->t = CHORUS_DTYPE_COUNT;
             for (int k = 0; k < CHORUS_DTYPE_COUNT; k++)
                 if (!strcasecmp(v, chorus__dtype_name(k)) || !strcasecmp(v, type_name(k)))
@@ -322,15 +325,17 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
             if (b->t == CHORUS_DTYPE_COUNT)
                 return bad(o,
                            "unknown datatype '%s' (int8, uint8, int32, int64, half, bfloat16, "
-                           "float, double)",
+                           "float, double, all)",
                            v);
             break;
         case 'o':
+            o->all_ops = !strcasecmp(v, "all");
+            if (o->all_ops) break;
             b->op = CHORUS_OP_COUNT;
             for (int k = 0; k < CHORUS_OP_COUNT; k++)
                 if (!strcasecmp(v, chorus__op_name(k))) b->op = (chorus_op)k;
             if (b->op == CHORUS_OP_COUNT)
-                return bad(o, "unknown op '%s' (sum, prod, min, max, avg)", v);
+                return bad(o, "unknown op '%s' (sum, prod, min, max, avg, all)", v);
             break;
         case 'T': return bad(o, "%s: set CHORUS_TIMEOUT_S (seconds) instead", a);
         default: return bad(o, "%s is an nccl-tests option with no meaning on CPUs here", a);
@@ -440,6 +445,53 @@ static void print_header(const bench *b, const opts *o)
            "");
 }
 
+typedef struct totals {
+    long long wrong; /* wrong elements over every row (the same on every rank) */
+    double bw_sum;   /* busbw of every variant measured, for the average */
+    int bw_n;
+} totals;
+
+/* The rows of every size for b's collective, type and op; 1 when a collective failed. */
+static int run_sizes(bench *b, const opts *o, totals *tot)
+{
+    double busf = b->coll == C_ALLREDUCE   ? 2.0 * (b->n - 1) / b->n
+                  : b->coll == C_BROADCAST ? 1.0
+                                           : (double)(b->n - 1) / b->n;
+    int reduces = b->coll == C_ALLREDUCE || b->coll == C_REDUCE_SCATTER;
+    chorus_result r = CHORUS_OK;
+    for (size_t size = o->minb; size <= o->maxb;) {
+        size_t count = call_count(b, size);
+        size_t bytes =
+            b->coll == C_ALLGATHER || b->coll == C_REDUCE_SCATTER || b->coll == C_ALLTOALL
+                ? count * (size_t)b->n * b->es
+                : count * b->es;
+        result res[2];
+        for (int v = 0; v < 2 && count && r == CHORUS_OK; v++)
+            r = measure(b, o, count, bytes, busf, v, &res[v]);
+        if (r != CHORUS_OK) {
+            fprintf(stderr, "chorus-bench: rank %d: %s of %zu B failed: %s\n  %s\n", b->rank,
+                    coll_names[b->coll], bytes, chorus_strerror(r), chorus_last_error(b->c));
+            return 1;
+        }
+        for (int v = 0; v < 2 && count; v++) {
+            if (res[v].ran) tot->bw_sum += res[v].busbw, tot->bw_n++;
+            if (res[v].ran && res[v].wrong > 0) tot->wrong += res[v].wrong;
+        }
+        if (count && b->rank == 0) {
+            printf("  %10zu  %12zu  %8s  %6s  %6d", bytes, count, type_name(b->t),
+                   reduces ? chorus__op_name((int)b->op) : "none",
+                   b->coll == C_BROADCAST ? b->root : -1);
+            for (int v = 0; v < 2; v++) print_variant(&res[v]);
+            printf("\n");
+            fflush(stdout);
+        }
+        if (size == o->maxb) break;
+        size_t next = o->stepb ? size + o->stepb : (size_t)ceil((double)size * o->factor);
+        size = next > o->maxb ? o->maxb : next; /* always end with the largest size */
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bench b = {.coll = C_ALLREDUCE, .t = CHORUS_FLOAT32, .op = CHORUS_SUM};
@@ -461,13 +513,12 @@ int main(int argc, char **argv)
     }
     b.rank = chorus_rank(b.c);
     b.n = chorus_size(b.c);
-    b.es = chorus_dtype_size(b.t);
     o.quiet = b.rank != 0;
     if (b.root >= b.n) {
         chorus_finalize(b.c);
         return bad(&o, "-r %d: the root must be a rank below %d", b.root, b.n);
     }
-    size_t cap = o.maxb + 64 * b.es * (size_t)b.n;
+    size_t cap = o.maxb + 64 * sizeof(double) * (size_t)b.n; /* room for the widest type */
     b.send = chorus__malloc_aligned(cap);
     b.recv = chorus__malloc_aligned(cap);
     b.want = chorus__malloc_aligned(cap);
@@ -477,51 +528,26 @@ int main(int argc, char **argv)
     }
     memset(b.send, 0, cap);
     memset(b.recv, 0, cap);
-    double busf = b.coll == C_ALLREDUCE   ? 2.0 * (b.n - 1) / b.n
-                  : b.coll == C_BROADCAST ? 1.0
-                                          : (double)(b.n - 1) / b.n;
-    int reduces = b.coll == C_ALLREDUCE || b.coll == C_REDUCE_SCATTER;
+    totals tot = {0, 0, 0};
+    int types = o.all_types ? CHORUS_DTYPE_COUNT : 1;
+    int ops =
+        o.all_ops && (b.coll == C_ALLREDUCE || b.coll == C_REDUCE_SCATTER) ? CHORUS_OP_COUNT : 1;
     if (b.rank == 0) print_header(&b, &o);
-    long long wrong_total = 0;
-    double bw_sum = 0;
-    int bw_n = 0;
-    for (size_t size = o.minb; size <= o.maxb;) {
-        size_t count = call_count(&b, size);
-        size_t bytes = b.coll == C_ALLGATHER || b.coll == C_REDUCE_SCATTER || b.coll == C_ALLTOALL
-                           ? count * (size_t)b.n * b.es
-                           : count * b.es;
-        result res[2];
-        for (int v = 0; v < 2 && count && r == CHORUS_OK; v++)
-            r = measure(&b, &o, count, bytes, busf, v, &res[v]);
-        if (r != CHORUS_OK) {
-            fprintf(stderr, "chorus-bench: rank %d: %s of %zu B failed: %s\n  %s\n", b.rank,
-                    coll_names[b.coll], bytes, chorus_strerror(r), chorus_last_error(b.c));
-            return 1;
+    for (int ti = 0; ti < types; ti++)
+        for (int oi = 0; oi < ops; oi++) {
+            if (o.all_types) b.t = (chorus_dtype)ti;
+            if (ops > 1) b.op = (chorus_op)oi;
+            b.es = chorus_dtype_size(b.t);
+            if (run_sizes(&b, &o, &tot)) return 1;
         }
-        if (count && b.rank == 0) {
-            printf("  %10zu  %12zu  %8s  %6s  %6d", bytes, count, type_name(b.t),
-                   reduces ? chorus__op_name((int)b.op) : "none",
-                   b.coll == C_BROADCAST ? b.root : -1);
-            for (int v = 0; v < 2; v++) {
-                print_variant(&res[v]);
-                if (res[v].ran) bw_sum += res[v].busbw, bw_n++;
-                if (res[v].ran && res[v].wrong > 0) wrong_total += res[v].wrong;
-            }
-            printf("\n");
-            fflush(stdout);
-        }
-        if (size == o.maxb) break;
-        size_t next = o.stepb ? size + o.stepb : (size_t)ceil((double)size * o.factor);
-        size = next > o.maxb ? o.maxb : next; /* always end with the largest size */
-    }
     if (b.rank == 0) {
-        printf("# Out of bounds values : %lld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
-        printf("# Avg bus bandwidth    : %g \n", bw_n ? bw_sum / bw_n : 0.0);
+        printf("# Out of bounds values : %lld %s\n", tot.wrong, tot.wrong ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g \n", tot.bw_n ? tot.bw_sum / tot.bw_n : 0.0);
         printf("#\n");
     }
     free(b.send);
     free(b.recv);
     free(b.want);
     chorus_finalize(b.c);
-    return wrong_total ? 1 : 0;
+    return tot.wrong ? 1 : 0;
 }

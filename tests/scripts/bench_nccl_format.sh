@@ -47,6 +47,15 @@ cat "$out"
 grep -Eq '^\[0\] +4096 +1024 +float +none +2 +N/A +N/A +N/A +N/A +[0-9.]+ +[0-9.]+ +[0-9.]+ +0$' "$out" ||
     fail "broadcast row"
 
+# -d all -o all: every type with every op, each row verified
+chorus-run -np 2 chorus-bench -b 64 -e 64 -n 1 -w 0 -d all -o all >"$out" 2>&1 ||
+    { cat "$out"; fail "-d all -o all"; }
+rows=$(grep -Ec '^\[0\] +64 +[0-9]+ +[a-z0-9]+ +(sum|prod|min|max|avg) +-1( +[0-9.]+){3} +0( +[0-9.]+){3} +0$' "$out")
+[ "$rows" = 40 ] || { cat "$out"; fail "-d all -o all: $rows verified rows, expected 8 types x 5 ops"; }
+for t in int8 uint8 int32 int64 half bfloat16 float double; do
+    grep -q "^\[0\] .* $t  *avg " "$out" || fail "-d all: no $t row"
+done
+
 out2=$(chorus-bench --help); rc=$?
 [ $rc = 0 ] && echo "$out2" | grep -q -- "-c, --check 0|1" || fail "--help on stdout, status 0"
 

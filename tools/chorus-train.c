@@ -399,7 +399,8 @@ static void build(trainer *t)
     const opts *o = &t->o;
     if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank, t->world,
                         o->seed))
-        die("cannot set up the sampler (batch %d, %d ranks)", o->batch, t->world);
+        die("cannot set up the sampler (batch %d, %d rank%s)", o->batch, t->world,
+            t->world == 1 ? "" : "s");
     t->max_local = nn_sampler_max_local(&t->sampler);
     int max_micro = (int)((t->max_local + (size_t)o->accum - 1) / (size_t)o->accum);
     if (max_micro < 1) max_micro = 1;

@@ -404,12 +404,12 @@ void chorus__select_describe(const chorus_comm *c)
                     c->shm->cma_min);
     else
         CHORUS_INFO(CHORUS_LOG_COLL,
-                    "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %zu B, "
+                    "comm %016llx (%d ranks, %d host%s): TCP; allreduce one-shot up to %zu B, "
                     "direct reduce-scatter + ring allgather above (both fold in rank order); "
                     "broadcast binomial tree up to %zu B, chain above; ring allgather, direct "
                     "reduce-scatter, pairwise alltoall, dissemination barrier%s",
-                    (unsigned long long)c->id, c->size, c->nhosts, c->cfg.tcp_oneshot_max,
-                    c->cfg.bcast_tree_max,
+                    (unsigned long long)c->id, c->size, c->nhosts, c->nhosts == 1 ? "" : "s",
+                    c->cfg.tcp_oneshot_max, c->cfg.bcast_tree_max,
                     c->nhosts > 1 && c->size > c->nhosts
                         ? " (chorus_comm_split_type(CHORUS_SPLIT_HOST) gives the ranks of each "
                           "host a communicator over shared memory)"

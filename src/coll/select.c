@@ -14,9 +14,15 @@
  *          2(p-1)/p S bytes across cores per rank
  *          (beta_x: cross-core transfer, ~1/12 GB/s here; both keep memory traffic at the
  *           bound, one read of the input and one write of the output per rank, as the slots
- *           stay in cache. For p = 2 the cross-core bytes are equal, so one-shot wins by its single
- *           synchronisation; for p > 2 one-shot reads p/2 times more, so pipelined wins once
- *           S is large: the crossover is CHORUS_SHM_ONESHOT_MAX)
+ *           stay in cache. One-shot folds all S on every rank, pipelined S/p: one-shot wins by
+ *           its single synchronisation while S is small, pipelined once S is large: the
+ *           crossover is CHORUS_SHM_ONESHOT_MAX, for 2 ranks too - at 2 ranks and 64 MiB
+ *           pipelined took 9-10 ms, one-shot 11-12)
+ *   allreduce, shm single copy (2 ranks): (S/K) * (2 syscalls + K beta_x) + 2 alpha_shm
+ *          the peer's input read and the result written by the kernel straight between the
+ *          user buffers (K: piece): no staging copy, but the kernel pins every page it copies,
+ *          which outweighs the saved copy above CHORUS_SHM_CMA_MAX (384 KiB: at 1 MiB 100 us
+ *          against 50-60 us pipelined, at 64 MiB 15 ms against 9-10 ms)
  *   allreduce, one-shot:            alpha + (p-1) S beta                       -> small S
  *          every rank sends its buffer to every other (concurrently) and folds all p in rank
  *          order: one round instead of log2(p)
@@ -41,8 +47,9 @@
  * CHORUS_SHM is not 0, the communicator has a shared-memory group (comm_shm.c) and shared
  * memory wins for every size - alpha_shm and beta_copy are both far below TCP's - so it is
  * the default for all collectives; otherwise TCP, with the size crossovers
- * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce is one-shot for 2
- * ranks or up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above.
+ * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce at 2 ranks is single
+ * copy from CHORUS_SHM_CMA_MIN to CHORUS_SHM_CMA_MAX bytes (when the kernel allows it); otherwise
+ * one-shot up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above.
  *
  * The table: one row per algorithm {id, collective, name, description, memory type,
  * transport, when the rules pick it, function}. The rules take, for a collective, the first
@@ -82,15 +89,17 @@ static int always(const chorus_comm *c, size_t bytes)
     (void)bytes;
     return 1;
 }
-/* Single copy: measured faster from ~12 KiB at 2 ranks; with more ranks than this host's 2
- * cores it was not, so by the rules it serves 2 ranks only (shm_cma forces it for any p). */
+/* Single copy: measured faster than the slots from ~12 KiB to ~384 KiB at 2 ranks; above, the
+ * kernel's per-page pinning costs more than the pipelined slots' second copy (64 MiB: 15 ms
+ * against 9-10 ms). With more ranks than this host's 2 cores it was not faster, so by the rules
+ * it serves 2 ranks only (shm_cma forces it for any p and size). */
 static int shm_cma_fits(const chorus_comm *c, size_t bytes)
 {
-    return c->size == 2 && bytes >= c->shm->cma_min;
+    return c->size == 2 && bytes >= c->shm->cma_min && bytes <= c->shm->cma_max;
 }
 static int shm_oneshot_fits(const chorus_comm *c, size_t bytes)
 {
-    return c->size <= 2 || bytes <= c->shm->oneshot_max; /* one sync, but reads p inputs */
+    return bytes <= c->shm->oneshot_max; /* one sync, but every rank reduces all p inputs */
 }
 static int tcp_oneshot_fits(const chorus_comm *c, size_t bytes)
 {
@@ -394,14 +403,14 @@ void chorus__select_describe(const chorus_comm *c)
         CHORUS_INFO(CHORUS_LOG_COLL,
                     "comm %016llx (%d ranks, one host): shared memory for every collective; "
                     "allreduce one-shot up to %zu B, pipelined in %zu KiB chunks above; "
-                    "non-temporal stores from %zu B; single-copy allreduce %s%zu B "
+                    "non-temporal stores from %zu B; single-copy allreduce %s%zu B to %zu B "
                     "(CHORUS_ALGO_* can force a TCP algorithm)",
                     (unsigned long long)c->id, c->size, c->shm->oneshot_max, c->shm->chunk >> 10,
                     c->shm->nt_min,
                     !c->shm->cma   ? "off, would be from "
                     : c->size == 2 ? "from "
                                    : "only when forced (shm_cma), with more than 2 ranks; from ",
-                    c->shm->cma_min);
+                    c->shm->cma_min, c->shm->cma_max);
     else
         CHORUS_INFO(CHORUS_LOG_COLL,
                     "comm %016llx (%d ranks, %d host%s): TCP; allreduce one-shot up to %zu B, "

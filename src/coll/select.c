@@ -307,10 +307,10 @@ static void rules_reason(const chorus_comm *c, const row *r, size_t bytes, char 
                          : c->nhosts != 1 ? "ranks on several hosts"
                                           : "CHORUS_SHM=0, not set up yet, or set-up failed";
     if (r->fits == shm_cma_fits)
-        snprintf(out, len, "2 ranks on one host, %zu B >= CHORUS_SHM_CMA_MIN (%zu)", bytes,
-                 c->shm->cma_min);
-    else if (r->fits == shm_oneshot_fits && c->size <= 2)
-        snprintf(out, len, "%d ranks on one host", c->size);
+        snprintf(out, len,
+                 "2 ranks on one host, CHORUS_SHM_CMA_MIN (%zu) <= %zu B <= CHORUS_SHM_CMA_MAX "
+                 "(%zu)",
+                 c->shm->cma_min, bytes, c->shm->cma_max);
     else if (r->fits == shm_oneshot_fits)
         snprintf(out, len, "%d ranks on one host, %zu B <= CHORUS_SHM_ONESHOT_MAX (%zu)", c->size,
                  bytes, c->shm->oneshot_max);

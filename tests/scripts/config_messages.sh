@@ -49,7 +49,7 @@ for level in debug TRACE; do
     out=$(CHORUS_DEBUG=$level CHORUS_DEBUG_SUBSYS=coll chorus-run -np 2 $bench 2>&1); rc=$?
     echo "$out" | grep "of 4096 B" | head -2
     [ $rc = 0 ] || fail "$level run: exit $rc"
-    echo "$out" | grep -q "rank 0 CHORUS TRACE allreduce of 4096 B on comm [0-9a-f]* (2 ranks): shm_oneshot (shared memory, every rank reduces all inputs in rank order, chunk by chunk); 2 ranks on one host" ||
+    echo "$out" | grep -q "rank 0 CHORUS TRACE allreduce of 4096 B on comm [0-9a-f]* (2 ranks): shm_oneshot (shared memory, every rank reduces all inputs in rank order, chunk by chunk); 2 ranks on one host, 4096 B <= CHORUS_SHM_ONESHOT_MAX (65536)" ||
         fail "CHORUS_DEBUG=$level: the algorithm of each collective and why"
 done
 out=$(CHORUS_DEBUG=trace CHORUS_DEBUG_SUBSYS=coll CHORUS_SHM=0 chorus-run -np 2 $bench 2>&1)

@@ -111,7 +111,16 @@ chorus_result chorus__store_connect(const char *addr, const char *job, double de
     r = chorus__auth_connect(s->fd, &key, first, what, e);
     s->authed = key.set;
     if (r == CHORUS_OK) r = request(s, CHORUS_KV_HELLO, job, NULL, 0, first, NULL, NULL, e);
-    if (r == CHORUS_ERR_TIMEOUT && first < deadline)
+    const char *magic = r != CHORUS_OK && e ? strstr(e->msg, "bad magic 0x") : NULL;
+    unsigned first_bytes = 0;
+    char text[8] = "";
+    if (magic && sscanf(magic, "bad magic 0x%x (\"%4[^\"]\")", &first_bytes, text) == 2)
+        r = chorus__fail(e, CHORUS_ERR_PROTOCOL,
+                         "%s is not a Chorus store: it answered \"%s\" (0x%08x), another "
+                         "protocol; another program listens on that port (under torchrun, whose "
+                         "own store holds MASTER_PORT, Chorus's is at MASTER_PORT+1)",
+                         what, text, first_bytes);
+    else if (r == CHORUS_ERR_TIMEOUT && first < deadline)
         r = chorus__fail(e, CHORUS_ERR_PROTOCOL,
                          "%s accepted the connection but sent no reply in %.0f s: it is not a "
                          "Chorus store (another program listens on that port; under torchrun, "

@@ -15,27 +15,47 @@ echo "$out"
 [ $rc = 1 ] && echo "$out" | grep -q "^  RANK is not set: every process of a torchrun-style job needs RANK and WORLD_SIZE (with MASTER_ADDR and MASTER_PORT); or start the program with a launcher (chorus-run -np N)$" ||
     fail "WORLD_SIZE without RANK"
 
-# A listener that accepts and never answers holds MASTER_PORT.
-python3 -c '
-import socket, sys, time
+# MASTER_PORT held by a program that is not a Chorus store: one that accepts and never answers
+# (said after 10 s, not the whole timeout), one that answers in another protocol (said at once).
+listen() { # MODE: prints the port, serves until killed
+    python3 -c '
+import socket, sys
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
 print(s.getsockname()[1], flush=True)
 conns = []
 while True:
-    conns.append(s.accept()[0])
-' >"$tmp.port" &
-listener=$!
-for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$tmp.port" ] && break; sleep 0.2; done
-port=$(cat "$tmp.port")
-[ -n "$port" ] || fail "no listener"
+    c = s.accept()[0]
+    if sys.argv[1] == "http":
+        c.recv(100)
+        c.sendall(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+        c.close()
+    else:
+        conns.append(c)
+' "$1" >"$tmp.port" &
+    listener=$!
+    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$tmp.port" ] && break; sleep 0.2; done
+    port=$(cat "$tmp.port")
+    [ -n "$port" ] || fail "no listener"
+}
+listen silent
 start=$(date +%s)
 out=$(CHORUS_TIMEOUT_S=120 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $bench 2>&1); rc=$?
 took=$(( $(date +%s) - start ))
 echo "$out"
 echo "took ${took}s of a 120 s timeout"
 [ $rc = 1 ] && echo "$out" | grep -q "rendezvous store at 127.0.0.1:$port accepted the connection but sent no reply in 10 s: it is not a Chorus store" ||
-    fail "a port held by something else"
+    fail "a port held by a silent program"
 [ "$took" -lt 60 ] || fail "it waited ${took}s"
+kill "$listener"
+listen http
+for secret in "" 0123456789abcdef0123; do
+    out=$(CHORUS_SECRET=$secret CHORUS_TIMEOUT_S=120 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $bench 2>&1); rc=$?
+    echo "$out"
+    [ $rc = 1 ] && echo "$out" | grep -q "rendezvous store at 127.0.0.1:$port is not a Chorus store: it answered \"HTTP\" (0x50545448), another protocol; another program listens on that port" ||
+        fail "a port held by a program of another protocol (secret '$secret')"
+done
+kill "$listener"
+listener=""
 
 # A clean exit of a Python program: the engine is shut down, nothing reads like an error.
 out=$(cd python && CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=ENGINE chorus-run -np 2 /usr/bin/python3 -c '

@@ -18,6 +18,7 @@ echo "$out"
 # MASTER_PORT held by a program that is not a Chorus store: one that accepts and never answers
 # (said after 10 s, not the whole timeout), one that answers in another protocol (said at once).
 listen() { # MODE: prints the port, serves until killed
+    rm -f "$tmp.port"
     python3 -c '
 import socket, sys
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
@@ -33,7 +34,8 @@ while True:
         conns.append(c)
 ' "$1" >"$tmp.port" &
     listener=$!
-    for _ in 1 2 3 4 5 6 7 8 9 10; do [ -s "$tmp.port" ] && break; sleep 0.2; done
+    i=0
+    while [ ! -s "$tmp.port" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
     port=$(cat "$tmp.port")
     [ -n "$port" ] || fail "no listener"
 }

@@ -254,7 +254,7 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int c = short_of(a);
-        if (c == 'h') return usage(stdout), -1;
+        if (c == 'h') return o->quiet ? -1 : (usage(stdout), -1); /* printed by rank 0 */
         if (!c) return bad(o, "unknown option '%s'", a);
         if (!v) return bad(o, "%s needs a value", a);
         i++;

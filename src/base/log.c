@@ -3,6 +3,7 @@
  * macros in base.h); lines carry host, pid and rank so interleaved output of many ranks can be
  * told apart.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +74,13 @@ static void open_log_file(const char *pattern)
     }
     path[o] = 0;
     log_file = fopen(path, "a");
-    if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
+    if (log_file)
+        setvbuf(log_file, NULL, _IOLBF, 0);
+    else /* said whatever the level: the user asked for a log and would find none */
+        fprintf(stderr,
+                "%s:%d CHORUS WARN CHORUS_DEBUG_FILE=%s: cannot open %s: %s; logging to "
+                "stderr\n",
+                log_host, (int)getpid(), pattern, path, strerror(errno));
 }
 
 static int default_level = CHORUS_LOG_NONE;

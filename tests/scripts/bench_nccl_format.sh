@@ -59,6 +59,10 @@ done
 out2=$(chorus-bench --help); rc=$?
 [ $rc = 0 ] && echo "$out2" | grep -q -- "-c, --check 0|1" || fail "--help on stdout, status 0"
 
+out2=$(chorus-run -np 2 chorus-bench --help 2>&1); rc=$?
+[ $rc = 0 ] && [ "$(echo "$out2" | grep -c 'usage: chorus-run -np N chorus-bench')" = 1 ] ||
+    fail "--help under chorus-run: printed once, status 0"
+
 chorus-run -np 2 chorus-bench -t 4 >"$out" 2>&1; rc=$?
 cat "$out"
 [ $rc = 2 ] || fail "-t 4: exit $rc"

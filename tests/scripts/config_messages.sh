@@ -63,4 +63,9 @@ echo "$out" | grep CHORUS
 [ "$(echo "$out" | grep 'CHORUS' | grep -vc 'CHORUS INFO Chorus version')" = 0 ] &&
     [ "$(echo "$out" | grep -c '^\[[01]\] .*CHORUS INFO Chorus version')" = 2 ] ||
     fail "CHORUS_DEBUG=VERSION prints the version only"
+# a log file that cannot be opened is said, not silently replaced by stderr
+out=$(CHORUS_DEBUG=WARN CHORUS_DEBUG_FILE=/nonexistent-dir/chorus.%p.log $bench 2>&1)
+echo "$out" | grep "DEBUG_FILE"
+echo "$out" | grep -q "CHORUS WARN CHORUS_DEBUG_FILE=/nonexistent-dir/chorus.%p.log: cannot open /nonexistent-dir/chorus.[0-9]*.log: No such file or directory; logging to stderr" ||
+    fail "CHORUS_DEBUG_FILE that cannot be opened"
 echo "config_messages: ok"

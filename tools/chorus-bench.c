@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "reduce/reduce.h"
@@ -421,7 +422,19 @@ static void print_variant(const result *res)
     printf("  %8.2f  %6.2f  %6.2f  %6s", res->t * 1e6, res->algbw, res->busbw, wrong);
 }
 
-static void print_header(const bench *b, const opts *o)
+/* Every rank's pid and host, gathered for the header (nccl-tests lists its ranks' devices). */
+#define RANK_REC 80
+static chorus_result gather_ranks(bench *b, char **all)
+{
+    char mine[RANK_REC] = {0}, host[64] = "?";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(mine, sizeof(mine), "%d %s", (int)getpid(), host);
+    *all = malloc((size_t)b->n * RANK_REC);
+    if (!*all) return CHORUS_ERR_NOMEM;
+    return chorus_allgather(b->c, mine, *all, RANK_REC, CHORUS_UINT8);
+}
+
+static void print_header(const bench *b, const opts *o, const char *ranks)
 {
     printf("# chorus-bench %d.%d.%d: %s, %d ranks (%d on this host)\n", CHORUS_VERSION_MAJOR,
            CHORUS_VERSION_MINOR, CHORUS_VERSION_PATCH, coll_names[b->coll], b->n,
@@ -434,6 +447,11 @@ static void print_header(const bench *b, const opts *o)
            o->minb, o->maxb, o->stepb ? (double)o->stepb : o->factor, o->stepb ? "bytes" : "factor",
            warm, iters, o->check, o->average);
     printf("# time: median over iterations of each iteration's time over ranks (-a); GB = 1e9\n");
+    printf("#\n# Using devices\n");
+    for (int r = 0; r < b->n; r++) {
+        const char *rec = ranks + (size_t)r * RANK_REC, *sp = strchr(rec, ' ');
+        printf("#  Rank %2d Pid %6d on %10s device CPU\n", r, atoi(rec), sp ? sp + 1 : "?");
+    }
     printf("#\n");
     printf("# %10s  %12s  %8s  %6s  %6s  %32s  %32s\n", "", "", "", "", "", "out-of-place",
            "in-place");
@@ -532,7 +550,15 @@ int main(int argc, char **argv)
     int types = o.all_types ? CHORUS_DTYPE_COUNT : 1;
     int ops =
         o.all_ops && (b.coll == C_ALLREDUCE || b.coll == C_REDUCE_SCATTER) ? CHORUS_OP_COUNT : 1;
-    if (b.rank == 0) print_header(&b, &o);
+    char *ranks = NULL;
+    r = gather_ranks(&b, &ranks);
+    if (r != CHORUS_OK) {
+        fprintf(stderr, "chorus-bench: rank %d: gathering the ranks' hosts failed: %s\n", b.rank,
+                chorus_strerror(r));
+        return 1;
+    }
+    if (b.rank == 0) print_header(&b, &o, ranks);
+    free(ranks);
     for (int ti = 0; ti < types; ti++)
         for (int oi = 0; oi < ops; oi++) {
             if (o.all_types) b.t = (chorus_dtype)ti;

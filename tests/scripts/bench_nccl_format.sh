@@ -38,6 +38,8 @@ assert avg is not None, "no '# Avg bus bandwidth' line"
 assert abs(avg - sum(rows) / len(rows)) <= 0.01 + 0.01 * avg, (avg, rows)
 print("nccl-tests reader: %d sizes, avg busbw %.3f" % (sizes, avg))
 PY
+[ "$(grep -c '^\[0\] #  Rank  [01] Pid  *[0-9]* on  *[^ ]* device CPU$' "$out")" = 2 ] ||
+    fail "the '#  Rank N Pid P on HOST' lines"
 python3 bench/benchtab.py "chorus=$out" | grep -Eq "^ +64K +[0-9.]+ +[0-9.]+$" || fail "bench/benchtab.py cannot read it"
 
 # broadcast: the root column, and N/A where Chorus has no such call (out-of-place)

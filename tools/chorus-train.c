@@ -204,7 +204,10 @@ static void parse(int argc, char **argv, opts *o)
         case O_MODEL: o->model = optarg; break;
         case O_EPOCHS: NUM(o->epochs, (int)strtol(optarg, &end, 10), o->epochs > 0); break;
         case O_BATCH: NUM(o->batch, (int)strtol(optarg, &end, 10), o->batch > 0); break;
-        case O_LR: NUM(o->lr, strtof(optarg, &end), o->lr > 0 && isfinite(o->lr)); break;
+        case O_LR:
+            NUM(o->lr, strtof(optarg, &end), o->lr > 0);
+            if (!isfinite(o->lr)) die("--lr %s: the learning rate must be a finite number", optarg);
+            break;
         case O_SEED: NUM(o->seed, strtoull(optarg, &end, 10), 1); break;
         case O_THREADS: NUM(o->threads, (int)strtol(optarg, &end, 10), o->threads > 0); break;
         case O_ACCUM: NUM(o->accum, (int)strtol(optarg, &end, 10), o->accum > 0); break;
@@ -603,11 +606,16 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     stats[2] = (double)nloc;
     if (nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
     if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
-    if (!isfinite(stats[0]) || !isfinite(lr)) /* every rank has the same sum: all stop here */
+    if (!isfinite(stats[0]) || !isfinite(lr)) { /* every rank has the same sum: all stop */
+        if (t->rank) { /* rank 0 says why and exits first: wait for that (the barrier fails) */
+            chorus_barrier(t->comm);
+            exit(1);
+        }
         die("step %llu: the loss is %s: training diverged (learning rate %g); stopping before "
             "it is written to metrics or checkpoints. Lower --lr",
             (unsigned long long)st->global_step + 1, isnan(stats[0]) ? "NaN" : "infinite",
             (double)lr);
+    }
     nn_optim_step(&t->opt, m->params, m->grads, lr);
     st->global_step++;
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;

@@ -11,7 +11,8 @@ common="--model mlp --batch 2000 --max-steps 4 --no-eval --log-every 1000 --seed
 
 out=$(chorus-train $common --lr inf 2>&1); rc=$?
 echo "$out"
-[ $rc = 1 ] && echo "$out" | grep -q "bad value 'inf' for --lr" || fail "--lr inf accepted"
+[ $rc = 1 ] && echo "$out" | grep -q "chorus-train\[0\]: --lr inf: the learning rate must be a finite number$" ||
+    fail "--lr inf accepted"
 
 out=$(chorus-run -np 2 chorus-train $common --lr 1e30 --metrics "$dir/m.json" --checkpoint-dir "$dir/ck" 2>&1); rc=$?
 echo "$out"
@@ -19,6 +20,7 @@ echo "$out"
 echo "$out" | grep -q "chorus-train\[0\]: step 2: the loss is NaN: training diverged (learning rate 1e+30); stopping before it is written to metrics or checkpoints. Lower --lr" ||
     echo "$out" | grep -q "chorus-train\[0\]: step [0-9]*: the loss is \(NaN\|infinite\): training diverged" ||
     fail "no divergence message"
+[ "$(echo "$out" | grep -c "training diverged")" = 1 ] || fail "the divergence is said once, by rank 0"
 python3 -c '
 import json, math, sys
 rows = [json.loads(l, parse_constant=lambda c: sys.exit("non-JSON constant " + c)) for l in open(sys.argv[1])]

@@ -252,6 +252,10 @@ static int short_of(const char *a)
 /* Parses argv into o and b; 0, or the exit status (2: bad option, -1: --help shown). */
 static int parse_args(int argc, char **argv, opts *o, bench *b)
 {
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        if (!o->quiet) printf("chorus-bench %s\n", chorus_version());
+        return -1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int c = short_of(a);

@@ -95,6 +95,7 @@ static void usage(FILE *f)
         "                   before stopping them (default 5)\n"
         "  --help-env       print the CHORUS_* environment variables and their defaults\n"
         "  -h, --help       this help\n"
+        "  --version        print the version and exit\n"
         "\n"
         "elastic jobs (the program uses chorus_elastic_run; output is prefixed [worker id]):\n"
         "  --elastic        keep the job alive when workers fail: survivors form a new\n"
@@ -1117,6 +1118,8 @@ static int report(const job *j, const outcome *out)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--version"))
+        return printf("chorus-run %s\n", chorus_version()) < 0;
     job j = {.np = -1, .prefix = 1, .max_restarts = 3, .discovery_every = 5, .min_np = 1};
     run_opts o = {.grace = 5, .bind_req = -1};
     int rc = parse_args(argc, argv, &j, &o);

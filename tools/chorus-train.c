@@ -112,7 +112,8 @@ static void usage(FILE *f)
             "                         holds N KiB (0: one tensor per layer) (0)\n"
             "  --log-every N          progress line every N steps when not on a terminal "
             "(50)\n"
-            "  --no-eval              skip the test-set evaluation (for timing runs)\n");
+            "  --no-eval              skip the test-set evaluation (for timing runs)\n"
+            "  --version              print the version and exit\n");
 }
 
 static void parse(int argc, char **argv, opts *o)
@@ -770,6 +771,8 @@ static void finish(trainer *t)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--version"))
+        return printf("chorus-train %s\n", chorus_version()) < 0;
     static trainer t;
     parse(argc, argv, &t.o);
     start_job(&t);

@@ -168,8 +168,9 @@ const char *chorus__config_error(void);
 
 /* Warns on stderr (whatever CHORUS_DEBUG says), once per process, about every CHORUS_* name in
  * the environment that is no row of the table ("CHORUS_TIMOUT_S is not a Chorus variable; did
- * you mean CHORUS_TIMEOUT_S?"). Names of the build and the tests (CHORUS_SKIP_DEPS, CHORUS_LIB,
- * CHORUS_TEST_*) are not warned about. Later calls do nothing. */
+ * you mean CHORUS_TIMEOUT_S?"). Names of the build, the Python package, the benchmark scripts
+ * and the tests (CHORUS_SKIP_DEPS, CHORUS_LIB, CHORUS_ARGS, CHORUS_COLS, CHORUS_TEST_*) are not
+ * warned about. Later calls do nothing. */
 void chorus__config_warn_unknown(void);
 
 /* Logs every CHORUS_* variable given in the environment at INFO ("CHORUS_TIMEOUT_S=20 (set)";

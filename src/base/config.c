@@ -344,10 +344,12 @@ static int distance(const char *a, size_t na, const char *b)
     return row[nb] < 9 ? row[nb] : 9;
 }
 
-/* Variables named CHORUS_* that belong to the build and the test runner, not the library. */
+/* Variables named CHORUS_* that belong to the build, the Python package, the benchmark scripts
+ * (bench/common.sh) and the test runner, not the library. */
 static int foreign_name(const char *name, size_t n)
 {
-    static const char *const names[] = {"CHORUS_SKIP_DEPS", "CHORUS_LIB"};
+    static const char *const names[] = {"CHORUS_SKIP_DEPS", "CHORUS_LIB", "CHORUS_ARGS",
+                                        "CHORUS_COLS"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strlen(names[i]) == n && !strncmp(names[i], name, n)) return 1;
     return !strncmp(name, "CHORUS_TEST_", 12);

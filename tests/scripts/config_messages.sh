@@ -38,6 +38,11 @@ out=$(CHORUS_SHM_CHUNKS=1M $bench 2>&1); rc=$?
 [ $rc = 0 ] && [ "$(echo "$out" | grep -c 'CHORUS_SHM_CHUNKS is not a Chorus variable and is ignored; did you mean CHORUS_SHM_CHUNK?')" = 1 ] ||
     fail "misspelt name without a launcher"
 
+# names of the build, the Python package, the benchmark scripts and the tests are not warned about
+out=$(CHORUS_SKIP_DEPS=1 CHORUS_LIB=x CHORUS_ARGS=-n CHORUS_COLS=size=1 CHORUS_TEST_SEED=1 $bench 2>&1) ||
+    fail "run with foreign CHORUS_* names"
+echo "$out" | grep -q "not a Chorus variable" && fail "a foreign name was warned about"
+
 # levels: INFO shows the version once per rank and no per-collective line; DEBUG/TRACE do
 out=$(CHORUS_DEBUG=Info chorus-run -np 2 $bench 2>&1); rc=$?
 [ $rc = 0 ] || fail "INFO run: exit $rc"

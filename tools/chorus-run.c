@@ -1782,16 +1782,16 @@ static int report_failure(const job *j, const outcome *out)
         const worker *w = &j->w[r];
         if (r == cause) continue;
         describe_status(w->status, how, sizeof(how));
-        char why[96] = "by chorus-run";
+        char why[96] = " by chorus-run";
         if (collateral(w, r) && w->st.blamed >= 0 && w->st.blamed != r)
-            snprintf(why, sizeof(why), "after it lost rank %d (%s)", w->st.blamed, w->st.what);
+            snprintf(why, sizeof(why), " after it lost rank %d (%s)", w->st.blamed, w->st.what);
         else if (collateral(w, r))
-            snprintf(why, sizeof(why), "after it lost a peer (%s)", w->st.what);
+            snprintf(why, sizeof(why), " after it lost a peer (%s)", w->st.what);
         else if (w->st.reported)
-            snprintf(why, sizeof(why), "after its own failure (%s)", w->st.what);
-        else if (w->failed_alone)
-            snprintf(why, sizeof(why), "on its own");
-        fprintf(stderr, "chorus-run: stopped: rank %d (pid %d) %s, %s\n", r, (int)w->pid, why, how);
+            snprintf(why, sizeof(why), " after its own failure (%s)", w->st.what);
+        else if (w->failed_alone || !failed_status(w->status))
+            why[0] = 0;
+        fprintf(stderr, "chorus-run: stopped: rank %d (pid %d) %s%s\n", r, (int)w->pid, how, why);
     }
     int code = exit_code(cw->status);
     if (code == 0) code = exit_code(j->w[out->failed].status);

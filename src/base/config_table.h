@@ -9,15 +9,18 @@
  *   SECRET  text that is never logged
  *   INT     non-negative integer (long; -1 when unset without a default)
  *   DOUBLE  non-negative finite number (double)
+ *   POSNUM  positive finite number (double): a duration that cannot be 0
  *   BOOL    0/1, true/false, yes/no or on/off (int 0 or 1)
  *   BYTES   non-negative size in bytes, optionally with a K, M or G suffix (powers of 1024)
- *   ENUM("a,b")  one of the listed names (const char *; NULL when unset)
+ *   ENUM("a,b")  one of the listed names, any case (const char *: the listed spelling; NULL
+ *                when unset)
+ *   LIST("a,b")  comma-separated names of the list, any case (const char *: listed spellings)
  */
 /* clang-format off */
-CHORUS_CFG(CHORUS_DEBUG, debug, STR, NULL, "Log level: WARN, INFO or TRACE. Lines are prefixed with host, pid and rank.")
-CHORUS_CFG(CHORUS_DEBUG_SUBSYS, debug_subsys, STR, "ALL", "Comma-separated subsystems to log: INIT,BOOT,COLL,TCP,SHM,ENGINE,ELASTIC or ALL.")
+CHORUS_CFG(CHORUS_DEBUG, debug, ENUM("NONE,OFF,VERSION,ERROR,WARN,INFO,DEBUG,TRACE"), NULL, "Log level, any case: WARN (ERROR is the same: failures are returned to the caller, warnings logged); INFO adds the library version, the variables that are set and how each communicator is set up; TRACE (or DEBUG) adds every collective's algorithm and why it was chosen. VERSION prints the version only; NONE or OFF nothing. Unset: warnings only where a tool asks for them. Lines are prefixed with host, pid and rank.")
+CHORUS_CFG(CHORUS_DEBUG_SUBSYS, debug_subsys, LIST("INIT,BOOT,COLL,TCP,SHM,ENGINE,ELASTIC,ALL"), "ALL", "Comma-separated subsystems to log: INIT,BOOT,COLL,TCP,SHM,ENGINE,ELASTIC or ALL.")
 CHORUS_CFG(CHORUS_DEBUG_FILE, debug_file, STR, NULL, "Write log lines to this file instead of stderr; %h is replaced by the host, %p by the pid.")
-CHORUS_CFG(CHORUS_TIMEOUT_S, timeout_s, DOUBLE, "300", "Seconds any wait on a peer (rendezvous, connect, collective) may take before CHORUS_ERR_TIMEOUT.")
+CHORUS_CFG(CHORUS_TIMEOUT_S, timeout_s, POSNUM, "300", "Seconds any wait on a peer (rendezvous, connect, collective) may take before CHORUS_ERR_TIMEOUT.")
 CHORUS_CFG(CHORUS_RANK, rank, INT, NULL, "This process's rank in the job (set by chorus-run).")
 CHORUS_CFG(CHORUS_SIZE, size, INT, NULL, "Number of ranks in the job (set by chorus-run).")
 CHORUS_CFG(CHORUS_LOCAL_RANK, local_rank, INT, NULL, "Rank among the ranks on this host (set by chorus-run; computed when unset).")
@@ -30,7 +33,7 @@ CHORUS_CFG(CHORUS_SPIN_US, spin_us, INT, "50", "Microseconds a waiting rank poll
 CHORUS_CFG(CHORUS_SECRET, secret, SECRET, NULL, "Per-job secret. Every store and transport connection proves it holds it (HMAC-SHA256 challenge-response, nonces from both sides) before anything else is read. chorus-run makes a random one; set the same value on every rank when launching with torchrun, mpirun or srun (unset: the job is unauthenticated, logged at INFO).")
 CHORUS_CFG(CHORUS_BIND_ANY, bind_any, BOOL, "0", "1: a rank that serves the store (rank 0 under torchrun, mpirun, srun) listens on every address instead of only the store address's (MASTER_ADDR) or CHORUS_IFACE's.")
 CHORUS_CFG(CHORUS_HEARTBEAT_S, heartbeat_s, DOUBLE, "1", "Seconds between keep-alive pings on idle connections; a watchdog thread sends them and reads pending data. 0 turns it off (then a hung peer is found only by CHORUS_TIMEOUT_S).")
-CHORUS_CFG(CHORUS_HEARTBEAT_TIMEOUT_S, heartbeat_timeout_s, DOUBLE, "30", "A peer from which nothing, not even a ping, arrived for this many seconds is lost (hung, stopped, unreachable) on every survivor; capped at CHORUS_TIMEOUT_S.")
+CHORUS_CFG(CHORUS_HEARTBEAT_TIMEOUT_S, heartbeat_timeout_s, POSNUM, "30", "A peer from which nothing, not even a ping, arrived for this many seconds is lost (hung, stopped, unreachable) on every survivor; capped at CHORUS_TIMEOUT_S.")
 CHORUS_CFG(CHORUS_ELASTIC, elastic, BOOL, NULL, "Set to 1 by chorus-run --elastic: chorus_elastic_run then re-forms the job after a failure or a membership change instead of returning the error.")
 CHORUS_CFG(CHORUS_WORKER_ID, worker_id, INT, NULL, "Stable id of this worker process in an elastic job (set by chorus-run --elastic; ranks change between generations, worker ids do not).")
 CHORUS_CFG(CHORUS_BIND, bind, ENUM("core,none"), "core", "chorus-run: none leaves the ranks unpinned, as --bind-to none does; core pins each rank to its own block of CPUs when there are at least as many as ranks.")
@@ -60,7 +63,7 @@ CHORUS_CFG(CHORUS_CACHE_CAPACITY, cache_capacity, INT, "4096", "Engine: names ke
 CHORUS_CFG(CHORUS_STALL_WARN_S, stall_warn_s, DOUBLE, "60", "Engine: rank 0 warns (on stderr) about tensors submitted by some ranks but not others for this long, naming the missing ranks; 0 disables.")
 CHORUS_CFG(CHORUS_STALL_SHUTDOWN_S, stall_shutdown_s, DOUBLE, "0", "Engine: after a stall this long, every rank's pending ops fail with CHORUS_ERR_TIMEOUT and the engine stops; 0 means never.")
 CHORUS_CFG(CHORUS_TIMELINE, timeline, STR, NULL, "Engine: write a Chrome trace (open in Perfetto or chrome://tracing) of every tensor's negotiation, queueing, fusion copies and collective to this file; rank 0 writes it unless the name contains %r (the rank).")
-CHORUS_CFG(CHORUS_ENGINE_IDLE_MS, engine_idle_ms, DOUBLE, "200", "Engine: heartbeat of an idle engine thread in milliseconds; bounds how long a rank waits for an idle peer to notice a shutdown or stall.")
-CHORUS_CFG(CHORUS_COMPRESSION, compression, STR, "none", "Engine: default wire compression of float allreduces: none, fp16 or bf16.")
+CHORUS_CFG(CHORUS_ENGINE_IDLE_MS, engine_idle_ms, POSNUM, "200", "Engine: heartbeat of an idle engine thread in milliseconds; bounds how long a rank waits for an idle peer to notice a shutdown or stall.")
+CHORUS_CFG(CHORUS_COMPRESSION, compression, ENUM("none,fp16,bf16"), "none", "Engine: default wire compression of float allreduces: none, fp16 or bf16.")
 CHORUS_CFG(CHORUS_STATUS_FD, status_fd, INT, NULL, "Set by chorus-run: a pipe on which the library reports the first failure of this rank's communication and the peer it blames, so that the launcher names the rank that failed first.")
 /* clang-format on */

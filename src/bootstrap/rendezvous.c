@@ -256,8 +256,9 @@ chorus_result chorus__rdzv_exchange(chorus_rdzv *rz, const char *addr, chorus_er
     if (r == CHORUS_OK) r = chorus__rdzv_check_identity(rz, e);
     if (r == CHORUS_OK) {
         group_hosts(hids, job->size, job->rank, rz);
-        CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s",
-                    job->rank, rz->local_rank, rz->local_size, rz->nhosts, addr);
+        CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d host%s, listening on %s",
+                    job->rank, rz->local_rank, rz->local_size, rz->nhosts,
+                    rz->nhosts == 1 ? "" : "s", addr);
     }
     for (int p = 0; p < job->size; p++) free(hids[p]);
     free(hids);

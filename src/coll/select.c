@@ -300,6 +300,57 @@ static const row *find_named(int kind, const char *v)
     return NULL;
 }
 
+/* Why the rules took r for a call of bytes (for the TRACE line of each collective). */
+static void rules_reason(const chorus_comm *c, const row *r, size_t bytes, char *out, size_t len)
+{
+    const char *no_shm = c->size < 2      ? "one rank"
+                         : c->nhosts != 1 ? "ranks on several hosts"
+                                          : "CHORUS_SHM=0, not set up yet, or set-up failed";
+    if (r->fits == shm_cma_fits)
+        snprintf(out, len,
+                 "2 ranks on one host, CHORUS_SHM_CMA_MIN (%zu) <= %zu B <= CHORUS_SHM_CMA_MAX "
+                 "(%zu)",
+                 c->shm->cma_min, bytes, c->shm->cma_max);
+    else if (r->fits == shm_oneshot_fits)
+        snprintf(out, len, "%d ranks on one host, %zu B <= CHORUS_SHM_ONESHOT_MAX (%zu)", c->size,
+                 bytes, c->shm->oneshot_max);
+    else if (r->fits == tcp_oneshot_fits)
+        snprintf(out, len, "no shared memory (%s), %zu B <= CHORUS_TCP_ONESHOT_MAX (%zu)", no_shm,
+                 bytes, c->cfg.tcp_oneshot_max);
+    else if (r->fits == tree_fits)
+        snprintf(out, len, "no shared memory (%s), %zu B <= CHORUS_BCAST_TREE_MAX (%zu)", no_shm,
+                 bytes, c->cfg.bcast_tree_max);
+    else if (r->a.tp != CHORUS_TP_NET && r->a.kind == CHORUS_COLL_ALLREDUCE)
+        snprintf(out, len, "%d ranks on one host, %zu B > CHORUS_SHM_ONESHOT_MAX (%zu)", c->size,
+                 bytes, c->shm->oneshot_max);
+    else if (r->a.tp != CHORUS_TP_NET)
+        snprintf(out, len, "%d ranks on one host", c->size);
+    else if (r->a.kind == CHORUS_COLL_ALLREDUCE)
+        snprintf(out, len, "no shared memory (%s), %zu B > CHORUS_TCP_ONESHOT_MAX (%zu)", no_shm,
+                 bytes, c->cfg.tcp_oneshot_max);
+    else if (r->a.kind == CHORUS_COLL_BROADCAST)
+        snprintf(out, len, "no shared memory (%s), %zu B > CHORUS_BCAST_TREE_MAX (%zu)", no_shm,
+                 bytes, c->cfg.bcast_tree_max);
+    else
+        snprintf(out, len, "no shared memory (%s)", no_shm);
+}
+
+/* One TRACE line per collective: the algorithm and why. */
+static void trace_choice(const chorus_comm *c, int kind, const row *r, const char *forced,
+                         size_t bytes)
+{
+    char why[200], var[64];
+    if (forced && !strcmp(forced, r->a.name)) {
+        var_name(kind, var, sizeof(var));
+        snprintf(why, sizeof(why), "forced by %s=%s", var, forced);
+    } else {
+        rules_reason(c, r, bytes, why, sizeof(why));
+    }
+    chorus__log(CHORUS_LOG_TRACE, CHORUS_LOG_COLL,
+                "%s of %zu B on comm %016llx (%d ranks): %s (%s); %s", kind_name[kind], bytes,
+                (unsigned long long)c->id, c->size, r->a.name, r->a.desc, why);
+}
+
 chorus_result chorus__select_check_config(const chorus_config *cfg, chorus_errbuf *e)
 {
     for (int kind = 0; kind < CHORUS_COLL_KIND_MAX; kind++) {
@@ -337,6 +388,7 @@ const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem,
             warn_unusable(c, kind, v, any_shm ? CHORUS_TP_SHM : named->a.tp);
     }
     if (!r) r = by_rules(c, kind, mem, bytes, 0);
+    if (r && CHORUS__LOG_ON(CHORUS_LOG_TRACE)) trace_choice(c, kind, r, v, bytes);
     if (!r)
         *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
                             "no %s algorithm for this memory type on this communicator",
@@ -361,12 +413,12 @@ void chorus__select_describe(const chorus_comm *c)
                     c->shm->cma_min, c->shm->cma_max);
     else
         CHORUS_INFO(CHORUS_LOG_COLL,
-                    "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %zu B, "
+                    "comm %016llx (%d ranks, %d host%s): TCP; allreduce one-shot up to %zu B, "
                     "direct reduce-scatter + ring allgather above (both fold in rank order); "
                     "broadcast binomial tree up to %zu B, chain above; ring allgather, direct "
                     "reduce-scatter, pairwise alltoall, dissemination barrier%s",
-                    (unsigned long long)c->id, c->size, c->nhosts, c->cfg.tcp_oneshot_max,
-                    c->cfg.bcast_tree_max,
+                    (unsigned long long)c->id, c->size, c->nhosts, c->nhosts == 1 ? "" : "s",
+                    c->cfg.tcp_oneshot_max, c->cfg.bcast_tree_max,
                     c->nhosts > 1 && c->size > c->nhosts
                         ? " (chorus_comm_split_type(CHORUS_SPLIT_HOST) gives the ranks of each "
                           "host a communicator over shared memory)"

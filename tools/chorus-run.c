@@ -1804,10 +1804,10 @@ static int report(const job *j, const outcome *out)
 {
     int code = 0, any_failed = 0;
     for (int r = 0; r < j->nw; r++) any_failed |= failed_status(j->w[r].status);
-    if (!j->elastic && out->failed >= 0 && any_failed) { /* not when every rank ended well */
-        code = report_failure(j, out);
-    } else if (out->timed_out) {
+    if (out->timed_out) { /* --timeout's own status, whatever the ranks it stopped did */
         code = 124;
+    } else if (!j->elastic && out->failed >= 0 && any_failed) { /* not when all ended well */
+        code = report_failure(j, out);
     } else if (out->interrupted) {
         fprintf(stderr, "chorus-run: interrupted; stopped all ranks\n");
         code = 130;

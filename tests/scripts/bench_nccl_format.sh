@@ -73,6 +73,6 @@ cat "$out"
     fail "the error must be printed once"
 chorus-run -np 2 chorus-bench -c allreduce >"$out" 2>&1; rc=$?
 cat "$out"
-[ $rc = 2 ] && [ "$(grep -c "chorus-bench: -c allreduce is not 0 or 1 (check)" "$out")" = 1 ] ||
+[ $rc = 2 ] && [ "$(grep -c "^\[[0-9]*\] chorus-bench: -c allreduce is not 0 or 1 (check)" "$out")" = 1 ] ||
     fail "-c is nccl-tests' check flag"
 echo "bench_nccl_format: ok"

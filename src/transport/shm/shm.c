@@ -370,18 +370,33 @@ static void describe(uint64_t sig, uint64_t count, char *out, size_t len)
                  chorus__dtype_name((int)dt));
 }
 
+/* The call a signature describes, for chorus__call_diff (the variant is the algorithm's: not
+ * something the caller chose). */
+static chorus_call_sig call_sig(uint64_t sig, uint64_t count)
+{
+    chorus_call_sig c = {.kind = (int)(sig & 0xff),
+                         .dtype = (int)((sig >> 8) & 0xff),
+                         .op = (int)((sig >> 16) & 0xff),
+                         .root = (int)(uint32_t)(sig >> 32),
+                         .count = count};
+    return c;
+}
+
 chorus_result chorus__shm_wait_in1(chorus_shm *s, int q, uint64_t g, uint64_t sig, uint64_t count,
                                    chorus_errbuf *e)
 {
     CHORUS_CHECK(chorus__shm_wait(s, q, CHORUS_SHM_IN, g + 1, e));
     const chorus_shm_flag *f = &s->ctrl[q].ch[CHORUS_SHM_IN];
     if (CHORUS__LIKELY(f->sig[g & 1] == sig && f->count[g & 1] == count)) return CHORUS_OK;
-    char mine[160], theirs[160];
+    char mine[160], theirs[160], diff[160];
     describe(sig, count, mine, sizeof(mine));
     describe(f->sig[g & 1], f->count[g & 1], theirs, sizeof(theirs));
+    chorus_call_sig a = call_sig(f->sig[g & 1], f->count[g & 1]), b = call_sig(sig, count);
+    chorus__call_diff(&a, q, &b, s->rank, diff, sizeof(diff));
     return chorus__fail(e, CHORUS_ERR_MISMATCH,
-                        "mismatched calls over shared memory: rank %d called %s, rank %d called %s",
-                        q, theirs, s->rank, mine);
+                        "mismatched calls over shared memory: %s%srank %d called %s, rank %d "
+                        "called %s%s",
+                        diff, diff[0] ? " (" : "", q, theirs, s->rank, mine, diff[0] ? ")" : "");
 }
 
 chorus_result chorus__shm_wait_in(chorus_shm *s, uint64_t g, uint64_t sig, uint64_t count,

@@ -272,11 +272,16 @@ static int check_match(chorus_net *n, int p, const chorus_wire_hdr *h, chorus_re
         ok = ok && h->tag == w->tag && h->coll == w->coll && h->seq == w->seq &&
              h->count == w->count;
     if (ok) return 1;
-    char got[160], want[160], why[480];
+    char got[160], want[160], diff[160] = "", why[480];
     chorus__wire_describe(h, got, sizeof(got));
     chorus__wire_describe(w, want, sizeof(want));
-    snprintf(why, sizeof(why), "mismatched calls: rank %d sent %s, rank %d expected %s", p, got,
-             n->rank, want);
+    if (h->type == CHORUS_MSG_COLL) {
+        chorus_call_sig a = chorus__wire_call_sig(h), b = chorus__wire_call_sig(w);
+        chorus__call_diff(&a, p, &b, n->rank, diff, sizeof(diff) - 2);
+        if (diff[0]) strcat(diff, ": ");
+    }
+    snprintf(why, sizeof(why), "mismatched calls: %srank %d sent %s, rank %d expected %s", diff, p,
+             got, n->rank, want);
     r->res = CHORUS_ERR_MISMATCH;
     r->done = 1;
     break_locked(n, -1, CHORUS_ERR_MISMATCH, why, 1);

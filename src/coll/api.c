@@ -107,8 +107,8 @@ chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_d
      * agree on the call, so that another root or count fails every rank at this call. Shared
      * memory checks the first chunk on every rank (bcast_shm.c). */
     if (algo->tp == CHORUS_TP_NET)
-        CHORUS_CHECK(done(c, chorus__coll_agree(c, 0, "broadcast", CHORUS_COLL_BROADCAST, t, 0,
-                                                root, count)));
+        CHORUS_CHECK(done(
+            c, chorus__coll_agree(c, 0, "broadcast", CHORUS_COLL_BROADCAST, t, 0, root, count)));
     chorus_coll_args a = {
         .send = buf, .recv = buf, .count = count, .bytes = bytes, .t = t, .root = root};
     return done(c, algo->run(c, &a));
@@ -146,7 +146,8 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
         return BAD("chorus_reduce_scatter: NULL buffer with count %zu", recvcount);
     const chorus_algo *algo;
     CHORUS_CHECK(pick(c, CHORUS_COLL_REDUCE_SCATTER, bytes, &algo));
-    if (recvcount == 0) return empty(c, algo, "reduce_scatter", CHORUS_COLL_REDUCE_SCATTER, t, op, 0);
+    if (recvcount == 0)
+        return empty(c, algo, "reduce_scatter", CHORUS_COLL_REDUCE_SCATTER, t, op, 0);
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
         chorus__reduce_finish(recv, recvcount, t, op, 1);

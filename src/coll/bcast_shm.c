@@ -2,8 +2,8 @@
  * bcast_shm.c - broadcast through shared memory: the root copies the message, one slot-sized
  * chunk at a time, into its staging slots; every other rank copies each chunk out as soon as
  * it is posted. Every rank posts and checks the first chunk's signature (root and count
- * included), so a mismatch fails every rank, the root too. Slots alternate, so the root fills chunk k+1 while the others read chunk k:
- * the time is about one copy of the message plus one chunk.
+ * included), so a mismatch fails every rank, the root too. Slots alternate, so the root fills chunk
+ * k+1 while the others read chunk k: the time is about one copy of the message plus one chunk.
  */
 #include <string.h>
 

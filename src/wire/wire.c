@@ -202,8 +202,8 @@ void chorus__wire_describe(const chorus_wire_hdr *h, char *out, size_t len)
         snprintf(what, sizeof(what), ", root %d", s.root);
     else if (s.kind == CHORUS_COLL_ALLREDUCE || s.kind == CHORUS_COLL_REDUCE_SCATTER)
         snprintf(what, sizeof(what), ", %s", chorus__op_name(s.op));
-    snprintf(out, len, "%s #%llu (%s%s, count %llu; message %d of %llu bytes)",
-             kind_name(s.kind), (unsigned long long)s.seq, chorus__dtype_name(s.dtype), what,
+    snprintf(out, len, "%s #%llu (%s%s, count %llu; message %d of %llu bytes)", kind_name(s.kind),
+             (unsigned long long)s.seq, chorus__dtype_name(s.dtype), what,
              (unsigned long long)s.count, h->tag, (unsigned long long)h->len);
 }
 

@@ -46,7 +46,8 @@ static chorus_result call_kind(const char *kind, size_t count, float *send, floa
     if (!strcmp(kind, "allreduce"))
         return chorus_allreduce(comm, send, recv, count, CHORUS_FLOAT32, CHORUS_SUM);
     if (!strcmp(kind, "broadcast")) return chorus_broadcast(comm, recv, count, CHORUS_FLOAT32, 0);
-    if (!strcmp(kind, "allgather")) return chorus_allgather(comm, send, recv, count, CHORUS_FLOAT32);
+    if (!strcmp(kind, "allgather"))
+        return chorus_allgather(comm, send, recv, count, CHORUS_FLOAT32);
     if (!strcmp(kind, "reduce_scatter"))
         return chorus_reduce_scatter(comm, send, recv, count, CHORUS_FLOAT32, CHORUS_SUM);
     if (!strcmp(kind, "alltoall")) return chorus_alltoall(comm, send, recv, count, CHORUS_FLOAT32);

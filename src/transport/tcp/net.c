@@ -114,6 +114,54 @@ const char *chorus__net_host(const chorus_net *n, int rank)
     return rank >= 0 && rank < n->size && n->peers[rank].host[0] ? n->peers[rank].host : "?";
 }
 
+/* How long an aborting rank keeps writing, without progress, a message it had half sent and
+ * then its abort, so that the abort arrives whole (a peer reads whatever comes, into an
+ * unexpected message if need be). */
+#define ABORT_FLUSH_S 2.0
+
+/* Writes all of iov (cnt <= 2 entries, advanced in place) to fd, waiting at most
+ * ABORT_FLUSH_S without progress. 1 when all was written. */
+static int write_bounded(int fd, struct iovec *iov, int cnt)
+{
+    double deadline = chorus__now() + ABORT_FLUSH_S;
+    int i = 0;
+    while (i < cnt) {
+        if (iov[i].iov_len == 0) {
+            i++;
+            continue;
+        }
+        struct msghdr m = {.msg_iov = iov + i, .msg_iovlen = (size_t)(cnt - i)};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 0;
+        if (w > 0) {
+            for (size_t left = (size_t)w; left > 0 && i < cnt; i++) {
+                size_t k = left < iov[i].iov_len ? left : iov[i].iov_len;
+                iov[i].iov_base = (char *)iov[i].iov_base + k;
+                iov[i].iov_len -= k;
+                left -= k;
+                if (iov[i].iov_len) break;
+            }
+            deadline = chorus__now() + ABORT_FLUSH_S;
+            continue;
+        }
+        double left = deadline - chorus__now();
+        if (left <= 0) return 0;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        poll(&pf, 1, (int)(left * 1000) + 1);
+    }
+    return 1;
+}
+
+/* The rest of the message at the head of pe's send queue (bounded). 1 when the socket is at
+ * a message boundary again. */
+static int finish_partial(peer *pe)
+{
+    chorus_req *r = pe->sq_head;
+    struct iovec iov[2] = {{r->hbytes + r->hoff, CHORUS_WIRE_HDR_LEN - r->hoff},
+                           {r->buf + r->off, r->len - r->off}};
+    return write_bounded(pe->fd, iov, 2);
+}
+
 static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, const char *why)
 {
     chorus_wire_abort a = {.failed_rank = failed_rank, .result = r};
@@ -126,26 +174,25 @@ static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, c
     for (int p = 0; p < n->size; p++) {
         peer *pe = &n->peers[p];
         if (p == n->rank || pe->fd < 0 || p == failed_rank) continue;
-        /* Best effort and never blocking: if a partial message is queued on this socket the
-         * peer could not parse our abort, so it learns from the closed socket instead. */
-        if (pe->sq_head && (pe->sq_head->hoff || pe->sq_head->off)) continue;
+        /* A peer can parse our abort only at a message boundary: a message half sent is
+         * finished first (bounded), else the peer learns from the closed socket instead. */
+        if (pe->sq_head && (pe->sq_head->hoff || pe->sq_head->off) && !finish_partial(pe)) continue;
         struct iovec iov[2] = {{hb, sizeof(hb)}, {payload, plen}};
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
-        if (sendmsg(pe->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* peer gone: fine */
-        }
+        write_bounded(pe->fd, iov, 2); /* a peer gone is fine */
     }
 }
 
-/* Breaks the net with mu held. */
+/* Breaks the net with mu held. tell: the reason sent to the peers in an abort message (with
+ * failed_rank and r), or NULL to tell nobody. */
 static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const char *why,
-                         int notify)
+                         const char *tell)
 {
     if (n->broken != CHORUS_OK) return;
     n->broken = r;
     n->broken_rank = failed_rank;
     snprintf(n->broken_msg, sizeof(n->broken_msg), "%s", why);
     CHORUS_INFO(CHORUS_LOG_TCP, "communication failed: %s", why);
-    if (notify) send_abort_to_all(n, failed_rank, r, why);
+    if (tell) send_abort_to_all(n, failed_rank, r, tell);
     /* Stop using the sockets: shut them down so that every peer sees the failure promptly,
      * even one blocked on a message it will never get. */
     for (int p = 0; p < n->size; p++)
@@ -155,7 +202,7 @@ static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const 
 void chorus__net_abort(chorus_net *n, int failed_rank, chorus_result r, const char *why)
 {
     pthread_mutex_lock(&n->mu);
-    break_locked(n, failed_rank, r, why, 1);
+    break_locked(n, failed_rank, r, why, why);
     pthread_mutex_unlock(&n->mu);
 }
 
@@ -181,10 +228,21 @@ static void peer_lost(chorus_net *n, int p, const char *what)
     char why[400];
     snprintf(why, sizeof(why), "rank %d (host %s) was lost: %s (seen by rank %d)", p,
              chorus__net_host(n, p), what, n->rank);
-    break_locked(n, p, CHORUS_ERR_PEER_LOST, why, 1);
+    break_locked(n, p, CHORUS_ERR_PEER_LOST, why, why);
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
+
+static void read_peer(chorus_net *n, int p);
+
+/* Writing to p failed (EPIPE, ECONNRESET): p may have closed after an abort that is still
+ * unread in our socket, naming the rank that failed first and why. Read what p sent before
+ * blaming it. */
+static void send_failed(chorus_net *n, int p, int err)
+{
+    read_peer(n, p);
+    if (n->broken == CHORUS_OK) peer_lost(n, p, strerror(err));
+}
 
 /* Writes as much of peer p's send queue as the socket takes. */
 static void flush_sends(chorus_net *n, int p)
@@ -203,7 +261,7 @@ static void flush_sends(chorus_net *n, int p)
             w = sendmsg(pe->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-                peer_lost(n, p, strerror(errno));
+                send_failed(n, p, errno);
                 return;
             }
             if (w > 0) pe->last_tx = chorus__now();
@@ -284,7 +342,7 @@ static int check_match(chorus_net *n, int p, const chorus_wire_hdr *h, chorus_re
              got, n->rank, want);
     r->res = CHORUS_ERR_MISMATCH;
     r->done = 1;
-    break_locked(n, -1, CHORUS_ERR_MISMATCH, why, 1);
+    break_locked(n, -1, CHORUS_ERR_MISMATCH, why, why);
     return 0;
 }
 
@@ -541,7 +599,9 @@ static void finish_payload(chorus_net *n, int p)
         } else {
             char why[480];
             snprintf(why, sizeof(why), "%s [reported to rank %d by rank %d]", a.why, n->rank, p);
-            break_locked(n, a.failed_rank, (chorus_result)a.result, why, 0);
+            /* Pass the first failure on before closing: a peer that then finds this socket
+             * closed (or gets EPIPE writing to it) reads why, instead of blaming this rank. */
+            break_locked(n, a.failed_rank, (chorus_result)a.result, why, a.why);
         }
     }
     pe->in_payload = 0;
@@ -621,7 +681,8 @@ static void route_header(chorus_net *n, int p)
             if (!u || (h->len && !data)) {
                 free(u);
                 free(data);
-                break_locked(n, p, CHORUS_ERR_NOMEM, "out of memory buffering a message", 1);
+                const char *why = "out of memory buffering a message";
+                break_locked(n, p, CHORUS_ERR_NOMEM, why, why);
                 return;
             }
             u->h = *h;
@@ -691,7 +752,8 @@ static void read_peer(chorus_net *n, int p)
             r = recv(pe->fd, pe->dst + pe->doff, pe->cur.len - pe->doff, MSG_DONTWAIT);
         } else {
             if (!pe->stage && !(pe->stage = malloc(STAGE_SIZE))) {
-                break_locked(n, p, CHORUS_ERR_NOMEM, "out of memory for a receive buffer", 1);
+                const char *why = "out of memory for a receive buffer";
+                break_locked(n, p, CHORUS_ERR_NOMEM, why, why);
                 return;
             }
             pe->spos = pe->slen = 0;
@@ -768,7 +830,7 @@ static void check_bye(chorus_net *n, const chorus_req *r)
                  "every other rank has already finalized, but rank %d still waits in a receive "
                  "from any rank",
                  n->rank);
-        break_locked(n, -1, CHORUS_ERR_PEER_LOST, why, 1);
+        break_locked(n, -1, CHORUS_ERR_PEER_LOST, why, why);
         return;
     }
     if (!n->peers[r->peer].bye) return;
@@ -776,7 +838,7 @@ static void check_bye(chorus_net *n, const chorus_req *r)
              "rank %d (host %s) has already finalized, but rank %d still expects it in "
              "a collective or send/recv",
              r->peer, chorus__net_host(n, r->peer), n->rank);
-    break_locked(n, r->peer, CHORUS_ERR_PEER_LOST, why, 1);
+    break_locked(n, r->peer, CHORUS_ERR_PEER_LOST, why, why);
 }
 
 /* Breaks the net because request r (or, probe, a chorus__net_probe for what r describes) made
@@ -791,7 +853,7 @@ static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
                  "or not calling the same collectives (CHORUS_TIMEOUT_S)",
                  n->rank, r->is_send ? "send to" : "receive from", r->peer,
                  chorus__net_host(n, r->peer), what);
-        break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, 1);
+        break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, why);
         return;
     }
     char tag[32] = "any tag";
@@ -814,7 +876,7 @@ static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
                  "post the matching %s (CHORUS_TIMEOUT_S)",
                  n->rank, what, r->is_send ? "to" : "from", r->peer, chorus__net_host(n, r->peer),
                  r->is_send ? "receive" : "send");
-    break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, 1);
+    break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, why);
 }
 
 /* Bytes moved so far by the requests, to tell progress from a stall. */

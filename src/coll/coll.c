@@ -40,7 +40,13 @@ void chorus__coll_irecv(chorus_coll *x, chorus_req *r, int peer, int tag, void *
 
 chorus_result chorus__coll_wait(chorus_coll *x, chorus_req *const *reqs, int n)
 {
-    return chorus__net_wait(x->c->net, reqs, n, chorus__deadline(), &x->c->err);
+    /* The timeout runs from the last byte any of the requests moved, so a large or slow
+     * transfer that keeps moving never times out; a stall does. */
+    double timeout_s = chorus__deadline() - chorus__now();
+    CHORUS_CHECK(chorus__net_wait_some(x->c->net, reqs, n, n, timeout_s, &x->c->err));
+    for (int i = 0; i < n; i++)
+        if (reqs[i]->res != CHORUS_OK) return reqs[i]->res;
+    return CHORUS_OK;
 }
 
 chorus_result chorus__coll_wait1(chorus_coll *x, chorus_req *r)

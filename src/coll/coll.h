@@ -56,8 +56,8 @@ void chorus__coll_begin(chorus_coll *x, chorus_comm *c, int kind, chorus_dtype t
 void chorus__coll_isend(chorus_coll *x, chorus_req *r, int peer, int tag, const void *buf,
                         size_t bytes);
 void chorus__coll_irecv(chorus_coll *x, chorus_req *r, int peer, int tag, void *buf, size_t bytes);
-/* Waits for n requests; the deadline is CHORUS_TIMEOUT_S from now, so it bounds the time
- * without progress, not the length of a large collective. */
+/* Waits for n requests; CHORUS_TIMEOUT_S bounds the time without progress (from the last
+ * byte any of them moved), not the length of a large or slow collective. */
 chorus_result chorus__coll_wait(chorus_coll *x, chorus_req *const *reqs, int n);
 chorus_result chorus__coll_wait1(chorus_coll *x, chorus_req *r);
 

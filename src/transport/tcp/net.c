@@ -15,6 +15,7 @@
  * Every rank has a direct connection to every other, so each survivor notices on its own.
  */
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -1272,6 +1274,30 @@ void chorus__net_retain(chorus_net *n)
     __atomic_add_fetch(&n->refs, 1, __ATOMIC_ACQ_REL);
 }
 
+/* Before closing a healthy net: waits until the peers' kernels have acknowledged everything
+ * this rank wrote (a fast rank's last segments may still be on a slow link), reading and
+ * dropping what arrives meanwhile, since closing a socket with unread data resets the
+ * connection and throws away what was still queued. Bounded by CHORUS_TIMEOUT_S without
+ * progress. */
+static void drain_before_close(chorus_net *n)
+{
+    double timeout_s = chorus__deadline() - chorus__now(), deadline = chorus__now() + timeout_s;
+    char sink[4096];
+    for (int p = 0; p < n->size; p++) {
+        peer *pe = &n->peers[p];
+        if (pe->fd < 0) continue;
+        int last = -1, outq;
+        while (ioctl(pe->fd, SIOCOUTQ, &outq) == 0 && outq > 0 && chorus__now() < deadline) {
+            if (outq != last) deadline = chorus__now() + timeout_s;
+            last = outq;
+            while (recv(pe->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+            }
+            struct pollfd pf = {.fd = pe->fd, .events = POLLIN};
+            poll(&pf, 1, 10);
+        }
+    }
+}
+
 void chorus__net_release(chorus_net *n)
 {
     if (!n || __atomic_sub_fetch(&n->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
@@ -1286,6 +1312,10 @@ void chorus__net_release(chorus_net *n)
         if (pe->fd >= 0 && n->broken == CHORUS_OK && !pe->sq_head)
             if (send(pe->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* gone */
             }
+    }
+    if (n->broken == CHORUS_OK) drain_before_close(n);
+    for (int p = 0; p < n->size; p++) {
+        peer *pe = &n->peers[p];
         if (pe->fd >= 0) close(pe->fd);
         free(pe->stage);
         for (umsg *u = pe->uq_head, *nx; u; u = nx) {

@@ -24,8 +24,7 @@ int main(int argc, char **argv)
     if (r != CHORUS_OK)
         test_fail(__FILE__, __LINE__, "allreduce failed after %.1f s: %s: %s", dt,
                   chorus_strerror(r), chorus_last_error(c));
-    for (size_t i = 0; i < count; i++)
-        ASSERT_EQ(x[i], (float)(n * (int)(i % 7) + n * (n - 1) / 2));
+    for (size_t i = 0; i < count; i++) ASSERT_EQ(x[i], (float)(n * (int)(i % 7) + n * (n - 1) / 2));
     printf("slow_link: rank %d: allreduce of %zu floats took %.1f s, results exact\n", test_rank,
            count, dt);
     chorus_finalize(c);

@@ -175,7 +175,8 @@ static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, c
     chorus__wire_encode_hdr(&h, hb);
     for (int p = 0; p < n->size; p++) {
         peer *pe = &n->peers[p];
-        if (p == n->rank || pe->fd < 0 || p == failed_rank) continue;
+        /* a lost rank is not told; a rank blamed for a timeout may be alive and is */
+        if (p == n->rank || pe->fd < 0 || (p == failed_rank && r == CHORUS_ERR_PEER_LOST)) continue;
         /* A peer can parse our abort only at a message boundary: a message half sent is
          * finished first (bounded), else the peer learns from the closed socket instead. */
         if (pe->sq_head && (pe->sq_head->hoff || pe->sq_head->off) && !finish_partial(pe)) continue;
@@ -843,11 +844,50 @@ static void check_bye(chorus_net *n, const chorus_req *r)
     break_locked(n, r->peer, CHORUS_ERR_PEER_LOST, why, why);
 }
 
+/* When a wait on a live peer times out, the rank to blame is the one that made no progress:
+ * with the watchdog on, every live peer sends something (a ping at least) every
+ * CHORUS_HEARTBEAT_S, so a peer silent for several intervals is stopped or hung, while the
+ * awaited one, heard from lately, is most likely waiting for it too. Returns that silent
+ * peer (the longest silent) when the awaited one (waited_for, or -1 for any) was heard from
+ * lately; else -1. mu held. */
+static int silent_peer(chorus_net *n, int waited_for, double *silent_s)
+{
+    if (n->hb_interval <= 0 || !n->hb_started) return -1;
+    double now = chorus__now(), limit = 3 * n->hb_interval;
+    if (waited_for >= 0 && now - n->peers[waited_for].last_rx > limit) return -1;
+    int q = -1;
+    for (int p = 0; p < n->size; p++) {
+        peer *pe = &n->peers[p];
+        if (p == n->rank || pe->fd < 0 || pe->bye || now - pe->last_rx <= limit) continue;
+        if (q < 0 || pe->last_rx < n->peers[q].last_rx) q = p;
+    }
+    if (q >= 0) *silent_s = now - n->peers[q].last_rx;
+    return q;
+}
+
 /* Breaks the net because request r (or, probe, a chorus__net_probe for what r describes) made
  * no progress until its deadline. mu held. */
 static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
 {
-    char what[160], why[400];
+    char what[160], why[480];
+    double silent_s;
+    int q = silent_peer(n, r->peer, &silent_s);
+    if (q >= 0 && q != r->peer) {
+        snprintf(why, sizeof(why),
+                 "rank %d (host %s) made no progress: nothing arrived from it for %.1f s, not "
+                 "even a heartbeat, so it is stopped (SIGSTOP?) or hung; rank %d timed out "
+                 "waiting %s rank %d, which is alive and waits too (CHORUS_TIMEOUT_S)",
+                 q, chorus__net_host(n, q), silent_s, n->rank,
+                 r->is_send ? "to send to" : "to receive from", r->peer);
+        if (r->peer < 0)
+            snprintf(why, sizeof(why),
+                     "rank %d (host %s) made no progress: nothing arrived from it for %.1f s, "
+                     "not even a heartbeat, so it is stopped (SIGSTOP?) or hung; rank %d timed "
+                     "out waiting for a message from any rank (CHORUS_TIMEOUT_S)",
+                     q, chorus__net_host(n, q), silent_s, n->rank);
+        break_locked(n, q, CHORUS_ERR_TIMEOUT, why, why);
+        return;
+    }
     if (r->h.type != CHORUS_MSG_P2P) {
         chorus__wire_describe(&r->h, what, sizeof(what));
         snprintf(why, sizeof(why),

@@ -1317,11 +1317,13 @@ void chorus__net_retain(chorus_net *n)
 /* Before closing a healthy net: waits until the peers' kernels have acknowledged everything
  * this rank wrote (a fast rank's last segments may still be on a slow link), reading and
  * dropping what arrives meanwhile, since closing a socket with unread data resets the
- * connection and throws away what was still queued. Bounded by CHORUS_TIMEOUT_S without
- * progress. */
+ * connection and throws away what was still queued. Gives up on a peer that closed or that
+ * took nothing for ABORT_FLUSH_S (or CHORUS_TIMEOUT_S when shorter). */
 static void drain_before_close(chorus_net *n)
 {
-    double timeout_s = chorus__deadline() - chorus__now(), deadline = chorus__now() + timeout_s;
+    double timeout_s = chorus__deadline() - chorus__now();
+    if (timeout_s > ABORT_FLUSH_S) timeout_s = ABORT_FLUSH_S;
+    double deadline = chorus__now() + timeout_s;
     char sink[4096];
     for (int p = 0; p < n->size; p++) {
         peer *pe = &n->peers[p];
@@ -1330,8 +1332,11 @@ static void drain_before_close(chorus_net *n)
         while (ioctl(pe->fd, SIOCOUTQ, &outq) == 0 && outq > 0 && chorus__now() < deadline) {
             if (outq != last) deadline = chorus__now() + timeout_s;
             last = outq;
-            while (recv(pe->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0) {
+            ssize_t k;
+            while ((k = recv(pe->fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0) {
             }
+            if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                break; /* the peer closed: nothing more can be delivered */
             struct pollfd pf = {.fd = pe->fd, .events = POLLIN};
             poll(&pf, 1, 10);
         }

@@ -1,8 +1,8 @@
 /*
  * api.c - the public collectives: check the arguments (touching nothing when they are
- * wrong), check the signature of the calls with nothing to exchange (count 0) and of
- * broadcasts, pick the algorithm's row (select.c), run
- * it, and make any failure break the communicator so that no later call works on a
+ * wrong), pick the algorithm's row (select.c), have the ranks agree on the calls whose data
+ * would not tell every rank of a mismatch (count 0, broadcast over TCP), run the algorithm,
+ * and make any failure break the communicator so that no later call works on a
  * half-finished state.
  */
 #include <stdlib.h>

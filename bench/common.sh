@@ -66,12 +66,13 @@ run_logged() {
     fi
 }
 
-# run_chorus NAME NP [VAR=value...]: chorus-bench allreduce sweep under chorus-run.
+# run_chorus NAME NP [VAR=value...]: chorus-bench allreduce sweep under chorus-run; -a 3 times
+# each iteration by its slowest rank, as the baselines do.
 run_chorus() {
     _name=$1 _np=$2
     shift 2
     # shellcheck disable=SC2086  # CHORUS_ARGS is a list of words
-    run_logged "$_name" env "$@" "$CHORUS_RUN" -np "$_np" -- "$CHORUS_BENCH" -c allreduce \
+    run_logged "$_name" env "$@" "$CHORUS_RUN" -np "$_np" -- "$CHORUS_BENCH" --coll allreduce -a 3 \
         -d float32 -o sum -b "$MIN" -e "$MAX" -f "$FACTOR" $CHORUS_ARGS
 }
 

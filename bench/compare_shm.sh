@@ -6,7 +6,7 @@
 #
 # For each np in $NPS (default "2 4"; np above the core count is oversubscribed and the table
 # says so), REPEAT times, interleaved:
-#   chorus   chorus-run -np N -- chorus-bench -c allreduce ...   (default transport; CHORUS_SHM
+#   chorus   chorus-run -np N -- chorus-bench --coll allreduce ...   (default transport; CHORUS_SHM
 #            is removed from the environment)
 #   ompi     mpirun --mca pml ob1 --mca btl vader,self -np N bench/mpi_allreduce
 #   gloo     bench/gloo_allreduce.py -np N   (torch.distributed gloo, CPU tensors, TCP loopback)

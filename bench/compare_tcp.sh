@@ -5,7 +5,7 @@
 #   REPEAT=3 bench/compare_tcp.sh        # three interleaved runs each, per-size medians
 #
 # Runs, in turn (REPEAT times, interleaved so both see the same machine noise):
-#   chorus   CHORUS_SHM=0 chorus-run -np 2 -- chorus-bench -c allreduce -d float32 -o sum ...
+#   chorus   CHORUS_SHM=0 chorus-run -np 2 -- chorus-bench --coll allreduce -d float32 -o sum ...
 #   ompi     mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo -np 2
 #            bench/mpi_allreduce (built here with mpicc)
 # and prints one table: time and busbw of each, chorus/ompi busbw and time ratios.

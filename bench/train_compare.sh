@@ -31,7 +31,7 @@ RUN=$BUILD/bin/chorus-run
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/train-compare.XXXXXX")
 trap 'rm -rf "$OUT"' EXIT
 
-[ -x "$TRAIN" ] || { echo "train_compare: build first (make): $TRAIN is missing" >&2; exit 1; }
+[ -x "$TRAIN" ] || { echo "train_compare: build first (make trainer): $TRAIN is missing" >&2; exit 1; }
 "$PYTHON" -c 'import torch' 2>/dev/null ||
     { echo "train_compare: $PYTHON has no torch (sudo apt-get install python3-torch)" >&2; exit 1; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }

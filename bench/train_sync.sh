@@ -27,7 +27,7 @@ TRAIN=$BUILD/bin/chorus-train
 RUN=$BUILD/bin/chorus-run
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/train-sync.XXXXXX")
 trap 'rm -rf "$OUT"' EXIT
-[ -x "$TRAIN" ] || { echo "train_sync: build first (make): $TRAIN is missing" >&2; exit 1; }
+[ -x "$TRAIN" ] || { echo "train_sync: build first (make trainer): $TRAIN is missing" >&2; exit 1; }
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 echo "train_sync: $NP ranks, global batch 256, 1 BLAS thread per rank, modes: $MODES;" \

@@ -38,6 +38,12 @@ extern "C" {
 #define CHORUS_VERSION_MAJOR 0
 #define CHORUS_VERSION_MINOR 1
 #define CHORUS_VERSION_PATCH 0
+/* "0.1.0": the version above as a string, for --version lines and logs. */
+#define CHORUS_VERSION_STRING                                                                      \
+    CHORUS__XSTR(CHORUS_VERSION_MAJOR)                                                             \
+    "." CHORUS__XSTR(CHORUS_VERSION_MINOR) "." CHORUS__XSTR(CHORUS_VERSION_PATCH)
+#define CHORUS__STR(x)  #x
+#define CHORUS__XSTR(x) CHORUS__STR(x)
 
 typedef struct chorus_comm chorus_comm; /* opaque */
 
@@ -255,6 +261,11 @@ size_t chorus_dtype_size(chorus_dtype t);
 /* Name and one-line meaning of a result code (a static string; "unknown chorus_result" for a
  * value outside the table). Thread-safe. */
 const char *chorus_strerror(chorus_result r);
+
+/* The version of the library that is loaded, "major.minor.patch" (a static string; any
+ * thread). A program built against this header can compare it with CHORUS_VERSION_STRING to
+ * see which library it runs with. */
+const char *chorus_version(void);
 
 /* Names of the enumerations, for bindings that read them from the library instead of copying
  * them: chorus_result_name(CHORUS_ERR_TIMEOUT) is "CHORUS_ERR_TIMEOUT", chorus_dtype_name

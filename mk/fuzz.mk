@@ -21,12 +21,15 @@ FUZZ_NN_OBJS  := $(FUZZ_NN_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_SRCS := $(filter-out $(if $(FUZZ_NN_SRCS),,tests/fuzz/fuzz_idx.c tests/fuzz/fuzz_nn_ckpt.c),$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(FUZZ_BUILD)/%)
 
+FUZZ_PKGS    = clang $(CORE_PKGS) $(NN_PKGS)
 DEBIAN_PKGS += clang
 
-.PHONY: fuzz fuzz-ci
+.PHONY: fuzz fuzz-ci deps-fuzz
 fuzz: $(FUZZ_BINS)
+deps-fuzz:
+	@sh tools/deps.sh "the fuzz targets (make fuzz)" $(FUZZ_PKGS)
 
-$(FUZZ_BUILD)/obj/%.o: %.c | deps
+$(FUZZ_BUILD)/obj/%.o: %.c | deps-fuzz
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 

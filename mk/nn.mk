@@ -1,5 +1,9 @@
 # nn.mk - the C neural-network library (libchorus_nn), the trainer chorus-train, and their
-# tests. Needs OpenBLAS and zlib; the trainer's data comes from dataset-fashion-mnist.
+# tests. A tier of its own over the core (`make trainer`): OpenBLAS and zlib; the trainer's
+# data comes from dataset-fashion-mnist (the demo's and the tests' tier).
+#
+#   make trainer      what make builds, plus libchorus_nn.a, libchorus_nn.so, chorus-train and
+#                     chorus_nn.pc
 
 NN_SRCS   := $(wildcard nn/*.c)
 NN_OBJS   := $(NN_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -10,9 +14,19 @@ NN_LDLIBS := -lopenblas -lz
 NN_TEST_SRCS := $(wildcard tests/unit/nn_*.c tests/mp/train_*.c)
 NN_TEST_BINS := $(NN_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
-DEBIAN_PKGS += zlib1g-dev libopenblas-dev dataset-fashion-mnist
-TOOL_SRCS   += tools/chorus-train.c
-ALL_TARGETS += $(NN_LIB) $(NN_SO) $(BUILD)/bin/chorus-train
+NN_PKGS       = zlib1g-dev libopenblas-dev
+DEBIAN_PKGS  += $(NN_PKGS) dataset-fashion-mnist
+NN_TARGETS   := $(NN_LIB) $(NN_SO) $(BUILD)/bin/chorus-train $(BUILD)/lib/pkgconfig/chorus_nn.pc
+WORLD_TARGETS += $(NN_TARGETS)
+NN_PC = $(call pc_text,chorus_nn,Neural-network layers and data-parallel training over Chorus,-lchorus_nn,$(NN_LDLIBS),chorus)
+
+.PHONY: trainer deps-nn deps-demo install-nn uninstall-nn
+trainer: deps-nn $(ALL_TARGETS) $(NN_TARGETS)
+deps-nn:
+	@sh tools/deps.sh "libchorus_nn and chorus-train (make trainer)" $(CORE_PKGS) $(NN_PKGS)
+deps-demo:
+	@sh tools/deps.sh "the demo (make demo)" $(CORE_PKGS) $(NN_PKGS) dataset-fashion-mnist
+$(NN_OBJS) $(BUILD)/obj/tools/chorus-train.o: | deps-nn
 
 # The layer loops are written to vectorise; -O3 lets the compiler do it fully.
 $(NN_OBJS) $(BUILD)/obj/tools/chorus-train.o: OPT = -O3
@@ -27,11 +41,34 @@ $(BUILD)/bin/chorus-train: $(BUILD)/obj/tools/chorus-train.o $(NN_LIB) $(BUILD)/
 
 # libchorus_nn uses only the public API of libchorus: the shared library is linked against
 # libchorus.so (whose version script exports chorus_* and hides the internal chorus__*) with
-# --no-undefined, so a reference to an internal symbol fails the build.
+# --no-undefined, so a reference to an internal symbol fails the build. Its runpath $ORIGIN
+# finds libchorus.so.0 beside it, wherever the two are installed.
 $(NN_SO): $(NN_OBJS) $(BUILD)/lib/libchorus.so
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(LDFLAGS) -Wl,--no-undefined -o $@ $(NN_OBJS) \
+	$(CC) -shared $(LDFLAGS) -Wl,--no-undefined -Wl,-soname,libchorus_nn.so.0 '-Wl,-rpath,$$ORIGIN' -o $@ $(NN_OBJS) \
 	    -L$(BUILD)/lib -lchorus $(NN_LDLIBS) $(LIB_LDLIBS)
+	ln -sf libchorus_nn.so $(BUILD)/lib/libchorus_nn.so.0
+
+$(BUILD)/lib/pkgconfig/chorus_nn.pc: Makefile $(wildcard mk/*.mk) include/chorus.h
+	@mkdir -p $(dir $@)
+	printf '$(NN_PC)' > $@
+
+# make install puts the trainer's tier next to the core (include/chorus/nn.h is installed
+# with the other headers).
+install: install-nn
+install-nn: all $(NN_TARGETS)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BINDIR)
+	install -m 644 $(NN_LIB) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(NN_SO) $(DESTDIR)$(LIBDIR)/libchorus_nn.so.$(VERSION)
+	ln -sf libchorus_nn.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libchorus_nn.so.0
+	ln -sf libchorus_nn.so.0 $(DESTDIR)$(LIBDIR)/libchorus_nn.so
+	install -m 755 $(BUILD)/bin/chorus-train $(DESTDIR)$(BINDIR)/
+	printf '$(NN_PC)' > $(DESTDIR)$(PKGCONFIGDIR)/chorus_nn.pc
+
+uninstall: uninstall-nn
+uninstall-nn:
+	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,libchorus_nn.a libchorus_nn.so libchorus_nn.so.0 libchorus_nn.so.$(VERSION))
+	rm -f $(DESTDIR)$(BINDIR)/chorus-train $(DESTDIR)$(PKGCONFIGDIR)/chorus_nn.pc
 
 # The trainer linked against the two shared libraries, found next to it through its rpath
 # (libchorus.so.0 is libchorus.so's soname), for the nn_shared test.

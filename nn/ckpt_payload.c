@@ -84,10 +84,15 @@ chorus_result nn_ckpt_decode(const void *buf, size_t len, nn_model *m, nn_optim 
     if (h.version != PAYLOAD_VERSION)
         return nn__fail(CHORUS_ERR_INVALID_ARG, "payload version %u, this build reads version %u",
                         h.version, PAYLOAD_VERSION);
-    if (h.nparams != m->nparams || h.st[5] != nn_model_signature(m))
+    if (h.nparams != m->nparams)
         return nn__fail(CHORUS_ERR_INVALID_ARG,
                         "written for a different model (%llu parameters, this model has %zu)",
                         (unsigned long long)h.nparams, m->nparams);
+    if (h.st[5] != nn_model_signature(m))
+        return nn__fail(CHORUS_ERR_INVALID_ARG,
+                        "written for a different model: as many parameters (%zu) but other "
+                        "layers (their kinds, order, shapes or dropout differ)",
+                        m->nparams);
     size_t nm, nv;
     if (h.opt_kind != (uint32_t)o->kind || h.nstate != moments(o, &nm, &nv))
         return nn__fail(CHORUS_ERR_INVALID_ARG, "written for a different optimizer");

@@ -1,42 +1,109 @@
-"""Builds the chorus package; copies libchorus.so into it so the installed package is
-self-contained. The library comes from $CHORUS_LIB, else from the build tree next to this
-directory (../$BUILD/lib or ../build/lib). Without one the package still installs and looks
-for the library at run time (see chorus/_lib.py).
+"""Builds the chorus package with the native parts of the C build bundled, so the installed
+package is self-contained:
+
+  * libchorus.so, copied into the package (chorus/libchorus.so), loaded through ctypes;
+  * the launcher chorus-run, installed as a script (pip puts it in the environment's bin/).
+
+They come from $CHORUS_LIB and $CHORUS_RUN, else from the build tree next to this directory
+(../$BUILD or ../build). Without them the package still installs, as pure Python, and looks for
+the library at run time (see chorus/_lib.py). With them the wheel is tagged for this platform
+(py3-none-linux_x86_64, say): the native code is not tied to a Python ABI, since ctypes loads
+it, but it is tied to the machine. Both link the system's libsodium (Debian: libsodium23).
 
     make && pip install --no-build-isolation --no-index ./python
+    make wheel          # build/dist/chorus-<version>-py3-none-<platform>.whl
 """
 
 import os
 import shutil
 
-from setuptools import setup
+
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
+from distutils.command.build_scripts import build_scripts  # setuptools provides distutils
+
+try:  # setuptools 70.1 and later carry bdist_wheel; before, the wheel package does
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:  # no wheel support: pip install from the tree still works
+        bdist_wheel = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def find_lib():
-    env = os.environ.get("CHORUS_LIB")
-    if env:
-        return env
+def find_built(env, subdir, name):
+    """The file $env names, else <repo>/<build>/<subdir>/<name> of a build tree, else None."""
+    path = os.environ.get(env)
+    if path:
+        return path
     for b in (os.environ.get("BUILD", "build"), "build"):
-        p = os.path.join(HERE, "..", b, "lib", "libchorus.so")
+        p = os.path.join(HERE, "..", b, subdir, name)
         if os.path.exists(p):
             return p
     return None
 
 
+LIB = find_built("CHORUS_LIB", "lib", "libchorus.so")
+LAUNCHER = find_built("CHORUS_RUN", "bin", "chorus-run")
+# setuptools takes scripts by a path relative to this directory: the launcher is staged here.
+LAUNCHER_STAGED = os.path.join("build", "launcher", "chorus-run")
+
+
 class BuildPyWithLib(build_py):
     def run(self):
         super().run()
-        lib = find_lib()
-        if lib:
+        if LIB:
             dst = os.path.join(self.build_lib, "chorus", "libchorus.so")
-            shutil.copyfile(lib, dst)
-            print("chorus: bundled %s" % os.path.realpath(lib))
+            shutil.copyfile(LIB, dst)
+            print("chorus: bundled %s" % os.path.realpath(LIB))
         else:
             print("chorus: no libchorus.so found (run make first, or set CHORUS_LIB); the "
                   "package will look for it at run time")
 
 
-setup(cmdclass={"build_py": BuildPyWithLib})
+class BuildLauncher(build_scripts):
+    """The one script is the compiled chorus-run: copied as it is (build_scripts would read it
+    as text to rewrite a #! line), executable."""
+
+    def run(self):
+        self.mkpath(self.build_dir)
+        for script in self.scripts or []:
+            out = os.path.join(self.build_dir, os.path.basename(script))
+            shutil.copyfile(os.path.join(HERE, script), out)
+            os.chmod(out, 0o755)
+
+
+cmdclass = {"build_py": BuildPyWithLib, "build_scripts": BuildLauncher}
+scripts = []
+if LAUNCHER:
+    os.makedirs(os.path.dirname(os.path.join(HERE, LAUNCHER_STAGED)), exist_ok=True)
+    shutil.copyfile(LAUNCHER, os.path.join(HERE, LAUNCHER_STAGED))
+    scripts = [LAUNCHER_STAGED]
+    print("chorus: bundled %s as the chorus-run script" % os.path.realpath(LAUNCHER))
+else:
+    print("chorus: no chorus-run found (run make first, or set CHORUS_RUN); pip installs no "
+          "launcher")
+
+class NativeDistribution(Distribution):
+    """A distribution that carries machine code: installed into platlib, wheel not pure."""
+
+    def has_ext_modules(self):
+        return True
+
+
+distclass = Distribution
+if LIB or LAUNCHER:
+    distclass = NativeDistribution
+    if bdist_wheel:
+
+        class PlatformWheel(bdist_wheel):
+            """Tags the wheel py3-none-<platform>: machine code, but no CPython extension."""
+
+            def get_tag(self):
+                return ("py3", "none") + tuple(super().get_tag()[2:])
+
+        cmdclass["bdist_wheel"] = PlatformWheel
+
+setup(distclass=distclass, cmdclass=cmdclass, scripts=scripts)

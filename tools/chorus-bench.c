@@ -1,21 +1,28 @@
 /*
- * chorus-bench - collective benchmark in the manner of nccl-tests.
+ * chorus-bench - collective benchmark with the flags and the output of nccl-tests.
  *
- *   chorus-run -np 2 chorus-bench -c allreduce -b 8 -e 256M -f 2 -d float32 -o sum
+ *   chorus-run -np 2 chorus-bench -b 8 -e 256M -f 2 -d float -o sum          (allreduce)
+ *   chorus-run -np 2 chorus-bench --coll broadcast -r 1 -b 1K -e 1M
  *
- * For each size: a verified pass (inputs chosen so the exact answer is known), then timed
- * iterations, each preceded by a barrier; an iteration's time is the slowest rank's, and the
- * table shows the median. algbw = size / time; busbw = algbw * 2(n-1)/n for allreduce,
- * (n-1)/n for allgather, reduce-scatter and alltoall, 1 for broadcast (GB = 1e9).
- * Size is the bytes of the larger buffer of one rank (allgather: the output; reduce-scatter
- * and alltoall: the input), as nccl-tests reports it.
+ * For each size: a verified pass of each variant (inputs chosen so the exact answer is known;
+ * -c 0 skips it), then warm-up and timed iterations, each preceded by a barrier. A rank's time
+ * of an iteration is combined over ranks as -a says (nccl-tests' meaning: 0 rank 0's, 1 the
+ * average, 2 the fastest, 3 the slowest) and the table shows the median over iterations.
+ * algbw = size / time; busbw = algbw * 2(n-1)/n for allreduce, (n-1)/n for allgather,
+ * reduce-scatter and alltoall, 1 for broadcast (GB = 1e9). Size is the bytes of the larger
+ * buffer of one rank (allgather: the output; reduce-scatter and alltoall: the input), as
+ * nccl-tests reports it. Out-of-place passes different send and receive buffers, in-place the
+ * same one; a variant Chorus has no call for (out-of-place broadcast, in-place allgather and
+ * reduce-scatter) shows N/A, and the closing average is over the variants measured.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "base/base.h"
 #include "reduce/reduce.h"
@@ -29,22 +36,6 @@ static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
-}
-
-static void usage(void)
-{
-    fprintf(stderr,
-            "usage: chorus-run -np N chorus-bench [options]\n"
-            "  -c COLL   allreduce (default), broadcast, allgather, reduce_scatter, alltoall\n"
-            "  -b SIZE   smallest size in bytes (default 8; K, M, G suffixes)\n"
-            "  -e SIZE   largest size (default 64M)\n"
-            "  -f F      multiply the size by F each row (default 2)\n"
-            "  -d DTYPE  int8 uint8 int32 int64 float16 bfloat16 float32 (default) float64\n"
-            "  -o OP     sum (default) prod min max avg\n"
-            "  -r ROOT   broadcast root (default 0)\n"
-            "  -n ITERS  timed iterations per size (default: by size)\n"
-            "  -w ITERS  warm-up iterations per size (default: by size)\n"
-            "  -z        check every timed iteration's result, not only the verified pass\n");
 }
 
 /* Small integer input: every reduction order gives the same exact answer. */
@@ -100,15 +91,25 @@ static size_t call_count(const bench *b, size_t bytes)
     return elems;
 }
 
-static chorus_result run_once(bench *b, size_t count)
+/* One call, from send (b->send, or b->recv in place) into b->recv. */
+static chorus_result run_once(bench *b, const void *send, size_t count)
 {
     switch (b->coll) {
-    case C_ALLREDUCE: return chorus_allreduce(b->c, b->send, b->recv, count, b->t, b->op);
+    case C_ALLREDUCE: return chorus_allreduce(b->c, send, b->recv, count, b->t, b->op);
     case C_BROADCAST: return chorus_broadcast(b->c, b->recv, count, b->t, b->root);
-    case C_ALLGATHER: return chorus_allgather(b->c, b->send, b->recv, count, b->t);
-    case C_REDUCE_SCATTER: return chorus_reduce_scatter(b->c, b->send, b->recv, count, b->t, b->op);
-    default: return chorus_alltoall(b->c, b->send, b->recv, count, b->t);
+    case C_ALLGATHER: return chorus_allgather(b->c, send, b->recv, count, b->t);
+    case C_REDUCE_SCATTER: return chorus_reduce_scatter(b->c, send, b->recv, count, b->t, b->op);
+    default: return chorus_alltoall(b->c, send, b->recv, count, b->t);
     }
+}
+
+/* Elements of the output that differ from the expected ones. */
+static long long count_wrong(const bench *b, size_t out_bytes)
+{
+    long long wrong = 0;
+    for (size_t o = 0; o < out_bytes; o += b->es)
+        wrong += memcmp(b->recv + o, b->want + o, b->es) != 0;
+    return wrong;
 }
 
 /* Fills inputs and the expected output for count; returns the output bytes to compare. */
@@ -151,77 +152,382 @@ static size_t prepare(bench *b, size_t count)
     }
 }
 
-int main(int argc, char **argv)
+static void usage(FILE *f)
 {
-    bench b = {.coll = C_ALLREDUCE, .t = CHORUS_FLOAT32, .op = CHORUS_SUM};
-    size_t minb = 8, maxb = 64u << 20;
-    double factor = 2;
-    int iters = 0, warm = -1, check_all = 0;
+    fprintf(
+        f,
+        "usage: chorus-run -np N chorus-bench [options]\n"
+        "Collective benchmark with the flags and output columns of nccl-tests.\n"
+        "\n"
+        "  --coll NAME            allreduce (default), broadcast, allgather, reduce_scatter,\n"
+        "                         alltoall (nccl-tests has one program per collective)\n"
+        "  -b, --minbytes SIZE    smallest size in bytes (default 8; K, M, G suffixes)\n"
+        "  -e, --maxbytes SIZE    largest size (default 64M)\n"
+        "  -f, --stepfactor F     multiply the size by F each row (default 2)\n"
+        "  -i, --stepbytes SIZE   add SIZE each row instead of multiplying\n"
+        "  -n, --iters N          timed iterations per size (default: by size)\n"
+        "  -w, --warmup_iters N   warm-up iterations per size (default: by size)\n"
+        "  -c, --check 0|1        verify each size's result, out-of-place and in-place, and\n"
+        "                         report it in #wrong (default 1)\n"
+        "  -o, --op OP            sum (default), prod, min, max, avg, or all of them\n"
+        "  -d, --datatype TYPE    int8, uint8, int32, int64, half (float16), bfloat16,\n"
+        "                         float (float32, default), double (float64), or all\n"
+        "  -r, --root R           root of broadcast (default 0)\n"
+        "  -a, --average 0-3      time over ranks: 0 rank 0's, 1 average (default), 2 min, 3 max\n"
+        "  -z, --blocking 0|1     accepted; Chorus collectives always block\n"
+        "  -t, --nthreads 1       one rank per process: use chorus-run -np N for more\n"
+        "  -g, --ngpus 1          Chorus runs on CPUs: one rank per process\n"
+        "  -h, --help             this help\n"
+        "      --version          print the version and exit\n"
+        "\n"
+        "Output (rank 0): '#' header lines; per size: size count type redop root, then\n"
+        "out-of-place and in-place time(us) algbw(GB/s) busbw(GB/s) #wrong; closing lines\n"
+        "'# Out of bounds values : N OK|FAILED' and '# Avg bus bandwidth    : X'.\n"
+        "Exit status: 0, 1 if a result was wrong or a collective failed, 2 for bad options.\n");
+}
+
+/* nccl-tests' names for the types (ours are accepted too). */
+static const char *type_name(chorus_dtype t)
+{
+    switch (t) {
+    case CHORUS_FLOAT16: return "half";
+    case CHORUS_FLOAT32: return "float";
+    case CHORUS_FLOAT64: return "double";
+    default: return chorus__dtype_name((int)t);
+    }
+}
+
+typedef struct opts {
+    size_t minb, maxb, stepb;
+    double factor;
+    int iters, warm, check, average, quiet;
+    int all_types, all_ops; /* -d all, -o all: one table section per type, per op */
+} opts;
+
+/* Errors before chorus_init are printed by one process: rank 0, or a process started without
+ * a launcher. */
+static int bad(const opts *o, const char *fmt, ...) CHORUS__PRINTF(2, 3);
+static int bad(const opts *o, const char *fmt, ...)
+{
+    if (!o->quiet) {
+        va_list ap;
+        va_start(ap, fmt);
+        fprintf(stderr, "chorus-bench: ");
+        vfprintf(stderr, fmt, ap);
+        fprintf(stderr, "\n(chorus-bench --help lists the options)\n");
+        va_end(ap);
+    }
+    return 2;
+}
+
+static int parse_int_arg(const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || x < lo || x > hi) return -1;
+    *out = (int)x;
+    return 0;
+}
+
+/* The long option a names, as its short letter; 0 when unknown. */
+static int short_of(const char *a)
+{
+    static const struct {
+        const char *name;
+        int c;
+    } longs[] = {
+        {"minbytes", 'b'},   {"maxbytes", 'e'},      {"stepfactor", 'f'}, {"stepbytes", 'i'},
+        {"iters", 'n'},      {"warmup_iters", 'w'},  {"check", 'c'},      {"op", 'o'},
+        {"datatype", 'd'},   {"root", 'r'},          {"average", 'a'},    {"blocking", 'z'},
+        {"nthreads", 't'},   {"ngpus", 'g'},         {"help", 'h'},       {"coll", 'C'},
+        {"collective", 'C'}, {"agg_iters", 'm'},     {"run_cycles", 'N'}, {"timeout", 'T'},
+        {"cudagraph", 'G'},  {"parallel_init", 'p'}, {"stream_null", 'y'}};
+    if (a[0] != '-') return 0;
+    if (a[1] && a[1] != '-' && !a[2]) return a[1] == 'C' ? 0 : a[1]; /* -C is nccl-tests' */
+    if (a[1] != '-') return 0;
+    for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++)
+        if (!strcmp(a + 2, longs[i].name)) return longs[i].c;
+    return 0;
+}
+
+/* Parses argv into o and b; 0, or the exit status (2: bad option, -1: --help shown). */
+static int parse_args(int argc, char **argv, opts *o, bench *b)
+{
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        if (!o->quiet) printf("chorus-bench %s\n", chorus_version());
+        return -1;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
-            return 0;
-        }
-        if (!strcmp(a, "-z")) {
-            check_all = 1;
-            continue;
-        }
-        if (!v || a[0] != '-' || strlen(a) != 2) {
-            fprintf(stderr, "chorus-bench: unknown or incomplete option '%s'\n", a);
-            usage();
-            return 2;
-        }
+        int c = short_of(a);
+        if (c == 'h') return o->quiet ? -1 : (usage(stdout), -1); /* printed by rank 0 */
+        if (!c) return bad(o, "unknown option '%s'", a);
+        if (!v) return bad(o, "%s needs a value", a);
         i++;
-        switch (a[1]) {
-        case 'c':
-            b.coll = -1;
+        switch (c) {
+        case 'C':
+            b->coll = -1;
             for (int k = 0; k < C_COUNT; k++)
                 if (!strcmp(v, coll_names[k]) ||
                     (k == C_REDUCE_SCATTER && !strcmp(v, "reducescatter")))
-                    b.coll = k;
-            if (b.coll < 0) {
-                fprintf(stderr, "chorus-bench: unknown collective '%s'\n", v);
-                return 2;
-            }
+                    b->coll = k;
+            if (b->coll < 0)
+                return bad(o,
+                           "unknown collective '%s' (allreduce, broadcast, allgather, "
+                           "reduce_scatter, alltoall)",
+                           v);
             break;
         case 'b':
         case 'e':
-            if (chorus__parse_bytes(v, a[1] == 'b' ? &minb : &maxb)) {
-                fprintf(stderr, "chorus-bench: -%c %s is not a size in bytes (e.g. 8, 64K, 1M)\n",
-                        a[1], v);
-                return 2;
-            }
+        case 'i':
+            if (chorus__parse_bytes(v, c == 'b' ? &o->minb : c == 'e' ? &o->maxb : &o->stepb))
+                return bad(o, "-%c %s is not a size in bytes (e.g. 8, 64K, 1M)", c, v);
             break;
-        case 'f': factor = atof(v); break;
-        case 'n': iters = atoi(v); break;
-        case 'w': warm = atoi(v); break;
-        case 'r': b.root = atoi(v); break;
+        case 'f': {
+            char *end;
+            o->factor = strtod(v, &end);
+            if (end == v || *end || !(o->factor > 1) || !isfinite(o->factor))
+                return bad(o, "-f %s is not a step factor above 1", v);
+            break;
+        }
+        case 'n':
+            if (parse_int_arg(v, 1, 1 << 24, &o->iters)) return bad(o, "-n %s is not >= 1", v);
+            break;
+        case 'w':
+            if (parse_int_arg(v, 0, 1 << 24, &o->warm)) return bad(o, "-w %s is not >= 0", v);
+            break;
+        case 'c':
+            if (parse_int_arg(v, 0, 1, &o->check)) return bad(o, "-c %s is not 0 or 1 (check)", v);
+            break;
+        case 'a':
+            if (parse_int_arg(v, 0, 3, &o->average))
+                return bad(o, "-a %s is not 0 (rank 0), 1 (average), 2 (min) or 3 (max)", v);
+            break;
+        case 'r':
+            if (parse_int_arg(v, 0, 1 << 24, &b->root)) return bad(o, "-r %s is not a rank", v);
+            break;
+        case 'z': {
+            int z;
+            if (parse_int_arg(v, 0, 1, &z)) return bad(o, "-z %s is not 0 or 1 (blocking)", v);
+            break;
+        }
+        case 't':
+        case 'g': {
+            int one;
+            if (parse_int_arg(v, 1, 1, &one))
+                return bad(o, "%s %s: %s", a, v,
+                           c == 't' ? "one rank per process; start more with chorus-run -np N"
+                                    : "Chorus runs on CPUs, one rank per process; start more "
+                                      "with chorus-run -np N");
+            break;
+        }
         case 'd':
-            b.t = CHORUS_DTYPE_COUNT;
+            o->all_types = !strcasecmp(v, "all");
+            if (o->all_types) break;
+            b->t = CHORUS_DTYPE_COUNT;
             for (int k = 0; k < CHORUS_DTYPE_COUNT; k++)
-                if (!strcasecmp(v, chorus__dtype_name(k))) b.t = (chorus_dtype)k;
-            if (b.t == CHORUS_DTYPE_COUNT) {
-                fprintf(stderr, "chorus-bench: unknown dtype '%s'\n", v);
-                return 2;
-            }
+                if (!strcasecmp(v, chorus__dtype_name(k)) || !strcasecmp(v, type_name(k)))
+                    b->t = (chorus_dtype)k;
+            if (b->t == CHORUS_DTYPE_COUNT)
+                return bad(o,
+                           "unknown datatype '%s' (int8, uint8, int32, int64, half, bfloat16, "
+                           "float, double, all)",
+                           v);
             break;
         case 'o':
-            b.op = CHORUS_OP_COUNT;
+            o->all_ops = !strcasecmp(v, "all");
+            if (o->all_ops) break;
+            b->op = CHORUS_OP_COUNT;
             for (int k = 0; k < CHORUS_OP_COUNT; k++)
-                if (!strcasecmp(v, chorus__op_name(k))) b.op = (chorus_op)k;
-            if (b.op == CHORUS_OP_COUNT) {
-                fprintf(stderr, "chorus-bench: unknown op '%s'\n", v);
-                return 2;
-            }
+                if (!strcasecmp(v, chorus__op_name(k))) b->op = (chorus_op)k;
+            if (b->op == CHORUS_OP_COUNT)
+                return bad(o, "unknown op '%s' (sum, prod, min, max, avg, all)", v);
             break;
-        default:
-            fprintf(stderr, "chorus-bench: unknown option '%s'\n", a);
-            usage();
-            return 2;
+        case 'T': return bad(o, "%s: set CHORUS_TIMEOUT_S (seconds) instead", a);
+        default: return bad(o, "%s is an nccl-tests option with no meaning on CPUs here", a);
         }
     }
-    if (factor <= 1) factor = 2;
+    if (o->minb > o->maxb) return bad(o, "-b %zu is larger than -e %zu", o->minb, o->maxb);
+    return 0;
+}
+
+/* Fills the input of the variant (in place: the output buffer) and the expected output for
+ * count; returns the output bytes to compare. */
+static size_t fill_inputs(bench *b, size_t count, int in_place)
+{
+    size_t out_bytes = prepare(b, count);
+    if (in_place && b->coll != C_BROADCAST) /* broadcast's input is in recv already */
+        memcpy(b->recv, b->send,
+               b->coll == C_ALLREDUCE ? count * b->es : count * (size_t)b->n * b->es);
+    return out_bytes;
+}
+
+typedef struct result {
+    int ran;
+    double t, algbw, busbw;
+    long long wrong;
+} result;
+
+/* One variant of one size: verified pass (when checking), warm-up, timed iterations. */
+static chorus_result measure(bench *b, const opts *o, size_t count, size_t bytes, double busf,
+                             int in_place, result *res)
+{
+    res->ran = 0;
+    if (in_place ? b->coll == C_ALLGATHER || b->coll == C_REDUCE_SCATTER : b->coll == C_BROADCAST)
+        return CHORUS_OK; /* no such call in Chorus */
+    res->ran = 1;
+    const void *send = in_place ? b->recv : b->send;
+    chorus_result r = CHORUS_OK;
+    res->wrong = -1;
+    if (o->check) {
+        size_t out_bytes = fill_inputs(b, count, in_place);
+        r = run_once(b, send, count);
+        res->wrong = r == CHORUS_OK ? count_wrong(b, out_bytes) : 0;
+        if (r == CHORUS_OK)
+            r = chorus_allreduce(b->c, &res->wrong, &res->wrong, 1, CHORUS_INT64, CHORUS_SUM);
+    }
+    int it = o->iters > 0 ? o->iters : (int)fmin(1000, fmax(5, 3e8 / (double)(bytes + 4096) / 8));
+    int wu = o->warm >= 0 ? o->warm : (it / 10 > 2 ? it / 10 : 2);
+    double *times = malloc(sizeof(double) * (size_t)it);
+    if (!times) return chorus__fail(NULL, CHORUS_ERR_NOMEM, "out of memory");
+    fill_inputs(b, count, in_place);
+    for (int k = 0; k < wu + it && r == CHORUS_OK; k++) {
+        r = chorus_barrier(b->c);
+        double t0 = chorus__now();
+        if (r == CHORUS_OK) r = run_once(b, send, count);
+        if (k >= wu) times[k - wu] = chorus__now() - t0;
+    }
+    /* -a: combine each iteration's time over ranks */
+    static const chorus_op combine[] = {CHORUS_SUM, CHORUS_AVG, CHORUS_MIN, CHORUS_MAX};
+    if (r == CHORUS_OK && o->average == 0)
+        r = chorus_broadcast(b->c, times, (size_t)it, CHORUS_FLOAT64, 0);
+    else if (r == CHORUS_OK)
+        r = chorus_allreduce(b->c, times, times, (size_t)it, CHORUS_FLOAT64, combine[o->average]);
+    if (r == CHORUS_OK) {
+        qsort(times, (size_t)it, sizeof(double), cmp_double);
+        res->t = it % 2 ? times[it / 2] : 0.5 * (times[it / 2 - 1] + times[it / 2]);
+        res->algbw = (double)bytes / res->t / 1e9;
+        res->busbw = res->algbw * busf;
+    }
+    free(times);
+    return r;
+}
+
+static void print_variant(const result *res)
+{
+    if (!res->ran) {
+        printf("  %8s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
+        return;
+    }
+    char wrong[24];
+    if (res->wrong < 0)
+        snprintf(wrong, sizeof(wrong), "N/A");
+    else
+        snprintf(wrong, sizeof(wrong), "%lld", res->wrong);
+    printf("  %8.2f  %6.2f  %6.2f  %6s", res->t * 1e6, res->algbw, res->busbw, wrong);
+}
+
+/* Every rank's pid and host, gathered for the header (nccl-tests lists its ranks' devices). */
+#define RANK_REC 80
+static chorus_result gather_ranks(bench *b, char **all)
+{
+    char mine[RANK_REC] = {0}, host[64] = "?";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(mine, sizeof(mine), "%d %s", (int)getpid(), host);
+    *all = malloc((size_t)b->n * RANK_REC);
+    if (!*all) return CHORUS_ERR_NOMEM;
+    return chorus_allgather(b->c, mine, *all, RANK_REC, CHORUS_UINT8);
+}
+
+static void print_header(const bench *b, const opts *o, const char *ranks)
+{
+    printf("# chorus-bench %d.%d.%d: %s, %d ranks (%d on this host)\n", CHORUS_VERSION_MAJOR,
+           CHORUS_VERSION_MINOR, CHORUS_VERSION_PATCH, coll_names[b->coll], b->n,
+           chorus_local_size(b->c));
+    char warm[16] = "by size", iters[16] = "by size";
+    if (o->warm >= 0) snprintf(warm, sizeof(warm), "%d", o->warm);
+    if (o->iters > 0) snprintf(iters, sizeof(iters), "%d", o->iters);
+    printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %g(%s) warmup iters: %s iters: %s "
+           "validation: %d average: %d\n",
+           o->minb, o->maxb, o->stepb ? (double)o->stepb : o->factor, o->stepb ? "bytes" : "factor",
+           warm, iters, o->check, o->average);
+    printf("# time: median over iterations of each iteration's time over ranks (-a); GB = 1e9\n");
+    printf("#\n# Using devices\n");
+    for (int r = 0; r < b->n; r++) {
+        const char *rec = ranks + (size_t)r * RANK_REC, *sp = strchr(rec, ' ');
+        printf("#  Rank %2d Pid %6d on %10s device CPU\n", r, atoi(rec), sp ? sp + 1 : "?");
+    }
+    printf("#\n");
+    printf("# %10s  %12s  %8s  %6s  %6s  %32s  %32s\n", "", "", "", "", "", "out-of-place",
+           "in-place");
+    printf("# %10s  %12s  %8s  %6s  %6s  %8s  %6s  %6s  %6s  %8s  %6s  %6s  %6s\n", "size", "count",
+           "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+           "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %8s  %6s  %6s  %6s  %8s  %6s  %6s  %6s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)",
+           "");
+}
+
+typedef struct totals {
+    long long wrong; /* wrong elements over every row (the same on every rank) */
+    double bw_sum;   /* busbw of every variant measured, for the average */
+    int bw_n;
+} totals;
+
+/* The rows of every size for b's collective, type and op; 1 when a collective failed. */
+static int run_sizes(bench *b, const opts *o, totals *tot)
+{
+    double busf = b->coll == C_ALLREDUCE   ? 2.0 * (b->n - 1) / b->n
+                  : b->coll == C_BROADCAST ? 1.0
+                                           : (double)(b->n - 1) / b->n;
+    int reduces = b->coll == C_ALLREDUCE || b->coll == C_REDUCE_SCATTER;
+    chorus_result r = CHORUS_OK;
+    for (size_t size = o->minb; size <= o->maxb;) {
+        size_t count = call_count(b, size);
+        size_t bytes =
+            b->coll == C_ALLGATHER || b->coll == C_REDUCE_SCATTER || b->coll == C_ALLTOALL
+                ? count * (size_t)b->n * b->es
+                : count * b->es;
+        result res[2];
+        for (int v = 0; v < 2 && count && r == CHORUS_OK; v++)
+            r = measure(b, o, count, bytes, busf, v, &res[v]);
+        if (r != CHORUS_OK) {
+            fprintf(stderr, "chorus-bench: rank %d: %s of %zu B failed: %s\n  %s\n", b->rank,
+                    coll_names[b->coll], bytes, chorus_strerror(r), chorus_last_error(b->c));
+            return 1;
+        }
+        for (int v = 0; v < 2 && count; v++) {
+            if (res[v].ran) tot->bw_sum += res[v].busbw, tot->bw_n++;
+            if (res[v].ran && res[v].wrong > 0) tot->wrong += res[v].wrong;
+        }
+        if (count && b->rank == 0) {
+            printf("  %10zu  %12zu  %8s  %6s  %6d", bytes, count, type_name(b->t),
+                   reduces ? chorus__op_name((int)b->op) : "none",
+                   b->coll == C_BROADCAST ? b->root : -1);
+            for (int v = 0; v < 2; v++) print_variant(&res[v]);
+            printf("\n");
+            fflush(stdout);
+        }
+        if (size == o->maxb) break;
+        size_t next = o->stepb ? size + o->stepb : (size_t)ceil((double)size * o->factor);
+        size = next > o->maxb ? o->maxb : next; /* always end with the largest size */
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench b = {.coll = C_ALLREDUCE, .t = CHORUS_FLOAT32, .op = CHORUS_SUM};
+    opts o = {.minb = 8,
+              .maxb = 64u << 20,
+              .factor = 2,
+              .warm = -1,
+              .iters = -1,
+              .check = 1,
+              .average = 1,
+              .quiet = chorus__config()->rank > 0};
+    int st = parse_args(argc, argv, &o, &b);
+    if (st) return st < 0 ? 0 : st;
     chorus_result r = chorus_init(&b.c);
     if (r != CHORUS_OK) {
         fprintf(stderr, "chorus-bench: chorus_init failed: %s\n  %s\n", chorus_strerror(r),
@@ -230,85 +536,49 @@ int main(int argc, char **argv)
     }
     b.rank = chorus_rank(b.c);
     b.n = chorus_size(b.c);
-    b.es = chorus_dtype_size(b.t);
-    if (b.root < 0 || b.root >= b.n) {
-        if (b.rank == 0) fprintf(stderr, "chorus-bench: root %d out of range\n", b.root);
-        return 2;
+    o.quiet = b.rank != 0;
+    if (b.root >= b.n) {
+        chorus_finalize(b.c);
+        return bad(&o, "-r %d: the root must be a rank below %d", b.root, b.n);
     }
-    size_t cap = maxb + 64 * b.es * (size_t)b.n;
+    size_t cap = o.maxb + 64 * sizeof(double) * (size_t)b.n; /* room for the widest type */
     b.send = chorus__malloc_aligned(cap);
     b.recv = chorus__malloc_aligned(cap);
     b.want = chorus__malloc_aligned(cap);
     if (!b.send || !b.recv || !b.want) {
-        fprintf(stderr, "chorus-bench: out of memory for %zu bytes\n", cap);
+        fprintf(stderr, "chorus-bench: rank %d: out of memory for %zu bytes\n", b.rank, cap);
         return 1;
     }
     memset(b.send, 0, cap);
     memset(b.recv, 0, cap);
-    double busf = b.coll == C_ALLREDUCE   ? 2.0 * (b.n - 1) / b.n
-                  : b.coll == C_BROADCAST ? 1.0
-                                          : (double)(b.n - 1) / b.n;
+    totals tot = {0, 0, 0};
+    int types = o.all_types ? CHORUS_DTYPE_COUNT : 1;
+    int ops =
+        o.all_ops && (b.coll == C_ALLREDUCE || b.coll == C_REDUCE_SCATTER) ? CHORUS_OP_COUNT : 1;
+    char *ranks = NULL;
+    r = gather_ranks(&b, &ranks);
+    if (r != CHORUS_OK) {
+        fprintf(stderr, "chorus-bench: rank %d: gathering the ranks' hosts failed: %s\n", b.rank,
+                chorus_strerror(r));
+        return 1;
+    }
+    if (b.rank == 0) print_header(&b, &o, ranks);
+    free(ranks);
+    for (int ti = 0; ti < types; ti++)
+        for (int oi = 0; oi < ops; oi++) {
+            if (o.all_types) b.t = (chorus_dtype)ti;
+            if (ops > 1) b.op = (chorus_op)oi;
+            b.es = chorus_dtype_size(b.t);
+            if (run_sizes(&b, &o, &tot)) return 1;
+        }
     if (b.rank == 0) {
-        printf("# chorus-bench: %s, %s, %s, %d ranks (%d on this host)%s\n", coll_names[b.coll],
-               chorus__dtype_name((int)b.t), chorus__op_name((int)b.op), b.n,
-               chorus_local_size(b.c), check_all ? ", every iteration checked" : "");
-        printf("# time: median over iterations of the slowest rank; busbw factor %.3f; GB = 1e9\n",
-               busf);
-        printf("#%13s %12s %8s %12s %12s %12s %6s\n", "size(B)", "count", "iters", "time(us)",
-               "algbw(GB/s)", "busbw(GB/s)", "check");
+        printf("# Out of bounds values : %lld %s\n", tot.wrong, tot.wrong ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g \n", tot.bw_n ? tot.bw_sum / tot.bw_n : 0.0);
+        printf("#\n");
     }
-    int failures = 0;
-    for (size_t size = minb; size <= maxb; size = (size_t)ceil((double)size * factor)) {
-        size_t count = call_count(&b, size);
-        if (count == 0) continue;
-        size_t bytes = b.coll == C_ALLGATHER || b.coll == C_REDUCE_SCATTER || b.coll == C_ALLTOALL
-                           ? count * (size_t)b.n * b.es
-                           : count * b.es;
-        int it = iters > 0 ? iters : (int)fmin(1000, fmax(5, 3e8 / (double)(bytes + 4096) / 8));
-        int wu = warm >= 0 ? warm : (it / 10 > 2 ? it / 10 : 2);
-        /* verified pass */
-        size_t out_bytes = prepare(&b, count);
-        r = run_once(&b, count);
-        long long wrong = 0;
-        if (r == CHORUS_OK && memcmp(b.recv, b.want, out_bytes)) wrong = 1;
-        double *times = malloc(sizeof(double) * (size_t)it);
-        for (int k = 0; k < wu + it && r == CHORUS_OK; k++) {
-            if (b.coll == C_BROADCAST && b.rank == b.root) { /* root's data is the source */
-            }
-            r = chorus_barrier(b.c);
-            double t0 = chorus__now();
-            if (r == CHORUS_OK) r = run_once(&b, count);
-            double dt = chorus__now() - t0;
-            if (k >= wu) times[k - wu] = dt;
-            if (check_all && r == CHORUS_OK && memcmp(b.recv, b.want, out_bytes)) wrong++;
-        }
-        if (r == CHORUS_OK)
-            r = chorus_allreduce(b.c, times, times, (size_t)it, CHORUS_FLOAT64, CHORUS_MAX);
-        if (r == CHORUS_OK) r = chorus_allreduce(b.c, &wrong, &wrong, 1, CHORUS_INT64, CHORUS_SUM);
-        if (r != CHORUS_OK) {
-            fprintf(stderr, "chorus-bench: rank %d: %s failed: %s\n  %s\n", b.rank,
-                    coll_names[b.coll], chorus_strerror(r), chorus_last_error(b.c));
-            return 1;
-        }
-        qsort(times, (size_t)it, sizeof(double), cmp_double);
-        double t = it % 2 ? times[it / 2] : 0.5 * (times[it / 2 - 1] + times[it / 2]);
-        double algbw = (double)bytes / t / 1e9;
-        if (b.rank == 0)
-            printf("%14zu %12zu %8d %12.2f %12.3f %12.3f %6s\n", bytes, count, it, t * 1e6, algbw,
-                   algbw * busf, wrong ? "FAIL" : "ok");
-        fflush(stdout);
-        failures += wrong != 0;
-        free(times);
-        if (size == maxb) break;
-        if ((size_t)ceil((double)size * factor) > maxb && size < maxb) {
-            size = maxb; /* always end with the largest size */
-            size = (size_t)((double)size / factor);
-        }
-    }
-    if (b.rank == 0 && failures) printf("# %d size(s) gave WRONG results\n", failures);
     free(b.send);
     free(b.recv);
     free(b.want);
     chorus_finalize(b.c);
-    return failures ? 1 : 0;
+    return tot.wrong ? 1 : 0;
 }

@@ -5,11 +5,14 @@
  *   chorus-run --elastic -np N --min-np A --max-np B [--host-discovery-script PATH] program ...
  *
  * Serves the rendezvous store, makes a random per-job secret (CHORUS_SECRET) that every
- * connection must prove, starts the processes with their CHORUS_* environment, prefixes each
+ * connection must prove, starts the processes with their CHORUS_* environment (and
+ * torchrun's and horovodrun's variables, so their programs run unchanged), prefixes each
  * output line with the rank, forwards SIGINT/SIGTERM, and when one rank fails gives the
  * others a moment to report the failure, stops them, and exits with the failing rank's status
  * and a line saying which rank failed and how (also when a rank hangs: a stopped process is
- * noticed through waitpid).
+ * noticed through waitpid); --max-restarts starts the whole job again, as torchrun does.
+ * The flags of horovodrun, torchrun and mpirun that map onto Chorus are taken with their
+ * meaning; the others are refused with what to use instead (docs/LAUNCHER.md).
  *
  * With --elastic the job survives failures: the program uses chorus_elastic_run
  * (include/chorus/elastic.h), and this launcher decides the membership of each generation.
@@ -17,12 +20,15 @@
  * the launcher publishes el/round/<gen> = "<gen> <n> <worker ids in rank order>" once every
  * live worker has checked in and at least --min-np remain, kills workers that other workers
  * report unresponsive (or that are stopped) and that do not check in themselves, starts
- * replacements up to --max-np (--max-restarts of them), and follows a host discovery script.
+ * replacements up to --max-np (--max-restarts of them; none after a replacement failed as
+ * its predecessor did), and follows a host discovery script.
  * Running workers learn of a pending generation at their next commit (el/next). Every key
  * and value format of this protocol is defined in src/elastic/keys.h.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -30,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,9 +50,11 @@
 
 typedef struct stream {
     int fd;
-    FILE *out;
+    FILE *out; /* the console (NULL: only to the log file) */
+    FILE *log; /* --log-dir: this rank's file for the stream (NULL: none) */
     char buf[65536];
     size_t len;
+    char last[200]; /* the last line that was not blank: how a failure is recognised */
 } stream;
 
 typedef struct worker {
@@ -62,6 +71,7 @@ typedef struct worker {
     double suspect_since; /* reported lost by a peer (0: not) */
     int killed;           /* we killed it as unresponsive */
     int leaving;          /* its end is expected (scaled down, or the job finished without it) */
+    int replacement;      /* started to replace a failed worker */
 } worker;
 
 static int sig_pipe[2];
@@ -83,25 +93,59 @@ static void usage(FILE *f)
         f,
         "usage: chorus-run -np N [options] [--] program [args...]\n"
         "\n"
-        "Starts N ranks of a Chorus job on this host.\n"
+        "Starts N ranks of a Chorus job on this host. Each rank gets CHORUS_RANK/CHORUS_SIZE,\n"
+        "torchrun's RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_ADDR\n"
+        "MASTER_PORT (a free port for torch.distributed's own store; yours if MASTER_PORT is\n"
+        "set), horovodrun's HOROVOD_RANK HOROVOD_SIZE HOROVOD_LOCAL_RANK HOROVOD_LOCAL_SIZE\n"
+        "HOROVOD_CROSS_RANK HOROVOD_CROSS_SIZE, and PYTHONUNBUFFERED=1 unless set.\n"
+        "Options take '--name value' or '--name=value'; torchrun's --names_with_underscores too.\n"
         "\n"
         "options:\n"
-        "  -np N, -n N      number of ranks (required unless a discovery script gives it)\n"
+        "  -np N, -n N, --nproc-per-node N\n"
+        "                   number of ranks (required unless a discovery script gives it)\n"
+        "  --nnodes 1       torchrun's node count: this launcher runs one node\n"
+        "  -x VAR[=value]   set VAR for every rank (VAR alone: pass it on as it is here)\n"
         "  --no-prefix      do not prefix output lines with [rank]\n"
+        "  --tag-output     prefix output lines with [rank] (the default)\n"
+        "  --log-dir DIR    write each rank's output to DIR/attempt_<n>/<rank>/stdout.log and\n"
+        "                   stderr.log instead of here\n"
+        "  --tee 0-3        with --log-dir, also show stdout (1), stderr (2) or both (3) here\n"
+        "  --redirects 0-3  with --log-dir, which streams go to the files (default 3: both)\n"
+        "  --max-restarts K\n"
+        "                   a plain job: start all ranks again, up to K times, when one fails\n"
+        "                   (TORCHELASTIC_RESTART_COUNT tells them which run this is);\n"
+        "                   elastic: see below\n"
         "  --timeout S      stop the whole job after S seconds (exit status 124)\n"
         "  --bind-to core|none  pin each rank to its own block of the CPUs this launcher may use\n"
         "                   (default core when there are at least as many CPUs as ranks)\n"
         "  --grace S        after a rank fails, give the others S seconds to exit on their own\n"
         "                   before stopping them (default 5)\n"
+        "  --verbose        say what is started; the ranks log at CHORUS_DEBUG=INFO\n"
         "  --help-env       print the CHORUS_* environment variables and their defaults\n"
         "  -h, --help       this help\n"
+        "  --version        print the version and exit\n"
+        "\n"
+        "horovodrun's tuning flags, each a CHORUS_* variable of every rank:\n"
+        "  --timeline-filename FILE           CHORUS_TIMELINE\n"
+        "  --network-interface IFACE          CHORUS_IFACE (one interface or IPv4 address)\n"
+        "  --start-timeout S                  CHORUS_START_TIMEOUT_S\n"
+        "  --fusion-threshold-mb MB           CHORUS_FUSION_THRESHOLD\n"
+        "  --cycle-time-ms MS                 CHORUS_CYCLE_TIME_MS\n"
+        "  --cache-capacity N                 CHORUS_CACHE_CAPACITY\n"
+        "  --stall-check-warning-time-seconds S, --stall-check-shutdown-time-seconds S\n"
+        "                                     CHORUS_STALL_WARN_S, CHORUS_STALL_SHUTDOWN_S\n"
+        "  --timeline-mark-cycles, and torchrun's --standalone and --no-python, are what\n"
+        "  Chorus always does; --master-port P sets MASTER_PORT, as torchrun's does. Other\n"
+        "  launchers' flags that do not apply here are refused with what to use instead.\n"
         "\n"
         "elastic jobs (the program uses chorus_elastic_run; output is prefixed [worker id]):\n"
         "  --elastic        keep the job alive when workers fail: survivors form a new\n"
         "                   generation and go on from the last commit\n"
         "  --min-np A       stop the job when fewer than A workers remain (default 1)\n"
         "  --max-np B       never run more than B workers (default N)\n"
-        "  --max-restarts K start at most K replacements for failed workers (default 3)\n"
+        "  --max-restarts K start at most K replacements for failed workers (default 3); a\n"
+        "                   replacement that fails as the worker before it did (same status,\n"
+        "                   same last line on stderr) ends the replacing\n"
         "  --host-discovery-script PATH\n"
         "                   run PATH every --discovery-interval seconds (default 5); each line\n"
         "                   'host:slots' names a host and its slots. Workers are started or\n"
@@ -159,10 +203,22 @@ static int runnable(const char *prog, char *why, size_t len)
 
 static void emit(stream *s, int rank, int prefix, const char *line, size_t n)
 {
-    if (prefix)
+    if (s->out && prefix)
         fprintf(s->out, "[%d] %.*s\n", rank, (int)n, line);
-    else
+    else if (s->out)
         fprintf(s->out, "%.*s\n", (int)n, line);
+    if (s->log) fprintf(s->log, "%.*s\n", (int)n, line);
+    size_t blank = 0;
+    while (blank < n && (line[blank] == ' ' || line[blank] == '\t' || line[blank] == '\r')) blank++;
+    if (blank < n) snprintf(s->last, sizeof(s->last), "%.*s", (int)n, line);
+}
+
+/* Flushes what was written for s, so that the console and the log file follow the rank line
+ * by line. */
+static void flush_stream(stream *s)
+{
+    if (s->out) fflush(s->out);
+    if (s->log) fflush(s->log);
 }
 
 /* Reads what is available; writes complete lines. Returns 0 at EOF. */
@@ -173,7 +229,9 @@ static int pump(stream *s, int rank, int prefix)
     if (r <= 0) {
         if (s->len) emit(s, rank, prefix, s->buf, s->len);
         s->len = 0;
-        fflush(s->out);
+        flush_stream(s);
+        if (s->log) fclose(s->log);
+        s->log = NULL;
         close(s->fd);
         s->fd = -1;
         return 0;
@@ -191,7 +249,7 @@ static int pump(stream *s, int rank, int prefix)
     }
     memmove(s->buf, s->buf + start, s->len - start);
     s->len -= start;
-    fflush(s->out);
+    flush_stream(s);
     return 1;
 }
 
@@ -227,10 +285,19 @@ typedef struct job {
     int nw, capw;
     int prefix;
     char **argv;
-    char store[64], id[64];
-    int np; /* ranks of a plain job; initial workers of an elastic one */
+    char store[64], id[80], base_id[64];
+    int np;              /* ranks of a plain job; initial workers of an elastic one */
+    int attempt;         /* a plain job's run: 0, then 1.. after each --max-restarts restart */
+    int master_port;     /* MASTER_PORT for the ranks' own use (torch.distributed); 0: the user's */
+    int verbose;         /* --verbose: say what is started and how */
+    const char *log_dir; /* --log-dir: per-rank files of what the ranks print */
+    int tee, redirects;  /* --tee, --redirects: 1 stdout, 2 stderr, 3 both */
+    double started;      /* when the first run started (--timeout covers every run) */
     /* elastic */
     int elastic, min_np, max_np, max_restarts, restarts, unreplaced;
+    /* the failure seen last (a failure of a replacement that matches it repeats) */
+    int last_fail_wid, last_fail_status, repeating;
+    char last_fail_line[200];
     const char *discovery;
     double discovery_every, discovery_last;
     int desired; /* workers wanted (np, or the discovery script's local slots) */
@@ -292,21 +359,57 @@ static void free_env(char **envp)
     free(envp);
 }
 
-/* A copy of this process's environment with the rank's CHORUS_* variables set (or removed). */
+static int count_alive(const job *j);
+
+/* Variables every rank gets from this launcher (an inherited value is replaced or removed). The
+ * standard ones let programs written for other launchers run unchanged: torchrun's (a plain
+ * torch.distributed script with init_method="env://") and Horovod's (the rank a horovodrun
+ * script reads before init). OMPI_COMM_WORLD_* are left alone: Open MPI's own MPI_Init would
+ * take them for an mpirun job and fail. */
+static const char *const launcher_vars[] = {"CHORUS_RANK=",
+                                            "CHORUS_LOCAL_RANK=",
+                                            "CHORUS_SIZE=",
+                                            "CHORUS_LOCAL_SIZE=",
+                                            "CHORUS_ELASTIC=",
+                                            "CHORUS_WORKER_ID=",
+                                            "CHORUS_STORE_ADDR=",
+                                            "CHORUS_JOB_ID=",
+                                            "RANK=",
+                                            "LOCAL_RANK=",
+                                            "WORLD_SIZE=",
+                                            "LOCAL_WORLD_SIZE=",
+                                            "GROUP_RANK=",
+                                            "GROUP_WORLD_SIZE=",
+                                            "ROLE_RANK=",
+                                            "ROLE_WORLD_SIZE=",
+                                            "TORCHELASTIC_RESTART_COUNT=",
+                                            "TORCHELASTIC_MAX_RESTARTS=",
+                                            "HOROVOD_RANK=",
+                                            "HOROVOD_SIZE=",
+                                            "HOROVOD_LOCAL_RANK=",
+                                            "HOROVOD_LOCAL_SIZE=",
+                                            "HOROVOD_CROSS_RANK=",
+                                            "HOROVOD_CROSS_SIZE="};
+#define N_LAUNCHER_VARS (sizeof(launcher_vars) / sizeof(launcher_vars[0]))
+
+/* A copy of this process's environment with the rank's launcher variables set (or removed):
+ * CHORUS_* for libchorus; RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ... as torchrun sets
+ * them (a plain job: its ranks are all there is); HOROVOD_RANK, HOROVOD_SIZE, ... as
+ * horovodrun sets them (an elastic worker's are its plan: where it starts; its generations
+ * decide the rest); PYTHONUNBUFFERED=1 unless set, so that Python ranks print as they go
+ * instead of when their pipe's buffer fills. */
 static char **child_env(const job *j, int rank, int size, int wid)
 {
-    static const char *const ours[] = {
-        "CHORUS_RANK=",    "CHORUS_LOCAL_RANK=", "CHORUS_SIZE=",       "CHORUS_LOCAL_SIZE=",
-        "CHORUS_ELASTIC=", "CHORUS_WORKER_ID=",  "CHORUS_STORE_ADDR=", "CHORUS_JOB_ID="};
     size_t n = 0;
     while (environ[n]) n++;
-    char **envp = calloc(n + 9, sizeof(char *));
+    char **envp = calloc(n + N_LAUNCHER_VARS + 8, sizeof(char *));
     if (!envp) return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         int skip = 0;
-        for (size_t o = 0; o < sizeof(ours) / sizeof(ours[0]); o++)
-            if (!strncmp(environ[i], ours[o], strlen(ours[o]))) skip = 1;
+        for (size_t o = 0; o < N_LAUNCHER_VARS; o++)
+            if (!strncmp(environ[i], launcher_vars[o], strlen(launcher_vars[o]))) skip = 1;
+        if (j->master_port && !strncmp(environ[i], "MASTER_ADDR=", 12)) skip = 1;
         if (!skip && !(envp[k++] = strdup(environ[i]))) goto fail;
     }
     char v[320];
@@ -321,6 +424,36 @@ static char **child_env(const job *j, int rank, int size, int wid)
         PUT("CHORUS_SIZE=%d", size);
         PUT("CHORUS_LOCAL_SIZE=%d", size);
     }
+    if (rank >= 0 && !j->elastic) {
+        PUT("RANK=%d", rank);
+        PUT("LOCAL_RANK=%d", rank);
+        PUT("WORLD_SIZE=%d", size);
+        PUT("LOCAL_WORLD_SIZE=%d", size);
+        PUT("GROUP_RANK=0"); /* this host is the only node */
+        PUT("GROUP_WORLD_SIZE=1");
+        PUT("ROLE_RANK=%d", rank);
+        PUT("ROLE_WORLD_SIZE=%d", size);
+        PUT("TORCHELASTIC_RESTART_COUNT=%d", j->attempt);
+        PUT("TORCHELASTIC_MAX_RESTARTS=%d", j->max_restarts);
+        if (j->master_port) { /* else the user's MASTER_PORT (and MASTER_ADDR) */
+            PUT("MASTER_ADDR=127.0.0.1");
+            PUT("MASTER_PORT=%d", j->master_port);
+        } else if (!chorus__env("MASTER_ADDR")) {
+            PUT("MASTER_ADDR=127.0.0.1");
+        }
+    }
+    int plan_rank = rank, plan_size = size;
+    if (rank < 0) { /* an elastic replacement: it joins after the workers running now */
+        plan_rank = count_alive(j);
+        plan_size = j->desired > plan_rank ? j->desired : plan_rank + 1;
+    }
+    PUT("HOROVOD_RANK=%d", plan_rank);
+    PUT("HOROVOD_SIZE=%d", plan_size);
+    PUT("HOROVOD_LOCAL_RANK=%d", plan_rank);
+    PUT("HOROVOD_LOCAL_SIZE=%d", plan_size);
+    PUT("HOROVOD_CROSS_RANK=0");
+    PUT("HOROVOD_CROSS_SIZE=1");
+    if (!chorus__env("PYTHONUNBUFFERED")) PUT("PYTHONUNBUFFERED=1");
     if (j->elastic) {
         PUT("CHORUS_ELASTIC=1");
         PUT("CHORUS_WORKER_ID=%d", wid);
@@ -332,6 +465,43 @@ static char **child_env(const job *j, int rank, int size, int wid)
 fail:
     free_env(envp);
     return NULL;
+}
+
+/* mkdir -p for the directories of path (not its last part). */
+static int make_parents(char *path)
+{
+    for (char *p = path + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            int r = mkdir(path, 0777);
+            *p = '/';
+            if (r && errno != EEXIST) return -1;
+        }
+    return 0;
+}
+
+/* --log-dir: opens DIR/attempt_<n>/<worker>/<name>.log for a stream of worker wid. */
+static FILE *open_log(const job *j, int wid, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/attempt_%d/%d/%s.log", j->log_dir, j->attempt, wid, name);
+    FILE *f = make_parents(path) ? NULL : fopen(path, "we");
+    if (!f) fprintf(stderr, "chorus-run: cannot write %s: %s\n", path, strerror(errno));
+    return f;
+}
+
+/* With --log-dir, where the streams of worker w go: a file each (streams named by
+ * --redirects only there, those named by --tee there and on the console). A file that cannot
+ * be written leaves its stream on the console, after a line saying so. */
+static void route_streams(const job *j, worker *w)
+{
+    static const char *const names[2] = {"stdout", "stderr"};
+    for (int s = 0; s < 2 && j->log_dir; s++) {
+        int bit = 1 << s;
+        if (!((j->redirects | j->tee) & bit)) continue;
+        w->s[s].log = open_log(j, w->wid, names[s]);
+        if (w->s[s].log && (j->redirects & bit) && !(j->tee & bit)) w->s[s].out = NULL;
+    }
 }
 
 static worker *spawn(job *j, int rank, int size)
@@ -401,6 +571,7 @@ static worker *spawn(job *j, int rank, int size)
     w->rank = -1;
     w->s[0] = (stream){.fd = out[0], .out = stdout};
     w->s[1] = (stream){.fd = errp[0], .out = stderr};
+    route_streams(j, w);
     return w;
 }
 
@@ -556,6 +727,66 @@ static void publish(job *j, long gen)
     free(val);
 }
 
+/* May another replacement start? Not when --max-restarts are used up, nor when a replacement
+ * failed just as the worker before it did: its successor would fail there too. */
+static int may_replace(const job *j)
+{
+    return j->restarts < j->max_restarts && !j->repeating;
+}
+
+/* Pumps what the pipes of an ended worker still hold, so that its last line is known. */
+static void drain_worker(job *j, worker *w)
+{
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 64 && w->s[s].fd >= 0; i++) {
+            struct pollfd p = {.fd = w->s[s].fd, .events = POLLIN};
+            if (poll(&p, 1, 0) <= 0) break;
+            pump(&w->s[s], w->wid, j->prefix);
+        }
+}
+
+/* Did the program fail on its own (an exit status, a crash), rather than being killed or
+ * stopped from outside? Only such a failure can repeat. */
+static int own_failure(int status)
+{
+    if (WIFEXITED(status)) return WEXITSTATUS(status) != 0;
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    return sig && sig != SIGKILL && sig != SIGTERM && sig != SIGINT && sig != SIGHUP;
+}
+
+/* Says how elastic worker w failed and what happens next. A replacement that fails as the
+ * failure before it did (the same status and the same last line on stderr) stops further
+ * replacements: the next one would fail at the same point again. */
+static void elastic_failed(job *j, worker *w, int status, const char *how)
+{
+    drain_worker(j, w);
+    const char *line = w->s[1].last;
+    int same = own_failure(status) && j->last_fail_wid >= 0 && status == j->last_fail_status &&
+               !strcmp(line, j->last_fail_line);
+    int prev = j->last_fail_wid;
+    if (own_failure(status)) {
+        j->last_fail_wid = w->wid;
+        j->last_fail_status = status;
+        snprintf(j->last_fail_line, sizeof(j->last_fail_line), "%s", line);
+    }
+    int repeats = same && w->replacement && !j->repeating;
+    if (repeats) j->repeating = 1;
+    int alive = count_alive(j);
+    fprintf(stderr, "chorus-run: worker %d (pid %d%s) %s", w->wid, (int)w->pid,
+            w->rank >= 0 ? ", a rank of the last generation" : "", how);
+    if (alive > 0)
+        fprintf(stderr, "; %d worker%s left (elastic: the job goes on)", alive,
+                alive == 1 ? "" : "s");
+    else if (may_replace(j))
+        fprintf(stderr, "; no worker is left: replacing the failed ones");
+    fprintf(stderr, "\n");
+    if (repeats)
+        fprintf(stderr,
+                "chorus-run: elastic: replacement worker %d failed as worker %d did (%s%s%s%s); "
+                "the failure repeats, so no more replacements are started\n",
+                w->wid, prev, how, *line ? ", last line '" : "", line, *line ? "'" : "");
+}
+
 /* Returns 0, or the exit status with which the job must stop (too few workers left). */
 static int elastic_tick(job *j)
 {
@@ -593,7 +824,7 @@ static int elastic_tick(job *j)
     int alive = count_alive(j);
     while (alive < j->desired && alive < j->max_np) {
         int replacing = j->unreplaced > 0;
-        if (replacing && j->restarts >= j->max_restarts) break;
+        if (replacing && !may_replace(j)) break;
         worker *w = spawn(j, -1, 0);
         if (!w) {
             fprintf(stderr, "chorus-run: elastic: cannot start a worker: %s\n", strerror(errno));
@@ -602,6 +833,7 @@ static int elastic_tick(job *j)
         if (replacing) {
             j->unreplaced--;
             j->restarts++;
+            w->replacement = 1;
         }
         fprintf(stderr,
                 "chorus-run: elastic: started worker %d (pid %d)%s; it joins at the next "
@@ -675,8 +907,7 @@ static int elastic_tick(job *j)
         publish(j, gen);
         return 0;
     }
-    int can_start =
-        j->unreplaced > 0 && j->restarts < j->max_restarts && count_alive(j) < j->max_np;
+    int can_start = j->unreplaced > 0 && may_replace(j) && count_alive(j) < j->max_np;
     if (can_start) return 0; /* a replacement will be started and check in */
     fprintf(stderr,
             "chorus-run: elastic: only %d worker%s left, fewer than --min-np %d; stopping the "
@@ -729,74 +960,297 @@ typedef struct run_opts {
     int prog; /* index in argv of the program to run */
 } run_opts;
 
+/* Flags of horovodrun and torchrun that are a variable of every rank: the launcher sets it
+ * in its own environment, where it is checked with the rest of the configuration, and the
+ * ranks inherit it. suffix is appended to the value (megabytes for the fusion threshold). */
+static const struct {
+    const char *flag, *var, *suffix;
+} env_flags[] = {
+    {"--timeline-filename", "CHORUS_TIMELINE", ""},
+    {"--network-interface", "CHORUS_IFACE", ""},
+    {"--network-interfaces", "CHORUS_IFACE", ""},
+    {"--start-timeout", "CHORUS_START_TIMEOUT_S", ""},
+    {"--fusion-threshold-mb", "CHORUS_FUSION_THRESHOLD", "M"},
+    {"--cycle-time-ms", "CHORUS_CYCLE_TIME_MS", ""},
+    {"--cache-capacity", "CHORUS_CACHE_CAPACITY", ""},
+    {"--stall-check-warning-time-seconds", "CHORUS_STALL_WARN_S", ""},
+    {"--stall-check-shutdown-time-seconds", "CHORUS_STALL_SHUTDOWN_S", ""},
+    {"--master-port", "MASTER_PORT", ""},
+};
+
+#define ACROSS_HOSTS                                                                               \
+    "launch across hosts with mpirun or srun (export CHORUS_SECRET, MASTER_ADDR and "              \
+    "MASTER_PORT to every rank; see docs/FAULT_TOLERANCE.md)"
+#define MULTI_HOST "chorus-run starts ranks on this host only; " ACROSS_HOSTS
+#define NO_AUTOTUNE                                                                                \
+    "Chorus has no autotuner; set the fusion threshold and cycle time yourself "                   \
+    "(--fusion-threshold-mb, --cycle-time-ms)"
+
+/* Flags of other launchers that do not map onto chorus-run, and what to use instead. */
+static const struct {
+    const char *flag, *instead;
+} refused_flags[] = {
+    {"-H", MULTI_HOST},
+    {"--hosts", MULTI_HOST},
+    {"--hostfile", MULTI_HOST},
+    {"-p", MULTI_HOST},
+    {"--ssh-port", MULTI_HOST},
+    {"--ssh-identity-file", MULTI_HOST},
+    {"--rdzv-backend", MULTI_HOST},
+    {"--rdzv-endpoint", MULTI_HOST},
+    {"--rdzv-id", MULTI_HOST},
+    {"--rdzv-conf", MULTI_HOST},
+    {"--node-rank", MULTI_HOST},
+    {"--master-addr", MULTI_HOST},
+    {"--autotune", NO_AUTOTUNE},
+    {"--autotune-log-file", NO_AUTOTUNE},
+    {"--gloo", "Chorus always runs over its own TCP and shared-memory transports; drop the flag"},
+    {"--mpi", "to run under Open MPI, start the program with mpirun itself (Chorus reads "
+              "OMPI_COMM_WORLD_*)"},
+    {"--mpi-args", "to run under Open MPI, start the program with mpirun itself (Chorus reads "
+                   "OMPI_COMM_WORLD_*)"},
+    {"--hierarchical-allreduce",
+     "Chorus picks the algorithm by size and topology; force one with -x "
+     "CHORUS_ALGO_ALLREDUCE=name (chorus-run --help-env)"},
+    {"--hierarchical-allgather",
+     "Chorus picks the algorithm by size and topology; force one with -x "
+     "CHORUS_ALGO_ALLGATHER=name (chorus-run --help-env)"},
+    {"--output-filename", "use --log-dir DIR (a directory per rank), with --tee 3 to also "
+                          "see the output here"},
+    {"-m", "name the interpreter: chorus-run -np N python3 -m MODULE"},
+    {"--module", "name the interpreter: chorus-run -np N python3 -m MODULE"},
+    {"--mca", "Chorus's settings are CHORUS_* variables (chorus-run --help-env); pass them "
+              "with -x VAR=value"},
+    {"--map-by", "use --bind-to core|none"},
+    {"--rank-by", "use --bind-to core|none"},
+};
+
+/* Options that take a value (besides those of env_flags). */
+static const char *const value_opts[] = {"-np",
+                                         "-n",
+                                         "--np",
+                                         "--timeout",
+                                         "--bind-to",
+                                         "--grace",
+                                         "--min-np",
+                                         "--max-np",
+                                         "--max-restarts",
+                                         "--host-discovery-script",
+                                         "--discovery-interval",
+                                         "-x",
+                                         "--nproc-per-node",
+                                         "--nnodes",
+                                         "--log-dir",
+                                         "--tee",
+                                         "--redirects"};
+
+static int takes_value(const char *name)
+{
+    for (size_t i = 0; i < sizeof(value_opts) / sizeof(value_opts[0]); i++)
+        if (!strcmp(name, value_opts[i])) return 1;
+    for (size_t i = 0; i < sizeof(env_flags) / sizeof(env_flags[0]); i++)
+        if (!strcmp(name, env_flags[i].flag)) return 1;
+    return 0;
+}
+
+/* The option's name as matched: "--name=value" loses its value (returned in *inline_v) and
+ * torchrun's underscores ("--nproc_per_node") become dashes. */
+static void option_name(const char *a, char *name, size_t len, const char **inline_v)
+{
+    *inline_v = NULL;
+    snprintf(name, len, "%s", a);
+    if (strncmp(a, "--", 2)) return;
+    char *eq = strchr(name, '=');
+    if (eq) {
+        *eq = 0;
+        *inline_v = a + (eq - name) + 1;
+    }
+    for (char *c = name + 2; *c; c++)
+        if (*c == '_') *c = '-';
+}
+
+/* --tee and --redirects: 0 none, 1 stdout, 2 stderr, 3 both (torchrun's values). */
+static int parse_streams(const char *opt, const char *v, int *out)
+{
+    if (strlen(v) != 1 || v[0] < '0' || v[0] > '3') {
+        fprintf(stderr,
+                "chorus-run: %s takes 0 (none), 1 (stdout), 2 (stderr) or 3 (both), not '%s'\n",
+                opt, v);
+        return -1;
+    }
+    *out = v[0] - '0';
+    return 0;
+}
+
+/* -x VAR=value sets VAR for the launcher and every rank; -x VAR passes VAR on as it is here
+ * (the ranks inherit the environment anyway) and warns when it is not set. */
+static int export_var(const char *v)
+{
+    const char *eq = strchr(v, '=');
+    if (eq == v || !*v) {
+        fprintf(stderr, "chorus-run: -x takes VAR or VAR=value, not '%s'\n", v);
+        return -1;
+    }
+    if (!eq) {
+        if (!chorus__env(v))
+            fprintf(stderr, "chorus-run: -x %s: %s is not set here; nothing to pass on\n", v, v);
+        return 0;
+    }
+    char name[256];
+    snprintf(name, sizeof(name), "%.*s", (int)(eq - v), v);
+    return setenv(name, eq + 1, 1);
+}
+
+static int env_flag_used[sizeof(env_flags) / sizeof(env_flags[0])];
+
+/* Sets the variable of an env_flags row from its flag's value. */
+static int apply_env_flag(size_t row, const char *v)
+{
+    if (!strcmp(env_flags[row].var, "CHORUS_IFACE") && strchr(v, ',')) {
+        fprintf(stderr,
+                "chorus-run: %s %s: Chorus listens on one interface (or IPv4 address); give "
+                "one\n",
+                env_flags[row].flag, v);
+        return -1;
+    }
+    char val[512];
+    snprintf(val, sizeof(val), "%s%s", v, env_flags[row].suffix);
+    env_flag_used[row] = 1;
+    return setenv(env_flags[row].var, val, 1);
+}
+
+/* The flag that set the variable an invalid-environment message names ("" when none did),
+ * so that the message points at what the user typed. */
+static const char *env_flag_behind(const char *msg)
+{
+    for (size_t i = 0; i < sizeof(env_flags) / sizeof(env_flags[0]); i++) {
+        size_t n = strlen(env_flags[i].var);
+        if (env_flag_used[i] && !strncmp(msg, env_flags[i].var, n) && msg[n] == '=')
+            return env_flags[i].flag;
+    }
+    return "";
+}
+
+/* torchrun's --nnodes: 1 or 1:1 (MIN:MAX nodes); more is a multi-host job. */
+static int check_nnodes(const char *v)
+{
+    if (!strcmp(v, "1") || !strcmp(v, "1:1")) return 0;
+    fprintf(stderr,
+            "chorus-run: --nnodes %s: multi-host jobs are not supported by this launcher yet; "
+            "%s\n",
+            v, ACROSS_HOSTS);
+    return -1;
+}
+
+/* Applies one option (name normalised by option_name, v its value or NULL). Returns -1 to go
+ * on, else the exit code (help printed, or a bad option explained on stderr). */
+static int apply_option(const char *a, const char *v, job *j, run_opts *o)
+{
+    if (!strcmp(a, "-np") || !strcmp(a, "-n") || !strcmp(a, "--np") ||
+        !strcmp(a, "--nproc-per-node")) {
+        char *end;
+        j->np = (int)strtol(v, &end, 10);
+        if (*end || end == v || j->np < 1 || j->np > 4096) {
+            fprintf(stderr, "chorus-run: %s needs a number of ranks from 1 to 4096, not '%s'\n", a,
+                    v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--no-prefix")) {
+        j->prefix = 0;
+    } else if (!strcmp(a, "--tag-output")) {
+        j->prefix = 1; /* Open MPI's: each line says which rank printed it */
+    } else if (!strcmp(a, "--standalone") || !strcmp(a, "--no-python") ||
+               !strcmp(a, "--timeline-mark-cycles")) {
+        /* torchrun's: one node with its own rendezvous; run the program as given. Horovod's:
+         * mark each negotiation cycle in the timeline. All are what Chorus always does. */
+    } else if (!strcmp(a, "--verbose")) {
+        j->verbose = 1;
+        setenv("CHORUS_DEBUG", "INFO", 0);
+    } else if (!strcmp(a, "-x")) {
+        if (export_var(v)) return 2;
+    } else if (!strcmp(a, "--nnodes")) {
+        if (check_nnodes(v)) return 2;
+    } else if (!strcmp(a, "--log-dir")) {
+        j->log_dir = v;
+    } else if (!strcmp(a, "--tee")) {
+        if (parse_streams(a, v, &j->tee)) return 2;
+    } else if (!strcmp(a, "--redirects")) {
+        if (parse_streams(a, v, &j->redirects)) return 2;
+    } else if (!strcmp(a, "--timeout")) {
+        o->timeout = atof(v);
+    } else if (!strcmp(a, "--bind-to")) {
+        if (!strcmp(v, "core"))
+            o->bind_req = 1;
+        else if (!strcmp(v, "none"))
+            o->bind_req = 0;
+        else {
+            fprintf(stderr, "chorus-run: --bind-to takes core or none, not '%s'\n", v);
+            return 2;
+        }
+    } else if (!strcmp(a, "--grace")) {
+        o->grace = atof(v);
+    } else if (!strcmp(a, "--elastic")) {
+        j->elastic = 1;
+    } else if (!strcmp(a, "--min-np")) {
+        if (parse_int_arg(a, v, 1, 4096, &j->min_np)) return 2;
+    } else if (!strcmp(a, "--max-np")) {
+        if (parse_int_arg(a, v, 1, 4096, &j->max_np)) return 2;
+        o->max_np_set = 1;
+    } else if (!strcmp(a, "--max-restarts")) {
+        if (parse_int_arg(a, v, 0, 1 << 20, &j->max_restarts)) return 2;
+    } else if (!strcmp(a, "--host-discovery-script")) {
+        j->discovery = v;
+    } else if (!strcmp(a, "--discovery-interval")) {
+        j->discovery_every = atof(v);
+        if (j->discovery_every <= 0) j->discovery_every = 5;
+    } else if (!strcmp(a, "--help-env")) {
+        help_env();
+        return 0;
+    } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        usage(stdout);
+        return 0;
+    } else {
+        for (size_t i = 0; i < sizeof(env_flags) / sizeof(env_flags[0]); i++)
+            if (!strcmp(a, env_flags[i].flag)) return apply_env_flag(i, v) ? 2 : -1;
+        fprintf(stderr, "chorus-run: unknown option '%s' (see chorus-run --help)\n", a);
+        return 2;
+    }
+    return -1;
+}
+
 /* Step 1: reads the options into j and o. Returns -1 to go on, else the exit code (help
  * printed, or a bad option explained on stderr). */
 static int parse_args(int argc, char **argv, job *j, run_opts *o)
 {
     int ai = 1;
     for (; ai < argc; ai++) {
-        const char *a = argv[ai], *v = ai + 1 < argc ? argv[ai + 1] : NULL;
+        const char *a = argv[ai], *v = NULL;
         if (!strcmp(a, "--")) {
             ai++;
             break;
-        } else if ((!strcmp(a, "-np") || !strcmp(a, "-n") || !strcmp(a, "--np")) && v) {
-            char *end;
-            j->np = (int)strtol(argv[++ai], &end, 10);
-            if (*end || j->np < 1 || j->np > 4096) {
-                fprintf(stderr,
-                        "chorus-run: -np needs a number of ranks from 1 to 4096, not '%s'\n",
-                        argv[ai]);
-                return 2;
-            }
-        } else if (!strcmp(a, "--no-prefix")) {
-            j->prefix = 0;
-        } else if (!strcmp(a, "--timeout") && v) {
-            o->timeout = atof(argv[++ai]);
-        } else if (!strcmp(a, "--bind-to") && v) {
-            ai++;
-            if (!strcmp(v, "core"))
-                o->bind_req = 1;
-            else if (!strcmp(v, "none"))
-                o->bind_req = 0;
-            else {
-                fprintf(stderr, "chorus-run: --bind-to takes core or none, not '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--grace") && v) {
-            o->grace = atof(argv[++ai]);
-        } else if (!strcmp(a, "--elastic")) {
-            j->elastic = 1;
-        } else if (!strcmp(a, "--min-np") && v) {
-            if (parse_int_arg(a, argv[++ai], 1, 4096, &j->min_np)) return 2;
-        } else if (!strcmp(a, "--max-np") && v) {
-            if (parse_int_arg(a, argv[++ai], 1, 4096, &j->max_np)) return 2;
-            o->max_np_set = 1;
-        } else if (!strcmp(a, "--max-restarts") && v) {
-            if (parse_int_arg(a, argv[++ai], 0, 1 << 20, &j->max_restarts)) return 2;
-        } else if (!strcmp(a, "--host-discovery-script") && v) {
-            j->discovery = argv[++ai];
-        } else if (!strcmp(a, "--discovery-interval") && v) {
-            j->discovery_every = atof(argv[++ai]);
-            if (j->discovery_every <= 0) j->discovery_every = 5;
-        } else if (!strcmp(a, "-H") || !strcmp(a, "--hosts") || !strcmp(a, "--hostfile")) {
-            fprintf(stderr,
-                    "chorus-run: %s: chorus-run starts ranks on this host only; launch across "
-                    "hosts with mpirun or srun (export CHORUS_SECRET, MASTER_ADDR and "
-                    "MASTER_PORT to every rank; see docs/FAULT_TOLERANCE.md)\n",
-                    a);
-            return 2;
-        } else if (!strcmp(a, "--help-env")) {
-            help_env();
-            return 0;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "chorus-run: unknown option '%s' (see chorus-run --help)\n", a);
-            return 2;
-        } else {
-            break;
         }
+        if (a[0] != '-') break;
+        char name[64];
+        option_name(a, name, sizeof(name), &v);
+        for (size_t i = 0; i < sizeof(refused_flags) / sizeof(refused_flags[0]); i++)
+            if (!strcmp(name, refused_flags[i].flag)) {
+                fprintf(stderr, "chorus-run: %s: %s\n", name, refused_flags[i].instead);
+                return 2;
+            }
+        if (!takes_value(name)) {
+            if (v) {
+                fprintf(stderr, "chorus-run: %s takes no value\n", name);
+                return 2;
+            }
+        } else if (!v) {
+            if (ai + 1 >= argc) {
+                fprintf(stderr, "chorus-run: %s needs a value (see chorus-run --help)\n", name);
+                return 2;
+            }
+            v = argv[++ai];
+        }
+        int rc = apply_option(name, v, j, o);
+        if (rc >= 0) return rc;
     }
     o->prog = ai;
     return -1;
@@ -823,10 +1277,27 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
         j->discovery_last = chorus__now();
     }
     if (j->np < 1 || o->prog >= argc) {
-        usage(stderr);
-        fprintf(stderr, "\nchorus-run: %s\n", j->np < 1 ? "-np N is required" : "no program given");
+        fprintf(stderr,
+                "chorus-run: %s\n"
+                "usage: chorus-run -np N [options] [--] program [args...]  (chorus-run --help "
+                "lists the options)\n",
+                j->np < 1 ? "-np N is required: how many ranks to start"
+                          : "no program given: what each rank runs");
         return 2;
     }
+    if ((j->tee || j->redirects) && !j->log_dir) {
+        fprintf(stderr, "chorus-run: --tee and --redirects need --log-dir DIR (the files they "
+                        "write to)\n");
+        return 2;
+    }
+    if (j->log_dir && !j->redirects) j->redirects = 3;
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/", j->log_dir ? j->log_dir : ".");
+    if (j->log_dir && (make_parents(dir) || access(j->log_dir, W_OK))) {
+        fprintf(stderr, "chorus-run: --log-dir %s: %s\n", j->log_dir, strerror(errno));
+        return 2;
+    }
+    if (j->max_restarts < 0) j->max_restarts = j->elastic ? 3 : 0;
     if (!o->max_np_set) j->max_np = j->np;
     const char *b = chorus__env("CHORUS_BIND"); /* checked with the rest of the config later */
     if (o->bind_req < 0 && b && !strcmp(b, "none")) o->bind_req = 0;
@@ -850,6 +1321,41 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
     return -1;
 }
 
+/* A port on 127.0.0.1 that nothing listens on now (0 when none could be found). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int port = 0;
+    if (!bind(fd, (struct sockaddr *)&sa, sizeof(sa)) &&
+        !getsockname(fd, (struct sockaddr *)&sa, &len))
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Names this run of the job (a restart is a new job for the store and shared memory: nothing
+ * of the failed run can be mistaken for the new one's) and picks MASTER_PORT for the ranks'
+ * own torch.distributed store, unless the user set one. */
+static void begin_attempt(job *j)
+{
+    if (j->attempt == 0)
+        snprintf(j->id, sizeof(j->id), "%s", j->base_id);
+    else
+        snprintf(j->id, sizeof(j->id), "%s-r%d", j->base_id, j->attempt);
+    j->master_port = chorus__env("MASTER_PORT") ? 0 : free_port();
+    if (j->verbose)
+        fprintf(stderr,
+                "chorus-run: job %s: %d rank%s of %s; rendezvous store %s; MASTER_PORT %s "
+                "%d%s%s\n",
+                j->id, j->np, j->np == 1 ? "" : "s", j->argv[0], j->store,
+                j->master_port ? "(picked)" : "(yours)",
+                j->master_port ? j->master_port : atoi(chorus__env("MASTER_PORT")),
+                j->log_dir ? "; output in " : "", j->log_dir ? j->log_dir : "");
+}
+
 /* Step 3: the per-job secret (put in the environment, so the ranks and this process's own
  * store use it), the launcher's log and config, the job id, and the rendezvous store (also
  * connected to, for an elastic job). Returns -1 to go on, else the exit code. */
@@ -861,7 +1367,9 @@ static int prepare_job(job *j, chorus_store_server **server)
     chorus__log_default_level(CHORUS_LOG_WARN);
     const char *bad = chorus__config_error();
     if (bad) {
-        fprintf(stderr, "chorus-run: invalid environment: %s\n", bad);
+        const char *flag = env_flag_behind(bad);
+        fprintf(stderr, "chorus-run: invalid environment: %s%s%s%s\n", bad,
+                *flag ? " (set by " : "", flag, *flag ? ")" : "");
         return 2;
     }
     chorus_errbuf algo_err;
@@ -874,7 +1382,7 @@ static int prepare_job(job *j, chorus_store_server **server)
     j->timeout_s = cfg->timeout_s;
     if (j->timeout_s <= 0) j->timeout_s = 300;
     if (cfg->job_id) {
-        snprintf(j->id, sizeof(j->id), "%s", cfg->job_id);
+        snprintf(j->base_id, sizeof(j->base_id), "%s", cfg->job_id);
     } else {
         unsigned char rnd[8] = {0};
         int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -882,8 +1390,8 @@ static int prepare_job(job *j, chorus_store_server **server)
             if (read(ufd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) memset(rnd, 0, sizeof(rnd));
             close(ufd);
         }
-        snprintf(j->id, sizeof(j->id), "run-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(), rnd[0],
-                 rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
+        snprintf(j->base_id, sizeof(j->base_id), "run-%d-%02x%02x%02x%02x%02x%02x", (int)getpid(),
+                 rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5]);
     }
     chorus_errbuf err;
     int port = 0;
@@ -893,6 +1401,7 @@ static int prepare_job(job *j, chorus_store_server **server)
         return 1;
     }
     snprintf(j->store, sizeof(j->store), "127.0.0.1:%d", port);
+    begin_attempt(j);
     if (j->elastic &&
         chorus__store_connect(j->store, j->id, chorus__deadline(), &j->kv, &err) != CHORUS_OK) {
         fprintf(stderr, "chorus-run: cannot reach its own store: %s\n", err.msg);
@@ -904,6 +1413,17 @@ static int prepare_job(job *j, chorus_store_server **server)
 
 /* Step 4: signal handling (signals wake the supervision loop through sig_pipe) and the first
  * np ranks. Returns -1 to go on, else the exit code. */
+static int start_ranks(job *j)
+{
+    for (int r = 0; r < j->np; r++)
+        if (!spawn(j, r, j->np)) {
+            perror("chorus-run: cannot start a rank");
+            signal_all(j, SIGKILL);
+            return 1;
+        }
+    return -1;
+}
+
 static int spawn_ranks(job *j)
 {
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) return 1;
@@ -914,13 +1434,7 @@ static int spawn_ranks(job *j)
     sigaction(SIGCHLD, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    for (int r = 0; r < j->np; r++)
-        if (!spawn(j, r, j->np)) {
-            perror("chorus-run: cannot start a rank");
-            signal_all(j, SIGKILL);
-            return 1;
-        }
-    return -1;
+    return start_ranks(j);
 }
 
 /* How the job went, as the supervision loop saw it. */
@@ -974,11 +1488,7 @@ static void reap(job *j, outcome *out)
             j->unreplaced++;
             if (w->rank >= 0) poison(j, j->formed, w->rank);
             if (w->killed) break; /* kill_worker said why */
-            fprintf(stderr,
-                    "chorus-run: worker %d (pid %d%s) %s; %d worker%s left "
-                    "(elastic: the job goes on)\n",
-                    w->wid, (int)w->pid, w->rank >= 0 ? ", a rank of the last generation" : "", how,
-                    count_alive(j), count_alive(j) == 1 ? "" : "s");
+            elastic_failed(j, w, status, how);
         }
     }
 }
@@ -996,7 +1506,7 @@ static void stop_all(job *j, outcome *out, double now)
  * every rank has ended, 1 when out of memory. */
 static int supervise(job *j, const run_opts *o, outcome *out)
 {
-    double start = chorus__now();
+    double start = j->started;
     struct pollfd *pf = NULL;
     int *who = NULL, pf_cap = 0;
     for (;;) {
@@ -1043,12 +1553,18 @@ static int supervise(job *j, const run_opts *o, outcome *out)
         if (j->elastic && !out->stopping) {
             int alive = count_alive(j);
             int rc = elastic_tick(j);
-            if (!rc && alive == 0 && !j->completing &&
-                !(j->unreplaced > 0 && j->restarts < j->max_restarts)) {
+            if (!rc && alive == 0 && !j->completing && !(j->unreplaced > 0 && may_replace(j))) {
                 int any_running = 0;
                 for (int r = 0; r < j->nw; r++) any_running |= j->w[r].running;
                 if (!any_running) {
-                    fprintf(stderr, "chorus-run: elastic: no worker is left; stopping\n");
+                    if (j->repeating)
+                        fprintf(stderr, "chorus-run: elastic: no worker is left; stopping (a "
+                                        "replacement failed as the worker before it did)\n");
+                    else
+                        fprintf(stderr,
+                                "chorus-run: elastic: no worker is left; stopping "
+                                "(--max-restarts %d reached)\n",
+                                j->max_restarts);
                     rc = 1;
                 }
             }
@@ -1096,8 +1612,8 @@ static int report(const job *j, const outcome *out)
         else
             fprintf(stderr, "chorus-run: rank %d (pid %d) %s", cause, (int)j->w[cause].pid, how);
         if (others)
-            fprintf(stderr, "; %d other rank%s also failed or were stopped", others,
-                    others > 1 ? "s" : "");
+            fprintf(stderr, "; %d other rank%s also failed or %s stopped", others,
+                    others > 1 ? "s" : "", others > 1 ? "were" : "was");
         fprintf(stderr, "\n");
         code = exit_code(j->w[out->failed].status);
     } else if (out->timed_out) {
@@ -1115,18 +1631,46 @@ static int report(const job *j, const outcome *out)
     return code;
 }
 
+/* --max-restarts for a plain job, as torchrun does: after a failed run (every rank has ended),
+ * says how it failed and starts all the ranks again under a new job id. Returns 1 when a new
+ * run is under way, 0 when the job is over. */
+static int restart_job(job *j, const outcome *out)
+{
+    if (j->elastic || out->failed < 0 || out->interrupted || out->timed_out ||
+        j->attempt >= j->max_restarts)
+        return 0;
+    report(j, out);
+    j->attempt++;
+    fprintf(stderr, "chorus-run: restarting all %d ranks (restart %d of --max-restarts %d)\n",
+            j->np, j->attempt, j->max_restarts);
+    j->nw = 0;
+    begin_attempt(j);
+    return start_ranks(j) < 0;
+}
+
 int main(int argc, char **argv)
 {
-    job j = {.np = -1, .prefix = 1, .max_restarts = 3, .discovery_every = 5, .min_np = 1};
+    if (argc == 2 && !strcmp(argv[1], "--version"))
+        return printf("chorus-run %s\n", chorus_version()) < 0;
+    job j = {.np = -1,
+             .prefix = 1,
+             .max_restarts = -1,
+             .discovery_every = 5,
+             .min_np = 1,
+             .last_fail_wid = -1};
     run_opts o = {.grace = 5, .bind_req = -1};
     int rc = parse_args(argc, argv, &j, &o);
     if (rc < 0) rc = check_args(argc, argv, &j, &o);
     chorus_store_server *server = NULL;
     if (rc < 0) rc = prepare_job(&j, &server);
+    j.started = chorus__now();
     if (rc < 0) rc = spawn_ranks(&j);
     if (rc >= 0) return rc;
-    outcome out = {.failed = -1, .last_failed = -1};
-    if (supervise(&j, &o, &out) >= 0) return 1;
+    outcome out;
+    do {
+        out = (outcome){.failed = -1, .last_failed = -1};
+        if (supervise(&j, &o, &out) >= 0) return 1;
+    } while (restart_job(&j, &out));
     chorus__store_close(j.kv);
     chorus__store_server_stop(server);
     rc = report(&j, &out);

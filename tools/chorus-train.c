@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "chorus.h"
+#include "chorus/checkpoint.h"
 #include "chorus/nn.h"
 
 typedef struct opts {
@@ -111,7 +112,8 @@ static void usage(FILE *f)
             "                         holds N KiB (0: one tensor per layer) (0)\n"
             "  --log-every N          progress line every N steps when not on a terminal "
             "(50)\n"
-            "  --no-eval              skip the test-set evaluation (for timing runs)\n");
+            "  --no-eval              skip the test-set evaluation (for timing runs)\n"
+            "  --version              print the version and exit\n");
 }
 
 static void parse(int argc, char **argv, opts *o)
@@ -203,7 +205,10 @@ static void parse(int argc, char **argv, opts *o)
         case O_MODEL: o->model = optarg; break;
         case O_EPOCHS: NUM(o->epochs, (int)strtol(optarg, &end, 10), o->epochs > 0); break;
         case O_BATCH: NUM(o->batch, (int)strtol(optarg, &end, 10), o->batch > 0); break;
-        case O_LR: NUM(o->lr, strtof(optarg, &end), o->lr > 0); break;
+        case O_LR:
+            NUM(o->lr, strtof(optarg, &end), o->lr > 0);
+            if (!isfinite(o->lr)) die("--lr %s: the learning rate must be a finite number", optarg);
+            break;
         case O_SEED: NUM(o->seed, strtoull(optarg, &end, 10), 1); break;
         case O_THREADS: NUM(o->threads, (int)strtol(optarg, &end, 10), o->threads > 0); break;
         case O_ACCUM: NUM(o->accum, (int)strtol(optarg, &end, 10), o->accum > 0); break;
@@ -398,7 +403,8 @@ static void build(trainer *t)
     const opts *o = &t->o;
     if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank, t->world,
                         o->seed))
-        die("cannot set up the sampler (batch %d, %d ranks)", o->batch, t->world);
+        die("cannot set up the sampler (batch %d, %d rank%s)", o->batch, t->world,
+            t->world == 1 ? "" : "s");
     t->max_local = nn_sampler_max_local(&t->sampler);
     int max_micro = (int)((t->max_local + (size_t)o->accum - 1) / (size_t)o->accum);
     if (max_micro < 1) max_micro = 1;
@@ -418,6 +424,58 @@ static void build(trainer *t)
     t->st.model_sig = nn_model_signature(t->m);
 }
 
+/* The options that shape the model, as written next to the checkpoints ("--model mlp
+ * --dropout 0.2"): a resume with other ones is refused saying what differs. */
+#define ARCH_NAME "model"
+static void arch_text(const opts *o, char *out, size_t len)
+{
+    snprintf(out, len, "--model %s --dropout %g", o->model, (double)o->dropout);
+}
+
+/* The options saved beside the checkpoints of t into out when they differ from this run's
+ * (mine); 0 when they are the same or were not saved. */
+static int other_arch(const trainer *t, char *out, size_t len, char *mine, size_t mlen)
+{
+    void *saved = NULL;
+    size_t n = 0;
+    uint64_t step;
+    arch_text(&t->o, mine, mlen);
+    if (chorus_checkpoint_load(t->o.ckpt_dir, ARCH_NAME, &step, &saved, &n) != CHORUS_OK) return 0;
+    int differs = n < len && (n != strlen(mine) || memcmp(saved, mine, n));
+    if (differs) snprintf(out, len, "%.*s", (int)n, (const char *)saved);
+    free(saved);
+    return differs;
+}
+
+/* When the checkpoints are of another model, replaces why with what differs. */
+static void explain_other_model(const trainer *t, char *why, size_t len)
+{
+    char saved[128], mine[128];
+    if (strstr(why, "different model") && other_arch(t, saved, sizeof(saved), mine, sizeof(mine)))
+        snprintf(why, len,
+                 "the checkpoints in %s are of a model built with %s; this run asks for %s. "
+                 "Resume with the same options, or use another --checkpoint-dir",
+                 t->o.ckpt_dir, saved, mine);
+}
+
+/* Step (--checkpoint-dir): rank 0 writes the model's options beside the checkpoints now, so
+ * that a directory it cannot write to is refused before training, not at the first save. */
+static void claim_checkpoint_dir(trainer *t)
+{
+    char arch[128], why[1024] = "";
+    int64_t ok = 1;
+    arch_text(&t->o, arch, sizeof(arch));
+    if (t->rank == 0 &&
+        chorus_checkpoint_save(t->o.ckpt_dir, ARCH_NAME, 0, arch, strlen(arch), 1) != CHORUS_OK) {
+        snprintf(why, sizeof(why), "%s", chorus_last_error(NULL));
+        ok = 0;
+    }
+    if (nn_dist_broadcast_bytes(&t->dist, &ok, sizeof(ok))) die("%s", nn_last_error());
+    if (!ok)
+        die("cannot write checkpoints to --checkpoint-dir %s (checked before training): %s",
+            t->o.ckpt_dir, t->rank == 0 ? why : "see rank 0");
+}
+
 /* Step (--resume): rank 0 loads the newest valid checkpoint and every rank gets its verdict,
  * then the training state and optimizer state (the parameters follow with the broadcast of
  * rank 0's parameters in prepare_run). */
@@ -431,11 +489,18 @@ static void restore_checkpoint(trainer *t)
     if (t->rank == 0) {
         if (nn_ckpt_load_latest(t->o.ckpt_dir, t->m, &t->opt, st, &info) != CHORUS_OK) {
             snprintf(why, sizeof(why), "%s", nn_last_error());
+            explain_other_model(t, why, sizeof(why));
             loaded = -1;
         } else {
             loaded = info.found;
             if (info.skipped[0])
                 fprintf(stderr, "chorus-train: %s; using previous %s\n", info.skipped, info.path);
+            char saved[128], mine[128];
+            if (info.found && other_arch(t, saved, sizeof(saved), mine, sizeof(mine)))
+                fprintf(stderr,
+                        "chorus-train: note: the checkpoints were written with %s; this run "
+                        "goes on with %s\n",
+                        saved, mine);
         }
     }
     if (nn_dist_broadcast_bytes(d, &loaded, sizeof(loaded))) die("%s", nn_last_error());
@@ -542,6 +607,16 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     stats[2] = (double)nloc;
     if (nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
     if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
+    if (!isfinite(stats[0]) || !isfinite(lr)) { /* every rank has the same sum: all stop */
+        if (t->rank) { /* rank 0 says why and exits first: wait for that (the barrier fails) */
+            chorus_barrier(t->comm);
+            exit(1);
+        }
+        die("step %llu: the loss is %s: training diverged (learning rate %g); stopping before "
+            "it is written to metrics or checkpoints. Lower --lr",
+            (unsigned long long)st->global_step + 1, isnan(stats[0]) ? "NaN" : "infinite",
+            (double)lr);
+    }
     nn_optim_step(&t->opt, m->params, m->grads, lr);
     st->global_step++;
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
@@ -639,13 +714,19 @@ static void report(trainer *t)
     const opts *o = &t->o;
     nn_dist *d = &t->dist;
     if (t->rank == 0 && t->world > 1 && t->steps_done > 0) {
-        double hid = d->hidden_s;
-        printf("gradient sync (%s): %.3f ms/step in flight, %.3f ms/step waited for (%.0f%% "
-               "hidden behind backward, %.1f%% of step time); %.1f%% of step time waiting in "
-               "collectives\n",
-               o->sync, 1e3 * d->comm_s / (double)t->steps_done,
-               1e3 * d->grad_wait_s / (double)t->steps_done, 100.0 * hidden_share(d),
-               t->train_time > 0 && hid > 0 ? 100.0 * hid / t->train_time : 0.0,
+        double steps = (double)t->steps_done, hid = d->hidden_s;
+        char overlap[160];
+        if (hid > 0)
+            snprintf(overlap, sizeof(overlap),
+                     "%.2f ms (%.0f%%) of it ran behind the backward pass", 1e3 * hid / steps,
+                     100.0 * hidden_share(d));
+        else
+            snprintf(overlap, sizeof(overlap), "none of it ran behind the backward pass%s",
+                     strcmp(o->sync, "engine") ? " (--grad-sync engine overlaps it)" : "");
+        printf("communication (--grad-sync %s, %d ranks): averaging the gradients took %.2f ms "
+               "per step, of which training waited %.2f ms; %s. Waiting on other ranks in all "
+               "collectives: %.1f%% of training time\n",
+               o->sync, t->world, 1e3 * d->comm_s / steps, 1e3 * d->grad_wait_s / steps, overlap,
                t->train_time > 0 ? 100.0 * t->step_wait / t->train_time : 0.0);
     }
     if (t->rank == 0) {
@@ -690,12 +771,15 @@ static void finish(trainer *t)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--version"))
+        return printf("chorus-train %s\n", chorus_version()) < 0;
     static trainer t;
     parse(argc, argv, &t.o);
     start_job(&t);
     load_data(&t);
     build(&t);
     if (t.o.resume) restore_checkpoint(&t);
+    if (t.o.ckpt_dir) claim_checkpoint_dir(&t);
     prepare_run(&t);
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)
         if (train_epoch(&t, epoch)) break;

@@ -17,7 +17,7 @@ TRAIN=$BUILD/bin/chorus-train
 RUN=$BUILD/bin/chorus-run
 
 for f in "$TRAIN" "$RUN"; do
-    [ -x "$f" ] || { echo "demo: $f is missing; build it first with: make" >&2; exit 1; }
+    [ -x "$f" ] || { echo "demo: $f is missing; build it first with: make trainer" >&2; exit 1; }
 done
 for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz \
          t10k-labels-idx1-ubyte.gz; do

@@ -13,9 +13,17 @@ Each value is read once, when a communicator is created (chorus-run checks them 
 starts any rank), and must have the form of its type: `integer` (non-negative), `number`
 (non-negative, e.g. `2.5`), `0/1` (also `true/false`, `yes/no`, `on/off`), `bytes` (a
 non-negative integer, optionally with `K`, `M` or `G`: `64K`), `name` (one of the names the
-meaning lists), `text` or `secret` (text that is never logged). Anything else is an error
-that names the variable and the value, for example `invalid environment: CHORUS_TIMEOUT_S=abc is not a non-negative number`. With
-`CHORUS_DEBUG=INFO` every variable that is set is logged once (`CHORUS_TIMEOUT_S=20 (set)`).
+meaning lists, in any case), `names` (a comma-separated list of them), `positive` (a number
+above 0), `text` or `secret` (text that is never logged). Anything else is an error, never a
+silent default: chorus-run refuses to start and `chorus_init` returns `CHORUS_ERR_INVALID_ARG`,
+with one line that names the variable, the value and what is accepted, for example
+`invalid environment: CHORUS_TIMEOUT_S=0 is not a positive number (above 0, e.g. 30 or 2.5)`.
+A `CHORUS_*` name that is none of these (a misspelling) is not an error but is warned about on
+stderr, whatever `CHORUS_DEBUG` says, once per process (by chorus-run for the ranks it starts),
+with the closest known name: `CHORUS_TIMOUT_S is not a Chorus variable and is ignored; did you
+mean CHORUS_TIMEOUT_S?`. With `CHORUS_DEBUG=INFO` the library version and every variable that
+is set are logged once (`CHORUS_TIMEOUT_S=20 (set)`); `CHORUS_DEBUG=TRACE` adds a line per
+collective with the algorithm and why it was chosen.
 
 Chorus also reads the variables of the launchers it runs under:
 

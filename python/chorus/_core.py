@@ -148,6 +148,7 @@ class _State:
         self.cross_rank = 0
         self.cross_size = 1
         self.global_set = ProcessSet()
+        self.last_membership = None  # (rank, size, local rank, local size, cross rank, size)
         self.timeline = None
         self.lock = threading.RLock()
 
@@ -199,6 +200,8 @@ def _adopt(comm):
     S.sets = {0: S.global_set}
     S.next_set_id = 1
     _compute_cross()
+    S.last_membership = (comm.rank, comm.size, comm.local_rank, comm.local_size, S.cross_rank,
+                         S.cross_size)
 
 
 def _start_engine(comm):
@@ -221,6 +224,30 @@ def _compute_cross():
     allh = _engine.allgather_i64(S.global_set.engine, [host, w.local_rank], "py.hosts")
     order = list(dict.fromkeys(int(h) for h in allh[:, 0]))
     S.cross_rank, S.cross_size = order.index(host), len(order)
+
+
+_PLAN_VARS = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+              "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE")
+
+
+def membership():
+    """(rank, size, local_rank, local_size, cross_rank, cross_size) of this process: the
+    world's. In a worker of `chorus-run --elastic` outside elastic.run(), where Horovod allows
+    hvd.size() and hvd.rank() too (to scale a learning rate, to log on rank 0): the
+    generation this worker was in last, or before its first one the launcher's plan for it
+    (HOROVOD_RANK, HOROVOD_SIZE, ...); inside run() the generation's own."""
+    if S.world is not None:
+        w = S.world
+        return (w.rank, w.size, w.local_rank, w.local_size, S.cross_rank, S.cross_size)
+    if elastic_pending():
+        if S.last_membership is not None:
+            return S.last_membership
+        try:
+            return tuple(int(os.environ[v]) for v in _PLAN_VARS)
+        except (KeyError, ValueError):
+            pass
+    world()  # raises: not initialised
+    return None
 
 
 def world():

@@ -398,8 +398,8 @@ def allreduce(A, E, pairs, op, pre=1.0, post=1.0, name=None, what="allreduce", c
 def broadcast(A, E, x, root, size, name=None, what="broadcast"):
     """x (on every rank) becomes root's x, in place. Returns the Op (result x)."""
     if not 0 <= int(root) < size:
-        raise ValueError("chorus %s: root_rank %d is out of range for %d ranks"
-                         % (what, root, size))
+        raise ValueError("chorus %s: root_rank %d is out of range for %d rank%s"
+                         % (what, root, size, "" if size == 1 else "s"))
     b = A.buf(x)
     name = E.auto_name(name)
     o = Op(E, what, name, b.shape)

@@ -64,29 +64,27 @@ def init(comm=None, process_sets=None):
 
 
 def size():
-    return _core.world().size
+    return _core.membership()[1]
 
 
 def rank():
-    return _core.world().rank
+    return _core.membership()[0]
 
 
 def local_size():
-    return _core.world().local_size
+    return _core.membership()[3]
 
 
 def local_rank():
-    return _core.world().local_rank
+    return _core.membership()[2]
 
 
 def cross_size():
-    _core.world()
-    return _core.S.cross_size
+    return _core.membership()[5]
 
 
 def cross_rank():
-    _core.world()
-    return _core.S.cross_rank
+    return _core.membership()[4]
 
 
 def _writable(a, what):

@@ -100,9 +100,11 @@ void chorus__log_set_rank(int rank);
 #define CHORUS__CFG_CTYPE_SECRET    const char *
 #define CHORUS__CFG_CTYPE_INT       long
 #define CHORUS__CFG_CTYPE_DOUBLE    double
+#define CHORUS__CFG_CTYPE_POSNUM    double
 #define CHORUS__CFG_CTYPE_BOOL      int
 #define CHORUS__CFG_CTYPE_BYTES     size_t
 #define CHORUS__CFG_CTYPE_ENUM(...) const char *
+#define CHORUS__CFG_CTYPE_LIST(...) const char *
 
 /* One field per row of config_table.h, e.g. cfg.timeout_s for CHORUS_TIMEOUT_S. Strings point
  * to copies that live as long as the process, so a chorus_config can be copied freely. */
@@ -119,13 +121,15 @@ typedef enum {
     CHORUS_CFG_DOUBLE,
     CHORUS_CFG_BOOL,
     CHORUS_CFG_BYTES,
-    CHORUS_CFG_ENUM
+    CHORUS_CFG_ENUM,
+    CHORUS_CFG_POSNUM,
+    CHORUS_CFG_LIST
 } chorus_cfg_kind;
 
 typedef struct chorus_cfg_entry {
     const char *name;
     chorus_cfg_kind kind;
-    const char *choices; /* ENUM: the allowed names, comma-separated; else NULL */
+    const char *choices; /* ENUM, LIST: the allowed names, comma-separated; else NULL */
     const char *def;     /* NULL: unset by default */
     const char *help;
     size_t offset; /* of the field in chorus_config */
@@ -161,6 +165,13 @@ chorus_result chorus__config_load(chorus_config *cfg, chorus_errbuf *e);
  * then says why (NULL when every value was good). Thread-safe; never NULL. */
 const chorus_config *chorus__config(void);
 const char *chorus__config_error(void);
+
+/* Warns on stderr (whatever CHORUS_DEBUG says), once per process, about every CHORUS_* name in
+ * the environment that is no row of the table ("CHORUS_TIMOUT_S is not a Chorus variable; did
+ * you mean CHORUS_TIMEOUT_S?"). Names of the build, the Python package, the benchmark scripts
+ * and the tests (CHORUS_SKIP_DEPS, CHORUS_LIB, CHORUS_ARGS, CHORUS_COLS, CHORUS_TEST_*) are not
+ * warned about. Later calls do nothing. */
+void chorus__config_warn_unknown(void);
 
 /* Logs every CHORUS_* variable given in the environment at INFO ("CHORUS_TIMEOUT_S=20 (set)";
  * secrets by length only), once per process: later calls do nothing. */

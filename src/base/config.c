@@ -22,6 +22,8 @@
 #define CHORUS__CFG_KIND_BOOL     CHORUS_CFG_BOOL, NULL
 #define CHORUS__CFG_KIND_BYTES    CHORUS_CFG_BYTES, NULL
 #define CHORUS__CFG_KIND_ENUM(ch) CHORUS_CFG_ENUM, ch
+#define CHORUS__CFG_KIND_POSNUM   CHORUS_CFG_POSNUM, NULL
+#define CHORUS__CFG_KIND_LIST(ch) CHORUS_CFG_LIST, ch
 #define CHORUS__CFG_ENTRY(...)                                                                     \
     {                                                                                              \
         __VA_ARGS__                                                                                \
@@ -47,8 +49,8 @@ const char *chorus__env(const char *name)
 
 const char *chorus__cfg_type_name(const chorus_cfg_entry *e)
 {
-    static const char *const words[] = {"text", "secret", "integer", "number",
-                                        "0/1",  "bytes",  "name"};
+    static const char *const words[] = {"text",  "secret", "integer",  "number", "0/1",
+                                        "bytes", "name",   "positive", "names"};
     return words[e->kind];
 }
 
@@ -138,18 +140,45 @@ int chorus__parse_bytes(const char *s, size_t *out)
     return 0;
 }
 
-/* The canonical choice equal to s, or NULL. */
-static const char *parse_choice(const char *s, const char *choices)
+/* The canonical spelling of the choice equal to s (of n bytes; case does not matter), or
+ * NULL. */
+static const char *parse_choice_n(const char *s, size_t n, const char *choices)
 {
-    size_t n = strlen(s);
     for (const char *p = choices; *p;) {
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        if (len == n && !strncmp(p, s, n)) return intern(s);
+        if (len == n && !strncasecmp(p, s, n)) {
+            char canon[64];
+            snprintf(canon, sizeof(canon), "%.*s", (int)len, p);
+            return intern(canon);
+        }
         if (!comma) break;
         p = comma + 1;
     }
     return NULL;
+}
+
+static const char *parse_choice(const char *s, const char *choices)
+{
+    return parse_choice_n(s, strlen(s), choices);
+}
+
+/* A comma-separated list of choices ("INIT,coll"), kept in canonical spelling; NULL when a
+ * name is not a choice or the list is empty. */
+static const char *parse_list(const char *s, const char *choices)
+{
+    char out[256];
+    size_t o = 0;
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        const char *c = parse_choice_n(p, len, choices);
+        if (!c || o + strlen(c) + 2 > sizeof(out)) return NULL;
+        o += (size_t)snprintf(out + o, sizeof(out) - o, "%s%s", o ? "," : "", c);
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return intern(out);
 }
 
 static const char *expected(const chorus_cfg_entry *e)
@@ -157,10 +186,12 @@ static const char *expected(const chorus_cfg_entry *e)
     switch (e->kind) {
     case CHORUS_CFG_INT: return "is not a non-negative integer";
     case CHORUS_CFG_DOUBLE: return "is not a non-negative number";
+    case CHORUS_CFG_POSNUM: return "is not a positive number (above 0, e.g. 30 or 2.5)";
     case CHORUS_CFG_BOOL: return "is not a boolean (0/1, true/false, yes/no, on/off)";
     case CHORUS_CFG_BYTES:
         return "is not a size in bytes (a non-negative integer, optionally with K, M or G)";
     case CHORUS_CFG_ENUM: return "is not one of";
+    case CHORUS_CFG_LIST: return "is not a comma-separated list of";
     default: return "is not valid";
     }
 }
@@ -186,8 +217,15 @@ static int store(const chorus_cfg_entry *e, const char *text, chorus_config *cfg
         v.s = t ? parse_choice(t, e->choices) : NULL, n = sizeof(v.s);
         bad = t && !v.s;
         break;
+    case CHORUS_CFG_LIST:
+        v.s = t ? parse_list(t, e->choices) : NULL, n = sizeof(v.s);
+        bad = t && !v.s;
+        break;
     case CHORUS_CFG_INT: v.l = -1, n = sizeof(v.l), bad = t && parse_int(t, &v.l); break;
     case CHORUS_CFG_DOUBLE: v.d = 0, n = sizeof(v.d), bad = t && parse_double(t, &v.d); break;
+    case CHORUS_CFG_POSNUM:
+        v.d = 0, n = sizeof(v.d), bad = t && (parse_double(t, &v.d) || v.d <= 0);
+        break;
     case CHORUS_CFG_BOOL: v.b = 0, n = sizeof(v.b), bad = t && parse_bool(t, &v.b); break;
     case CHORUS_CFG_BYTES: v.z = 0, n = sizeof(v.z), bad = t && chorus__parse_bytes(t, &v.z); break;
     }
@@ -205,8 +243,7 @@ static chorus_result set_row(const chorus_cfg_entry *t, const char *text, chorus
     store(t, NULL, cfg);
     if (e)
         snprintf(e->msg, sizeof(e->msg), "%s=%s %s%s%s", t->name, text, expected(t),
-                 t->kind == CHORUS_CFG_ENUM ? " " : "",
-                 t->kind == CHORUS_CFG_ENUM ? t->choices : "");
+                 t->choices ? " " : "", t->choices ? t->choices : "");
     return CHORUS_ERR_INVALID_ARG;
 }
 
@@ -232,6 +269,7 @@ chorus_result chorus__config_set(chorus_config *cfg, const char *name, const cha
 chorus_result chorus__config_load(chorus_config *cfg, chorus_errbuf *e)
 {
     chorus_errbuf why;
+    chorus__config_warn_unknown();
     if (chorus__config_parse(cfg, &why) != CHORUS_OK)
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "invalid environment: %s", why.msg);
     chorus__config_log_set();
@@ -259,6 +297,7 @@ const chorus_config *chorus__config(void)
 const char *chorus__config_error(void)
 {
     pthread_once(&once, parse_process);
+    chorus__config_warn_unknown();
     return process_bad ? process_err.msg : NULL;
 }
 
@@ -266,6 +305,10 @@ void chorus__config_log_set(void)
 {
     static int logged;
     if (__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) return;
+    const char *level = chorus__config()->debug;
+    if (CHORUS__LOG_ON(CHORUS_LOG_INFO) || (level && !strcmp(level, "VERSION")))
+        chorus__log(CHORUS_LOG_INFO, CHORUS_LOG_INIT, "Chorus version %d.%d.%d",
+                    CHORUS_VERSION_MAJOR, CHORUS_VERSION_MINOR, CHORUS_VERSION_PATCH);
     for (const chorus_cfg_entry *t = table; t->name; t++) {
         const char *v = chorus__env(t->name);
         if (!v) continue;
@@ -274,6 +317,73 @@ void chorus__config_log_set(void)
         else
             CHORUS_INFO(CHORUS_LOG_INIT, "%s=%s (set)", t->name, v);
     }
+}
+
+/* ---- names that are no row of the table ---------------------------------------------- */
+
+extern char **environ;
+
+/* Edit distance (insertions, deletions, substitutions) between a and b, capped at 9. */
+static int distance(const char *a, size_t na, const char *b)
+{
+    size_t nb = strlen(b);
+    int row[64];
+    if (na >= 64 || nb >= 64) return 9;
+    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= na; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= nb; j++) {
+            int up = row[j], best = diag + (toupper((unsigned char)a[i - 1]) != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[nb] < 9 ? row[nb] : 9;
+}
+
+/* Variables named CHORUS_* that belong to the build, the Python package, the benchmark scripts
+ * (bench/common.sh) and the test runner, not the library. */
+static int foreign_name(const char *name, size_t n)
+{
+    static const char *const names[] = {"CHORUS_SKIP_DEPS", "CHORUS_LIB", "CHORUS_ARGS",
+                                        "CHORUS_COLS"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == n && !strncmp(names[i], name, n)) return 1;
+    return !strncmp(name, "CHORUS_TEST_", 12);
+}
+
+static void warn_unknown(void)
+{
+    /* A rank started by chorus-run: the launcher warned already, once for the job. */
+    if (chorus__env("CHORUS_RANK") && chorus__env("CHORUS_STORE_ADDR")) return;
+    for (char **v = environ; v && *v; v++) {
+        const char *eq = strchr(*v, '=');
+        size_t n = eq ? (size_t)(eq - *v) : strlen(*v);
+        if (strncmp(*v, "CHORUS_", 7) || foreign_name(*v, n)) continue;
+        const chorus_cfg_entry *t = table, *near = NULL;
+        int best = 4; /* a closer match than this is a likely misspelling */
+        for (; t->name; t++) {
+            if (strlen(t->name) == n && !strncmp(t->name, *v, n)) break;
+            int d = distance(*v, n, t->name);
+            if (d < best) best = d, near = t;
+        }
+        if (t->name) continue;
+        chorus__log_init();
+        chorus__log(CHORUS_LOG_WARN, CHORUS_LOG_INIT,
+                    "%.*s is not a Chorus variable and is ignored%s%s%s (chorus-run --help-env "
+                    "lists them)",
+                    (int)n, *v, near ? "; did you mean " : "", near ? near->name : "",
+                    near ? "?" : "");
+    }
+}
+
+void chorus__config_warn_unknown(void)
+{
+    static pthread_once_t warned = PTHREAD_ONCE_INIT;
+    pthread_once(&warned, warn_unknown);
 }
 
 /* ---- the one public reader ----------------------------------------------------------- */

@@ -3,6 +3,7 @@
  * macros in base.h); lines carry host, pid and rank so interleaved output of many ranks can be
  * told apart.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,16 +21,23 @@ static FILE *log_file;
 static char log_host[64];
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
+/* CHORUS_DEBUG, already checked against its list by the config: the level it asks for. */
 static int parse_level(const char *s)
 {
-    if (!s || !*s) return CHORUS_LOG_NONE;
-    if (!strcasecmp(s, "WARN")) return CHORUS_LOG_WARN;
-    if (!strcasecmp(s, "INFO")) return CHORUS_LOG_INFO;
-    if (!strcasecmp(s, "TRACE")) return CHORUS_LOG_TRACE;
-    if (!strcasecmp(s, "NONE") || !strcasecmp(s, "OFF")) return CHORUS_LOG_NONE;
-    return CHORUS_LOG_WARN;
+    static const struct {
+        const char *name;
+        int level;
+    } names[] = {{"ERROR", CHORUS_LOG_WARN},
+                 {"WARN", CHORUS_LOG_WARN},
+                 {"INFO", CHORUS_LOG_INFO},
+                 {"DEBUG", CHORUS_LOG_TRACE},
+                 {"TRACE", CHORUS_LOG_TRACE}};
+    for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcasecmp(s, names[i].name)) return names[i].level;
+    return CHORUS_LOG_NONE; /* NONE, OFF, VERSION */
 }
 
+/* CHORUS_DEBUG_SUBSYS, already checked by the config: the bits of the names it lists. */
 static int parse_subsys(const char *s)
 {
     static const struct {
@@ -66,7 +74,13 @@ static void open_log_file(const char *pattern)
     }
     path[o] = 0;
     log_file = fopen(path, "a");
-    if (log_file) setvbuf(log_file, NULL, _IOLBF, 0);
+    if (log_file)
+        setvbuf(log_file, NULL, _IOLBF, 0);
+    else /* said whatever the level: the user asked for a log and would find none */
+        fprintf(stderr,
+                "%s:%d CHORUS WARN CHORUS_DEBUG_FILE=%s: cannot open %s: %s; logging to "
+                "stderr\n",
+                log_host, (int)getpid(), pattern, path, strerror(errno));
 }
 
 static int default_level = CHORUS_LOG_NONE;

@@ -15,6 +15,11 @@ const char *chorus_strerror(chorus_result r)
     }
 }
 
+const char *chorus_version(void)
+{
+    return CHORUS_VERSION_STRING;
+}
+
 const char *chorus_result_name(int r)
 {
     switch (r) {

@@ -14,6 +14,21 @@ static const char *env(const char *name)
     return chorus__env(name);
 }
 
+/* The variables a launcher's ranks need, for the message when one is missing. */
+static const char *launcher_vars(const char *launcher)
+{
+    static const struct {
+        const char *launcher, *vars;
+    } v[] = {{"chorus-run", "CHORUS_RANK and CHORUS_SIZE"},
+             {"mpirun", "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE"},
+             {"pmi", "PMI_RANK and PMI_SIZE"},
+             {"srun", "SLURM_PROCID and SLURM_NTASKS"},
+             {"torchrun", "RANK and WORLD_SIZE (with MASTER_ADDR and MASTER_PORT)"}};
+    for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+        if (!strcmp(v[i].launcher, launcher)) return v[i].vars;
+    return "the launcher's variables";
+}
+
 /* Parses a non-negative int; -1 if the text is not one. */
 static int parse_int(const char *s)
 {
@@ -25,24 +40,31 @@ static int parse_int(const char *s)
     return (int)v;
 }
 
-static chorus_result get_int(const char *name, int *out, chorus_errbuf *e)
+/* A launcher variable that must be set (its launcher is j->launcher, recognised by another
+ * of its variables: named in the message). */
+static chorus_result get_int(const chorus_job *j, const char *name, int *out, chorus_errbuf *e)
 {
     const char *v = env(name);
     *out = parse_int(v);
+    if (!v)
+        return chorus__fail(e, CHORUS_ERR_ENV,
+                            "%s is not set: every process of a %s-style job needs %s; or start "
+                            "the program with a launcher (chorus-run -np N)",
+                            name, j->launcher, launcher_vars(j->launcher));
     if (*out < 0)
         return chorus__fail(e, CHORUS_ERR_ENV, "%s=%s is not a valid non-negative integer", name,
-                            v ? v : "");
+                            v);
     return CHORUS_OK;
 }
 
 /* Optional integer: -1 when unset, error when set to garbage. */
-static chorus_result get_opt_int(const char *name, int *out, chorus_errbuf *e)
+static chorus_result get_opt_int(const chorus_job *j, const char *name, int *out, chorus_errbuf *e)
 {
     if (!env(name)) {
         *out = -1;
         return CHORUS_OK;
     }
-    return get_int(name, out, e);
+    return get_int(j, name, out, e);
 }
 
 /* First host of a Slurm node list: "node[03-05,9],gpu1" -> "node03". */
@@ -88,10 +110,10 @@ chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
     const char *id = env("CHORUS_JOB_ID");
     if (env("CHORUS_RANK") || env("CHORUS_SIZE")) {
         j->launcher = "chorus-run";
-        CHORUS_CHECK(get_int("CHORUS_RANK", &j->rank, e));
-        CHORUS_CHECK(get_int("CHORUS_SIZE", &j->size, e));
-        CHORUS_CHECK(get_opt_int("CHORUS_LOCAL_RANK", &j->local_rank, e));
-        CHORUS_CHECK(get_opt_int("CHORUS_LOCAL_SIZE", &j->local_size, e));
+        CHORUS_CHECK(get_int(j, "CHORUS_RANK", &j->rank, e));
+        CHORUS_CHECK(get_int(j, "CHORUS_SIZE", &j->size, e));
+        CHORUS_CHECK(get_opt_int(j, "CHORUS_LOCAL_RANK", &j->local_rank, e));
+        CHORUS_CHECK(get_opt_int(j, "CHORUS_LOCAL_SIZE", &j->local_size, e));
         snprintf(j->job, sizeof(j->job), "%s", id ? id : "chorus");
         const char *store = env("CHORUS_STORE_ADDR");
         if (store)
@@ -100,27 +122,27 @@ chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
             CHORUS_CHECK(use_master(j, 0, e));
     } else if (env("OMPI_COMM_WORLD_RANK")) {
         j->launcher = "mpirun";
-        CHORUS_CHECK(get_int("OMPI_COMM_WORLD_RANK", &j->rank, e));
-        CHORUS_CHECK(get_int("OMPI_COMM_WORLD_SIZE", &j->size, e));
-        CHORUS_CHECK(get_opt_int("OMPI_COMM_WORLD_LOCAL_RANK", &j->local_rank, e));
-        CHORUS_CHECK(get_opt_int("OMPI_COMM_WORLD_LOCAL_SIZE", &j->local_size, e));
+        CHORUS_CHECK(get_int(j, "OMPI_COMM_WORLD_RANK", &j->rank, e));
+        CHORUS_CHECK(get_int(j, "OMPI_COMM_WORLD_SIZE", &j->size, e));
+        CHORUS_CHECK(get_opt_int(j, "OMPI_COMM_WORLD_LOCAL_RANK", &j->local_rank, e));
+        CHORUS_CHECK(get_opt_int(j, "OMPI_COMM_WORLD_LOCAL_SIZE", &j->local_size, e));
         const char *jid = env("OMPI_MCA_ess_base_jobid");
         if (!jid) jid = env("PMIX_NAMESPACE");
         snprintf(j->job, sizeof(j->job), "ompi-%s", id ? id : jid ? jid : "0");
     } else if (env("PMI_RANK")) {
         j->launcher = "pmi";
-        CHORUS_CHECK(get_int("PMI_RANK", &j->rank, e));
-        CHORUS_CHECK(get_int("PMI_SIZE", &j->size, e));
-        CHORUS_CHECK(get_opt_int("MPI_LOCALRANKID", &j->local_rank, e));
-        CHORUS_CHECK(get_opt_int("MPI_LOCALNRANKS", &j->local_size, e));
+        CHORUS_CHECK(get_int(j, "PMI_RANK", &j->rank, e));
+        CHORUS_CHECK(get_int(j, "PMI_SIZE", &j->size, e));
+        CHORUS_CHECK(get_opt_int(j, "MPI_LOCALRANKID", &j->local_rank, e));
+        CHORUS_CHECK(get_opt_int(j, "MPI_LOCALNRANKS", &j->local_size, e));
         const char *jid = env("PMI_KVSNAME");
         snprintf(j->job, sizeof(j->job), "pmi-%s", id ? id : jid ? jid : "0");
     } else if (env("SLURM_PROCID") && env("SLURM_STEP_ID")) {
         j->launcher = "srun";
-        CHORUS_CHECK(get_int("SLURM_PROCID", &j->rank, e));
-        CHORUS_CHECK(get_int(env("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS",
-                             &j->size, e));
-        CHORUS_CHECK(get_opt_int("SLURM_LOCALID", &j->local_rank, e));
+        CHORUS_CHECK(get_int(j, "SLURM_PROCID", &j->rank, e));
+        CHORUS_CHECK(get_int(
+            j, env("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS", &j->size, e));
+        CHORUS_CHECK(get_opt_int(j, "SLURM_LOCALID", &j->local_rank, e));
         int jobid = parse_int(env("SLURM_JOB_ID")), step = parse_int(env("SLURM_STEP_ID"));
         snprintf(j->job, sizeof(j->job), "slurm-%s", id ? id : "");
         if (!id) snprintf(j->job, sizeof(j->job), "slurm-%d.%d", jobid, step);
@@ -143,10 +165,10 @@ chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
         }
     } else if (env("RANK") || env("WORLD_SIZE")) {
         j->launcher = "torchrun";
-        CHORUS_CHECK(get_int("RANK", &j->rank, e));
-        CHORUS_CHECK(get_int("WORLD_SIZE", &j->size, e));
-        CHORUS_CHECK(get_opt_int("LOCAL_RANK", &j->local_rank, e));
-        CHORUS_CHECK(get_opt_int("LOCAL_WORLD_SIZE", &j->local_size, e));
+        CHORUS_CHECK(get_int(j, "RANK", &j->rank, e));
+        CHORUS_CHECK(get_int(j, "WORLD_SIZE", &j->size, e));
+        CHORUS_CHECK(get_opt_int(j, "LOCAL_RANK", &j->local_rank, e));
+        CHORUS_CHECK(get_opt_int(j, "LOCAL_WORLD_SIZE", &j->local_size, e));
         const char *run = env("TORCHELASTIC_RUN_ID");
         const char *port = env("MASTER_PORT");
         snprintf(j->job, sizeof(j->job), "torch-%s-%s",

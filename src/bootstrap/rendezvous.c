@@ -101,7 +101,8 @@ static chorus_result serve_store(const chorus_config *cfg, chorus_job *job,
 chorus_result chorus__rdzv_open(chorus_rdzv *rz, const chorus_job *job, chorus_errbuf *e)
 {
     rz->job = *job;
-    rz->deadline = chorus__deadline();
+    double start_s = rz->cfg->start_timeout_s;
+    rz->deadline = start_s > 0 ? chorus__now() + start_s : chorus__deadline();
     rz->local_rank = job->local_rank;
     rz->local_size = job->local_size;
     if (job->serve_store && job->rank == 0)
@@ -134,8 +135,9 @@ chorus_result chorus__rdzv_exchange(chorus_rdzv *rz, const char *addr, chorus_er
         snprintf(key, sizeof(key), "rank/%d", p);
         r = chorus__store_get(store, key, &v, NULL, rz->deadline, e);
         if (r != CHORUS_OK) {
-            chorus__fail(e, r, "rank %d never registered with the rendezvous store (%s)", p,
-                         e->msg);
+            chorus__fail(e, r, "rank %d never registered with the rendezvous store (%s%s)", p,
+                         e->msg,
+                         rz->cfg->start_timeout_s > 0 ? "; waited CHORUS_START_TIMEOUT_S" : "");
             break;
         }
         char *nl1 = strchr(v, '\n'), *nl2 = nl1 ? strchr(nl1 + 1, '\n') : NULL;
@@ -154,8 +156,9 @@ chorus_result chorus__rdzv_exchange(chorus_rdzv *rz, const char *addr, chorus_er
     }
     if (r == CHORUS_OK) {
         group_hosts(hids, job->size, job->rank, rz);
-        CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d hosts, listening on %s",
-                    job->rank, rz->local_rank, rz->local_size, rz->nhosts, addr);
+        CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d host%s, listening on %s",
+                    job->rank, rz->local_rank, rz->local_size, rz->nhosts,
+                    rz->nhosts == 1 ? "" : "s", addr);
     }
     for (int p = 0; p < job->size; p++) free(hids[p]);
     free(hids);

@@ -16,6 +16,9 @@ struct chorus_store {
 };
 
 /* One request and its reply. For CHECK, *absent (when given) is set when the key is missing. */
+/* Seconds a new connection waits for the store's first reply (see chorus__store_connect). */
+#define STORE_FIRST_REPLY_S 10.0
+
 static chorus_result request_ex(chorus_store *s, uint32_t op, const char *key, const void *val,
                                 size_t vlen, double deadline, char **out, size_t *out_len,
                                 int *absent, chorus_errbuf *e)
@@ -101,9 +104,28 @@ chorus_result chorus__store_connect(const char *addr, const char *job, double de
     chorus__auth_key_from_env(&key);
     char what[200];
     snprintf(what, sizeof(what), "rendezvous store at %s", addr);
-    r = chorus__auth_connect(s->fd, &key, deadline, what, e);
+    /* A Chorus store answers a new connection at once; a program that is not one may accept
+     * it and never answer: it gets STORE_FIRST_REPLY_S, not the whole timeout. */
+    double first = chorus__now() + STORE_FIRST_REPLY_S;
+    if (first > deadline) first = deadline;
+    r = chorus__auth_connect(s->fd, &key, first, what, e);
     s->authed = key.set;
-    if (r == CHORUS_OK) r = request(s, CHORUS_KV_HELLO, job, NULL, 0, deadline, NULL, NULL, e);
+    if (r == CHORUS_OK) r = request(s, CHORUS_KV_HELLO, job, NULL, 0, first, NULL, NULL, e);
+    const char *magic = r != CHORUS_OK && e ? strstr(e->msg, "bad magic 0x") : NULL;
+    unsigned first_bytes = 0;
+    char text[8] = "";
+    if (magic && sscanf(magic, "bad magic 0x%x (\"%4[^\"]\")", &first_bytes, text) == 2)
+        r = chorus__fail(e, CHORUS_ERR_PROTOCOL,
+                         "%s is not a Chorus store: it answered \"%s\" (0x%08x), another "
+                         "protocol; another program listens on that port (under torchrun, whose "
+                         "own store holds MASTER_PORT, Chorus's is at MASTER_PORT+1)",
+                         what, text, first_bytes);
+    else if (r == CHORUS_ERR_TIMEOUT && first < deadline)
+        r = chorus__fail(e, CHORUS_ERR_PROTOCOL,
+                         "%s accepted the connection but sent no reply in %.0f s: it is not a "
+                         "Chorus store (another program listens on that port; under torchrun, "
+                         "whose own store holds MASTER_PORT, Chorus's is at MASTER_PORT+1)",
+                         what, STORE_FIRST_REPLY_S);
     if (r != CHORUS_OK) {
         close(s->fd);
         free(s);

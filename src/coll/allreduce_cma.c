@@ -1,7 +1,9 @@
 /*
  * allreduce_cma.c - single-copy allreduce between the ranks of one host: each rank reads its
  * peers' buffers directly with process_vm_readv (transport/shm/cma.h) instead of staging
- * every byte through the shared segment.
+ * every byte through the shared segment. The rules use it for 2 ranks from CHORUS_SHM_CMA_MIN
+ * to CHORUS_SHM_CMA_MAX bytes: above, the kernel's pinning of every 4 KiB page it copies costs
+ * more than the staging copy of the pipelined slots (select.c).
  *
  * The message is cut into K pieces (at most CHORUS_SHM_CMA_PIECE bytes, at least one per
  * rank, cache-line aligned). Each rank posts IN with the addresses of its send and recv

@@ -9,11 +9,12 @@
  * Pipelined (larger): the message goes through in chunks of one slot. For chunk k each rank
  * copies the slices of its input that others reduce into its slot (copy-in), reduces its own
  * slice r over all ranks - its own input read in place, the others' from their slots, in rank
- * order - into its slot (reduce-scatter), then copies every rank's reduced slice into its
- * output (allgather). Slots alternate (double buffering), so one rank's copy-in of chunk k+1
- * overlaps another's copy-out of chunk k. The slots stay in cache: memory traffic is one read
- * of the input and one write of the output per rank, the bound for an allreduce; large
- * outputs are written with non-temporal stores (CHORUS_SHM_NT_MIN).
+ * order - into its slot (reduce-scatter), block by block, each block copied into its output while
+ * it is in cache, then copies the other ranks' reduced slices into its output (allgather). Slots
+ * alternate (double buffering), so one rank's copy-in of chunk k+1 overlaps another's copy-out of
+ * chunk k. The slots stay in cache: memory traffic is one read of the input and one write of the
+ * output per rank, the bound for an allreduce; large outputs are written with non-temporal stores
+ * (CHORUS_SHM_NT_MIN).
  */
 #include <string.h>
 
@@ -89,22 +90,26 @@ static chorus_result pipelined(chorus_comm *c, const char *send, char *recv, siz
         chorus__shm_post_in(s, g, sig, count);
         CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
         /* reduce-scatter: slice [lo, hi) over all ranks in rank order */
-        if (hi > lo) {
-            char *dst = mine + lo * es;
-            const char *src0 = me == 0 ? in + lo * es : chorus__shm_slot(s, 0, g) + lo * es;
-            const char *src1 = me == 1 ? in + lo * es : chorus__shm_slot(s, 1, g) + lo * es;
-            chorus__reduce(dst, src0, src1, hi - lo, t, op);
+        char *out = recv + base * es;
+        size_t blk = NT_BLOCK / es;
+        for (size_t i = lo; i < hi; i += blk) {
+            size_t m = hi - i < blk ? hi - i : blk;
+            char *dst = mine + i * es;
+            const char *src0 = me == 0 ? in + i * es : chorus__shm_slot(s, 0, g) + i * es;
+            const char *src1 = me == 1 ? in + i * es : chorus__shm_slot(s, 1, g) + i * es;
+            chorus__reduce(dst, src0, src1, m, t, op);
             for (int q = 2; q < p; q++) {
-                const char *src = q == me ? in + lo * es : chorus__shm_slot(s, q, g) + lo * es;
-                chorus__reduce(dst, dst, src, hi - lo, t, op);
+                const char *src = q == me ? in + i * es : chorus__shm_slot(s, q, g) + i * es;
+                chorus__reduce(dst, dst, src, m, t, op);
             }
-            chorus__reduce_finish(dst, hi - lo, t, op, p);
+            chorus__reduce_finish(dst, m, t, op, p);
+            chorus__shm_copy(out + i * es, dst, m * es, nt);
         }
         chorus__shm_post(s, CHORUS_SHM_RED, g + 1);
         CHORUS_CHECK(chorus__shm_wait_all(s, CHORUS_SHM_RED, g + 1, e));
         /* allgather: every rank's reduced slice into my output */
-        char *out = recv + base * es;
         for (int q = 0; q < p; q++) {
+            if (q == me) continue;
             size_t qlo = (size_t)q * sl < n ? (size_t)q * sl : n;
             size_t qhi = qlo + sl < n ? qlo + sl : n;
             if (qhi > qlo)

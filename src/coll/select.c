@@ -14,9 +14,15 @@
  *          2(p-1)/p S bytes across cores per rank
  *          (beta_x: cross-core transfer, ~1/12 GB/s here; both keep memory traffic at the
  *           bound, one read of the input and one write of the output per rank, as the slots
- *           stay in cache. For p = 2 the cross-core bytes are equal, so one-shot wins by its single
- *           synchronisation; for p > 2 one-shot reads p/2 times more, so pipelined wins once
- *           S is large: the crossover is CHORUS_SHM_ONESHOT_MAX)
+ *           stay in cache. One-shot folds all S on every rank, pipelined S/p: one-shot wins by
+ *           its single synchronisation while S is small, pipelined once S is large: the
+ *           crossover is CHORUS_SHM_ONESHOT_MAX, for 2 ranks too - at 2 ranks and 64 MiB
+ *           pipelined took 9-10 ms, one-shot 11-12)
+ *   allreduce, shm single copy (2 ranks): (S/K) * (2 syscalls + K beta_x) + 2 alpha_shm
+ *          the peer's input read and the result written by the kernel straight between the
+ *          user buffers (K: piece): no staging copy, but the kernel pins every page it copies,
+ *          which outweighs the saved copy above CHORUS_SHM_CMA_MAX (384 KiB: at 1 MiB 100 us
+ *          against 50-60 us pipelined, at 64 MiB 15 ms against 9-10 ms)
  *   allreduce, one-shot:            alpha + (p-1) S beta                       -> small S
  *          every rank sends its buffer to every other (concurrently) and folds all p in rank
  *          order: one round instead of log2(p)
@@ -41,8 +47,9 @@
  * CHORUS_SHM is not 0, the communicator has a shared-memory group (comm_shm.c) and shared
  * memory wins for every size - alpha_shm and beta_copy are both far below TCP's - so it is
  * the default for all collectives; otherwise TCP, with the size crossovers
- * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce is one-shot for 2
- * ranks or up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above.
+ * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce at 2 ranks is single
+ * copy from CHORUS_SHM_CMA_MIN to CHORUS_SHM_CMA_MAX bytes (when the kernel allows it); otherwise
+ * one-shot up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above.
  *
  * The table: one row per algorithm {id, collective, name, description, memory type,
  * transport, when the rules pick it, function}. The rules take, for a collective, the first
@@ -82,15 +89,17 @@ static int always(const chorus_comm *c, size_t bytes)
     (void)bytes;
     return 1;
 }
-/* Single copy: measured faster from ~12 KiB at 2 ranks; with more ranks than this host's 2
- * cores it was not, so by the rules it serves 2 ranks only (shm_cma forces it for any p). */
+/* Single copy: measured faster than the slots from ~12 KiB to ~384 KiB at 2 ranks; above, the
+ * kernel's per-page pinning costs more than the pipelined slots' second copy (64 MiB: 15 ms
+ * against 9-10 ms). With more ranks than this host's 2 cores it was not faster, so by the rules
+ * it serves 2 ranks only (shm_cma forces it for any p and size). */
 static int shm_cma_fits(const chorus_comm *c, size_t bytes)
 {
-    return c->size == 2 && bytes >= c->shm->cma_min;
+    return c->size == 2 && bytes >= c->shm->cma_min && bytes <= c->shm->cma_max;
 }
 static int shm_oneshot_fits(const chorus_comm *c, size_t bytes)
 {
-    return c->size <= 2 || bytes <= c->shm->oneshot_max; /* one sync, but reads p inputs */
+    return bytes <= c->shm->oneshot_max; /* one sync, but every rank reduces all p inputs */
 }
 static int tcp_oneshot_fits(const chorus_comm *c, size_t bytes)
 {
@@ -291,6 +300,57 @@ static const row *find_named(int kind, const char *v)
     return NULL;
 }
 
+/* Why the rules took r for a call of bytes (for the TRACE line of each collective). */
+static void rules_reason(const chorus_comm *c, const row *r, size_t bytes, char *out, size_t len)
+{
+    const char *no_shm = c->size < 2      ? "one rank"
+                         : c->nhosts != 1 ? "ranks on several hosts"
+                                          : "CHORUS_SHM=0, not set up yet, or set-up failed";
+    if (r->fits == shm_cma_fits)
+        snprintf(out, len,
+                 "2 ranks on one host, CHORUS_SHM_CMA_MIN (%zu) <= %zu B <= CHORUS_SHM_CMA_MAX "
+                 "(%zu)",
+                 c->shm->cma_min, bytes, c->shm->cma_max);
+    else if (r->fits == shm_oneshot_fits)
+        snprintf(out, len, "%d ranks on one host, %zu B <= CHORUS_SHM_ONESHOT_MAX (%zu)", c->size,
+                 bytes, c->shm->oneshot_max);
+    else if (r->fits == tcp_oneshot_fits)
+        snprintf(out, len, "no shared memory (%s), %zu B <= CHORUS_TCP_ONESHOT_MAX (%zu)", no_shm,
+                 bytes, c->cfg.tcp_oneshot_max);
+    else if (r->fits == tree_fits)
+        snprintf(out, len, "no shared memory (%s), %zu B <= CHORUS_BCAST_TREE_MAX (%zu)", no_shm,
+                 bytes, c->cfg.bcast_tree_max);
+    else if (r->a.tp != CHORUS_TP_NET && r->a.kind == CHORUS_COLL_ALLREDUCE)
+        snprintf(out, len, "%d ranks on one host, %zu B > CHORUS_SHM_ONESHOT_MAX (%zu)", c->size,
+                 bytes, c->shm->oneshot_max);
+    else if (r->a.tp != CHORUS_TP_NET)
+        snprintf(out, len, "%d ranks on one host", c->size);
+    else if (r->a.kind == CHORUS_COLL_ALLREDUCE)
+        snprintf(out, len, "no shared memory (%s), %zu B > CHORUS_TCP_ONESHOT_MAX (%zu)", no_shm,
+                 bytes, c->cfg.tcp_oneshot_max);
+    else if (r->a.kind == CHORUS_COLL_BROADCAST)
+        snprintf(out, len, "no shared memory (%s), %zu B > CHORUS_BCAST_TREE_MAX (%zu)", no_shm,
+                 bytes, c->cfg.bcast_tree_max);
+    else
+        snprintf(out, len, "no shared memory (%s)", no_shm);
+}
+
+/* One TRACE line per collective: the algorithm and why. */
+static void trace_choice(const chorus_comm *c, int kind, const row *r, const char *forced,
+                         size_t bytes)
+{
+    char why[200], var[64];
+    if (forced && !strcmp(forced, r->a.name)) {
+        var_name(kind, var, sizeof(var));
+        snprintf(why, sizeof(why), "forced by %s=%s", var, forced);
+    } else {
+        rules_reason(c, r, bytes, why, sizeof(why));
+    }
+    chorus__log(CHORUS_LOG_TRACE, CHORUS_LOG_COLL,
+                "%s of %zu B on comm %016llx (%d ranks): %s (%s); %s", kind_name[kind], bytes,
+                (unsigned long long)c->id, c->size, r->a.name, r->a.desc, why);
+}
+
 chorus_result chorus__select_check_config(const chorus_config *cfg, chorus_errbuf *e)
 {
     for (int kind = 0; kind < CHORUS_COLL_KIND_MAX; kind++) {
@@ -328,6 +388,7 @@ const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem,
             warn_unusable(c, kind, v, any_shm ? CHORUS_TP_SHM : named->a.tp);
     }
     if (!r) r = by_rules(c, kind, mem, bytes, 0);
+    if (r && CHORUS__LOG_ON(CHORUS_LOG_TRACE)) trace_choice(c, kind, r, v, bytes);
     if (!r)
         *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
                             "no %s algorithm for this memory type on this communicator",
@@ -342,22 +403,22 @@ void chorus__select_describe(const chorus_comm *c)
         CHORUS_INFO(CHORUS_LOG_COLL,
                     "comm %016llx (%d ranks, one host): shared memory for every collective; "
                     "allreduce one-shot up to %zu B, pipelined in %zu KiB chunks above; "
-                    "non-temporal stores from %zu B; single-copy allreduce %s%zu B "
+                    "non-temporal stores from %zu B; single-copy allreduce %s%zu B to %zu B "
                     "(CHORUS_ALGO_* can force a TCP algorithm)",
                     (unsigned long long)c->id, c->size, c->shm->oneshot_max, c->shm->chunk >> 10,
                     c->shm->nt_min,
                     !c->shm->cma   ? "off, would be from "
                     : c->size == 2 ? "from "
                                    : "only when forced (shm_cma), with more than 2 ranks; from ",
-                    c->shm->cma_min);
+                    c->shm->cma_min, c->shm->cma_max);
     else
         CHORUS_INFO(CHORUS_LOG_COLL,
-                    "comm %016llx (%d ranks, %d hosts): TCP; allreduce one-shot up to %zu B, "
+                    "comm %016llx (%d ranks, %d host%s): TCP; allreduce one-shot up to %zu B, "
                     "direct reduce-scatter + ring allgather above (both fold in rank order); "
                     "broadcast binomial tree up to %zu B, chain above; ring allgather, direct "
                     "reduce-scatter, pairwise alltoall, dissemination barrier%s",
-                    (unsigned long long)c->id, c->size, c->nhosts, c->cfg.tcp_oneshot_max,
-                    c->cfg.bcast_tree_max,
+                    (unsigned long long)c->id, c->size, c->nhosts, c->nhosts == 1 ? "" : "s",
+                    c->cfg.tcp_oneshot_max, c->cfg.bcast_tree_max,
                     c->nhosts > 1 && c->size > c->nhosts
                         ? " (chorus_comm_split_type(CHORUS_SPLIT_HOST) gives the ranks of each "
                           "host a communicator over shared memory)"

@@ -36,13 +36,14 @@ chorus_result chorus__eng_err(chorus_engine *e, chorus_result r, const char *fmt
 
 void chorus__fmt_ranks(const uint8_t *set, int n, int want, char *out, size_t len)
 {
-    size_t o = 0;
-    out[0] = 0;
+    int count = 0;
+    for (int r = 0; r < n; r++) count += (set[r] != 0) == want;
+    size_t o = (size_t)snprintf(out, len, "%s", count == 1 ? "rank " : "ranks ");
     for (int r = 0; r < n && o + 24 < len; r++) {
         if ((set[r] != 0) != want) continue;
         int s = r;
         while (r + 1 < n && (set[r + 1] != 0) == want) r++;
-        o += (size_t)snprintf(out + o, len - o, o ? ",%d" : "%d", s);
+        o += (size_t)snprintf(out + o, len - o, out[o - 1] != ' ' ? ",%d" : "%d", s);
         if (r > s) o += (size_t)snprintf(out + o, len - o, "-%d", r);
     }
     if (o + 24 >= len) snprintf(out + o, len - o, ",...");

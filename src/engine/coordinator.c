@@ -83,7 +83,7 @@ static void stall_warn(chorus_engine *e, eng_map *stall, char **names, size_t nn
             chorus__fmt_ranks(m, n, 0, miss, sizeof(miss));
             free(m);
             o += (size_t)snprintf(msg + o, sizeof(msg) - o,
-                                  "%s'%s' (ready on ranks %s, missing on ranks %s, waiting %.1f s)",
+                                  "%s'%s' (ready on %s, missing on %s, waiting %.1f s)",
                                   shown ? "; " : "", names[i], have, miss, si->age);
             shown++;
         }

@@ -186,7 +186,7 @@ void *chorus__eng_grow(void **buf, size_t *cap, size_t n);
  * message) and returns r. */
 chorus_result chorus__eng_err(chorus_engine *e, chorus_result r, const char *fmt, ...)
     CHORUS__PRINTF(3, 4);
-/* "0,2-4": the ranks r < n with (set[r] != 0) == want. */
+/* "ranks 0,2-4" or "rank 3": the ranks r < n with (set[r] != 0) == want. */
 void chorus__fmt_ranks(const uint8_t *set, int n, int want, char *out, size_t len);
 /* Ranks that contribute (did not join), at least 1. */
 int chorus__eng_active(const chorus_engine *e);

@@ -28,7 +28,9 @@
 
 #define HDR 4
 
-int chorus__eng_stop(chorus_engine *e, chorus_result r, const char *msg)
+/* Marks the engine stopped with r; msg is what ops still pending (or enqueued later) fail
+ * with. */
+static void set_stopped(chorus_engine *e, chorus_result r, const char *msg)
 {
     pthread_mutex_lock(&e->mu);
     if (!e->stopped) {
@@ -37,6 +39,11 @@ int chorus__eng_stop(chorus_engine *e, chorus_result r, const char *msg)
         snprintf(e->stop_msg, sizeof(e->stop_msg), "%s", msg);
     }
     pthread_mutex_unlock(&e->mu);
+}
+
+int chorus__eng_stop(chorus_engine *e, chorus_result r, const char *msg)
+{
+    set_stopped(e, r, msg);
     CHORUS_INFO(CHORUS_LOG_ENGINE, "engine stopped: %s", msg);
     return 1;
 }
@@ -190,10 +197,13 @@ static int phase_states(chorus_engine *e, cycle *c)
         chorus__fmt_ranks(shut, n, 1, ranks, sizeof(ranks));
         free(shut);
         snprintf(msg, sizeof(msg),
-                 "the engine was shut down (chorus_engine_shutdown on rank %s) before this op "
-                 "ran",
+                 "the engine was shut down (chorus_engine_shutdown on %s) before this op ran",
                  ranks);
-        return chorus__eng_stop(e, CHORUS_ERR_ABORTED, msg);
+        /* A shutdown is how an engine ends, not a failure: only ops still pending fail. */
+        set_stopped(e, CHORUS_ERR_ABORTED, msg);
+        CHORUS_INFO(CHORUS_LOG_ENGINE, "engine shut down (chorus_engine_shutdown on %s)",
+                    nshut == n ? "every rank" : ranks);
+        return 1;
     }
     free(shut);
     c->all_joined = njoined == n;

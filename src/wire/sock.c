@@ -194,7 +194,19 @@ int chorus__sock_recv_msg(int fd, chorus_wire_hdr *h, unsigned char **payload, u
 {
     unsigned char hb[CHORUS_WIRE_HDR_LEN];
     *payload = NULL;
-    int r = chorus__sock_read_all(fd, hb, sizeof(hb), deadline);
+    /* The magic first, on its own: a program that is not a Chorus peer is told apart by its
+     * first bytes even when it sends fewer than a header and closes. */
+    int r = chorus__sock_read_all(fd, hb, 4, deadline);
+    uint32_t magic =
+        (uint32_t)hb[0] | (uint32_t)hb[1] << 8 | (uint32_t)hb[2] << 16 | (uint32_t)hb[3] << 24;
+    if (!r && magic != CHORUS_WIRE_MAGIC) {
+        char text[5];
+        for (int i = 0; i < 4; i++) text[i] = hb[i] >= 32 && hb[i] < 127 ? (char)hb[i] : '.';
+        text[4] = 0;
+        snprintf(why, why_len, "bad magic 0x%08x (\"%s\"): not a Chorus peer", magic, text);
+        return -4;
+    }
+    if (!r) r = chorus__sock_read_all(fd, hb + 4, sizeof(hb) - 4, deadline);
     if (r) {
         snprintf(why, why_len, "%s", chorus__sock_errstr(r));
         return r;

@@ -172,7 +172,7 @@ static void case_stall(void)
         unlink(path);
         printf("rank 0 stderr: %s\n", buf);
         ASSERT_STR_CONTAINS(buf, "stall");
-        ASSERT_STR_CONTAINS(buf, "'lonely.grad' (ready on ranks 0, missing on ranks 1");
+        ASSERT_STR_CONTAINS(buf, "'lonely.grad' (ready on rank 0, missing on rank 1");
         ASSERT(strstr(buf, "shared.grad") == NULL);
         expect_fail(lonely, CHORUS_ERR_ABORTED, s);
     }

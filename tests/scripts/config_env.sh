@@ -9,7 +9,7 @@ out=$(CHORUS_TIMEOUT_S=abc chorus-run -np 2 sh -c 'echo started' 2>&1); rc=$?
 echo "$out"
 [ $rc = 2 ] || fail "malformed value: exit $rc, expected 2"
 [ "$(echo "$out" | wc -l)" = 1 ] || fail "malformed value: expected one line"
-echo "$out" | grep -q "^chorus-run: invalid environment: CHORUS_TIMEOUT_S=abc is not a non-negative number$" ||
+echo "$out" | grep -q "^chorus-run: invalid environment: CHORUS_TIMEOUT_S=abc is not a positive number (above 0, e.g. 30 or 2.5)$" ||
     fail "malformed value message"
 
 out=$(CHORUS_ALGO_ALLREDUCE=fastest chorus-run -np 2 sh -c 'echo started' 2>&1); rc=$?

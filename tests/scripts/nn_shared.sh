@@ -15,7 +15,7 @@ nm -u "$BUILD"/obj/nn/*.o | grep -q ' chorus_checkpoint_save' || fail "nn does n
 bin=$BUILD/tests/nn/chorus-train-shared
 deps=$(ldd "$bin") || fail "ldd $bin"
 echo "$deps"
-for lib in libchorus_nn.so libchorus.so.0; do
+for lib in libchorus_nn.so.0 libchorus.so.0; do
     got=$(echo "$deps" | sed -n "s/.*$lib => \([^ ]*\) .*/\1/p")
     [ -n "$got" ] && [ "$(readlink -f "$got")" = "$(readlink -f "$BUILD/lib/$lib")" ] ||
         fail "$bin does not load $lib from $BUILD/lib (it loads '$got')"

@@ -29,7 +29,8 @@ static size_t field_size(const chorus_cfg_entry *t)
 {
     switch (t->kind) {
     case CHORUS_CFG_INT: return sizeof(long);
-    case CHORUS_CFG_DOUBLE: return sizeof(double);
+    case CHORUS_CFG_DOUBLE:
+    case CHORUS_CFG_POSNUM: return sizeof(double);
     case CHORUS_CFG_BOOL: return sizeof(int);
     case CHORUS_CFG_BYTES: return sizeof(size_t);
     default: return sizeof(const char *); /* equal text is stored once: equal pointers */
@@ -77,6 +78,12 @@ static void typed_values(void)
     ASSERT_OK(parse_with("CHORUS_ALGO_BROADCAST", "chain", &cfg, &e));
     ASSERT_STR_CONTAINS(cfg.algo_broadcast, "chain");
     ASSERT_EQ(strlen(cfg.algo_broadcast), 5);
+    ASSERT_OK(parse_with("CHORUS_DEBUG", "debug", &cfg, &e)); /* any case, listed spelling */
+    ASSERT_EQ(strcmp(cfg.debug, "DEBUG"), 0);
+    ASSERT_OK(parse_with("CHORUS_DEBUG_SUBSYS", "coll,Shm", &cfg, &e));
+    ASSERT_EQ(strcmp(cfg.debug_subsys, "COLL,SHM"), 0);
+    ASSERT_OK(parse_with("CHORUS_BIND", "NONE", &cfg, &e));
+    ASSERT_EQ(strcmp(cfg.bind, "none"), 0);
     ASSERT_OK(parse_with("CHORUS_IFACE", "lo", &cfg, &e));
     ASSERT_STR_CONTAINS(cfg.iface, "lo");
     ASSERT_OK(parse_with("CHORUS_IFACE", "", &cfg, &e)); /* empty: unset */
@@ -88,8 +95,28 @@ static void malformed(void)
     chorus_config cfg;
     chorus_errbuf e;
     ASSERT_EQ(parse_with("CHORUS_TIMEOUT_S", "abc", &cfg, &e), CHORUS_ERR_INVALID_ARG);
-    ASSERT_STR_CONTAINS(e.msg, "CHORUS_TIMEOUT_S=abc is not a non-negative number");
+    ASSERT_STR_CONTAINS(e.msg,
+                        "CHORUS_TIMEOUT_S=abc is not a positive number (above 0, e.g. 30 or 2.5)");
     ASSERT(cfg.timeout_s == 300.0); /* the bad row holds its default */
+    /* a timeout of 0 or below is no timeout: refused, not read as the default */
+    ASSERT_EQ(parse_with("CHORUS_TIMEOUT_S", "0", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_TIMEOUT_S=0 is not a positive number (above 0");
+    ASSERT_EQ(parse_with("CHORUS_TIMEOUT_S", "-5", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_TIMEOUT_S=-5 is not a positive number");
+    ASSERT_EQ(parse_with("CHORUS_TIMEOUT_S", "inf", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_EQ(parse_with("CHORUS_HEARTBEAT_TIMEOUT_S", "0", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_EQ(parse_with("CHORUS_ENGINE_IDLE_MS", "0", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_ENGINE_IDLE_MS=0 is not a positive number (above 0");
+    /* log level and subsystems: the names users type, any case; anything else is refused */
+    ASSERT_EQ(parse_with("CHORUS_DEBUG", "verbose", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_DEBUG=verbose is not one of NONE,OFF,VERSION,ERROR,WARN,"
+                               "INFO,DEBUG,TRACE");
+    ASSERT_EQ(parse_with("CHORUS_DEBUG_SUBSYS", "INIT,NETWORK", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_DEBUG_SUBSYS=INIT,NETWORK is not a comma-separated list of "
+                               "INIT,BOOT,COLL");
+    ASSERT_EQ(parse_with("CHORUS_DEBUG_SUBSYS", "INIT,", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_EQ(parse_with("CHORUS_COMPRESSION", "fp8", &cfg, &e), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(e.msg, "CHORUS_COMPRESSION=fp8 is not one of none,fp16,bf16");
     ASSERT_EQ(parse_with("CHORUS_HEARTBEAT_S", "-1", &cfg, &e), CHORUS_ERR_INVALID_ARG);
     ASSERT_STR_CONTAINS(e.msg, "CHORUS_HEARTBEAT_S=-1 is not a non-negative number");
     ASSERT_EQ(parse_with("CHORUS_SOCKET_BUF", "-5", &cfg, &e), CHORUS_ERR_INVALID_ARG);
@@ -130,8 +157,8 @@ static void init_refuses(void)
     ASSERT_EQ(chorus_init(&c), CHORUS_ERR_INVALID_ARG);
     ASSERT(c == NULL);
     printf("chorus_init: %s\n", chorus_last_error(NULL));
-    ASSERT_STR_CONTAINS(chorus_last_error(NULL),
-                        "invalid environment: CHORUS_TIMEOUT_S=abc is not a non-negative number");
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "invalid environment: CHORUS_TIMEOUT_S=abc is not "
+                                                 "a positive number (above 0, e.g. 30 or 2.5)");
     unsetenv("CHORUS_TIMEOUT_S");
 }
 

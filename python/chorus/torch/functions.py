@@ -71,8 +71,8 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     travel too; they arrive on the CPU)."""
     ps = _core.resolve_set(process_set)
     if not 0 <= root_rank < ps.comm.size:
-        raise ValueError("chorus broadcast_object: root_rank %d is out of range for %d ranks"
-                         % (root_rank, ps.comm.size))
+        raise ValueError("chorus broadcast_object: root_rank %d is out of range for %d rank%s"
+                         % (root_rank, ps.comm.size, "" if ps.comm.size == 1 else "s"))
     me = ps.comm.rank
     data = _dumps(obj) if me == root_rank else b""
     n = torch.tensor([len(data)], dtype=torch.int64)

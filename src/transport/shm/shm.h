@@ -65,6 +65,7 @@ typedef struct chorus_shm_hdr {
     uint64_t total;              /* bytes of the whole segment */
     uint64_t cma_min;            /* smallest allreduce (bytes) that uses single-copy reads */
     uint64_t cma_piece;          /* bytes per single-copy read */
+    uint64_t cma_max;            /* largest allreduce (bytes) that uses them (by the rules) */
     _Alignas(64) uint32_t abort; /* 0 healthy, 1 reason being written, 2 reason valid */
     int32_t abort_result;
     char abort_why[448];
@@ -96,6 +97,7 @@ typedef struct chorus_shm {
     int cma_ptracer;   /* this group holds a PR_SET_PTRACER_ANY reference (cma.c) */
     size_t cma_min;    /* rank 0's CHORUS_SHM_CMA_MIN (from the header) */
     size_t cma_piece;  /* rank 0's CHORUS_SHM_CMA_PIECE (from the header) */
+    size_t cma_max;    /* rank 0's CHORUS_SHM_CMA_MAX (from the header) */
     uint64_t cma_word; /* the private word peers read to probe CMA */
 } chorus_shm;
 

@@ -1304,7 +1304,8 @@ chorus_result chorus__net_connect_all(chorus_net *n, char *const *addrs, char *c
         if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev))
             return chorus__fail(e, CHORUS_ERR_SYSTEM, "epoll_ctl: %s", strerror(errno));
     }
-    CHORUS_INFO(CHORUS_LOG_TCP, "rank %d connected to %d peers", n->rank, n->size - 1);
+    CHORUS_INFO(CHORUS_LOG_TCP, "rank %d connected to %d peer%s", n->rank, n->size - 1,
+                n->size == 2 ? "" : "s");
     watchdog_start(n);
     return CHORUS_OK;
 }

@@ -5,11 +5,11 @@
 # rank as the one that failed ("rank V (host h)" over TCP, "rank V (pid p)" over shared memory),
 # never another survivor (which would happen if a survivor that
 # closed its sockets after learning of the death were taken for dead itself). TRIALS defaults
-# to 20; CHORUS_BLAME_TRIALS=50 runs more. Run it over TCP (CHORUS_SHM=0) and shared memory.
+# to 20; BLAME_TRIALS=50 runs more. Run it over TCP (CHORUS_SHM=0) and shared memory.
 # A stopped rank makes no progress: the survivors time out (CHORUS_TIMEOUT_S=3 here) and must
 # name it, not a live peer that waits for it too; the script then kills it.
 set -u
-np=$1; victim=$2; trials=${3:-${CHORUS_BLAME_TRIALS:-20}}; sig=${4:-KILL}
+np=$1; victim=$2; trials=${3:-${BLAME_TRIALS:-20}}; sig=${4:-KILL}
 timeout_s=20
 [ "$sig" = STOP ] && timeout_s=3
 tmp=$(mktemp -d)

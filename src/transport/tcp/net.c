@@ -121,11 +121,11 @@ const char *chorus__net_host(const chorus_net *n, int rank)
  * unexpected message if need be). */
 #define ABORT_FLUSH_S 2.0
 
-/* Writes all of iov (cnt <= 2 entries, advanced in place) to fd, waiting at most
- * ABORT_FLUSH_S without progress. 1 when all was written. */
-static int write_bounded(int fd, struct iovec *iov, int cnt)
+/* Writes all of iov (cnt <= 2 entries, advanced in place) to fd, waiting at most stall_s
+ * without progress (0: what the socket takes at once). 1 when all was written. */
+static int write_bounded(int fd, struct iovec *iov, int cnt, double stall_s)
 {
-    double deadline = chorus__now() + ABORT_FLUSH_S;
+    double deadline = chorus__now() + stall_s;
     int i = 0;
     while (i < cnt) {
         if (iov[i].iov_len == 0) {
@@ -143,7 +143,7 @@ static int write_bounded(int fd, struct iovec *iov, int cnt)
                 left -= k;
                 if (iov[i].iov_len) break;
             }
-            deadline = chorus__now() + ABORT_FLUSH_S;
+            deadline = chorus__now() + stall_s;
             continue;
         }
         double left = deadline - chorus__now();
@@ -161,7 +161,7 @@ static int finish_partial(peer *pe)
     chorus_req *r = pe->sq_head;
     struct iovec iov[2] = {{r->hbytes + r->hoff, CHORUS_WIRE_HDR_LEN - r->hoff},
                            {r->buf + r->off, r->len - r->off}};
-    return write_bounded(pe->fd, iov, 2);
+    return write_bounded(pe->fd, iov, 2, ABORT_FLUSH_S);
 }
 
 static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, const char *why)
@@ -175,13 +175,17 @@ static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, c
     chorus__wire_encode_hdr(&h, hb);
     for (int p = 0; p < n->size; p++) {
         peer *pe = &n->peers[p];
-        /* a lost rank is not told; a rank blamed for a timeout may be alive and is */
-        if (p == n->rank || pe->fd < 0 || (p == failed_rank && r == CHORUS_ERR_PEER_LOST)) continue;
+        /* A lost rank is not told. A rank blamed for a timeout may be alive and is, but only
+         * with what its socket takes at once: it may be stopped, and is not waited for. */
+        int blamed = p == failed_rank;
+        if (p == n->rank || pe->fd < 0 || (blamed && r == CHORUS_ERR_PEER_LOST)) continue;
         /* A peer can parse our abort only at a message boundary: a message half sent is
          * finished first (bounded), else the peer learns from the closed socket instead. */
-        if (pe->sq_head && (pe->sq_head->hoff || pe->sq_head->off) && !finish_partial(pe)) continue;
+        if (pe->sq_head && (pe->sq_head->hoff || pe->sq_head->off) &&
+            (blamed || !finish_partial(pe)))
+            continue;
         struct iovec iov[2] = {{hb, sizeof(hb)}, {payload, plen}};
-        write_bounded(pe->fd, iov, 2); /* a peer gone is fine */
+        write_bounded(pe->fd, iov, 2, blamed ? 0 : ABORT_FLUSH_S); /* a peer gone is fine */
     }
 }
 

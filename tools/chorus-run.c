@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -48,6 +49,15 @@
 
 #define SUSPECT_GRACE_S 3.0 /* a worker reported lost must check in within this, or is killed */
 
+#define TAIL_LINES 8   /* last output lines kept per rank, for the failure summary */
+#define TAIL_WIDTH 240 /* of each, at most this many bytes */
+
+/* The last lines a rank wrote (stdout and stderr together), oldest first from next. */
+typedef struct tail {
+    char line[TAIL_LINES][TAIL_WIDTH];
+    int next, count;
+} tail;
+
 typedef struct stream {
     int fd;
     FILE *out; /* the console (NULL: only to the log file) */
@@ -57,6 +67,16 @@ typedef struct stream {
     char last[200]; /* the last line that was not blank: how a failure is recognised */
 } stream;
 
+/* What a rank said on its status pipe (CHORUS_STATUS_FD, base/status.h) about its failure. */
+typedef struct status_pipe {
+    int fd;
+    char buf[512];
+    size_t len;
+    int reported;  /* a "failed" line arrived */
+    int blamed;    /* the rank it held responsible, -1: its own failure */
+    char what[48]; /* the result name it gave */
+} status_pipe;
+
 typedef struct worker {
     int wid; /* worker id: the rank in a plain job, a stable id in an elastic one */
     pid_t pid;
@@ -64,7 +84,12 @@ typedef struct worker {
     int status;
     int stopped; /* seen stopped (SIGSTOP/SIGTSTP) and not continued */
     int was_stopped;
-    stream s[2]; /* stdout, stderr */
+    double stopped_at; /* when it was last seen stopped */
+    stream s[2];       /* stdout, stderr */
+    tail tail;
+    status_pipe st;
+    double fail_time; /* when its failure was first seen: a report, an exit or a stop (0: not) */
+    int failed_alone; /* it ended with an error or a signal before the job was being stopped */
     /* elastic */
     int rank;             /* rank in the generation published last, -1 when not a member */
     long checked;         /* generation it checked in for (0: none) */
@@ -201,8 +226,12 @@ static int runnable(const char *prog, char *why, size_t len)
     return found;
 }
 
-static void emit(stream *s, int rank, int prefix, const char *line, size_t n)
+/* Writes one line of a rank's output, and keeps it in t. */
+static void emit(stream *s, tail *t, int rank, int prefix, const char *line, size_t n)
 {
+    snprintf(t->line[t->next], TAIL_WIDTH, "%.*s", (int)n, line);
+    t->next = (t->next + 1) % TAIL_LINES;
+    if (t->count < TAIL_LINES) t->count++;
     if (s->out && prefix)
         fprintf(s->out, "[%d] %.*s\n", rank, (int)n, line);
     else if (s->out)
@@ -222,12 +251,12 @@ static void flush_stream(stream *s)
 }
 
 /* Reads what is available; writes complete lines. Returns 0 at EOF. */
-static int pump(stream *s, int rank, int prefix)
+static int pump(stream *s, tail *t, int rank, int prefix)
 {
     ssize_t r = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
     if (r <= 0) {
-        if (s->len) emit(s, rank, prefix, s->buf, s->len);
+        if (s->len) emit(s, t, rank, prefix, s->buf, s->len);
         s->len = 0;
         flush_stream(s);
         if (s->log) fclose(s->log);
@@ -240,11 +269,11 @@ static int pump(stream *s, int rank, int prefix)
     size_t start = 0;
     for (size_t i = 0; i < s->len; i++)
         if (s->buf[i] == '\n') {
-            emit(s, rank, prefix, s->buf + start, i - start);
+            emit(s, t, rank, prefix, s->buf + start, i - start);
             start = i + 1;
         }
     if (start == 0 && s->len == sizeof(s->buf)) { /* a very long line: pass it on in pieces */
-        emit(s, rank, prefix, s->buf, s->len);
+        emit(s, t, rank, prefix, s->buf, s->len);
         start = s->len;
     }
     memmove(s->buf, s->buf + start, s->len - start);
@@ -307,6 +336,7 @@ typedef struct job {
     int completing; /* a member finished successfully: the job is ending */
     int scale_down; /* a generation is needed to retire workers */
     double timeout_s;
+    int status_fd; /* while spawning: the child's end of its status pipe (-1: none) */
     /* CPU binding: rank slot i runs on cpus[i*per .. (i+1)*per) */
     int bind, ncpus, per;
     int cpus[CPU_SETSIZE];
@@ -353,6 +383,12 @@ static void signal_all(job *j, int sig)
         }
 }
 
+static void close_pair(int p[2])
+{
+    if (p[0] >= 0) close(p[0]);
+    if (p[1] >= 0) close(p[1]);
+}
+
 static void free_env(char **envp)
 {
     for (char **e = envp; *e; e++) free(*e);
@@ -374,6 +410,7 @@ static const char *const launcher_vars[] = {"CHORUS_RANK=",
                                             "CHORUS_WORKER_ID=",
                                             "CHORUS_STORE_ADDR=",
                                             "CHORUS_JOB_ID=",
+                                            "CHORUS_STATUS_FD=",
                                             "RANK=",
                                             "LOCAL_RANK=",
                                             "WORLD_SIZE=",
@@ -460,6 +497,7 @@ static char **child_env(const job *j, int rank, int size, int wid)
     }
     PUT("CHORUS_STORE_ADDR=%s", j->store);
     PUT("CHORUS_JOB_ID=%s", j->id);
+    if (j->status_fd >= 0) PUT("CHORUS_STATUS_FD=%d", j->status_fd);
 #undef PUT
     return envp;
 fail:
@@ -521,6 +559,11 @@ static worker *spawn(job *j, int rank, int size)
         close(out[1]);
         return NULL;
     }
+    /* A plain job's ranks report their failures on a pipe (base/status.h); an elastic job
+     * learns of them through the store. */
+    int stp[2] = {-1, -1};
+    if (!j->elastic && pipe2(stp, O_CLOEXEC | O_NONBLOCK)) stp[0] = stp[1] = -1;
+    j->status_fd = stp[1];
     /* The child's environment is built here: between fork and exec only async-signal-safe
      * calls are allowed (the store thread may hold the allocator's lock at fork time, and the
      * child would wait for it forever). */
@@ -530,12 +573,14 @@ static worker *spawn(job *j, int rank, int size)
         close(out[1]);
         close(errp[0]);
         close(errp[1]);
+        close_pair(stp);
         return NULL;
     }
     char execfail[300];
     snprintf(execfail, sizeof(execfail), "chorus-run: cannot run '%s' (exec failed)\n", j->argv[0]);
     fflush(stdout);
     fflush(stderr);
+    pid_t launcher = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         free_env(envp);
@@ -543,11 +588,18 @@ static worker *spawn(job *j, int rank, int size)
         close(out[1]);
         close(errp[0]);
         close(errp[1]);
+        close_pair(stp);
         return NULL;
     }
     if (pid == 0) {
+        /* A rank must not outlive its launcher (killed with SIGKILL, it cannot stop the job):
+         * the kernel kills the rank when the launcher dies. If it died before this line, the
+         * rank has already been handed to another parent: stop now. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != launcher) _exit(128 + SIGKILL);
         dup2(out[1], 1);
         dup2(errp[1], 2);
+        if (stp[1] >= 0) fcntl(stp[1], F_SETFD, 0); /* kept across exec: CHORUS_STATUS_FD */
         setpgid(0, 0); /* terminal signals reach the launcher, which forwards them */
         bind_slot(j, rank >= 0 ? rank : wid);
         signal(SIGPIPE, SIG_DFL);
@@ -563,6 +615,7 @@ static worker *spawn(job *j, int rank, int size)
     setpgid(pid, pid); /* also here: the child may not have run yet when we signal it */
     close(out[1]);
     close(errp[1]);
+    if (stp[1] >= 0) close(stp[1]);
     worker *w = &j->w[j->nw++];
     memset(w, 0, sizeof(*w));
     w->wid = wid;
@@ -571,6 +624,8 @@ static worker *spawn(job *j, int rank, int size)
     w->rank = -1;
     w->s[0] = (stream){.fd = out[0], .out = stdout};
     w->s[1] = (stream){.fd = errp[0], .out = stderr};
+    w->st.fd = stp[0];
+    w->st.blamed = -1;
     route_streams(j, w);
     return w;
 }
@@ -741,7 +796,7 @@ static void drain_worker(job *j, worker *w)
         for (int i = 0; i < 64 && w->s[s].fd >= 0; i++) {
             struct pollfd p = {.fd = w->s[s].fd, .events = POLLIN};
             if (poll(&p, 1, 0) <= 0) break;
-            pump(&w->s[s], w->wid, j->prefix);
+            pump(&w->s[s], &w->tail, w->wid, j->prefix);
         }
 }
 
@@ -1448,6 +1503,51 @@ typedef struct outcome {
     double fail_time, term_time;
 } outcome;
 
+/* A rank of a plain job failed at time now (an error reported, or an exit): the first
+ * failure starts the grace the others get before they are stopped. */
+static void note_failure(worker *w, outcome *out, int index, double now)
+{
+    if (!w->fail_time) w->fail_time = now;
+    if (out->failed < 0 && !out->stopping) {
+        out->failed = index;
+        out->fail_time = now;
+    }
+}
+
+/* Reads what a rank wrote on its status pipe: "failed <rank> <blamed> <result>" lines
+ * (base/status.h). The first one counts. */
+static void read_status(job *j, int index, outcome *out)
+{
+    worker *w = &j->w[index];
+    status_pipe *p = &w->st;
+    while (p->fd >= 0) {
+        ssize_t r = read(p->fd, p->buf + p->len, sizeof(p->buf) - 1 - p->len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && errno == EAGAIN) break;
+        if (r <= 0 || p->len + (size_t)r >= sizeof(p->buf) - 1) {
+            close(p->fd); /* end of file, or a rank that writes garbage: stop listening */
+            p->fd = -1;
+            break;
+        }
+        p->len += (size_t)r;
+        p->buf[p->len] = 0;
+        char *nl;
+        while ((nl = strchr(p->buf, '\n'))) {
+            *nl = 0;
+            int rank, blamed;
+            char what[48];
+            if (!p->reported && sscanf(p->buf, "failed %d %d %47s", &rank, &blamed, what) == 3) {
+                p->reported = 1;
+                p->blamed = blamed;
+                snprintf(p->what, sizeof(p->what), "%s", what);
+                if (!j->elastic) note_failure(w, out, index, chorus__now());
+            }
+            p->len -= (size_t)(nl + 1 - p->buf);
+            memmove(p->buf, nl + 1, p->len + 1);
+        }
+    }
+}
+
 /* Reaps ended workers and notices stopped (hung) or continued ones: a plain job records its
  * first failure; an elastic one poisons the failed worker's generation so the others re-form. */
 static void reap(job *j, outcome *out)
@@ -1461,6 +1561,7 @@ static void reap(job *j, outcome *out)
             if (w->pid != pid || !w->running) continue;
             if (WIFSTOPPED(status)) {
                 w->stopped = w->was_stopped = 1;
+                w->stopped_at = chorus__now();
                 break;
             }
             if (WIFCONTINUED(status)) {
@@ -1471,9 +1572,10 @@ static void reap(job *j, outcome *out)
             w->stopped = 0;
             w->status = status;
             if (!j->elastic) {
-                if (out->failed < 0 && !out->stopping && failed_status(status)) {
-                    out->failed = r;
-                    out->fail_time = chorus__now();
+                read_status(j, r, out); /* what it said before it ended */
+                if (!out->stopping && failed_status(status)) {
+                    w->failed_alone = 1;
+                    note_failure(w, out, r, chorus__now());
                 }
                 break;
             }
@@ -1510,8 +1612,8 @@ static int supervise(job *j, const run_opts *o, outcome *out)
     struct pollfd *pf = NULL;
     int *who = NULL, pf_cap = 0;
     for (;;) {
-        if (pf_cap < 2 * j->nw + 1) {
-            pf_cap = 2 * j->nw + 16;
+        if (pf_cap < 3 * j->nw + 1) {
+            pf_cap = 3 * j->nw + 16;
             pf = realloc(pf, (size_t)pf_cap * sizeof(*pf));
             who = realloc(who, (size_t)pf_cap * sizeof(int));
             if (!pf || !who) return 1;
@@ -1522,17 +1624,26 @@ static int supervise(job *j, const run_opts *o, outcome *out)
             running += j->w[r].running;
             for (int s = 0; s < 2; s++)
                 if (j->w[r].s[s].fd >= 0) {
-                    who[k] = r * 2 + s;
+                    who[k] = r * 3 + s;
                     pf[k++] = (struct pollfd){.fd = j->w[r].s[s].fd, .events = POLLIN};
                     open_streams++;
                 }
+            if (j->w[r].st.fd >= 0) { /* not awaited: a rank's children may hold it open */
+                who[k] = r * 3 + 2;
+                pf[k++] = (struct pollfd){.fd = j->w[r].st.fd, .events = POLLIN};
+            }
         }
         if (running == 0 && open_streams == 0) break;
         int n = poll(pf, (nfds_t)k, 100);
         if (n < 0 && errno != EINTR) break;
-        for (int i = 1; i < k; i++)
-            if (pf[i].revents)
-                pump(&j->w[who[i] / 2].s[who[i] % 2], j->w[who[i] / 2].wid, j->prefix);
+        for (int i = 1; i < k; i++) {
+            if (!pf[i].revents) continue;
+            worker *w = &j->w[who[i] / 3];
+            if (who[i] % 3 == 2)
+                read_status(j, who[i] / 3, out);
+            else
+                pump(&w->s[who[i] % 3], &w->tail, w->wid, j->prefix);
+        }
         if (pf[0].revents) {
             unsigned char b[64];
             while (read(sig_pipe[0], b, sizeof(b)) > 0) { /* drain wake-ups */
@@ -1589,35 +1700,114 @@ static int supervise(job *j, const run_opts *o, outcome *out)
     return -1;
 }
 
-/* Step 6: the line that says how the job ended, and the exit code: the failing rank's status
- * (a stopped rank is named as the likely cause), 124 for --timeout, 130 when interrupted. */
+/* Did rank w fail because it lost a peer (its report blames another rank, or says it lost or
+ * timed out waiting for one)? */
+static int collateral(const worker *w, int rank)
+{
+    const status_pipe *p = &w->st;
+    return p->reported &&
+           ((p->blamed >= 0 && p->blamed != rank) || !strcmp(p->what, "CHORUS_ERR_PEER_LOST") ||
+            !strcmp(p->what, "CHORUS_ERR_TIMEOUT"));
+}
+
+/* How much rank r looks like the root cause of a failed plain job: 0 it was stopped (SIGSTOP)
+ * or killed by a signal on its own, 1 it failed on its own (an error exit, or a failure it did
+ * not blame on a peer), 2 it failed because it lost a peer, 3 it did not fail. *when: the
+ * moment its failure was seen. */
+static int blame_tier(const job *j, int r, double *when)
+{
+    const worker *w = &j->w[r];
+    *when = w->fail_time;
+    if (w->was_stopped) {
+        *when = w->stopped_at;
+        return 0;
+    }
+    if (!w->fail_time) return 3;
+    if (collateral(w, r)) return 2;
+    if (w->failed_alone && WIFSIGNALED(w->status)) return 0;
+    return 1;
+}
+
+/* The root cause of a failed plain job: the rank of the lowest tier, the earliest in it. When
+ * every failed rank only lost a peer, the peer the earliest of them blamed. */
+static int root_cause(const job *j, const outcome *out)
+{
+    int best = out->failed, best_tier = 4;
+    double best_when = 0;
+    for (int r = 0; r < j->nw; r++) {
+        double when;
+        int t = blame_tier(j, r, &when);
+        if (t < best_tier || (t == best_tier && when < best_when)) {
+            best = r;
+            best_tier = t;
+            best_when = when;
+        }
+    }
+    if (best_tier == 2) {
+        int b = j->w[best].st.blamed;
+        if (b >= 0 && b < j->nw) best = b;
+    }
+    return best;
+}
+
+/* The failure summary of a plain job, root cause first with its last output lines, then
+ * the ranks that were stopped. Returns the exit code: the root cause's own status. */
+static int report_failure(const job *j, const outcome *out)
+{
+    int cause = root_cause(j, out);
+    const worker *cw = &j->w[cause];
+    char how[128];
+    describe_status(cw->status, how, sizeof(how));
+    if (cw->was_stopped)
+        fprintf(stderr,
+                "chorus-run: rank %d (pid %d) stopped responding (it was stopped, SIGSTOP?) and "
+                "%s; it failed first\n",
+                cause, (int)cw->pid, how);
+    else if (!cw->fail_time)
+        fprintf(stderr,
+                "chorus-run: rank %d (pid %d) stopped responding (its peers lost it) and %s; it "
+                "failed first\n",
+                cause, (int)cw->pid, how);
+    else
+        fprintf(stderr, "chorus-run: rank %d (pid %d) %s; it failed first\n", cause, (int)cw->pid,
+                how);
+    if (cw->tail.count) {
+        fprintf(stderr, "chorus-run: last lines of rank %d:\n", cause);
+        for (int i = 0; i < cw->tail.count; i++) {
+            int k = (cw->tail.next - cw->tail.count + i + TAIL_LINES) % TAIL_LINES;
+            fprintf(stderr, "chorus-run: | %s\n", cw->tail.line[k]);
+        }
+    }
+    for (int r = 0; r < j->nw; r++) {
+        const worker *w = &j->w[r];
+        if (r == cause) continue;
+        describe_status(w->status, how, sizeof(how));
+        char why[96] = " by chorus-run";
+        if (collateral(w, r) && w->st.blamed >= 0 && w->st.blamed != r)
+            snprintf(why, sizeof(why), " after it lost rank %d (%s)", w->st.blamed, w->st.what);
+        else if (collateral(w, r))
+            snprintf(why, sizeof(why), " after it lost a peer (%s)", w->st.what);
+        else if (w->st.reported)
+            snprintf(why, sizeof(why), " after its own failure (%s)", w->st.what);
+        else if (w->failed_alone || !failed_status(w->status))
+            why[0] = 0;
+        fprintf(stderr, "chorus-run: stopped: rank %d (pid %d) %s%s\n", r, (int)w->pid, how, why);
+    }
+    int code = exit_code(cw->status);
+    if (code == 0) code = exit_code(j->w[out->failed].status);
+    return code ? code : 1;
+}
+
+/* Step 6: the lines that say how the job ended, and the exit code: the failure summary (see
+ * report_failure), 124 for --timeout, 130 when interrupted. */
 static int report(const job *j, const outcome *out)
 {
-    int code = 0;
-    if (!j->elastic && out->failed >= 0) {
-        /* A rank that was stopped when the others failed is the likely cause: they lost it. */
-        int cause = out->failed;
-        for (int r = 0; r < j->nw; r++)
-            if (j->w[r].was_stopped && r != out->failed) cause = r;
-        char how[128];
-        describe_status(j->w[cause].status, how, sizeof(how));
-        int others = 0;
-        for (int r = 0; r < j->nw; r++)
-            if (r != cause && failed_status(j->w[r].status)) others++;
-        if (cause != out->failed)
-            fprintf(stderr,
-                    "chorus-run: rank %d (pid %d) stopped responding (it was stopped, "
-                    "SIGSTOP?) and %s",
-                    cause, (int)j->w[cause].pid, how);
-        else
-            fprintf(stderr, "chorus-run: rank %d (pid %d) %s", cause, (int)j->w[cause].pid, how);
-        if (others)
-            fprintf(stderr, "; %d other rank%s also failed or %s stopped", others,
-                    others > 1 ? "s" : "", others > 1 ? "were" : "was");
-        fprintf(stderr, "\n");
-        code = exit_code(j->w[out->failed].status);
-    } else if (out->timed_out) {
+    int code = 0, any_failed = 0;
+    for (int r = 0; r < j->nw; r++) any_failed |= failed_status(j->w[r].status);
+    if (out->timed_out) { /* --timeout's own status, whatever the ranks it stopped did */
         code = 124;
+    } else if (!j->elastic && out->failed >= 0 && any_failed) { /* not when all ended well */
+        code = report_failure(j, out);
     } else if (out->interrupted) {
         fprintf(stderr, "chorus-run: interrupted; stopped all ranks\n");
         code = 130;

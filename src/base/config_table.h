@@ -65,4 +65,5 @@ CHORUS_CFG(CHORUS_STALL_SHUTDOWN_S, stall_shutdown_s, DOUBLE, "0", "Engine: afte
 CHORUS_CFG(CHORUS_TIMELINE, timeline, STR, NULL, "Engine: write a Chrome trace (open in Perfetto or chrome://tracing) of every tensor's negotiation, queueing, fusion copies and collective to this file; rank 0 writes it unless the name contains %r (the rank).")
 CHORUS_CFG(CHORUS_ENGINE_IDLE_MS, engine_idle_ms, POSNUM, "200", "Engine: heartbeat of an idle engine thread in milliseconds; bounds how long a rank waits for an idle peer to notice a shutdown or stall.")
 CHORUS_CFG(CHORUS_COMPRESSION, compression, ENUM("none,fp16,bf16"), "none", "Engine: default wire compression of float allreduces: none, fp16 or bf16.")
+CHORUS_CFG(CHORUS_STATUS_FD, status_fd, INT, NULL, "Set by chorus-run: a pipe on which the library reports the first failure of this rank's communication and the peer it blames, so that the launcher names the rank that failed first.")
 /* clang-format on */

@@ -12,6 +12,99 @@
 
 #include "bootstrap/rendezvous.h"
 #include "bootstrap/store.h"
+#include "wire/auth.h"
+
+/* The job identity, in a store served by rank 0 (torchrun, mpirun, srun, or MASTER_PORT set by
+ * hand). Nothing in such an environment tells two jobs given the same address apart, so the
+ * rank that binds the store makes a random identity, and every rank claims its rank in it
+ * once: a second claim of a rank (a rank of another job), or a rank 0 that finds the port
+ * already served, marks the identity as shared, and every rank checks that mark after the
+ * exchange and again once the mesh is connected. */
+#define KEY_IDENTITY "job/identity"
+#define KEY_SHARED   "job/shared"
+
+/* The job's rank 0 serves the store, so another job may reach it. */
+static int guarded(const chorus_job *job)
+{
+    return job->serve_store && !job->rdzv_file[0];
+}
+
+/* what: the first half of the message ("rank 1 joined a store that belongs to another job"). */
+static chorus_result other_job(const chorus_job *job, const char *what, const char *detail,
+                               chorus_errbuf *e)
+{
+    return chorus__fail(e, CHORUS_ERR_ENV,
+                        "%s (%s). Two jobs were given the same store address %s (job id '%s'): "
+                        "give each job its own MASTER_PORT (or CHORUS_SECRET, or CHORUS_JOB_ID); "
+                        "this job stops here",
+                        what, detail, job->store_addr, job->job);
+}
+
+/* Marks the identity of the store s as shared by two jobs (best effort: the caller fails). */
+static void mark_shared(chorus_store *s, const char *why)
+{
+    chorus_errbuf ignored;
+    chorus__store_set(s, KEY_SHARED, why, strlen(why), &ignored);
+}
+
+/* Rank 0 of a job that could not bind its store address: if that address is a store of the
+ * same job id (another job's rank 0 was faster), marks it shared so that neither job forms,
+ * and returns 1. */
+static int spoil_other_store(const chorus_job *job)
+{
+    chorus_store *s = NULL;
+    chorus_errbuf ignored;
+    if (chorus__store_connect(job->store_addr, job->job, chorus__now() + 2, &s, &ignored) !=
+        CHORUS_OK)
+        return 0;
+    mark_shared(s, "a second rank 0 found this store address already served");
+    chorus__store_close(s);
+    return 1;
+}
+
+/* Serving rank: makes the identity. Every rank: claims its rank in it (once). */
+static chorus_result claim_rank(chorus_rdzv *rz, chorus_errbuf *e)
+{
+    const chorus_job *job = &rz->job;
+    char key[64], *id = NULL, why[160];
+    if (rz->server) {
+        unsigned char rnd[12];
+        char hex[25];
+        chorus__auth_random(rnd, sizeof(rnd));
+        for (size_t i = 0; i < sizeof(rnd); i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+        CHORUS_CHECK(chorus__store_set(rz->store, KEY_IDENTITY, hex, strlen(hex), e));
+    }
+    CHORUS_CHECK(chorus__store_get(rz->store, KEY_IDENTITY, &id, NULL, rz->deadline, e));
+    snprintf(rz->identity, sizeof(rz->identity), "%s", id);
+    free(id);
+    long n = 0;
+    snprintf(key, sizeof(key), "job/claim/%d", job->rank);
+    CHORUS_CHECK(chorus__store_add(rz->store, key, 1, &n, e));
+    if (n == 1) return CHORUS_OK;
+    snprintf(why, sizeof(why), "rank %d of job identity %s was claimed by %ld processes", job->rank,
+             rz->identity, n);
+    mark_shared(rz->store, why);
+    char what[96];
+    snprintf(what, sizeof(what), "rank %d joined a store that belongs to another job", job->rank);
+    return other_job(job, what, why, e);
+}
+
+chorus_result chorus__rdzv_check_identity(chorus_rdzv *rz, chorus_errbuf *e)
+{
+    if (!guarded(&rz->job) || !rz->store) return CHORUS_OK;
+    char *why = NULL;
+    int found = 0;
+    chorus_errbuf gone;
+    /* A store that is gone was closed by rank 0 after its own last check passed. */
+    if (chorus__store_check(rz->store, KEY_SHARED, &why, NULL, &found, &gone) != CHORUS_OK)
+        return CHORUS_OK;
+    if (!found) return CHORUS_OK;
+    char what[96];
+    snprintf(what, sizeof(what), "rank %d: another job joined this job's store", rz->job.rank);
+    chorus_result r = other_job(&rz->job, what, why, e);
+    free(why);
+    return r;
+}
 
 /* The address this rank listens on: CHORUS_IFACE (an interface name or an IPv4 address), else
  * the local address of the connection to the store, which is an address peers can reach. */
@@ -105,12 +198,18 @@ chorus_result chorus__rdzv_open(chorus_rdzv *rz, const chorus_job *job, chorus_e
     rz->deadline = start_s > 0 ? chorus__now() + start_s : chorus__deadline();
     rz->local_rank = job->local_rank;
     rz->local_size = job->local_size;
-    if (job->serve_store && job->rank == 0)
-        CHORUS_CHECK(serve_store(rz->cfg, &rz->job, &rz->server, e));
-    else if (job->rdzv_file[0])
+    if (job->serve_store && job->rank == 0) {
+        chorus_result r = serve_store(rz->cfg, &rz->job, &rz->server, e);
+        if (r != CHORUS_OK && guarded(job) && spoil_other_store(job))
+            return other_job(job, "rank 0 found its store address served by another job's rank 0",
+                             "it could not listen there, and a store of the same job id answered",
+                             e);
+        CHORUS_CHECK(r);
+    } else if (job->rdzv_file[0])
         CHORUS_CHECK(read_rdzv_file(job->rdzv_file, rz->job.store_addr, sizeof(rz->job.store_addr),
                                     rz->deadline, e));
     CHORUS_CHECK(chorus__store_connect(rz->job.store_addr, job->job, rz->deadline, &rz->store, e));
+    if (guarded(job)) CHORUS_CHECK(claim_rank(rz, e));
     return pick_ip(rz->store, rz->cfg->iface, rz->ip, sizeof(rz->ip), e);
 }
 
@@ -154,6 +253,7 @@ chorus_result chorus__rdzv_exchange(chorus_rdzv *rz, const char *addr, chorus_er
         if (!rz->addrs[p] || !rz->hostnames[p] || !hids[p])
             r = chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
     }
+    if (r == CHORUS_OK) r = chorus__rdzv_check_identity(rz, e);
     if (r == CHORUS_OK) {
         group_hosts(hids, job->size, job->rank, rz);
         CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: local rank %d of %d, %d host%s, listening on %s",

@@ -31,6 +31,7 @@ typedef struct chorus_rdzv {
     int local_rank, local_size; /* after exchange: the job's when given, else from the hosts */
     chorus_store *store;
     chorus_store_server *server;
+    char identity[32]; /* after open, when rank 0 serves the store: the job identity it made */
 } chorus_rdzv;
 
 /* Starts the rendezvous of job (of 2 ranks or more): rank 0 serves the store when the job
@@ -47,6 +48,12 @@ chorus_result chorus__rdzv_open(chorus_rdzv *rz, const chorus_job *job, chorus_e
  * host, nhosts, local_rank, local_size. Errors name the rank that never registered
  * (CHORUS_ERR_TIMEOUT) or sent a malformed record (CHORUS_ERR_PROTOCOL). */
 chorus_result chorus__rdzv_exchange(chorus_rdzv *rz, const char *addr, chorus_errbuf *e);
+
+/* When rank 0 serves the store (another job may reach it): CHORUS_ERR_ENV "rank R joined a
+ * store that belongs to another job ..." if a rank of the job identity was claimed twice or a
+ * second rank 0 found the address served. open and exchange check it; call it again once the
+ * mesh is connected, before closing. A store that is already gone counts as no news. */
+chorus_result chorus__rdzv_check_identity(chorus_rdzv *rz, chorus_errbuf *e);
 
 /* Ends the rendezvous: closes the store connection, stops a store served here, removes the
  * rendezvous file, frees addrs and hostnames. Call it once the mesh is connected (nobody

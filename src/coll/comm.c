@@ -68,6 +68,7 @@ static chorus_result connect_job(chorus_comm *c, const chorus_job *job, chorus_e
     CHORUS_CHECK_GOTO(chorus__rdzv_exchange(&rz, addr, e), r, out);
     CHORUS_CHECK_GOTO(chorus__net_connect_all(c->net, rz.addrs, rz.hostnames, rz.deadline, e), r,
                       out);
+    CHORUS_CHECK_GOTO(chorus__rdzv_check_identity(&rz, e), r, out);
     c->nhosts = rz.nhosts;
     c->local_rank = rz.local_rank;
     c->local_size = rz.local_size;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/status.h"
 #include "coll/comm.h"
 #include "engine/engine_int.h"
 
@@ -195,6 +196,12 @@ static int phase_states(chorus_engine *e, cycle *c)
     if (nshut) {
         char ranks[200], msg[400];
         chorus__fmt_ranks(shut, n, 1, ranks, sizeof(ranks));
+        int culprit = -1; /* a peer stopped the engine under this rank's pending work */
+        for (int r = 0; r < n && culprit < 0; r++)
+            if (shut[r] && r != e->rank) culprit = r;
+        if (culprit >= 0 && e->npend)
+            chorus__status_failed(e->comm->world[e->rank], e->comm->world[culprit],
+                                  CHORUS_ERR_ABORTED);
         free(shut);
         snprintf(msg, sizeof(msg),
                  "the engine was shut down (chorus_engine_shutdown on %s) before this op ran",

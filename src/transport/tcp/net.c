@@ -31,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/status.h"
 #include "transport/tcp/net.h"
 #include "wire/auth.h"
 #include "wire/sock.h"
@@ -199,6 +200,7 @@ static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const 
     n->broken_rank = failed_rank;
     snprintf(n->broken_msg, sizeof(n->broken_msg), "%s", why);
     CHORUS_INFO(CHORUS_LOG_TCP, "communication failed: %s", why);
+    chorus__status_failed(n->rank, failed_rank == n->rank ? -1 : failed_rank, r);
     if (tell) send_abort_to_all(n, failed_rank, r, tell);
     /* Stop using the sockets: shut them down so that every peer sees the failure promptly,
      * even one blocked on a message it will never get. */
@@ -1065,6 +1067,7 @@ static void *watchdog(void *arg)
         int nev;
         while ((nev = epoll_wait(n->epfd, ev, 32, 0)) > 0 && n->broken == CHORUS_OK)
             handle_events(n, ev, nev);
+        chorus__status_check_launcher();
         double now = chorus__now();
         for (int p = 0; p < n->size && n->broken == CHORUS_OK; p++) {
             peer *pe = &n->peers[p];

@@ -1,0 +1,33 @@
+/* status.c - the rank's failure line to its launcher (status.h). */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/status.h"
+
+void chorus__status_failed(int rank, int blamed, chorus_result r)
+{
+    long fd = chorus__config()->status_fd;
+    if (fd < 0) return;
+    char line[128];
+    int n = snprintf(line, sizeof(line), "failed %d %d %s\n", rank, blamed, chorus_result_name(r));
+    if (n <= 0 || (size_t)n >= sizeof(line)) return;
+    /* One write under PIPE_BUF bytes is atomic; the pipe is non-blocking, so a launcher that
+     * stopped reading costs the line, never a hang. */
+    ssize_t w;
+    do {
+        w = write((int)fd, line, (size_t)n);
+    } while (w < 0 && errno == EINTR);
+}
+
+void chorus__status_check_launcher(void)
+{
+    long fd = chorus__config()->status_fd;
+    if (fd < 0) return;
+    /* The write end of a pipe polls as an error once no process holds the read end. */
+    struct pollfd p = {.fd = (int)fd, .events = 0};
+    if (poll(&p, 1, 0) == 1 && (p.revents & POLLERR)) kill(getpid(), SIGKILL);
+}

@@ -1,0 +1,29 @@
+/*
+ * status.h - the rank's side of a channel to its launcher. chorus-run gives every rank the
+ * write end of a pipe (CHORUS_STATUS_FD); when the rank's communication fails the library
+ * writes one line there, so that the launcher can tell the rank that failed first, by its own
+ * failure, from the ranks that failed because they lost it:
+ *
+ *   failed <rank> <blamed> <result name>\n
+ *
+ * <rank> is the rank that writes (its world rank), <blamed> the rank it holds responsible (a
+ * lost, timed-out or aborting peer), or -1 when the failure is its own (a mismatch it saw, an
+ * abort it asked for, a bad argument that broke the communicator). The pipe also tells the
+ * rank that its launcher is gone: the read end then closes.
+ */
+#ifndef CHORUS_STATUS_H
+#define CHORUS_STATUS_H
+
+#include "base/base.h"
+
+/* Writes the line above to CHORUS_STATUS_FD when it is set (never blocks; does nothing
+ * otherwise). Async-signal-unsafe, thread-safe; called when a communicator first breaks. */
+void chorus__status_failed(int rank, int blamed, chorus_result r);
+
+/* A rank must not outlive its launcher. chorus-run's ranks die with it (a parent-death
+ * signal), but a process the rank started (a program run through a shell script) does not:
+ * when the launcher has closed the status pipe (it died), this kills the calling process.
+ * Cheap (one poll); the transport's watchdog calls it on every tick. */
+void chorus__status_check_launcher(void);
+
+#endif

@@ -7,6 +7,16 @@
  * rank of the communicator in the same order with matching arguments; a mismatch is detected
  * and reported as CHORUS_ERR_MISMATCH rather than producing garbage.
  *
+ * What is checked: calls that differ in kind, dtype, op, broadcast root or count (a count of 0
+ * on some ranks and not on others included) fail on every rank, at that call, with
+ * CHORUS_ERR_MISMATCH and a detail naming the difference ("rank 1 called broadcast with root
+ * 1, rank 0 with root 0"); no rank returns CHORUS_OK from it, and no buffer holds data of
+ * another call. What cannot be checked: a rank that skips a call whose next call has the same
+ * signature as the one skipped (two allreduces of the same count, dtype and op in a row) is
+ * indistinguishable from one that made it; its calls then pair with the others' next ones, as
+ * in MPI and NCCL. The ranks stay in step only if the program calls the same sequence on
+ * every rank.
+ *
  * Counts are in elements, as in MPI and NCCL. Every call returns a chorus_result; on failure
  * chorus_last_error() gives the detail (which call, which peer, what the OS said). The library
  * never exits the process and prints nothing unless CHORUS_DEBUG is set.
@@ -92,7 +102,9 @@ typedef enum {
  * naming the variable and its value. */
 chorus_result chorus_init(chorus_comm **comm);
 
-/* Releases a communicator (world or split). Does not wait for peers. */
+/* Releases a communicator (world or split). Does not wait for peers' calls: it only lets what
+ * this rank already sent reach them (at most 2 s without progress; at once when a peer is
+ * gone or the communicator broke), so a slow link does not lose a fast rank's last bytes. */
 chorus_result chorus_finalize(chorus_comm *comm);
 
 /* Marks a communicator broken and closes its connections without waiting on anyone; peers

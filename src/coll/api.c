@@ -1,7 +1,8 @@
 /*
  * api.c - the public collectives: check the arguments (touching nothing when they are
- * wrong), handle the cases with nothing to exchange, pick the algorithm's row (select.c), run
- * it, and make any failure break the communicator so that no later call works on a
+ * wrong), pick the algorithm's row (select.c), have the ranks agree on the calls whose data
+ * would not tell every rank of a mismatch (count 0, broadcast over TCP), run the algorithm,
+ * and make any failure break the communicator so that no later call works on a
  * half-finished state.
  */
 #include <stdlib.h>
@@ -44,6 +45,16 @@ static chorus_result done(chorus_comm *c, chorus_result r)
     return r;
 }
 
+/* A call with nothing to move (count 0) on ranks > 1 still takes part in the signature
+ * check, so that count 0 on one rank and N on the others fails on every rank instead of
+ * pairing this rank's next call with their current one. */
+static chorus_result empty(chorus_comm *c, const chorus_algo *algo, const char *what, int kind,
+                           chorus_dtype t, chorus_op op, int root)
+{
+    if (c->size == 1) return CHORUS_OK;
+    return done(c, chorus__coll_agree(c, algo->tp != CHORUS_TP_NET, what, kind, t, op, root, 0));
+}
+
 #define NULL_COMM(fn)                                                                              \
     if (!c)                                                                                        \
     return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG, "%s: comm is NULL", fn)
@@ -69,7 +80,7 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     CHORUS_CHECK(pick(c, CHORUS_COLL_ALLREDUCE, bytes, &algo));
     if (count && (!send || !recv))
         return BAD("chorus_allreduce: NULL buffer with count %zu", count);
-    if (count == 0) return CHORUS_OK;
+    if (count == 0) return empty(c, algo, "allreduce", CHORUS_COLL_ALLREDUCE, t, op, 0);
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
         chorus__reduce_finish(recv, count, t, op, 1);
@@ -90,7 +101,14 @@ chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_d
     if (count && !buf) return BAD("chorus_broadcast: NULL buffer with count %zu", count);
     const chorus_algo *algo;
     CHORUS_CHECK(pick(c, CHORUS_COLL_BROADCAST, bytes, &algo));
-    if (count == 0 || c->size == 1) return CHORUS_OK;
+    if (c->size == 1) return CHORUS_OK;
+    if (count == 0) return empty(c, algo, "broadcast", CHORUS_COLL_BROADCAST, t, 0, root);
+    /* The root sends and hears nothing (a leaf hears only its parent): over TCP the ranks first
+     * agree on the call, so that another root or count fails every rank at this call. Shared
+     * memory checks the first chunk on every rank (bcast_shm.c). */
+    if (algo->tp == CHORUS_TP_NET)
+        CHORUS_CHECK(done(
+            c, chorus__coll_agree(c, 0, "broadcast", CHORUS_COLL_BROADCAST, t, 0, root, count)));
     chorus_coll_args a = {
         .send = buf, .recv = buf, .count = count, .bytes = bytes, .t = t, .root = root};
     return done(c, algo->run(c, &a));
@@ -107,7 +125,7 @@ chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, siz
         return BAD("chorus_allgather: NULL buffer with count %zu", sendcount);
     const chorus_algo *algo;
     CHORUS_CHECK(pick(c, CHORUS_COLL_ALLGATHER, bytes, &algo));
-    if (sendcount == 0) return CHORUS_OK;
+    if (sendcount == 0) return empty(c, algo, "allgather", CHORUS_COLL_ALLGATHER, t, 0, 0);
     /* In place: send is recv's own slot (as MPI_IN_PLACE), or recv itself (moved into place). */
     char *slot = (char *)recv + (size_t)c->rank * bytes;
     if (send != slot) memmove(slot, send, bytes);
@@ -128,7 +146,8 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
         return BAD("chorus_reduce_scatter: NULL buffer with count %zu", recvcount);
     const chorus_algo *algo;
     CHORUS_CHECK(pick(c, CHORUS_COLL_REDUCE_SCATTER, bytes, &algo));
-    if (recvcount == 0) return CHORUS_OK;
+    if (recvcount == 0)
+        return empty(c, algo, "reduce_scatter", CHORUS_COLL_REDUCE_SCATTER, t, op, 0);
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
         chorus__reduce_finish(recv, recvcount, t, op, 1);
@@ -150,7 +169,7 @@ chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size
         return BAD("chorus_alltoall: NULL buffer with count %zu", count_per_rank);
     const chorus_algo *algo;
     CHORUS_CHECK(pick(c, CHORUS_COLL_ALLTOALL, bytes, &algo));
-    if (count_per_rank == 0) return CHORUS_OK;
+    if (count_per_rank == 0) return empty(c, algo, "alltoall", CHORUS_COLL_ALLTOALL, t, 0, 0);
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
         return CHORUS_OK;

@@ -1,8 +1,9 @@
 /*
  * bcast_shm.c - broadcast through shared memory: the root copies the message, one slot-sized
  * chunk at a time, into its staging slots; every other rank copies each chunk out as soon as
- * it is posted. Slots alternate, so the root fills chunk k+1 while the others read chunk k:
- * the time is about one copy of the message plus one chunk.
+ * it is posted. Every rank posts and checks the first chunk's signature (root and count
+ * included), so a mismatch fails every rank, the root too. Slots alternate, so the root fills chunk
+ * k+1 while the others read chunk k: the time is about one copy of the message plus one chunk.
  */
 #include <string.h>
 
@@ -29,10 +30,18 @@ chorus_result chorus__bcast_shm(chorus_comm *c, const chorus_coll_args *a)
             CHORUS_CHECK(chorus__shm_wait_slot(s, g, e));
             memcpy(chorus__shm_slot(s, root, g), (char *)buf + off, n);
             chorus__shm_post_in(s, g, sig, count);
+            if (k == 0) CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
+        } else if (k == 0) {
+            /* Everyone posts and checks the first chunk's signature, so that a rank that
+             * names another root (or count) fails here, the root included. */
+            CHORUS_CHECK(chorus__shm_wait_slot(s, g, e));
+            chorus__shm_post_in(s, g, sig, count);
+            CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
         } else {
             CHORUS_CHECK(chorus__shm_wait_in1(s, root, g, sig, count, e));
-            chorus__shm_copy((char *)buf + off, chorus__shm_slot(s, root, g), n, nt);
         }
+        if (s->rank != root)
+            chorus__shm_copy((char *)buf + off, chorus__shm_slot(s, root, g), n, nt);
         chorus__shm_end_chunk(s, g);
     }
     s->g += nch;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "coll/coll.h"
+#include "transport/shm/shm.h"
 
 void chorus__coll_begin(chorus_coll *x, chorus_comm *c, int kind, chorus_dtype t, chorus_op op,
                         size_t count)
@@ -39,7 +40,13 @@ void chorus__coll_irecv(chorus_coll *x, chorus_req *r, int peer, int tag, void *
 
 chorus_result chorus__coll_wait(chorus_coll *x, chorus_req *const *reqs, int n)
 {
-    return chorus__net_wait(x->c->net, reqs, n, chorus__deadline(), &x->c->err);
+    /* The timeout runs from the last byte any of the requests moved, so a large or slow
+     * transfer that keeps moving never times out; a stall does. */
+    double timeout_s = chorus__deadline() - chorus__now();
+    CHORUS_CHECK(chorus__net_wait_some(x->c->net, reqs, n, n, timeout_s, &x->c->err));
+    for (int i = 0; i < n; i++)
+        if (reqs[i]->res != CHORUS_OK) return reqs[i]->res;
+    return CHORUS_OK;
 }
 
 chorus_result chorus__coll_wait1(chorus_coll *x, chorus_req *r)
@@ -74,4 +81,46 @@ void chorus__segments(size_t max_cnt, size_t esize, size_t *seg_cnt, int *nseg)
     size_t n = max_cnt ? (max_cnt + per - 1) / per : 1;
     *nseg = (int)n;
     *seg_cnt = (max_cnt + n - 1) / n;
+}
+
+/* Over TCP: dissemination (in round k every rank sends a header to r + 2^k and waits for the
+ * one from r - 2^k). A rank finishes only after hearing, directly or through others, from
+ * every rank, and the first rank that receives a differing header stops forwarding, so no
+ * rank can finish past a difference: each one either sees it or gets the abort. */
+static chorus_result agree_net(chorus_comm *c, int kind, chorus_dtype t, int op, size_t count)
+{
+    int n = c->size;
+    chorus_coll x;
+    chorus__coll_begin(&x, c, kind, t, (chorus_op)op, count);
+    chorus_result r = CHORUS_OK;
+    for (int k = 1, round = 0; k < n && r == CHORUS_OK; k <<= 1, round++) {
+        chorus_req rq[2];
+        chorus_req *ps[2] = {&rq[0], &rq[1]};
+        chorus__coll_irecv(&x, &rq[0], chorus__mod(c->rank - k, n), round, NULL, 0);
+        chorus__coll_isend(&x, &rq[1], (c->rank + k) % n, round, NULL, 0);
+        r = chorus__coll_wait(&x, ps, 2);
+    }
+    return r;
+}
+
+/* Over shared memory: every rank posts its signature with its IN flag for one chunk and
+ * checks everyone else's. */
+static chorus_result agree_shm(chorus_comm *c, const char *what, int kind, chorus_dtype t, int op,
+                               int root, size_t count)
+{
+    chorus_shm *s = c->shm;
+    s->what = what;
+    uint64_t g = s->g++, sig = chorus__shm_sig(kind, (int)t, op, 1, root);
+    CHORUS_CHECK(chorus__shm_wait_slot(s, g, &c->err));
+    chorus__shm_post_in(s, g, sig, count);
+    CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, &c->err));
+    chorus__shm_end_chunk(s, g);
+    return CHORUS_OK;
+}
+
+chorus_result chorus__coll_agree(chorus_comm *c, int over_shm, const char *what, int kind,
+                                 chorus_dtype t, chorus_op op, int root, size_t count)
+{
+    if (over_shm) return agree_shm(c, what, kind, t, (int)op, root, count);
+    return agree_net(c, kind, t, kind == CHORUS_COLL_BROADCAST ? root : (int)op, count);
 }

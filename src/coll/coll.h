@@ -56,10 +56,19 @@ void chorus__coll_begin(chorus_coll *x, chorus_comm *c, int kind, chorus_dtype t
 void chorus__coll_isend(chorus_coll *x, chorus_req *r, int peer, int tag, const void *buf,
                         size_t bytes);
 void chorus__coll_irecv(chorus_coll *x, chorus_req *r, int peer, int tag, void *buf, size_t bytes);
-/* Waits for n requests; the deadline is CHORUS_TIMEOUT_S from now, so it bounds the time
- * without progress, not the length of a large collective. */
+/* Waits for n requests; CHORUS_TIMEOUT_S bounds the time without progress (from the last
+ * byte any of them moved), not the length of a large or slow collective. */
 chorus_result chorus__coll_wait(chorus_coll *x, chorus_req *const *reqs, int n);
 chorus_result chorus__coll_wait1(chorus_coll *x, chorus_req *r);
+
+/* Every rank of c checks that every other called the same collective (kind, dtype, op, root
+ * and count) and none finishes before all have entered; a difference is CHORUS_ERR_MISMATCH
+ * on every rank, naming it. Over shared memory (over_shm, c->shm) one chunk of flags, else
+ * ceil(log2(p)) rounds of headers over TCP. For the calls whose data alone would not tell
+ * every rank (a broadcast's root sends and hears nothing; a count of 0 moves nothing), and the
+ * barrier, which is exactly this. what names the call in messages. */
+chorus_result chorus__coll_agree(chorus_comm *c, int over_shm, const char *what, int kind,
+                                 chorus_dtype t, chorus_op op, int root, size_t count);
 
 /* Scratch of at least n bytes (64-byte aligned), or NULL. */
 void *chorus__comm_scratch(chorus_comm *c, size_t n);

@@ -168,18 +168,68 @@ const char *chorus__op_name(int op)
     return op >= 0 && op < CHORUS_OP_COUNT ? names[op] : "unknown-op";
 }
 
-void chorus__wire_describe(const chorus_wire_hdr *h, char *out, size_t len)
+static const char *kind_name(int kind)
 {
     static const char *kinds[] = {"?",         "allreduce",      "broadcast",
                                   "allgather", "reduce_scatter", "alltoall",
                                   "barrier",   "comm_split"};
+    return kind > 0 && kind < CHORUS_COLL_KIND_MAX ? kinds[kind] : "?";
+}
+
+chorus_call_sig chorus__wire_call_sig(const chorus_wire_hdr *h)
+{
+    chorus_call_sig s = {.kind = (int)(h->coll & 0xff),
+                         .dtype = (int)((h->coll >> 8) & 0xff),
+                         .op = (int)((h->coll >> 16) & 0xff),
+                         .count = h->count,
+                         .seq = h->seq};
+    if (s.kind == CHORUS_COLL_BROADCAST) {
+        s.root = s.op;
+        s.op = 0;
+    }
+    return s;
+}
+
+void chorus__wire_describe(const chorus_wire_hdr *h, char *out, size_t len)
+{
     if (h->type == CHORUS_MSG_P2P) {
         snprintf(out, len, "send with tag %d of %llu bytes", h->tag, (unsigned long long)h->len);
         return;
     }
-    unsigned kind = h->coll & 0xff, dt = (h->coll >> 8) & 0xff, op = (h->coll >> 16) & 0xff;
-    snprintf(out, len, "%s #%llu (%s, %s, count %llu; message %d of %llu bytes)",
-             kind < CHORUS_COLL_KIND_MAX ? kinds[kind] : "?", (unsigned long long)h->seq,
-             chorus__dtype_name((int)dt), chorus__op_name((int)op), (unsigned long long)h->count,
-             h->tag, (unsigned long long)h->len);
+    chorus_call_sig s = chorus__wire_call_sig(h);
+    char what[32] = "";
+    if (s.kind == CHORUS_COLL_BROADCAST)
+        snprintf(what, sizeof(what), ", root %d", s.root);
+    else if (s.kind == CHORUS_COLL_ALLREDUCE || s.kind == CHORUS_COLL_REDUCE_SCATTER)
+        snprintf(what, sizeof(what), ", %s", chorus__op_name(s.op));
+    snprintf(out, len, "%s #%llu (%s%s, count %llu; message %d of %llu bytes)", kind_name(s.kind),
+             (unsigned long long)s.seq, chorus__dtype_name(s.dtype), what,
+             (unsigned long long)s.count, h->tag, (unsigned long long)h->len);
+}
+
+void chorus__call_diff(const chorus_call_sig *a, int rank_a, const chorus_call_sig *b, int rank_b,
+                       char *out, size_t len)
+{
+    const char *k = kind_name(a->kind);
+    if (a->kind != b->kind)
+        snprintf(out, len, "rank %d called %s, rank %d called %s", rank_a, k, rank_b,
+                 kind_name(b->kind));
+    else if (a->dtype != b->dtype)
+        snprintf(out, len, "rank %d called %s with dtype %s, rank %d with %s", rank_a, k,
+                 chorus__dtype_name(a->dtype), rank_b, chorus__dtype_name(b->dtype));
+    else if (a->op != b->op)
+        snprintf(out, len, "rank %d called %s with op %s, rank %d with %s", rank_a, k,
+                 chorus__op_name(a->op), rank_b, chorus__op_name(b->op));
+    else if (a->root != b->root)
+        snprintf(out, len, "rank %d called %s with root %d, rank %d with root %d", rank_a, k,
+                 a->root, rank_b, b->root);
+    else if (a->count != b->count)
+        snprintf(out, len, "rank %d called %s with count %llu, rank %d with count %llu", rank_a, k,
+                 (unsigned long long)a->count, rank_b, (unsigned long long)b->count);
+    else if (a->seq != b->seq)
+        snprintf(out, len,
+                 "rank %d is at its collective #%llu on this communicator, rank %d at #%llu",
+                 rank_a, (unsigned long long)a->seq, rank_b, (unsigned long long)b->seq);
+    else if (len)
+        out[0] = '\0';
 }

@@ -114,5 +114,20 @@ static inline uint32_t chorus__coll_sig(int kind, int dtype, int op)
 }
 /* Human description of a data header, for mismatch messages. */
 void chorus__wire_describe(const chorus_wire_hdr *h, char *out, size_t len);
+
+/* What a rank called, as far as another rank can check it: the collective's kind, dtype, op
+ * (none for broadcast), root (broadcast only), element count and sequence number on the
+ * communicator (0 where unknown). */
+typedef struct chorus_call_sig {
+    int kind, dtype, op, root;
+    uint64_t count, seq;
+} chorus_call_sig;
+/* The call a collective header describes (a broadcast carries its root in the op byte). */
+chorus_call_sig chorus__wire_call_sig(const chorus_wire_hdr *h);
+/* Says the first way rank a's call differs from rank b's, in the words of the API: "rank 1
+ * called broadcast with root 1, rank 0 with root 0". Kind first, then dtype, op, root, count
+ * and sequence; "" when they agree on all of those. */
+void chorus__call_diff(const chorus_call_sig *a, int rank_a, const chorus_call_sig *b, int rank_b,
+                       char *out, size_t len);
 const char *chorus__op_name(int op);
 #endif

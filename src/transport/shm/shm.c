@@ -277,6 +277,41 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* Whether rank q's process is stopped (SIGSTOP, or traced): state T or t in /proc. */
+static int peer_stopped(chorus_shm *s, int q)
+{
+    if (!s->pid_ok[q]) return 0;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)s->ctrl[q].pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+    return paren && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't');
+}
+
+/* A wait on peer made no progress for CHORUS_TIMEOUT_S. Blames a stopped rank when there is
+ * one (the awaited rank may be alive and waiting for it too), else the awaited rank. */
+static chorus_result timed_out(chorus_shm *s, int peer, chorus_errbuf *e)
+{
+    for (int i = 0; i < s->size; i++) {
+        int q = (peer + i) % s->size; /* the awaited rank first */
+        if (q != s->rank && peer_stopped(s, q))
+            return chorus__fail(e, CHORUS_ERR_TIMEOUT,
+                                "rank %d (pid %d) made no progress: its process is stopped "
+                                "(SIGSTOP?); rank %d timed out waiting for rank %d in %s over "
+                                "shared memory (CHORUS_TIMEOUT_S)",
+                                q, (int)s->ctrl[q].pid, s->rank, peer, s->what);
+    }
+    return chorus__fail(e, CHORUS_ERR_TIMEOUT,
+                        "rank %d timed out waiting for rank %d (pid %d) in %s over shared "
+                        "memory; that rank is stuck or not calling the same collectives "
+                        "(CHORUS_TIMEOUT_S)",
+                        s->rank, peer, (int)s->ctrl[peer].pid, s->what);
+}
+
 chorus_result chorus__shm_wait_slow(chorus_shm *s, int peer, int ch, uint32_t target,
                                     chorus_errbuf *e)
 {
@@ -324,12 +359,7 @@ chorus_result chorus__shm_wait_slow(chorus_shm *s, int peer, int ch, uint32_t ta
                                 "while rank %d waited for it in %s over shared memory",
                                 peer, (int)s->ctrl[peer].pid, s->rank, s->what);
         }
-        if (chorus__now() > deadline)
-            return chorus__fail(e, CHORUS_ERR_TIMEOUT,
-                                "rank %d timed out waiting for rank %d in %s over shared memory; "
-                                "that rank is stuck or not calling the same collectives "
-                                "(CHORUS_TIMEOUT_S)",
-                                s->rank, peer, s->what);
+        if (chorus__now() > deadline) return timed_out(s, peer, e);
         __atomic_add_fetch(&f->waiters, 1, __ATOMIC_SEQ_CST);
         uint32_t v = __atomic_load_n(&f->seq, __ATOMIC_SEQ_CST);
         if (!chorus__shm_reached(v, target) && !__atomic_load_n(ab, __ATOMIC_SEQ_CST)) {
@@ -371,18 +401,33 @@ static void describe(uint64_t sig, uint64_t count, char *out, size_t len)
                  chorus__dtype_name((int)dt));
 }
 
+/* The call a signature describes, for chorus__call_diff (the variant is the algorithm's: not
+ * something the caller chose). */
+static chorus_call_sig call_sig(uint64_t sig, uint64_t count)
+{
+    chorus_call_sig c = {.kind = (int)(sig & 0xff),
+                         .dtype = (int)((sig >> 8) & 0xff),
+                         .op = (int)((sig >> 16) & 0xff),
+                         .root = (int)(uint32_t)(sig >> 32),
+                         .count = count};
+    return c;
+}
+
 chorus_result chorus__shm_wait_in1(chorus_shm *s, int q, uint64_t g, uint64_t sig, uint64_t count,
                                    chorus_errbuf *e)
 {
     CHORUS_CHECK(chorus__shm_wait(s, q, CHORUS_SHM_IN, g + 1, e));
     const chorus_shm_flag *f = &s->ctrl[q].ch[CHORUS_SHM_IN];
     if (CHORUS__LIKELY(f->sig[g & 1] == sig && f->count[g & 1] == count)) return CHORUS_OK;
-    char mine[160], theirs[160];
+    char mine[160], theirs[160], diff[160];
     describe(sig, count, mine, sizeof(mine));
     describe(f->sig[g & 1], f->count[g & 1], theirs, sizeof(theirs));
+    chorus_call_sig a = call_sig(f->sig[g & 1], f->count[g & 1]), b = call_sig(sig, count);
+    chorus__call_diff(&a, q, &b, s->rank, diff, sizeof(diff));
     return chorus__fail(e, CHORUS_ERR_MISMATCH,
-                        "mismatched calls over shared memory: rank %d called %s, rank %d called %s",
-                        q, theirs, s->rank, mine);
+                        "mismatched calls over shared memory: %s%srank %d called %s, rank %d "
+                        "called %s%s",
+                        diff, diff[0] ? " (" : "", q, theirs, s->rank, mine, diff[0] ? ")" : "");
 }
 
 chorus_result chorus__shm_wait_in(chorus_shm *s, uint64_t g, uint64_t sig, uint64_t count,

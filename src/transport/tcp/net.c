@@ -15,6 +15,7 @@
  * Every rank has a direct connection to every other, so each survivor notices on its own.
  */
 #include <arpa/inet.h>
+#include <linux/sockios.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -115,6 +117,54 @@ const char *chorus__net_host(const chorus_net *n, int rank)
     return rank >= 0 && rank < n->size && n->peers[rank].host[0] ? n->peers[rank].host : "?";
 }
 
+/* How long an aborting rank keeps writing, without progress, a message it had half sent and
+ * then its abort, so that the abort arrives whole (a peer reads whatever comes, into an
+ * unexpected message if need be). */
+#define ABORT_FLUSH_S 2.0
+
+/* Writes all of iov (cnt <= 2 entries, advanced in place) to fd, waiting at most stall_s
+ * without progress (0: what the socket takes at once). 1 when all was written. */
+static int write_bounded(int fd, struct iovec *iov, int cnt, double stall_s)
+{
+    double deadline = chorus__now() + stall_s;
+    int i = 0;
+    while (i < cnt) {
+        if (iov[i].iov_len == 0) {
+            i++;
+            continue;
+        }
+        struct msghdr m = {.msg_iov = iov + i, .msg_iovlen = (size_t)(cnt - i)};
+        ssize_t w = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return 0;
+        if (w > 0) {
+            for (size_t left = (size_t)w; left > 0 && i < cnt; i++) {
+                size_t k = left < iov[i].iov_len ? left : iov[i].iov_len;
+                iov[i].iov_base = (char *)iov[i].iov_base + k;
+                iov[i].iov_len -= k;
+                left -= k;
+                if (iov[i].iov_len) break;
+            }
+            deadline = chorus__now() + stall_s;
+            continue;
+        }
+        double left = deadline - chorus__now();
+        if (left <= 0) return 0;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        poll(&pf, 1, (int)(left * 1000) + 1);
+    }
+    return 1;
+}
+
+/* The rest of the message at the head of pe's send queue (bounded). 1 when the socket is at
+ * a message boundary again. */
+static int finish_partial(peer *pe)
+{
+    chorus_req *r = pe->sq_head;
+    struct iovec iov[2] = {{r->hbytes + r->hoff, CHORUS_WIRE_HDR_LEN - r->hoff},
+                           {r->buf + r->off, r->len - r->off}};
+    return write_bounded(pe->fd, iov, 2, ABORT_FLUSH_S);
+}
+
 static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, const char *why)
 {
     chorus_wire_abort a = {.failed_rank = failed_rank, .result = r};
@@ -126,20 +176,24 @@ static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, c
     chorus__wire_encode_hdr(&h, hb);
     for (int p = 0; p < n->size; p++) {
         peer *pe = &n->peers[p];
-        if (p == n->rank || pe->fd < 0 || p == failed_rank) continue;
-        /* Best effort and never blocking: if a partial message is queued on this socket the
-         * peer could not parse our abort, so it learns from the closed socket instead. */
-        if (pe->sq_head && (pe->sq_head->hoff || pe->sq_head->off)) continue;
+        /* A lost rank is not told. A rank blamed for a timeout may be alive and is, but only
+         * with what its socket takes at once: it may be stopped, and is not waited for. */
+        int blamed = p == failed_rank;
+        if (p == n->rank || pe->fd < 0 || (blamed && r == CHORUS_ERR_PEER_LOST)) continue;
+        /* A peer can parse our abort only at a message boundary: a message half sent is
+         * finished first (bounded), else the peer learns from the closed socket instead. */
+        if (pe->sq_head && (pe->sq_head->hoff || pe->sq_head->off) &&
+            (blamed || !finish_partial(pe)))
+            continue;
         struct iovec iov[2] = {{hb, sizeof(hb)}, {payload, plen}};
-        struct msghdr m = {.msg_iov = iov, .msg_iovlen = 2};
-        if (sendmsg(pe->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* peer gone: fine */
-        }
+        write_bounded(pe->fd, iov, 2, blamed ? 0 : ABORT_FLUSH_S); /* a peer gone is fine */
     }
 }
 
-/* Breaks the net with mu held. */
+/* Breaks the net with mu held. tell: the reason sent to the peers in an abort message (with
+ * failed_rank and r), or NULL to tell nobody. */
 static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const char *why,
-                         int notify)
+                         const char *tell)
 {
     if (n->broken != CHORUS_OK) return;
     n->broken = r;
@@ -147,7 +201,7 @@ static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const 
     snprintf(n->broken_msg, sizeof(n->broken_msg), "%s", why);
     CHORUS_INFO(CHORUS_LOG_TCP, "communication failed: %s", why);
     chorus__status_failed(n->rank, failed_rank == n->rank ? -1 : failed_rank, r);
-    if (notify) send_abort_to_all(n, failed_rank, r, why);
+    if (tell) send_abort_to_all(n, failed_rank, r, tell);
     /* Stop using the sockets: shut them down so that every peer sees the failure promptly,
      * even one blocked on a message it will never get. */
     for (int p = 0; p < n->size; p++)
@@ -157,7 +211,7 @@ static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const 
 void chorus__net_abort(chorus_net *n, int failed_rank, chorus_result r, const char *why)
 {
     pthread_mutex_lock(&n->mu);
-    break_locked(n, failed_rank, r, why, 1);
+    break_locked(n, failed_rank, r, why, why);
     pthread_mutex_unlock(&n->mu);
 }
 
@@ -183,10 +237,21 @@ static void peer_lost(chorus_net *n, int p, const char *what)
     char why[400];
     snprintf(why, sizeof(why), "rank %d (host %s) was lost: %s (seen by rank %d)", p,
              chorus__net_host(n, p), what, n->rank);
-    break_locked(n, p, CHORUS_ERR_PEER_LOST, why, 1);
+    break_locked(n, p, CHORUS_ERR_PEER_LOST, why, why);
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
+
+static void read_peer(chorus_net *n, int p);
+
+/* Writing to p failed (EPIPE, ECONNRESET): p may have closed after an abort that is still
+ * unread in our socket, naming the rank that failed first and why. Read what p sent before
+ * blaming it. */
+static void send_failed(chorus_net *n, int p, int err)
+{
+    read_peer(n, p);
+    if (n->broken == CHORUS_OK) peer_lost(n, p, strerror(err));
+}
 
 /* Writes as much of peer p's send queue as the socket takes. */
 static void flush_sends(chorus_net *n, int p)
@@ -205,7 +270,7 @@ static void flush_sends(chorus_net *n, int p)
             w = sendmsg(pe->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-                peer_lost(n, p, strerror(errno));
+                send_failed(n, p, errno);
                 return;
             }
             if (w > 0) pe->last_tx = chorus__now();
@@ -274,14 +339,19 @@ static int check_match(chorus_net *n, int p, const chorus_wire_hdr *h, chorus_re
         ok = ok && h->tag == w->tag && h->coll == w->coll && h->seq == w->seq &&
              h->count == w->count;
     if (ok) return 1;
-    char got[160], want[160], why[480];
+    char got[160], want[160], diff[160] = "", why[480];
     chorus__wire_describe(h, got, sizeof(got));
     chorus__wire_describe(w, want, sizeof(want));
-    snprintf(why, sizeof(why), "mismatched calls: rank %d sent %s, rank %d expected %s", p, got,
-             n->rank, want);
+    if (h->type == CHORUS_MSG_COLL) {
+        chorus_call_sig a = chorus__wire_call_sig(h), b = chorus__wire_call_sig(w);
+        chorus__call_diff(&a, p, &b, n->rank, diff, sizeof(diff) - 2);
+        if (diff[0]) strcat(diff, ": ");
+    }
+    snprintf(why, sizeof(why), "mismatched calls: %srank %d sent %s, rank %d expected %s", diff, p,
+             got, n->rank, want);
     r->res = CHORUS_ERR_MISMATCH;
     r->done = 1;
-    break_locked(n, -1, CHORUS_ERR_MISMATCH, why, 1);
+    break_locked(n, -1, CHORUS_ERR_MISMATCH, why, why);
     return 0;
 }
 
@@ -538,7 +608,9 @@ static void finish_payload(chorus_net *n, int p)
         } else {
             char why[480];
             snprintf(why, sizeof(why), "%s [reported to rank %d by rank %d]", a.why, n->rank, p);
-            break_locked(n, a.failed_rank, (chorus_result)a.result, why, 0);
+            /* Pass the first failure on before closing: a peer that then finds this socket
+             * closed (or gets EPIPE writing to it) reads why, instead of blaming this rank. */
+            break_locked(n, a.failed_rank, (chorus_result)a.result, why, a.why);
         }
     }
     pe->in_payload = 0;
@@ -618,7 +690,8 @@ static void route_header(chorus_net *n, int p)
             if (!u || (h->len && !data)) {
                 free(u);
                 free(data);
-                break_locked(n, p, CHORUS_ERR_NOMEM, "out of memory buffering a message", 1);
+                const char *why = "out of memory buffering a message";
+                break_locked(n, p, CHORUS_ERR_NOMEM, why, why);
                 return;
             }
             u->h = *h;
@@ -688,7 +761,8 @@ static void read_peer(chorus_net *n, int p)
             r = recv(pe->fd, pe->dst + pe->doff, pe->cur.len - pe->doff, MSG_DONTWAIT);
         } else {
             if (!pe->stage && !(pe->stage = malloc(STAGE_SIZE))) {
-                break_locked(n, p, CHORUS_ERR_NOMEM, "out of memory for a receive buffer", 1);
+                const char *why = "out of memory for a receive buffer";
+                break_locked(n, p, CHORUS_ERR_NOMEM, why, why);
                 return;
             }
             pe->spos = pe->slen = 0;
@@ -765,7 +839,7 @@ static void check_bye(chorus_net *n, const chorus_req *r)
                  "every other rank has already finalized, but rank %d still waits in a receive "
                  "from any rank",
                  n->rank);
-        break_locked(n, -1, CHORUS_ERR_PEER_LOST, why, 1);
+        break_locked(n, -1, CHORUS_ERR_PEER_LOST, why, why);
         return;
     }
     if (!n->peers[r->peer].bye) return;
@@ -773,14 +847,53 @@ static void check_bye(chorus_net *n, const chorus_req *r)
              "rank %d (host %s) has already finalized, but rank %d still expects it in "
              "a collective or send/recv",
              r->peer, chorus__net_host(n, r->peer), n->rank);
-    break_locked(n, r->peer, CHORUS_ERR_PEER_LOST, why, 1);
+    break_locked(n, r->peer, CHORUS_ERR_PEER_LOST, why, why);
+}
+
+/* When a wait on a live peer times out, the rank to blame is the one that made no progress:
+ * with the watchdog on, every live peer sends something (a ping at least) every
+ * CHORUS_HEARTBEAT_S, so a peer silent for several intervals is stopped or hung, while the
+ * awaited one, heard from lately, is most likely waiting for it too. Returns that silent
+ * peer (the longest silent) when the awaited one (waited_for, or -1 for any) was heard from
+ * lately; else -1. mu held. */
+static int silent_peer(chorus_net *n, int waited_for, double *silent_s)
+{
+    if (n->hb_interval <= 0 || !n->hb_started) return -1;
+    double now = chorus__now(), limit = 3 * n->hb_interval;
+    if (waited_for >= 0 && now - n->peers[waited_for].last_rx > limit) return -1;
+    int q = -1;
+    for (int p = 0; p < n->size; p++) {
+        peer *pe = &n->peers[p];
+        if (p == n->rank || pe->fd < 0 || pe->bye || now - pe->last_rx <= limit) continue;
+        if (q < 0 || pe->last_rx < n->peers[q].last_rx) q = p;
+    }
+    if (q >= 0) *silent_s = now - n->peers[q].last_rx;
+    return q;
 }
 
 /* Breaks the net because request r (or, probe, a chorus__net_probe for what r describes) made
  * no progress until its deadline. mu held. */
 static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
 {
-    char what[160], why[400];
+    char what[160], why[480];
+    double silent_s;
+    int q = silent_peer(n, r->peer, &silent_s);
+    if (q >= 0 && q != r->peer) {
+        snprintf(why, sizeof(why),
+                 "rank %d (host %s) made no progress: nothing arrived from it for %.1f s, not "
+                 "even a heartbeat, so it is stopped (SIGSTOP?) or hung; rank %d timed out "
+                 "waiting %s rank %d, which is alive and waits too (CHORUS_TIMEOUT_S)",
+                 q, chorus__net_host(n, q), silent_s, n->rank,
+                 r->is_send ? "to send to" : "to receive from", r->peer);
+        if (r->peer < 0)
+            snprintf(why, sizeof(why),
+                     "rank %d (host %s) made no progress: nothing arrived from it for %.1f s, "
+                     "not even a heartbeat, so it is stopped (SIGSTOP?) or hung; rank %d timed "
+                     "out waiting for a message from any rank (CHORUS_TIMEOUT_S)",
+                     q, chorus__net_host(n, q), silent_s, n->rank);
+        break_locked(n, q, CHORUS_ERR_TIMEOUT, why, why);
+        return;
+    }
     if (r->h.type != CHORUS_MSG_P2P) {
         chorus__wire_describe(&r->h, what, sizeof(what));
         snprintf(why, sizeof(why),
@@ -788,7 +901,7 @@ static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
                  "or not calling the same collectives (CHORUS_TIMEOUT_S)",
                  n->rank, r->is_send ? "send to" : "receive from", r->peer,
                  chorus__net_host(n, r->peer), what);
-        break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, 1);
+        break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, why);
         return;
     }
     char tag[32] = "any tag";
@@ -811,7 +924,7 @@ static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
                  "post the matching %s (CHORUS_TIMEOUT_S)",
                  n->rank, what, r->is_send ? "to" : "from", r->peer, chorus__net_host(n, r->peer),
                  r->is_send ? "receive" : "send");
-    break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, 1);
+    break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, why);
 }
 
 /* Bytes moved so far by the requests, to tell progress from a stall. */
@@ -1209,6 +1322,35 @@ void chorus__net_retain(chorus_net *n)
     __atomic_add_fetch(&n->refs, 1, __ATOMIC_ACQ_REL);
 }
 
+/* Before closing a healthy net: waits until the peers' kernels have acknowledged everything
+ * this rank wrote (a fast rank's last segments may still be on a slow link), reading and
+ * dropping what arrives meanwhile, since closing a socket with unread data resets the
+ * connection and throws away what was still queued. Gives up on a peer that closed or that
+ * took nothing for ABORT_FLUSH_S (or CHORUS_TIMEOUT_S when shorter). */
+static void drain_before_close(chorus_net *n)
+{
+    double timeout_s = chorus__deadline() - chorus__now();
+    if (timeout_s > ABORT_FLUSH_S) timeout_s = ABORT_FLUSH_S;
+    double deadline = chorus__now() + timeout_s;
+    char sink[4096];
+    for (int p = 0; p < n->size; p++) {
+        peer *pe = &n->peers[p];
+        if (pe->fd < 0) continue;
+        int last = -1, outq;
+        while (ioctl(pe->fd, SIOCOUTQ, &outq) == 0 && outq > 0 && chorus__now() < deadline) {
+            if (outq != last) deadline = chorus__now() + timeout_s;
+            last = outq;
+            ssize_t k;
+            while ((k = recv(pe->fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0) {
+            }
+            if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                break; /* the peer closed: nothing more can be delivered */
+            struct pollfd pf = {.fd = pe->fd, .events = POLLIN};
+            poll(&pf, 1, 10);
+        }
+    }
+}
+
 void chorus__net_release(chorus_net *n)
 {
     if (!n || __atomic_sub_fetch(&n->refs, 1, __ATOMIC_ACQ_REL) > 0) return;
@@ -1223,6 +1365,10 @@ void chorus__net_release(chorus_net *n)
         if (pe->fd >= 0 && n->broken == CHORUS_OK && !pe->sq_head)
             if (send(pe->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* gone */
             }
+    }
+    if (n->broken == CHORUS_OK) drain_before_close(n);
+    for (int p = 0; p < n->size; p++) {
+        peer *pe = &n->peers[p];
         if (pe->fd >= 0) close(pe->fd);
         free(pe->stage);
         for (umsg *u = pe->uq_head, *nx; u; u = nx) {

@@ -26,6 +26,7 @@ int main(void)
             printf("rank %d: allreduce of %zu failed: %s: %s\n", test_rank, n, chorus_strerror(r),
                    chorus_last_error(c));
             chorus_finalize(c);
+            free(x);
             return 3;
         }
         if (chorus__now() - start > 60) test_fail(__FILE__, __LINE__, "no failure seen");

@@ -60,15 +60,18 @@ kill "$listener"
 listener=""
 
 # A clean exit of a Python program: the engine is shut down, nothing reads like an error.
-out=$(cd python && CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=ENGINE chorus-run -np 2 /usr/bin/python3 -c '
+# (Not under a sanitizer: a sanitized libchorus.so cannot load into the plain interpreter.)
+if [ -z "${SANITIZE:-}" ]; then
+    out=$(cd python && CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=ENGINE chorus-run -np 2 /usr/bin/python3 -c '
 import chorus, numpy as np
 chorus.init()
 print("sum", chorus.allreduce(np.ones(3, dtype=np.float32))[0])' 2>&1); rc=$?
-echo "$out"
-[ $rc = 0 ] || fail "python run: exit $rc"
-[ "$(echo "$out" | grep -c 'CHORUS INFO engine shut down (chorus_engine_shutdown on every rank)')" = 2 ] ||
-    fail "the shutdown line on each rank"
-echo "$out" | grep -q "engine stopped\|before this op ran" && fail "a clean exit reads like an error"
+    echo "$out"
+    [ $rc = 0 ] || fail "python run: exit $rc"
+    [ "$(echo "$out" | grep -c 'CHORUS INFO engine shut down (chorus_engine_shutdown on every rank)')" = 2 ] ||
+        fail "the shutdown line on each rank"
+    echo "$out" | grep -q "engine stopped\|before this op ran" && fail "a clean exit reads like an error"
+fi
 
 # The launcher's summary: the first rank to fail, then each other rank on a line of its own
 out=$(chorus-run -np 2 chorus-bench -t 4 2>&1)

@@ -97,24 +97,32 @@ fi
 
 acc=$(field "$TMP/run.log" '^done:' 's/.*test accuracy \([0-9.]*\).*/\1/p')
 sps=$(field "$TMP/run.log" '^done:' 's/.* \([0-9][0-9]*\) samples\/s.*/\1/p')
-inflight=$(field "$TMP/run.log" '^gradient sync' 's/.*: \([0-9.]*\) ms\/step in flight.*/\1/p')
-hidden=$(field "$TMP/run.log" '^gradient sync' 's/.*(\([0-9]*\)% hidden behind backward.*/\1/p')
-hstep=$(field "$TMP/run.log" '^gradient sync' 's/.*hidden behind backward, \([0-9.]*\)% of step time.*/\1/p')
-waitp=$(field "$TMP/run.log" '^gradient sync' 's/.*; \([0-9.]*\)% of step time waiting.*/\1/p')
-
+# chorus-train's line: "communication (--grad-sync M, N ranks): averaging the gradients took
+# A ms per step, of which training waited W ms; H ms (P%) of it ran behind the backward pass.
+# Waiting on other ranks in all collectives: Q% of training time"
+comm='^communication ('
+avg=$(field "$TMP/run.log" "$comm" 's/.*averaging the gradients took \([0-9.]*\) ms per step.*/\1/p')
+waited=$(field "$TMP/run.log" "$comm" 's/.*of which training waited \([0-9.]*\) ms.*/\1/p')
+hidden=$(field "$TMP/run.log" "$comm" 's/.*(\([0-9]*\)%) of it ran behind the backward pass.*/\1/p')
+waitp=$(field "$TMP/run.log" "$comm" 's/.*in all collectives: \([0-9.]*\)% of training time.*/\1/p')
+if [ -z "$avg" ] || [ -z "$waited" ] || [ -z "$waitp" ]; then
+    echo "demo: chorus-train printed no communication summary; the end of its output:" >&2
+    tail -n 5 "$TMP/run.log" >&2
+    exit 1
+fi
 echo
 echo "Summary (measured in this run)"
 awk -v acc="$acc" -v sps="$sps" -v solo="$solo" -v np="$NP" -v ep="$EPOCHS" -v per="$PER" \
-    -v infl="$inflight" -v hid="$hidden" -v hstep="$hstep" -v waitp="$waitp" \
+    -v avg="$avg" -v waited="$waited" -v hid="${hidden:-0}" -v waitp="$waitp" \
     -v wall="$((t1 - t0))" -v total="$(($(date +%s) - start))" 'BEGIN {
     printf "  test accuracy       %.1f%% after %d epochs (10,000 test images)\n", 100 * acc, ep
     printf "  throughput          %d samples/s with %d workers; 1 worker alone: %d\n", sps, np, solo
     if (solo > 0)
         printf "  scaling efficiency  %.0f%% = %d / (%d x %d), %d samples per worker per step\n", \
             100 * sps / (np * solo), sps, np, solo, per
-    printf "  communication       gradients in flight %.2f ms per step, %d%% of that overlapped\n", infl, hid
-    printf "                      with backward (%.1f%% of the step time); the steps spent %.1f%%\n", hstep, waitp
-    printf "                      of their time waiting in collectives\n"
+    printf "  communication       averaging the gradients took %.2f ms per step, of which\n", avg
+    printf "                      training waited %.2f ms (%d%% ran behind the backward pass);\n", waited, hid
+    printf "                      waiting on other ranks: %.1f%% of the training time\n", waitp
     printf "  wall time           %d s for the %d-worker training, %d s in all\n", wall, np, total
 }'
 if awk -v l="$load0" 'BEGIN { exit !(l + 0 > 1) }'; then

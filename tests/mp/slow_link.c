@@ -1,6 +1,6 @@
 /* slow_link.c - an allreduce that is slow but keeps moving must not time out: run with a small
  * CHORUS_TIMEOUT_S over a link throttled below what the whole transfer needs in that time
- * (tests/scripts/slow_link.sh). The result is checked exactly.
+ * (tests/net/slow_link.sh). The result is checked exactly.
  * Usage: slow_link COUNT (ranks from the environment, torchrun style) */
 #include <stdlib.h>
 

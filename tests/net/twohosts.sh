@@ -9,39 +9,9 @@
 # the reason and exits 0 otherwise.
 BUILD=${BUILD:-build}
 prog=$BUILD/tests/mp/coll_select
-[ "$(id -u)" = 0 ] || { echo "SKIP twohosts: needs root to create network namespaces"; exit 0; }
-command -v ip > /dev/null 2>&1 && ip netns list > /dev/null 2>&1 ||
-    { echo "SKIP twohosts: 'ip netns' is not available"; exit 0; }
 [ -x "$prog" ] || { echo "twohosts: $prog is not built"; exit 1; }
-
-tag=$$
-ns1=chorus-h1-$tag
-ns2=chorus-h2-$tag
-logs=$(mktemp -d)
-pids=""
-cleanup() {
-    trap '' INT TERM HUP # a second signal must not cut the cleanup short
-    trap - EXIT
-    for p in $pids; do kill -9 "$p" 2> /dev/null; done
-    ip netns del "$ns1" 2> /dev/null
-    ip netns del "$ns2" 2> /dev/null
-    rm -rf "$logs"
-}
-trap cleanup EXIT
-trap 'cleanup; exit 1' INT TERM HUP
-
-if ! ip netns add "$ns1" 2> "$logs/err" || ! ip netns add "$ns2" 2>> "$logs/err"; then
-    echo "SKIP twohosts: cannot create network namespaces: $(cat "$logs/err")"
-    exit 0
-fi
-set -e
-ip link add "cv1-$tag" netns "$ns1" type veth peer name "cv2-$tag" netns "$ns2"
-ip -n "$ns1" addr add 10.213.0.1/24 dev "cv1-$tag"
-ip -n "$ns2" addr add 10.213.0.2/24 dev "cv2-$tag"
-for ns in "$ns1" "$ns2"; do ip -n "$ns" link set lo up; done
-ip -n "$ns1" link set "cv1-$tag" up
-ip -n "$ns2" link set "cv2-$tag" up
-set +e
+. tests/net/netpair.sh
+netpair_up twohosts 10.213.0
 
 # Ranks 0 and 1 on the first host (rank 0 serves the store at MASTER_ADDR), 2 and 3 on the
 # second. Variables a launcher of the test runner may have set are removed.

@@ -193,12 +193,6 @@ static const row table[NALGO] = {
         chorus__barrier_dissemination, always),
 };
 
-static const char *const kind_name[CHORUS_COLL_KIND_MAX] = {
-    [CHORUS_COLL_ALLREDUCE] = "allreduce", [CHORUS_COLL_BROADCAST] = "broadcast",
-    [CHORUS_COLL_ALLGATHER] = "allgather", [CHORUS_COLL_REDUCE_SCATTER] = "reduce_scatter",
-    [CHORUS_COLL_ALLTOALL] = "alltoall",   [CHORUS_COLL_BARRIER] = "barrier",
-};
-
 static int has_transport(const chorus_comm *c, chorus_transport tp)
 {
     switch (tp) {
@@ -260,9 +254,10 @@ static const char *forced_name(const chorus_config *cfg, int kind)
 /* "CHORUS_ALGO_<KIND>" */
 static void var_name(int kind, char *var, size_t len)
 {
+    const char *k = chorus__coll_kind_name(kind);
     snprintf(var, len, "CHORUS_ALGO_");
-    for (size_t i = 0, o = strlen(var); kind_name[kind][i] && o + 1 < len; i++, o++) {
-        var[o] = (char)toupper((unsigned char)kind_name[kind][i]);
+    for (size_t i = 0, o = strlen(var); k[i] && o + 1 < len; i++, o++) {
+        var[o] = (char)toupper((unsigned char)k[i]);
         var[o + 1] = 0;
     }
 }
@@ -347,20 +342,20 @@ static void trace_choice(const chorus_comm *c, int kind, const row *r, const cha
         rules_reason(c, r, bytes, why, sizeof(why));
     }
     chorus__log(CHORUS_LOG_TRACE, CHORUS_LOG_COLL,
-                "%s of %zu B on comm %016llx (%d ranks): %s (%s); %s", kind_name[kind], bytes,
-                (unsigned long long)c->id, c->size, r->a.name, r->a.desc, why);
+                "%s of %zu B on comm %016llx (%d ranks): %s (%s); %s", chorus__coll_kind_name(kind),
+                bytes, (unsigned long long)c->id, c->size, r->a.name, r->a.desc, why);
 }
 
 chorus_result chorus__select_check_config(const chorus_config *cfg, chorus_errbuf *e)
 {
     for (int kind = 0; kind < CHORUS_COLL_KIND_MAX; kind++) {
-        const char *v = kind_name[kind] ? forced_name(cfg, kind) : NULL;
+        const char *v = forced_name(cfg, kind); /* NULL: no CHORUS_ALGO_ variable */
         if (!v || !strcmp(v, "shm") || find_named(kind, v)) continue;
         char var[64], names[400];
         var_name(kind, var, sizeof(var));
         valid_names(kind, names, sizeof(names));
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "%s=%s is not an algorithm of %s; valid: %s",
-                            var, v, kind_name[kind], names);
+                            var, v, chorus__coll_kind_name(kind), names);
     }
     return CHORUS_OK;
 }
@@ -380,7 +375,7 @@ const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem,
             valid_names(kind, names, sizeof(names));
             *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
                                 "%s=%s is not an algorithm of %s; valid: %s", var, v,
-                                kind_name[kind], names);
+                                chorus__coll_kind_name(kind), names);
             return NULL;
         }
         r = any_shm ? by_rules(c, kind, mem, bytes, 1) : usable(c, named, mem) ? named : NULL;
@@ -392,7 +387,7 @@ const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem,
     if (!r)
         *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
                             "no %s algorithm for this memory type on this communicator",
-                            kind_name[kind]);
+                            chorus__coll_kind_name(kind));
     return r ? &r->a : NULL;
 }
 

@@ -168,7 +168,7 @@ const char *chorus__op_name(int op)
     return op >= 0 && op < CHORUS_OP_COUNT ? names[op] : "unknown-op";
 }
 
-static const char *kind_name(int kind)
+const char *chorus__coll_kind_name(int kind)
 {
     static const char *kinds[] = {"?",         "allreduce",      "broadcast",
                                   "allgather", "reduce_scatter", "alltoall",
@@ -202,18 +202,18 @@ void chorus__wire_describe(const chorus_wire_hdr *h, char *out, size_t len)
         snprintf(what, sizeof(what), ", root %d", s.root);
     else if (s.kind == CHORUS_COLL_ALLREDUCE || s.kind == CHORUS_COLL_REDUCE_SCATTER)
         snprintf(what, sizeof(what), ", %s", chorus__op_name(s.op));
-    snprintf(out, len, "%s #%llu (%s%s, count %llu; message %d of %llu bytes)", kind_name(s.kind),
-             (unsigned long long)s.seq, chorus__dtype_name(s.dtype), what,
-             (unsigned long long)s.count, h->tag, (unsigned long long)h->len);
+    snprintf(out, len, "%s #%llu (%s%s, count %llu; message %d of %llu bytes)",
+             chorus__coll_kind_name(s.kind), (unsigned long long)s.seq, chorus__dtype_name(s.dtype),
+             what, (unsigned long long)s.count, h->tag, (unsigned long long)h->len);
 }
 
 void chorus__call_diff(const chorus_call_sig *a, int rank_a, const chorus_call_sig *b, int rank_b,
                        char *out, size_t len)
 {
-    const char *k = kind_name(a->kind);
+    const char *k = chorus__coll_kind_name(a->kind);
     if (a->kind != b->kind)
         snprintf(out, len, "rank %d called %s, rank %d called %s", rank_a, k, rank_b,
-                 kind_name(b->kind));
+                 chorus__coll_kind_name(b->kind));
     else if (a->dtype != b->dtype)
         snprintf(out, len, "rank %d called %s with dtype %s, rank %d with %s", rank_a, k,
                  chorus__dtype_name(a->dtype), rank_b, chorus__dtype_name(b->dtype));

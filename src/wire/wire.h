@@ -130,4 +130,6 @@ chorus_call_sig chorus__wire_call_sig(const chorus_wire_hdr *h);
 void chorus__call_diff(const chorus_call_sig *a, int rank_a, const chorus_call_sig *b, int rank_b,
                        char *out, size_t len);
 const char *chorus__op_name(int op);
+/* The collective's name ("allreduce", ...; "?" for no kind): one table for every message. */
+const char *chorus__coll_kind_name(int kind);
 #endif

@@ -377,13 +377,6 @@ chorus_result chorus__shm_wait_all(chorus_shm *s, int ch, uint64_t target, choru
     return CHORUS_OK;
 }
 
-static const char *kind_name(unsigned k)
-{
-    static const char *names[] = {
-        "?", "allreduce", "broadcast", "allgather", "reduce_scatter", "alltoall", "barrier"};
-    return k < sizeof(names) / sizeof(names[0]) ? names[k] : "?";
-}
-
 static void describe(uint64_t sig, uint64_t count, char *out, size_t len)
 {
     unsigned kind = sig & 0xff, dt = (sig >> 8) & 0xff, op = (sig >> 16) & 0xff;
@@ -394,11 +387,11 @@ static void describe(uint64_t sig, uint64_t count, char *out, size_t len)
         snprintf(out, len, "broadcast of %llu x %s from root %d", (unsigned long long)count,
                  chorus__dtype_name((int)dt), root);
     else if (kind == CHORUS_COLL_ALLREDUCE || kind == CHORUS_COLL_REDUCE_SCATTER)
-        snprintf(out, len, "%s of %llu x %s (%s)", kind_name(kind), (unsigned long long)count,
-                 chorus__dtype_name((int)dt), chorus__op_name((int)op));
+        snprintf(out, len, "%s of %llu x %s (%s)", chorus__coll_kind_name((int)kind),
+                 (unsigned long long)count, chorus__dtype_name((int)dt), chorus__op_name((int)op));
     else
-        snprintf(out, len, "%s of %llu x %s", kind_name(kind), (unsigned long long)count,
-                 chorus__dtype_name((int)dt));
+        snprintf(out, len, "%s of %llu x %s", chorus__coll_kind_name((int)kind),
+                 (unsigned long long)count, chorus__dtype_name((int)dt));
 }
 
 /* The call a signature describes, for chorus__call_diff (the variant is the algorithm's: not

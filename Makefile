@@ -85,6 +85,7 @@ $(BUILD)/lib/libchorus.so: $(LIB_OBJS) src/chorus.map
 	@mkdir -p $(dir $@)
 	$(CC) -shared $(LDFLAGS) -Wl,--version-script=src/chorus.map -Wl,-soname,libchorus.so.0 \
 	    -o $@ $(LIB_OBJS) $(LIB_LDLIBS)
+	ln -sf libchorus.so $(BUILD)/lib/libchorus.so.0
 
 # Test programs compile after the test tier's packages are there.
 $(TEST_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/harness.o: | deps

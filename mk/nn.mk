@@ -74,7 +74,6 @@ uninstall-nn:
 # (libchorus.so.0 is libchorus.so's soname), for the nn_shared test.
 $(BUILD)/tests/nn/chorus-train-shared: $(BUILD)/obj/tools/chorus-train.o $(NN_SO) $(BUILD)/lib/libchorus.so
 	@mkdir -p $(dir $@)
-	ln -sf libchorus.so $(BUILD)/lib/libchorus.so.0
 	$(CC) $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../../lib' -o $@ $< -L$(BUILD)/lib -lchorus_nn -lchorus \
 	    $(NN_LDLIBS) $(LIB_LDLIBS)
 TEST_BINS += $(BUILD)/tests/nn/chorus-train-shared

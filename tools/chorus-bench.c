@@ -222,9 +222,8 @@ static int bad(const opts *o, const char *fmt, ...)
 
 static int parse_int_arg(const char *v, int lo, int hi, int *out)
 {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (end == v || *end || x < lo || x > hi) return -1;
+    long x;
+    if (chorus__parse_int(v, lo, hi, &x)) return -1;
     *out = (int)x;
     return 0;
 }

@@ -25,10 +25,8 @@
  * Running workers learn of a pending generation at their next commit (el/next). Every key
  * and value format of this protocol is defined in src/elastic/keys.h.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -37,15 +35,16 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "base/base.h"
 #include "bootstrap/store.h"
 #include "coll/comm.h"
 #include "elastic/keys.h"
+#include "wire/sock.h"
 
 #define SUSPECT_GRACE_S 3.0 /* a worker reported lost must check in within this, or is killed */
 
@@ -505,25 +504,13 @@ fail:
     return NULL;
 }
 
-/* mkdir -p for the directories of path (not its last part). */
-static int make_parents(char *path)
-{
-    for (char *p = path + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            int r = mkdir(path, 0777);
-            *p = '/';
-            if (r && errno != EEXIST) return -1;
-        }
-    return 0;
-}
-
 /* --log-dir: opens DIR/attempt_<n>/<worker>/<name>.log for a stream of worker wid. */
 static FILE *open_log(const job *j, int wid, const char *name)
 {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/attempt_%d/%d/%s.log", j->log_dir, j->attempt, wid, name);
-    FILE *f = make_parents(path) ? NULL : fopen(path, "we");
+    char dir[4096], path[4160];
+    snprintf(dir, sizeof(dir), "%s/attempt_%d/%d", j->log_dir, j->attempt, wid);
+    snprintf(path, sizeof(path), "%s/%s.log", dir, name);
+    FILE *f = chorus__mkdir_p(dir) ? NULL : fopen(path, "we");
     if (!f) fprintf(stderr, "chorus-run: cannot write %s: %s\n", path, strerror(errno));
     return f;
 }
@@ -975,9 +962,8 @@ static int elastic_tick(job *j)
 
 static int parse_int_arg(const char *opt, const char *v, int lo, int hi, int *out)
 {
-    char *end;
-    long x = strtol(v, &end, 10);
-    if (*end || end == v || x < lo || x > hi) {
+    long x;
+    if (chorus__parse_int(v, lo, hi, &x)) {
         fprintf(stderr, "chorus-run: %s needs a number from %d to %d, not '%s'\n", opt, lo, hi, v);
         return -1;
     }
@@ -1203,13 +1189,13 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
 {
     if (!strcmp(a, "-np") || !strcmp(a, "-n") || !strcmp(a, "--np") ||
         !strcmp(a, "--nproc-per-node")) {
-        char *end;
-        j->np = (int)strtol(v, &end, 10);
-        if (*end || end == v || j->np < 1 || j->np > 4096) {
+        long np;
+        if (chorus__parse_int(v, 1, 4096, &np)) {
             fprintf(stderr, "chorus-run: %s needs a number of ranks from 1 to 4096, not '%s'\n", a,
                     v);
             return 2;
         }
+        j->np = (int)np;
     } else if (!strcmp(a, "--no-prefix")) {
         j->prefix = 0;
     } else if (!strcmp(a, "--tag-output")) {
@@ -1346,9 +1332,7 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
         return 2;
     }
     if (j->log_dir && !j->redirects) j->redirects = 3;
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s/", j->log_dir ? j->log_dir : ".");
-    if (j->log_dir && (make_parents(dir) || access(j->log_dir, W_OK))) {
+    if (j->log_dir && (chorus__mkdir_p(j->log_dir) || access(j->log_dir, W_OK))) {
         fprintf(stderr, "chorus-run: --log-dir %s: %s\n", j->log_dir, strerror(errno));
         return 2;
     }
@@ -1379,14 +1363,9 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
 /* A port on 127.0.0.1 that nothing listens on now (0 when none could be found). */
 static int free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return 0;
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    int port = 0;
-    if (!bind(fd, (struct sockaddr *)&sa, sizeof(sa)) &&
-        !getsockname(fd, (struct sockaddr *)&sa, &len))
-        port = ntohs(sa.sin_port);
+    chorus_errbuf e = {{0}};
+    int fd = -1, port = 0;
+    if (chorus__sock_listen("127.0.0.1", 0, 1, &fd, &port, &e) != CHORUS_OK) return 0;
     close(fd);
     return port;
 }

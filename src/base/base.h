@@ -183,6 +183,8 @@ const char *chorus__env(const char *name);
 /* A size in bytes: digits with an optional K, M or G suffix (either case; powers of 1024).
  * 0, or -1 for anything else (a sign, a space, a fraction, an overflow). */
 int chorus__parse_bytes(const char *s, size_t *out);
+/* A decimal integer from lo to hi (the whole text, no spaces): 0, or -1 for anything else. */
+int chorus__parse_int(const char *s, long lo, long hi, long *out);
 
 /* ---- hashing ------------------------------------------------------------------------- */
 

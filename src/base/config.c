@@ -4,6 +4,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -89,14 +90,19 @@ static const char *intern(const char *s)
 
 /* Each returns 0 and stores the value, or -1 when the text is not of the form. */
 
-static int parse_int(const char *s, long *out)
+int chorus__parse_int(const char *s, long lo, long hi, long *out)
 {
     char *end;
     errno = 0;
     long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < 0) return -1;
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
     *out = v;
     return 0;
+}
+
+static int parse_int(const char *s, long *out)
+{
+    return chorus__parse_int(s, 0, LONG_MAX, out);
 }
 
 static int parse_double(const char *s, double *out)

@@ -32,12 +32,8 @@ static const char *launcher_vars(const char *launcher)
 /* Parses a non-negative int; -1 if the text is not one. */
 static int parse_int(const char *s)
 {
-    if (!s) return -1;
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < 0 || v > 1 << 24) return -1;
-    return (int)v;
+    long v;
+    return s && !chorus__parse_int(s, 0, 1 << 24, &v) ? (int)v : -1;
 }
 
 /* A launcher variable that must be set (its launcher is j->launcher, recognised by another

@@ -204,6 +204,8 @@ double chorus__now(void);
 uint64_t chorus__now_ns(void);
 /* Absolute deadline CHORUS_TIMEOUT_S (the process-wide config) from now. */
 double chorus__deadline(void);
+/* CHORUS_TIMEOUT_S in seconds (300 when not above 0): how long a wait may go without progress. */
+double chorus__timeout_s(void);
 
 /* ---- allocation ---------------------------------------------------------------------- */
 

@@ -24,11 +24,15 @@ uint64_t chorus__now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-double chorus__deadline(void)
+double chorus__timeout_s(void)
 {
     double t = chorus__config()->timeout_s;
-    if (t <= 0) t = 300;
-    return chorus__now() + t;
+    return t > 0 ? t : 300;
+}
+
+double chorus__deadline(void)
+{
+    return chorus__now() + chorus__timeout_s();
 }
 
 void *chorus__malloc_aligned(size_t n)

@@ -35,7 +35,7 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
         if (cnt[i] > maxcnt) maxcnt = cnt[i];
     size_t segc;
     int nseg;
-    chorus__segments(maxcnt, es, &segc, &nseg);
+    chorus__segments(c, maxcnt, es, &segc, &nseg);
     const char *own = local + off[r] * es;
     /* When the output overlaps this rank's own slice and the fold writes the output before it
      * reads that slice (rank 2 and up), the slice is copied first. */

@@ -27,7 +27,7 @@ chorus_result chorus__allreduce_ring(chorus_comm *c, const chorus_coll_args *a)
         chorus__reduce_finish(out, cnt[c->rank], t, a->op, n);
         int nseg;
         size_t segc, maxcnt = cnt[0];
-        chorus__segments(maxcnt, es, &segc, &nseg);
+        chorus__segments(c, maxcnt, es, &segc, &nseg);
         r = chorus__ring_allgather(&x, recv, off, cnt, es, (n - 1) * nseg);
     }
     free(off);

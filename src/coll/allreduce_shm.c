@@ -69,9 +69,9 @@ static chorus_result pipelined(chorus_comm *c, const char *send, char *recv, siz
     chorus_shm *s = c->shm;
     chorus_errbuf *e = &c->err;
     int p = s->size, me = s->rank;
-    size_t es = chorus_dtype_size(t);
-    size_t al = 64 / es;        /* slices start on cache lines */
-    size_t per = s->chunk / es; /* elements per chunk */
+    size_t es = chorus_dtype_size(t), blk = NT_BLOCK / es; /* reduced in cache, then stored */
+    size_t al = 64 / es;                                   /* slices start on cache lines */
+    size_t per = s->chunk / es;                            /* elements per chunk */
     size_t nch = (count + per - 1) / per;
     int nt = count * es >= s->nt_min;
     uint64_t sig = chorus__shm_sig(CHORUS_COLL_ALLREDUCE, (int)t, (int)op, 2, 0);
@@ -91,7 +91,6 @@ static chorus_result pipelined(chorus_comm *c, const char *send, char *recv, siz
         CHORUS_CHECK(chorus__shm_wait_in(s, g, sig, count, e));
         /* reduce-scatter: slice [lo, hi) over all ranks in rank order */
         char *out = recv + base * es;
-        size_t blk = NT_BLOCK / es;
         for (size_t i = lo; i < hi; i += blk) {
             size_t m = hi - i < blk ? hi - i : blk;
             char *dst = mine + i * es;

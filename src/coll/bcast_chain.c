@@ -16,7 +16,7 @@ chorus_result chorus__bcast_chain(chorus_comm *c, const chorus_coll_args *a)
     chorus__coll_begin(x, c, CHORUS_COLL_BROADCAST, a->t, (chorus_op)root, a->count);
     size_t segb;
     int nseg;
-    chorus__segments(bytes, 1, &segb, &nseg);
+    chorus__segments(c, bytes, 1, &segb, &nseg);
     chorus_req *rq = malloc(sizeof(chorus_req) * 2 * (size_t)nseg);
     chorus_req **ps = malloc(sizeof(chorus_req *) * (size_t)nseg);
     if (!rq || !ps) {

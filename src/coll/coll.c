@@ -42,8 +42,7 @@ chorus_result chorus__coll_wait(chorus_coll *x, chorus_req *const *reqs, int n)
 {
     /* The timeout runs from the last byte any of the requests moved, so a large or slow
      * transfer that keeps moving never times out; a stall does. */
-    double timeout_s = chorus__deadline() - chorus__now();
-    CHORUS_CHECK(chorus__net_wait_some(x->c->net, reqs, n, n, timeout_s, &x->c->err));
+    CHORUS_CHECK(chorus__net_wait_some(x->c->net, reqs, n, n, chorus__timeout_s(), &x->c->err));
     for (int i = 0; i < n; i++)
         if (reqs[i]->res != CHORUS_OK) return reqs[i]->res;
     return CHORUS_OK;
@@ -73,9 +72,10 @@ size_t *chorus__chunks(size_t count, int n)
     return off;
 }
 
-void chorus__segments(size_t max_cnt, size_t esize, size_t *seg_cnt, int *nseg)
+void chorus__segments(const chorus_comm *c, size_t max_cnt, size_t esize, size_t *seg_cnt,
+                      int *nseg)
 {
-    size_t seg_bytes = chorus__config()->tcp_segment;
+    size_t seg_bytes = c->cfg.tcp_segment;
     if (seg_bytes < 4096) seg_bytes = 4096;
     size_t per = seg_bytes / esize;
     size_t n = max_cnt ? (max_cnt + per - 1) / per : 1;

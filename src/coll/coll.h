@@ -78,8 +78,9 @@ void *chorus__comm_scratch(chorus_comm *c, size_t n);
 size_t *chorus__chunks(size_t count, int n);
 
 /* Segments over TCP: a chunk of at most max_cnt elements is cut in nseg pieces of seg_cnt
- * elements (CHORUS_TCP_SEGMENT bytes at most). */
-void chorus__segments(size_t max_cnt, size_t esize, size_t *seg_cnt, int *nseg);
+ * elements (the communicator's CHORUS_TCP_SEGMENT bytes at most). */
+void chorus__segments(const chorus_comm *c, size_t max_cnt, size_t esize, size_t *seg_cnt,
+                      int *nseg);
 
 /* ---- TCP building blocks shared by several algorithms ---------------------------------- */
 

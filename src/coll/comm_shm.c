@@ -15,18 +15,17 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "coll/comm.h"
 #include "transport/shm/cma.h"
 #include "transport/shm/shm.h"
+#include "wire/auth.h"
 
 static uint64_t nonce(void)
 {
-    uint64_t x = 0;
-    if (getrandom(&x, sizeof(x), GRND_NONBLOCK) != (ssize_t)sizeof(x))
-        x = chorus__now_ns() ^ ((uint64_t)getpid() << 32);
+    uint64_t x;
+    chorus__auth_random(&x, sizeof(x));
     return x;
 }
 

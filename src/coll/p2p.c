@@ -26,12 +26,6 @@ struct chorus_request {
 
 #define BAD(e, ...) chorus__fail(e, CHORUS_ERR_INVALID_ARG, __VA_ARGS__)
 
-/* The CHORUS_TIMEOUT_S deadline's length in seconds. */
-static double timeout_s(void)
-{
-    return chorus__deadline() - chorus__now();
-}
-
 /* Rank in c of world rank w (-1 if w is not in c). */
 static int comm_rank_of(const chorus_comm *c, int w)
 {
@@ -180,7 +174,8 @@ static chorus_result check_req(const chorus_request *rq, const char *fn)
 static chorus_result wait_one(chorus_request *rq, chorus_status *status)
 {
     chorus_req *r = &rq->r;
-    chorus_result nr = chorus__net_wait_some(rq->c->net, &r, 1, 1, timeout_s(), &rq->c->err);
+    chorus_result nr =
+        chorus__net_wait_some(rq->c->net, &r, 1, 1, chorus__timeout_s(), &rq->c->err);
     return finish(rq, r->done, nr, status);
 }
 
@@ -296,7 +291,7 @@ chorus_result chorus_waitany(int n, chorus_request **reqs, int *index, chorus_st
     }
     if (res == CHORUS_OK && k > 0) {
         chorus_comm *c = reqs[at[0]]->c;
-        chorus_result nr = chorus__net_wait_some(net, rs, k, 1, timeout_s(), &c->err);
+        chorus_result nr = chorus__net_wait_some(net, rs, k, 1, chorus__timeout_s(), &c->err);
         int j = 0; /* the first done, else (the communicator broke) the first */
         while (j < k && !rs[j]->done) j++;
         if (j == k) j = 0;
@@ -335,7 +330,7 @@ chorus_result chorus_probe(chorus_comm *c, int source, int tag, chorus_status *s
 {
     NULL_COMM("chorus_probe");
     if (!status) return BAD(&c->err, "chorus_probe: status is NULL");
-    return probe(c, "chorus_probe", source, tag, timeout_s(), NULL, status);
+    return probe(c, "chorus_probe", source, tag, chorus__timeout_s(), NULL, status);
 }
 
 chorus_result chorus_iprobe(chorus_comm *c, int source, int tag, int *flag, chorus_status *status)

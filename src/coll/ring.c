@@ -23,7 +23,7 @@ chorus_result chorus__ring_reduce_scatter(chorus_coll *x, const char *local, cha
         if (cnt[i] > maxcnt) maxcnt = cnt[i];
     size_t segc;
     int nseg;
-    chorus__segments(maxcnt, es, &segc, &nseg);
+    chorus__segments(c, maxcnt, es, &segc, &nseg);
     char *tmp = chorus__comm_scratch(c, 2 * maxcnt * es + 128);
     size_t nmsg = (size_t)(n - 1) * (size_t)nseg;
     chorus_req *sreq = malloc(sizeof(chorus_req) * nmsg), *rreq = malloc(sizeof(chorus_req) * nmsg);
@@ -96,7 +96,7 @@ chorus_result chorus__ring_ag_post(chorus_ring_ag *ag, chorus_coll *x, char *buf
     size_t maxcnt = 0;
     for (int i = 0; i < n; i++)
         if (cnt[i] > maxcnt) maxcnt = cnt[i];
-    chorus__segments(maxcnt, es, &ag->segc, &ag->nseg);
+    chorus__segments(c, maxcnt, es, &ag->segc, &ag->nseg);
     size_t nmsg = (size_t)(n - 1) * (size_t)ag->nseg;
     ag->sreq = malloc(sizeof(chorus_req) * nmsg);
     ag->rreq = malloc(sizeof(chorus_req) * nmsg);

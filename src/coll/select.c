@@ -346,16 +346,21 @@ static void trace_choice(const chorus_comm *c, int kind, const row *r, const cha
                 bytes, (unsigned long long)c->id, c->size, r->a.name, r->a.desc, why);
 }
 
+/* CHORUS_ALGO_<KIND>=v names no row of that collective. */
+static chorus_result not_an_algorithm(int kind, const char *v, chorus_errbuf *e)
+{
+    char var[64], names[400];
+    var_name(kind, var, sizeof(var));
+    valid_names(kind, names, sizeof(names));
+    return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "%s=%s is not an algorithm of %s; valid: %s",
+                        var, v, chorus__coll_kind_name(kind), names);
+}
+
 chorus_result chorus__select_check_config(const chorus_config *cfg, chorus_errbuf *e)
 {
     for (int kind = 0; kind < CHORUS_COLL_KIND_MAX; kind++) {
         const char *v = forced_name(cfg, kind); /* NULL: no CHORUS_ALGO_ variable */
-        if (!v || !strcmp(v, "shm") || find_named(kind, v)) continue;
-        char var[64], names[400];
-        var_name(kind, var, sizeof(var));
-        valid_names(kind, names, sizeof(names));
-        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "%s=%s is not an algorithm of %s; valid: %s",
-                            var, v, chorus__coll_kind_name(kind), names);
+        if (v && strcmp(v, "shm") && !find_named(kind, v)) return not_an_algorithm(kind, v, e);
     }
     return CHORUS_OK;
 }
@@ -370,12 +375,7 @@ const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem,
         const row *named = find_named(kind, v);
         int any_shm = !named && !strcmp(v, "shm");
         if (!named && !any_shm) {
-            char var[64], names[400];
-            var_name(kind, var, sizeof(var));
-            valid_names(kind, names, sizeof(names));
-            *err = chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
-                                "%s=%s is not an algorithm of %s; valid: %s", var, v,
-                                chorus__coll_kind_name(kind), names);
+            *err = not_an_algorithm(kind, v, &c->err);
             return NULL;
         }
         r = any_shm ? by_rules(c, kind, mem, bytes, 1) : usable(c, named, mem) ? named : NULL;

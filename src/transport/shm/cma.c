@@ -8,11 +8,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "transport/shm/cma.h"
+#include "wire/auth.h"
 
 #ifndef PR_SET_PTRACER
 #define PR_SET_PTRACER 0x59616d61
@@ -38,9 +38,8 @@ static int yama_scope(void)
 
 void chorus__cma_prepare(chorus_shm *s)
 {
-    uint64_t v = 0;
-    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-        v = chorus__now_ns() ^ ((uint64_t)getpid() << 20);
+    uint64_t v;
+    chorus__auth_random(&v, sizeof(v));
     s->cma_word = v | 1;
     chorus_shm_ctrl *me = &s->ctrl[s->rank];
     me->cma_probe_addr = (uint64_t)(uintptr_t)&s->cma_word;

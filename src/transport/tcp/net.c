@@ -927,14 +927,6 @@ static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
     break_locked(n, r->peer, CHORUS_ERR_TIMEOUT, why, why);
 }
 
-/* Bytes moved so far by the requests, to tell progress from a stall. */
-static size_t moved(chorus_req *const *reqs, int nreq)
-{
-    size_t m = 0;
-    for (int i = 0; i < nreq; i++) m += reqs[i]->hoff + reqs[i]->off;
-    return m;
-}
-
 /* Drives progress until need requests are done; extend_s > 0 moves the deadline on whenever a
  * request moved a byte. CHORUS_OK or the error that broke the net. */
 static chorus_result wait_core(chorus_net *n, chorus_req *const *reqs, int nreq, int need,
@@ -942,14 +934,17 @@ static chorus_result wait_core(chorus_net *n, chorus_req *const *reqs, int nreq,
 {
     double spin_until = chorus__now() + n->spin_us * 1e-6;
     pthread_mutex_lock(&n->mu);
-    size_t last = extend_s > 0 ? moved(reqs, nreq) : 0;
+    size_t last = (size_t)-1; /* bytes the requests had moved at the last look */
     for (;;) {
         int pending = -1, ndone = 0;
-        for (int i = 0; i < nreq; i++)
+        size_t moved = 0; /* to tell progress from a stall */
+        for (int i = 0; i < nreq; i++) {
+            moved += reqs[i]->hoff + reqs[i]->off;
             if (reqs[i]->done)
                 ndone++;
             else if (pending < 0)
                 pending = i;
+        }
         if (pending < 0 || ndone >= need) break; /* done, even if the net broke right after */
         if (n->broken == CHORUS_OK) check_bye(n, reqs[pending]);
         if (n->broken != CHORUS_OK) {
@@ -959,12 +954,9 @@ static chorus_result wait_core(chorus_net *n, chorus_req *const *reqs, int nreq,
             return r;
         }
         double now = chorus__now();
-        if (extend_s > 0) {
-            size_t m = moved(reqs, nreq);
-            if (m != last) {
-                last = m;
-                deadline = now + extend_s;
-            }
+        if (extend_s > 0 && moved != last) {
+            if (last != (size_t)-1) deadline = now + extend_s;
+            last = moved;
         }
         if (now > deadline) {
             timeout_locked(n, reqs[pending], 0);
@@ -1329,7 +1321,7 @@ void chorus__net_retain(chorus_net *n)
  * took nothing for ABORT_FLUSH_S (or CHORUS_TIMEOUT_S when shorter). */
 static void drain_before_close(chorus_net *n)
 {
-    double timeout_s = chorus__deadline() - chorus__now();
+    double timeout_s = chorus__timeout_s();
     if (timeout_s > ABORT_FLUSH_S) timeout_s = ABORT_FLUSH_S;
     double deadline = chorus__now() + timeout_s;
     char sink[4096];

@@ -1,7 +1,8 @@
 /*
- * chorus-run - starts the ranks of a Chorus job on this host.
+ * chorus-run - starts the ranks of a Chorus job on this host or across hosts.
  *
  *   chorus-run -np N [options] [--] program [args...]
+ *   chorus-run -H a:2,b:2 [--rsh CMD] [options] [--] program [args...]
  *   chorus-run --elastic -np N --min-np A --max-np B [--host-discovery-script PATH] program ...
  *
  * Serves the rendezvous store, makes a random per-job secret (CHORUS_SECRET) that every
@@ -24,6 +25,11 @@
  * its predecessor did), and follows a host discovery script.
  * Running workers learn of a pending generation at their next commit (el/next). Every key
  * and value format of this protocol is defined in src/elastic/keys.h.
+ *
+ * Across hosts (-H, --hostfile, or a discovery script naming other hosts), a rank of a host
+ * that is not this machine is a worker here too: an agent (this program with --agent,
+ * run_remote.c) started over the remote shell, whose streams carry the rank's output, status
+ * and end, so supervision, failure reports and elastic membership treat it as any other.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -194,8 +200,9 @@ static void usage(FILE *f)
         "  --host-discovery-script PATH\n"
         "                   run PATH every --discovery-interval seconds (default 5); each line\n"
         "                   'host:slots' names a host and its slots. Workers are started or\n"
-        "                   retired (at their next commit) to match the slots of local hosts\n"
-        "                   (localhost, 127.0.0.1, this host's name), capped at --max-np.\n"
+        "                   retired (at their next commit) to match the slots, capped at\n"
+        "                   --max-np; other hosts than this machine through --rsh, when one\n"
+        "                   is named at the start (the store then listens where they reach it)\n"
         "  --discovery-interval S\n"
         "\n"
         "Across hosts, the hosts that are this machine start their ranks here; every other\n"
@@ -464,6 +471,7 @@ static void free_env(char **envp)
 }
 
 static int count_alive(const job *j);
+static int pick_host(job *j);
 
 /* Variables every rank gets from this launcher (an inherited value is replaced or removed). The
  * standard ones let programs written for other launchers run unchanged: torchrun's (a plain
@@ -520,7 +528,7 @@ static char **child_env(const job *j, int rank, int size, int wid)
     /* Across hosts: the rank's place on its host, and its host's among the hosts. */
     int local = rank, local_size = size, group = 0, groups = 1;
     const char *master = "127.0.0.1";
-    if (j->hosts.n > 0 && rank >= 0) {
+    if (j->hosts.n > 0 && rank >= 0 && !j->elastic) {
         int h = run_hosts_of_rank(&j->hosts, rank);
         local = rank - j->hosts.h[h].first_rank;
         local_size = j->hosts.h[h].nranks;
@@ -643,7 +651,7 @@ static pid_t spawn_agent(job *j, int h, int rank, int wid, char **envp, int out1
                          int *agent_in)
 {
     char label[32];
-    snprintf(label, sizeof(label), "%d", rank >= 0 ? rank : wid);
+    snprintf(label, sizeof(label), "%d", j->elastic ? wid : rank);
     char **rsh = run_rsh_argv(j->rsh, j->hosts.h[h].name, j->self, label);
     char **fwd = calloc(N_LAUNCHER_VARS + 4096, sizeof(char *));
     int in[2];
@@ -661,8 +669,11 @@ static pid_t spawn_agent(job *j, int h, int rank, int wid, char **envp, int out1
     pid_t launcher = getpid();
     pid_t pid = fork();
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != launcher) _exit(128 + SIGKILL);
+        /* The remote shell ends with the launcher; SIGTERM rather than SIGKILL, so that an
+         * agent run in its place (ip netns exec execs it) can stop its rank's whole process
+         * group before it goes. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != launcher) _exit(128 + SIGTERM);
         dup2(in[0], 0);
         dup2(out1, 1);
         dup2(err1, 2);
@@ -703,7 +714,9 @@ static worker *spawn(job *j, int rank, int size)
             if (j->w[i].s[0].demux) j->w[i].s[0].demux = &j->w[i];
     }
     int wid = j->nw;
-    int h = j->hosts.n > 0 && rank >= 0 ? run_hosts_of_rank(&j->hosts, rank) : -1;
+    int h = j->elastic                    ? pick_host(j)
+            : j->hosts.n > 0 && rank >= 0 ? run_hosts_of_rank(&j->hosts, rank)
+                                          : -1;
     int remote = h >= 0 && !j->hosts.h[h].local;
     int out[2], errp[2];
     if (pipe2(out, O_CLOEXEC)) return NULL;
@@ -755,7 +768,9 @@ static worker *spawn(job *j, int rank, int size)
         dup2(errp[1], 2);
         if (stp[1] >= 0) fcntl(stp[1], F_SETFD, 0); /* kept across exec: CHORUS_STATUS_FD */
         setpgid(0, 0); /* terminal signals reach the launcher, which forwards them */
-        bind_slot(j, h >= 0 ? rank - j->hosts.h[h].first_rank : rank >= 0 ? rank : wid);
+        bind_slot(j, h >= 0 && !j->elastic ? rank - j->hosts.h[h].first_rank
+                     : rank >= 0           ? rank
+                                           : wid);
         signal(SIGPIPE, SIG_DFL);
         sigset_t none;
         sigemptyset(&none);
@@ -796,60 +811,89 @@ static int count_alive(const job *j)
 
 /* ---- host discovery --------------------------------------------------------------------- */
 
-static int is_local_host(const char *h)
+/* Runs the discovery script and merges the hosts it names ("host:slots" lines) into j->hosts:
+ * a host keeps its index, a host no longer named keeps it with 0 slots (its workers are
+ * retired). Returns the slots of the hosts the job can use (all, or with a store on loopback
+ * this machine's), or -1 when the script failed. */
+static int discover(job *j)
 {
-    char me[256] = "";
-    gethostname(me, sizeof(me) - 1);
-    char shortme[256];
-    snprintf(shortme, sizeof(shortme), "%s", me);
-    char *dot = strchr(shortme, '.');
-    if (dot) *dot = 0;
-    return !strcmp(h, "localhost") || !strcmp(h, "127.0.0.1") || !strcmp(h, me) ||
-           !strcmp(h, shortme);
-}
-
-/* Runs the discovery script; returns the slots of local hosts or -1 when it failed. */
-static int discover(const char *script)
-{
-    static int warned_remote;
-    FILE *p = popen(script, "r");
+    FILE *p = popen(j->discovery, "r");
     if (!p) {
-        fprintf(stderr, "chorus-run: cannot run the host discovery script %s: %s\n", script,
+        fprintf(stderr, "chorus-run: cannot run the host discovery script %s: %s\n", j->discovery,
                 strerror(errno));
         return -1;
     }
-    char line[512];
-    int slots = 0;
+    run_hosts found = {0};
+    char line[512], err[512];
     while (fgets(line, sizeof(line), p)) {
-        char *nl = strpbrk(line, "\r\n");
-        if (nl) *nl = 0;
-        char *h = line;
-        while (*h == ' ' || *h == '\t') h++;
-        if (!*h || *h == '#') continue;
-        char *colon = strrchr(h, ':');
-        int n = 1;
-        if (colon) {
-            *colon = 0;
-            n = atoi(colon + 1);
-            if (n < 0) n = 0;
-        }
-        if (is_local_host(h)) {
-            slots += n;
-        } else if (!warned_remote) {
-            warned_remote = 1;
-            fprintf(stderr,
-                    "chorus-run: host discovery names '%s', which is not this host; chorus-run "
-                    "only starts workers here (use mpirun or srun across hosts); ignoring it\n",
-                    h);
-        }
+        char *h = line + strspn(line, " \t");
+        h[strcspn(h, "\r\n \t")] = 0;
+        if (*h && *h != '#' && run_hosts_add(&found, h, err, sizeof(err)))
+            fprintf(stderr, "chorus-run: host discovery: %s; ignoring that line\n", err);
     }
     int st = pclose(p);
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-        fprintf(stderr, "chorus-run: host discovery script %s failed; keeping %s\n", script,
+        fprintf(stderr, "chorus-run: host discovery script %s failed; keeping %s\n", j->discovery,
                 "the current workers");
+        run_hosts_free(&found);
         return -1;
     }
+    for (int i = 0; i < j->hosts.n; i++) j->hosts.h[i].slots = 0;
+    for (int f = 0; f < found.n; f++) {
+        int i = 0;
+        while (i < j->hosts.n && strcmp(j->hosts.h[i].name, found.h[f].name)) i++;
+        if (i == j->hosts.n) {
+            char spec[300];
+            snprintf(spec, sizeof(spec), "%s:0", found.h[f].name);
+            if (run_hosts_add(&j->hosts, spec, err, sizeof(err))) continue;
+            j->hosts.h[i].local = run_host_is_local(found.h[f].name);
+        }
+        j->hosts.h[i].slots = found.h[f].slots;
+    }
+    run_hosts_free(&found);
+    int slots = 0;
+    for (int i = 0; i < j->hosts.n; i++)
+        if (j->remote || j->hosts.h[i].local) slots += j->hosts.h[i].slots;
     return slots;
+}
+
+/* The workers running on host h that are not leaving. */
+static int workers_on(const job *j, int h)
+{
+    int n = 0;
+    for (int i = 0; i < j->nw; i++) n += j->w[i].running && !j->w[i].leaving && j->w[i].host == h;
+    return n;
+}
+
+/* Has some host more workers than its slots (it lost slots in discovery)? */
+static int over_slots(const job *j)
+{
+    for (int i = 0; i < j->hosts.n; i++)
+        if (workers_on(j, i) > j->hosts.h[i].slots) return 1;
+    return 0;
+}
+
+/* Where the next elastic worker starts: the first host with a free slot (-1: this machine,
+ * without a discovery script). A job whose store listens on loopback (every host was this
+ * machine when it started) cannot use other hosts, which is said once. */
+static int pick_host(job *j)
+{
+    static int warned;
+    for (int i = 0; i < j->hosts.n; i++) {
+        if (!j->remote && !j->hosts.h[i].local) {
+            if (!warned++)
+                fprintf(stderr,
+                        "chorus-run: host discovery names '%s', which is not this machine, but "
+                        "the job started on this machine's hosts only (its store listens on "
+                        "loopback); ignoring it\n",
+                        j->hosts.h[i].name);
+            continue;
+        }
+        if (workers_on(j, i) < j->hosts.h[i].slots) return i;
+    }
+    for (int i = 0; i < j->hosts.n; i++)
+        if (j->hosts.h[i].local) return i;
+    return -1;
 }
 
 /* ---- elastic membership ----------------------------------------------------------------- */
@@ -1022,12 +1066,12 @@ static int elastic_tick(job *j)
     /* 1. the number of workers: discovery, replacements, retirement */
     if (j->discovery && now - j->discovery_last >= j->discovery_every) {
         j->discovery_last = now;
-        int slots = discover(j->discovery);
+        int slots = discover(j);
         if (slots >= 0) {
             int d = slots < j->max_np ? slots : j->max_np;
             if (d != j->desired)
                 fprintf(stderr,
-                        "chorus-run: elastic: host discovery: %d slot%s here, %d worker%s "
+                        "chorus-run: elastic: host discovery: %d slot%s, %d worker%s "
                         "wanted (was %d)\n",
                         slots, slots == 1 ? "" : "s", d, d == 1 ? "" : "s", j->desired);
             j->desired = d;
@@ -1048,24 +1092,31 @@ static int elastic_tick(job *j)
             w->replacement = 1;
         }
         fprintf(stderr,
-                "chorus-run: elastic: started worker %d (pid %d)%s; it joins at the next "
+                "chorus-run: elastic: started worker %d (pid %d%s%s)%s; it joins at the next "
                 "commit\n",
-                w->wid, (int)w->pid, replacing ? " to replace a failed one" : "");
+                w->wid, (int)w->pid, w->host >= 0 ? " on host " : "",
+                w->host >= 0 ? j->hosts.h[w->host].name : "",
+                replacing ? " to replace a failed one" : "");
         alive++;
     }
-    if (alive > j->desired && !j->forming) {
-        /* retire the newest workers at the next commit */
+    if ((alive > j->desired || over_slots(j)) && !j->forming) {
+        /* retire at the next commit the newest workers of hosts that lost slots, then the
+         * newest of any host */
         int extra = alive - j->desired;
-        for (int i = j->nw - 1; i >= 0 && extra > 0; i--) {
-            worker *w = &j->w[i];
-            if (!w->running || w->leaving) continue;
-            char key[64];
-            chorus_el_key_out(key, sizeof(key), w->wid);
-            kv_set(j, key, "scaled down by host discovery");
-            w->leaving = 1;
-            extra--;
-            fprintf(stderr, "chorus-run: elastic: retiring worker %d at the next commit\n", w->wid);
-        }
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = j->nw - 1; i >= 0; i--) {
+                worker *w = &j->w[i];
+                if (!w->running || w->leaving) continue;
+                int over = w->host >= 0 && workers_on(j, w->host) > j->hosts.h[w->host].slots;
+                if (pass == 0 ? !over : extra <= 0) continue;
+                char key[64];
+                chorus_el_key_out(key, sizeof(key), w->wid);
+                kv_set(j, key, "scaled down by host discovery");
+                w->leaving = 1;
+                extra--;
+                fprintf(stderr, "chorus-run: elastic: retiring worker %d at the next commit\n",
+                        w->wid);
+            }
         j->scale_down = 1;
     }
     /* 2. check-ins for the next generation */
@@ -1487,6 +1538,24 @@ static int parse_args(int argc, char **argv, job *j, run_opts *o)
     return -1;
 }
 
+/* For a job with ranks on other hosts: the remote shell, this program's path (the agents run
+ * it there) and the directory the ranks run in. 0, or -1 with the reason said. */
+static int setup_remote(job *j)
+{
+    if (!getcwd(j->cwd, sizeof(j->cwd))) snprintf(j->cwd, sizeof(j->cwd), "/");
+    if (!j->rsh) j->rsh = j->rsh_buf[0] ? j->rsh_buf : "ssh -o BatchMode=yes";
+    ssize_t n = readlink("/proc/self/exe", j->self, sizeof(j->self) - 1);
+    if (n <= 0) {
+        fprintf(stderr,
+                "chorus-run: cannot find its own path (/proc/self/exe: %s), which the "
+                "other hosts run as the agent of their ranks\n",
+                strerror(errno));
+        return -1;
+    }
+    j->self[n] = 0;
+    return 0;
+}
+
 /* With -H or --hostfile: places the ranks by slot, finds the hosts that are this machine, and
  * for the others the remote shell, this program's path (the agents run it there) and the
  * directory the ranks run in. Returns -1 to go on, else the exit code. */
@@ -1509,19 +1578,7 @@ static int check_hosts(job *j)
     run_hosts_mark_local(&j->hosts); /* after the checks: it may ask the resolver */
     for (int i = 0; i < j->hosts.n; i++)
         j->remote |= j->hosts.h[i].nranks > 0 && !j->hosts.h[i].local;
-    if (!getcwd(j->cwd, sizeof(j->cwd))) snprintf(j->cwd, sizeof(j->cwd), "/");
-    if (!j->remote) return -1;
-    if (!j->rsh) j->rsh = j->rsh_buf[0] ? j->rsh_buf : "ssh -o BatchMode=yes";
-    ssize_t n = readlink("/proc/self/exe", j->self, sizeof(j->self) - 1);
-    if (n <= 0) {
-        fprintf(stderr,
-                "chorus-run: cannot find its own path (/proc/self/exe: %s), which the "
-                "other hosts run as the agent of their ranks\n",
-                strerror(errno));
-        return 1;
-    }
-    j->self[n] = 0;
-    return -1;
+    return j->remote && setup_remote(j) ? 1 : -1;
 }
 
 /* The ranks this host runs: all of them, or across hosts those of the hosts that are this
@@ -1544,20 +1601,23 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
                         "--elastic\n");
         return 2;
     }
-    if (j->elastic && j->discovery && j->np < 1) {
-        int slots = discover(j->discovery);
-        if (slots < 1) {
-            fprintf(stderr, "chorus-run: the host discovery script gives no local slots; pass -np "
-                            "N\n");
-            return 2;
-        }
-        j->np = o->max_np_set && slots > j->max_np ? j->max_np : slots;
-        j->discovery_last = chorus__now();
-    }
     if (j->hosts.n > 0 && j->elastic) {
         fprintf(stderr, "chorus-run: --elastic takes its hosts from --host-discovery-script, not "
                         "-H or --hostfile\n");
         return 2;
+    }
+    if (j->elastic && j->discovery && j->np < 1) {
+        int slots = discover(j);
+        for (int i = 0; i < j->hosts.n; i++)
+            j->remote |= j->hosts.h[i].slots && !j->hosts.h[i].local;
+        if (j->remote) slots = discover(j);
+        if (slots < 1) {
+            fprintf(stderr, "chorus-run: the host discovery script gives no slots; pass -np N\n");
+            return 2;
+        }
+        if (j->remote && setup_remote(j)) return 1;
+        j->np = o->max_np_set && slots > j->max_np ? j->max_np : slots;
+        j->discovery_last = chorus__now();
     }
     if (j->hosts.n > 0 && o->prog < argc) {
         int rc = check_hosts(j);

@@ -16,7 +16,7 @@ check 2 "--max-np needs a number from 1 to 4096, not 'x'" --elastic -np 2 --max-
 check 2 "chorus-run: not enough slots: -np 5 needs 5, but the hosts have 4 (a:2,b:2)" -H a:2,b:2 -np 5 true
 check 2 "chorus-run: -H a:x: 'a:x': the slots after ':' must be a number from 0 to 4096" -H a:x true
 check 2 "chorus-run: --hostfile: /nonexistent/hosts: No such file or directory" --hostfile /nonexistent/hosts true
-check 2 "the host discovery script gives no local slots" --elastic --host-discovery-script "echo otherhost:4" true
+check 2 "the host discovery script gives no slots; pass -np N" --elastic --host-discovery-script "echo somehost:0" true
 check 0 "" --elastic -np 2 --max-np 3 true
 chorus-run --help | grep -q -- "--host-discovery-script PATH" || fail "--help does not list the elastic options"
 # workers that keep failing: replaced --max-restarts times, then the job stops

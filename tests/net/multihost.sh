@@ -10,16 +10,20 @@
 #   secret    the job secret reaches every remote rank, and no command line on any host
 #             holds it while the job runs
 #   fail      a rank of host 2 fails: every rank on every host is stopped, the launcher names
-#             the rank and its host; SIGTERM to the launcher reaches the ranks of every host
+#             the rank and its host; SIGTERM to the launcher reaches the ranks of every host;
+#             the launcher killed with SIGKILL leaves no rank on any host
 #   linkcut   host 3's link is cut during allreduces: every other rank fails within the
 #             timeout naming a rank of host 3 and its address; the launcher names the host
 #   hostkill  every process of host 2 is killed: the others fail, the launcher names host 2
+#   elastic   --elastic with a discovery script naming host 1 and host 2: workers start on
+#             both, a third joins on host 2 when it gets a second slot and is retired when
+#             it loses it; the finishers' parameters equal the serial reference
 #   iface     CHORUS_IFACE (--network-interface) on hosts with a second link: the store and
 #             every rank listen on that link's addresses
 # After every case nothing of the job is left on any host (ip netns pids). Needs root and
 # `ip netns`; prints SKIP with the reason otherwise.
 BUILD=${BUILD:-build}
-case=${1:?usage: multihost.sh basic|hostfile|secret|fail|linkcut|hostkill|iface}
+case=${1:?usage: multihost.sh basic|hostfile|secret|fail|linkcut|hostkill|elastic|iface}
 run=$PWD/$BUILD/bin/chorus-run
 coll=$PWD/$BUILD/tests/mp/coll_select
 bench=$PWD/$BUILD/bin/chorus-bench
@@ -32,6 +36,12 @@ fail() {
     exit 1
 }
 expect() { grep -q -- "$1" "$logs/out" || fail "expected: $1"; }
+# wait_for PATTERN COUNT: until COUNT lines of the output match (at most 20 s)
+wait_for() {
+    i=0
+    while [ "$(grep -c -- "$1" "$logs/out")" -lt "$2" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+    [ $i -lt 200 ] || fail "timed out waiting for $2 lines like '$1'"
+}
 
 # Variables of an enclosing launcher (the test runner may run under one) are not this job's.
 unset CHORUS_RANK CHORUS_SIZE CHORUS_STORE_ADDR CHORUS_LOCAL_RANK CHORUS_LOCAL_SIZE \
@@ -138,14 +148,23 @@ fail)
     ip netns exec "$h1" "$run" --rsh "ip netns exec" -H "$h1:2,$h2:2" sh -c "echo up; $prog" > "$logs/out" 2>&1 &
     pid=$!
     pids="$pids $pid"
-    i=0
-    while [ "$(grep -c '] up' "$logs/out")" -lt 4 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    wait_for '\] up' 4
     kill -TERM $pid
     wait $pid
     rc=$?
     [ $rc = 130 ] || fail "SIGTERM: exit $rc, not 130"
     for r in 0 1 2; do expect "^\[$r\] got TERM"; done
     expect "chorus-run: interrupted; stopped all ranks"
+    no_leftovers
+    # the launcher killed with SIGKILL: the ranks of every host end with it
+    ip netns exec "$h1" "$run" --rsh "ip netns exec" -H "$h1:2,$h2:2" sh -c "echo up; exec sleep 30" > "$logs/out" 2>&1 &
+    pid=$!
+    pids="$pids $pid"
+    wait_for '\] up' 4
+    kill -KILL $pid
+    wait $pid
+    i=0
+    while [ -n "$(ip netns pids "$h1")$(ip netns pids "$h2")" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
     no_leftovers
     ;;
 linkcut | hostkill)
@@ -173,6 +192,32 @@ linkcut | hostkill)
     expect "^chorus-run: host $victim failed: all its ranks ($vr) failed or were lost"
     # the ranks of the other hosts name the lost rank's host by its address
     expect "^\[[01]\] .*rank [23] (host [^)]* at $(cluster_addr $vi))"
+    no_leftovers
+    ;;
+elastic)
+    printf '%s:1\n%s:1\n' "$h1" "$h2" > "$logs/slots"
+    printf '#!/bin/sh\ncat %s\n' "$logs/slots" > "$logs/discover.sh"
+    chmod +x "$logs/discover.sh"
+    export CHORUS_HEARTBEAT_TIMEOUT_S=2 CHORUS_HEARTBEAT_S=0.5
+    ip netns exec "$h1" "$run" --rsh "ip netns exec" --elastic --min-np 1 --max-np 3 \
+        --host-discovery-script "$logs/discover.sh" --discovery-interval 0.2 \
+        -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT "$PWD/$BUILD/tests/fault/elastic_sgd" \
+        --steps 150 --step-ms 20 --dim 300 --tag "mh$tag" > "$logs/out" 2>&1 &
+    pid=$!
+    pids="$pids $pid"
+    wait_for '\] gen 1 size 2' 2
+    wait_for '^\[0\] commit' 2
+    printf '%s:1\n%s:2\n' "$h1" "$h2" > "$logs/slots"
+    wait_for '^\[2\] gen [0-9]* size 3 rank 2 step [0-9]* joined$' 1
+    printf '%s:1\n%s:1\n' "$h1" "$h2" > "$logs/slots"
+    wait $pid
+    rc=$?
+    [ $rc = 0 ] || fail "exit $rc"
+    expect "^chorus-run: elastic: started worker 2 (pid [0-9]* on host $h2)"
+    expect "^\[1\] .*listening on $(cluster_addr 2):"
+    expect "^\[2\] .*listening on $(cluster_addr 2):"
+    expect "^\[2\] error: CHORUS_ERR_MEMBERSHIP.*retired"
+    [ "$(grep -c '^\[[01]\] final step 150 hash [0-9a-f]* ok$' "$logs/out")" = 2 ] || fail "expected workers 0 and 1 to finish"
     no_leftovers
     ;;
 iface)

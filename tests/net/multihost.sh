@@ -54,6 +54,13 @@ launch() {
     rc=$?
 }
 
+# launch_bg ARGS...: the same in the background, its pid in $pid.
+launch_bg() {
+    ip netns exec "$h1" "$run" --rsh "ip netns exec" "$@" > "$logs/out" 2>&1 &
+    pid=$!
+    pids="$pids $pid"
+}
+
 # Nothing of the job may be left on any host.
 no_leftovers() {
     for h in $cluster_hosts; do
@@ -107,9 +114,7 @@ hostfile)
 secret)
     # Each rank writes the secret it got into a file (not on any command line: the shell
     # expands the variable), then waits for the test to look at every process of every host.
-    launch -H "$h1:2,$h2:2" sh -c 'printf %s "$CHORUS_SECRET" > '"$logs"'/secret.$RANK; while [ ! -e '"$logs"'/done ]; do sleep 0.1; done' &
-    pid=$!
-    pids="$pids $pid"
+    launch_bg -H "$h1:2,$h2:2" sh -c 'printf %s "$CHORUS_SECRET" > '"$logs"'/secret.$RANK; while [ ! -e '"$logs"'/done ]; do sleep 0.1; done'
     i=0
     while [ "$(ls "$logs"/secret.* 2> /dev/null | wc -l)" -lt 4 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
     sleep 0.2
@@ -145,9 +150,7 @@ fail)
     for r in 0 1 2; do expect "^\[$r\] got TERM"; done
     no_leftovers
     # SIGTERM to the launcher reaches every host's ranks
-    ip netns exec "$h1" "$run" --rsh "ip netns exec" -H "$h1:2,$h2:2" sh -c "echo up; $prog" > "$logs/out" 2>&1 &
-    pid=$!
-    pids="$pids $pid"
+    launch_bg -H "$h1:2,$h2:2" sh -c "echo up; $prog"
     wait_for '\] up' 4
     kill -TERM $pid
     wait $pid
@@ -157,9 +160,7 @@ fail)
     expect "chorus-run: interrupted; stopped all ranks"
     no_leftovers
     # the launcher killed with SIGKILL: the ranks of every host end with it
-    ip netns exec "$h1" "$run" --rsh "ip netns exec" -H "$h1:2,$h2:2" sh -c "echo up; exec sleep 30" > "$logs/out" 2>&1 &
-    pid=$!
-    pids="$pids $pid"
+    launch_bg -H "$h1:2,$h2:2" sh -c "echo up; exec sleep 30"
     wait_for '\] up' 4
     kill -KILL $pid
     wait $pid
@@ -168,15 +169,14 @@ fail)
     no_leftovers
     ;;
 linkcut | hostkill)
-    # allreduces until the job is broken; rank 0 prints a line once they run
+    # allreduces until the job is broken, a second after every rank has logged its address (the
+    # benchmark's own lines are block-buffered on the pipe)
     export CHORUS_TIMEOUT_S=3
     if [ $case = linkcut ]; then hosts="$h1:1,$h2:1,$h3:2" victim=$h3 vi=3 vr="2, 3"; else hosts="$h1:2,$h2:2" victim=$h2 vi=2 vr="2, 3"; fi
-    ip netns exec "$h1" "$run" --rsh "ip netns exec" -H "$hosts" "$bench" -b 4K -e 4K -n 10000000 -w 1 -c 0 > "$logs/out" 2>&1 &
-    pid=$!
-    pids="$pids $pid"
-    i=0
-    while ! grep -q '^\[0\] #  *size' "$logs/out" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    sleep 0.5
+    launch_bg -H "$hosts" -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT "$bench" -b 4K -e 4K \
+        -n 10000000 -w 1 -c 0
+    wait_for 'rank [0-3]: local rank [0-9] of [0-9], [23] hosts, listening on' 4
+    sleep 1
     t0=$(date +%s)
     if [ $case = linkcut ]; then
         cluster_link_down $vi
@@ -199,12 +199,9 @@ elastic)
     printf '#!/bin/sh\ncat %s\n' "$logs/slots" > "$logs/discover.sh"
     chmod +x "$logs/discover.sh"
     export CHORUS_HEARTBEAT_TIMEOUT_S=2 CHORUS_HEARTBEAT_S=0.5
-    ip netns exec "$h1" "$run" --rsh "ip netns exec" --elastic --min-np 1 --max-np 3 \
-        --host-discovery-script "$logs/discover.sh" --discovery-interval 0.2 \
-        -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT "$PWD/$BUILD/tests/fault/elastic_sgd" \
-        --steps 150 --step-ms 20 --dim 300 --tag "mh$tag" > "$logs/out" 2>&1 &
-    pid=$!
-    pids="$pids $pid"
+    launch_bg --elastic --min-np 1 --max-np 3 --host-discovery-script "$logs/discover.sh" \
+        --discovery-interval 0.2 -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT \
+        "$PWD/$BUILD/tests/fault/elastic_sgd" --steps 150 --step-ms 20 --dim 300 --tag "mh$tag"
     wait_for '\] gen 1 size 2' 2
     wait_for '^\[0\] commit' 2
     printf '%s:1\n%s:2\n' "$h1" "$h2" > "$logs/slots"

@@ -441,70 +441,70 @@ static int exit_like(int status)
     return 1;
 }
 
-int run_agent_main(int argc, char **argv)
+/* The job an agent received. Its strings live in in->buf. */
+typedef struct agent_job {
+    const char *label;
+    char host[256];
+    agent_in *in;
+    const char *cwd;
+    char **argv; /* the program and its arguments, NULL-terminated */
+    char **env;  /* the rank's variables from the launcher */
+    int nenv;
+} agent_job;
+
+/* Reads the description on stdin into a (see run_remote.h). 0, or 2 with the reason said. */
+static int agent_read_job(agent_job *a)
 {
-    const char *label = argc > 2 ? argv[2] : "?";
-    char host[256] = "?";
-    gethostname(host, sizeof(host) - 1);
-    agent_in *in = calloc(1, sizeof(*in));
-    if (!in) return 1;
-    char *s = next_str(in);
+    char *s = next_str(a->in);
     if (!s || strcmp(s, AGENT_MAGIC)) {
         fprintf(stderr,
                 "chorus-run --agent %s: expected a job description from chorus-run on stdin "
                 "(this mode is started by chorus-run -H over the remote shell)\n",
-                label);
+                a->label);
         return 2;
     }
-    char *cwd = next_str(in), *count = next_str(in);
+    char *count;
     long nargs = 0;
-    if (!cwd || !count || chorus__parse_int(count, 1, 1 << 20, &nargs)) {
-        fprintf(stderr, "chorus-run --agent %s: malformed job description\n", label);
+    a->cwd = next_str(a->in);
+    count = next_str(a->in);
+    if (!a->cwd || !count || chorus__parse_int(count, 1, 1 << 20, &nargs)) {
+        fprintf(stderr, "chorus-run --agent %s: malformed job description\n", a->label);
         return 2;
     }
-    char **pargv = calloc((size_t)nargs + 1, sizeof(char *));
-    char **recv = calloc(4096, sizeof(char *));
-    int nrecv = 0;
-    if (!pargv || !recv) return 1;
+    a->argv = calloc((size_t)nargs + 1, sizeof(char *));
+    a->env = calloc(4096, sizeof(char *));
+    if (!a->argv || !a->env) {
+        fprintf(stderr, "chorus-run --agent %s: out of memory\n", a->label);
+        return 2;
+    }
     for (long i = 0; i < nargs; i++)
-        if (!(pargv[i] = next_str(in))) {
-            fprintf(stderr, "chorus-run --agent %s: malformed job description\n", label);
+        if (!(a->argv[i] = next_str(a->in))) {
+            fprintf(stderr, "chorus-run --agent %s: malformed job description\n", a->label);
             return 2;
         }
     for (;;) {
-        char *v = next_str(in);
+        char *v = next_str(a->in);
         if (!v) {
-            fprintf(stderr, "chorus-run --agent %s: the job description ended early\n", label);
+            fprintf(stderr, "chorus-run --agent %s: the job description ended early\n", a->label);
             return 2;
         }
-        if (!*v) break;
-        if (nrecv < 4095) recv[nrecv++] = v;
+        if (!*v) return 0;
+        if (a->nenv < 4095) a->env[a->nenv++] = v;
     }
-    if (chdir(cwd))
-        fprintf(stderr,
-                "chorus-run --agent %s: cannot enter %s on %s (%s); running where the remote "
-                "shell started\n",
-                label, cwd, host, strerror(errno));
+}
 
-    if (pipe2(agent_sig_pipe, O_CLOEXEC | O_NONBLOCK)) return 1;
-    run_catch_signals(agent_on_signal);
-
-    int out[2], errp[2], stp[2];
-    if (pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) || pipe2(stp, O_CLOEXEC | O_NONBLOCK)) {
-        perror("chorus-run --agent: pipe");
-        return 1;
-    }
-    char **envp = agent_env(recv, nrecv, stp[1]);
-    if (!envp) return 1;
+/* Starts the rank with its streams on out, errp and stp (the parent's ends are closed here).
+ * Returns its pid, or -1 with the reason said. */
+static pid_t agent_start_rank(agent_job *a, int out[2], int errp[2], int stp[2])
+{
+    char **envp = agent_env(a->env, a->nenv, stp[1]);
+    if (!envp) return -1;
     char execfail[300];
     snprintf(execfail, sizeof(execfail), "chorus-run: cannot run '%s' on %s (exec failed)\n",
-             pargv[0], host);
+             a->argv[0], a->host);
     pid_t agent = getpid();
     pid_t pid = fork();
-    if (pid < 0) {
-        perror("chorus-run --agent: fork");
-        return 1;
-    }
+    if (pid < 0) perror("chorus-run --agent: fork");
     if (pid == 0) {
         /* The rank dies with its agent: nothing is left on this host when the agent is
          * killed. */
@@ -520,34 +520,36 @@ int run_agent_main(int argc, char **argv)
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        execvpe(pargv[0], pargv, envp);
+        execvpe(a->argv[0], a->argv, envp);
         if (write(2, execfail, strlen(execfail)) < 0) { /* nothing more to do */
         }
         _exit(127);
     }
-    setpgid(pid, pid);
+    free(envp);
+    if (pid > 0) setpgid(pid, pid);
     close(out[1]);
     close(errp[1]);
     close(stp[1]);
-    char pidline[32];
-    int n = snprintf(pidline, sizeof(pidline), "%d", (int)pid);
-    frame('P', pidline, (size_t)n);
-    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    return pid;
+}
 
-    relay r[3] = {
-        {.fd = out[0], .tag = '1'}, {.fd = errp[0], .tag = '2'}, {.fd = stp[0], .tag = 'S'}};
+/* Relays the rank's pipes (r: stdout, stderr, status) as frames and the launcher's commands
+ * to the rank until the rank has ended and its pipes are drained (or AGENT_DRAIN_S passed).
+ * The end of stdin stops the rank: SIGTERM, SIGKILL after AGENT_STOP_GRACE_S. Returns the
+ * rank's wait status. */
+static int agent_relay(agent_in *in, pid_t pid, relay r[3])
+{
     int status = 0, running = 1, in_open = 1;
     double gone_at = 0, ended_at = 0;
     for (;;) {
         struct pollfd pf[5];
-        int k = 0, who[5];
+        int k = 0, who[5], open_relays = 0;
         pf[k] = (struct pollfd){.fd = agent_sig_pipe[0], .events = POLLIN};
         who[k++] = -2;
         if (in_open) {
             pf[k] = (struct pollfd){.fd = 0, .events = POLLIN};
             who[k++] = -1;
         }
-        int open_relays = 0;
         for (int i = 0; i < 3; i++)
             if (r[i].fd >= 0) {
                 pf[k] = (struct pollfd){.fd = r[i].fd, .events = POLLIN};
@@ -583,8 +585,48 @@ int run_agent_main(int argc, char **argv)
     }
     for (int i = 0; i < 3; i++)
         if (r[i].fd >= 0) relay_pump(&r[i]);
+    return status;
+}
+
+int run_agent_main(int argc, char **argv)
+{
+    agent_job a = {.label = argc > 2 ? argv[2] : "?", .host = "?"};
+    gethostname(a.host, sizeof(a.host) - 1);
+    int rc = 1, out[2], errp[2], stp[2];
+    a.in = calloc(1, sizeof(*a.in));
+    if (a.in) rc = agent_read_job(&a);
+    if (rc) goto done;
+    if (chdir(a.cwd))
+        fprintf(stderr,
+                "chorus-run --agent %s: cannot enter %s on %s (%s); running where the remote "
+                "shell started\n",
+                a.label, a.cwd, a.host, strerror(errno));
+    rc = 1;
+    if (pipe2(agent_sig_pipe, O_CLOEXEC | O_NONBLOCK) || pipe2(out, O_CLOEXEC) ||
+        pipe2(errp, O_CLOEXEC) || pipe2(stp, O_CLOEXEC | O_NONBLOCK)) {
+        perror("chorus-run --agent: pipe");
+        goto done;
+    }
+    run_catch_signals(agent_on_signal);
+    pid_t pid = agent_start_rank(&a, out, errp, stp);
+    if (pid < 0) goto done;
+    char line[32];
+    int n = snprintf(line, sizeof(line), "%d", (int)pid);
+    frame('P', line, (size_t)n);
+    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    relay r[3] = {
+        {.fd = out[0], .tag = '1'}, {.fd = errp[0], .tag = '2'}, {.fd = stp[0], .tag = 'S'}};
+    int status = agent_relay(a.in, pid, r);
     kill(-pid, SIGKILL); /* what the rank left behind in its process group */
-    int n2 = snprintf(pidline, sizeof(pidline), "%d", status);
-    frame('X', pidline, (size_t)n2);
+    n = snprintf(line, sizeof(line), "%d", status);
+    frame('X', line, (size_t)n);
+    free(a.argv);
+    free(a.env);
+    free(a.in);
     return exit_like(status);
+done:
+    free(a.argv);
+    free(a.env);
+    free(a.in);
+    return rc;
 }

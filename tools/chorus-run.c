@@ -2253,7 +2253,11 @@ int main(int argc, char **argv)
     if (rc < 0) rc = prepare_job(&j, &server);
     j.started = chorus__now();
     if (rc < 0) rc = spawn_ranks(&j);
-    if (rc >= 0) return rc;
+    if (rc >= 0) { /* help, a bad option, or nothing could start */
+        free(j.w);
+        run_hosts_free(&j.hosts);
+        return rc;
+    }
     outcome out;
     do {
         out = (outcome){.failed = -1, .last_failed = -1};

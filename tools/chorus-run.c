@@ -691,8 +691,10 @@ static pid_t spawn_agent(job *j, int h, int rank, int wid, char **envp, int out1
     if (pid > 0) {
         setpgid(pid, pid);
         /* An agent that died before reading shows on its stderr why (ssh's message). */
-        run_agent_send(in[1], j->cwd, j->argv, fwd);
         fcntl(in[1], F_SETFL, O_NONBLOCK);
+        if (run_agent_send(in[1], j->cwd, j->argv, fwd) && errno != EPIPE)
+            fprintf(stderr, "chorus-run: cannot send the job to the agent of rank %s on %s: %s\n",
+                    label, j->hosts.h[h].name, strerror(errno));
         *agent_in = in[1];
     } else {
         close(in[1]);
@@ -2166,6 +2168,11 @@ static int report_failure(const job *j, const outcome *out)
                 name, how);
     else
         fprintf(stderr, "chorus-run: %s %s; it failed first\n", name, how);
+    if (cw->s[0].demux && !cw->remote_pid)
+        fprintf(stderr,
+                "chorus-run: the remote shell never started rank %d on host %s (check that '%s "
+                "%s true' works from here)\n",
+                cause, j->hosts.h[cw->host].name, j->rsh, j->hosts.h[cw->host].name);
     if (cw->tail.count) {
         fprintf(stderr, "chorus-run: last lines of rank %d:\n", cause);
         for (int i = 0; i < cw->tail.count; i++) {

@@ -24,8 +24,9 @@
 #include "base/base.h"
 
 #define AGENT_MAGIC        "chorus-agent 1"
-#define AGENT_STOP_GRACE_S 2.0 /* launcher gone: SIGTERM, then SIGKILL after this */
-#define AGENT_DRAIN_S      1.0 /* after the rank ended: what its pipes still hold, this long */
+#define AGENT_STOP_GRACE_S 2.0  /* launcher gone: SIGTERM, then SIGKILL after this */
+#define AGENT_DRAIN_S      1.0  /* after the rank ended: what its pipes still hold, this long */
+#define WRITE_STALL_S      30.0 /* a reader that takes nothing for this long is given up */
 
 /* ---- host lists ------------------------------------------------------------------------- */
 
@@ -241,17 +242,25 @@ size_t run_lines(char *buf, size_t len, size_t cap,
     return len - start;
 }
 
+/* Writes all of buf; on a non-blocking fd waits at most WRITE_STALL_S without progress (a
+ * remote shell that never reads its stdin), then fails with ETIMEDOUT. */
 static int write_all(int fd, const void *buf, size_t n)
 {
     const char *p = buf;
+    double last = chorus__now();
     while (n > 0) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && errno == EAGAIN) {
             struct pollfd pf = {.fd = fd, .events = POLLOUT};
             if (poll(&pf, 1, 1000) < 0 && errno != EINTR) return -1;
+            if (chorus__now() - last > WRITE_STALL_S) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
             continue;
         }
+        last = chorus__now();
         if (w <= 0) return -1;
         p += w;
         n -= (size_t)w;

@@ -71,7 +71,8 @@ int run_host_is_local(const char *name);
  * out of memory or rsh has no word. */
 char **run_rsh_argv(const char *rsh, const char *host, const char *self, const char *label);
 
-/* Writes the agent's job description (see the top of this file) on fd. 0, or -1 (errno). */
+/* Writes the agent's job description (see the top of this file) on fd (non-blocking: a
+ * remote shell that reads nothing for 30 s is given up). 0, or -1 (errno). */
 int run_agent_send(int fd, const char *cwd, char *const *argv, char *const *envp);
 
 /* Tells the agent behind fd to send signal sig to its rank (fd non-blocking; best effort). */

@@ -5,7 +5,9 @@
 # ranks start directly and the other hosts' through an agent each. Cases:
 #   basic     2 hosts x 2 ranks of tests/mp/coll_select: correct over TCP between hosts and
 #             shared memory within each, every line prefixed with its rank; placement by slot
-#             and the torchrun variables of each rank; too few slots is an error
+#             and the torchrun variables of each rank; too few slots is an error; the default
+#             remote shell is ssh with -p and -i (an ssh of the test's first in PATH); a
+#             remote shell that fails is named with what to check
 #   hostfile  --hostfile with "host slots=N", "host:N", "host" lines and comments; a bad line
 #   secret    the job secret reaches every remote rank, and no command line on any host
 #             holds it while the job runs
@@ -96,6 +98,22 @@ basic)
     launch -H "$h1:1,$h2:2" -np 4 true
     [ $rc = 2 ] || fail "too few slots: exit $rc, not 2"
     expect "chorus-run: not enough slots: -np 4 needs 4, but the hosts have 3 ($h1:1,$h2:2)"
+    # the default remote shell is ssh, with horovodrun's -p and --ssh-identity-file: an ssh
+    # first in PATH logs its arguments and goes on as `ip netns exec HOST command...`
+    mkdir "$logs/bin"
+    printf '#!/bin/sh\necho "$*" >> %s/ssh.log\nwhile [ $# -gt 0 ]; do case $1 in -o|-p|-i) shift 2 ;; *) break ;; esac; done\nh=$1\nshift\nexec ip netns exec "$h" "$@"\n' "$logs" > "$logs/bin/ssh"
+    chmod +x "$logs/bin/ssh"
+    PATH="$logs/bin:$PATH" ip netns exec "$h1" "$run" -H "$h1:1,$h2:1" -p 2222 --ssh-identity-file /k/id sh -c 'echo "at $(cat /etc/hostname)"' > "$logs/out" 2>&1
+    rc=$?
+    [ $rc = 0 ] || fail "through ssh: exit $rc"
+    expect "^\[1\] at $h2$"
+    grep -qx -- "-o BatchMode=yes -p 2222 -i /k/id $h2 $run --agent 1" "$logs/ssh.log" ||
+        fail "ssh was run as: $(cat "$logs/ssh.log")"
+    # a remote shell that cannot reach the host: the job fails at once and says what to check
+    launch --rsh false --grace 1 -H "$h1:1,$h2:1" sh -c 'sleep 30'
+    [ $rc = 1 ] || fail "--rsh false: exit $rc, not 1"
+    expect "^chorus-run: rank 1 (pid [0-9]* on host $h2) exited with status 1; it failed first"
+    expect "^chorus-run: the remote shell never started rank 1 on host $h2 (check that 'false $h2 true' works from here)"
     no_leftovers
     ;;
 hostfile)

@@ -434,7 +434,7 @@ static void plan_binding(job *j, int requested)
     j->bind = 0;
     if (requested == 0 || sched_getaffinity(0, sizeof(set), &set)) return;
     int n = CPU_COUNT(&set);
-    if (n < j->np || n < 2) return; /* oversubscribed: pinning would only hurt */
+    if (n < j->np || n < 2 || j->np < 1) return; /* oversubscribed (or no rank here) */
     for (int c = 0, k = 0; c < CPU_SETSIZE && k < n; c++)
         if (CPU_ISSET(c, &set)) j->cpus[k++] = c;
     j->ncpus = n;
@@ -1714,6 +1714,16 @@ static int store_address(const job *j, const chorus_config *cfg, char *ip, size_
     if (!name[0]) gethostname(name, sizeof(name) - 1);
     char hostport[300];
     snprintf(hostport, sizeof(hostport), "%s:1", name);
+    struct sockaddr_in sa;
+    if (!cfg->iface && !cfg->bind_any && chorus__sock_resolve(hostport, &sa)) {
+        fprintf(stderr,
+                "chorus-run: '%s' (this machine, which runs the rendezvous store) does not "
+                "resolve to an address here, so the other hosts could not be told where the "
+                "store is; set CHORUS_IFACE (or --network-interface) to the interface this "
+                "machine shares with them\n",
+                name);
+        return -1;
+    }
     chorus_errbuf e;
     if (chorus__store_bind_ip(cfg, hostport, ip, iplen, &e) != CHORUS_OK) {
         fprintf(stderr, "chorus-run: where the rendezvous store listens: %s\n", e.msg);

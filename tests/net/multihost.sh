@@ -21,7 +21,8 @@
 #             both, a third joins on host 2 when it gets a second slot and is retired when
 #             it loses it; the finishers' parameters equal the serial reference
 #   iface     CHORUS_IFACE (--network-interface) on hosts with a second link: the store and
-#             every rank listen on that link's addresses
+#             every rank listen on that link's addresses; a launcher on none of the hosts
+#             (host 3) serves the store on its CHORUS_IFACE address
 # After every case nothing of the job is left on any host (ip netns pids). Needs root and
 # `ip netns`; prints SKIP with the reason otherwise.
 BUILD=${BUILD:-build}
@@ -72,7 +73,7 @@ no_leftovers() {
 }
 
 n=2
-[ "$case" = linkcut ] && n=3
+[ "$case" = linkcut ] || [ "$case" = iface ] && n=3
 cluster_up "mh$case" "$n"
 h1=$(cluster_host 1) h2=$(cluster_host 2)
 [ "$n" = 3 ] && h3=$(cluster_host 3)
@@ -253,6 +254,14 @@ iface)
     launch -H "$h1:2,$h2:2" --network-interface nosuch0 true
     [ $rc = 2 ] || fail "unknown interface: exit $rc, not 2"
     expect "CHORUS_IFACE=nosuch0 is neither an IPv4 address nor an interface with one"
+    # a launcher on none of the hosts (host 3): its store on CHORUS_IFACE's address there
+    ip netns exec "$h3" "$run" --rsh "ip netns exec" --network-interface eth0 --verbose \
+        -x CHORUS_DEBUG_SUBSYS=INIT -H "$h1:2,$h2:2" "$coll" > "$logs/out" 2>&1
+    rc=$?
+    [ $rc = 0 ] || fail "launcher on host 3: exit $rc"
+    expect "^chorus-run: job .*rendezvous store $(cluster_addr 3):"
+    expect "^\[3\] .*rank 3: local rank 1 of 2, 2 hosts, listening on $(cluster_addr 2):"
+    expect "^\[0\] coll_select: OK on 4 ranks"
     no_leftovers
     ;;
 *)

@@ -274,7 +274,7 @@ static void emit(stream *s, tail *t, int rank, int prefix, const char *line, siz
 
 /* A line of stream s: on the console and in the log, or, for a remote rank's agent, routed by
  * its tag (run_remote.h): the rank's stdout and stderr lines, its status-pipe lines (kept
- * for read_status), its pid and its end. */
+ * for read_status), its pid, its stops and continues, and its end. */
 static void deliver(stream *s, tail *t, int rank, int prefix, const char *line, size_t n)
 {
     worker *w = s->demux;
@@ -301,6 +301,11 @@ static void deliver(stream *s, tail *t, int rank, int prefix, const char *line, 
         w->agent_status = atoi(v);
         w->has_agent_status = 1;
         break;
+    case 'T': /* as reap() notes a rank of this host stopped or continued */
+        w->stopped = w->was_stopped = 1;
+        w->stopped_at = chorus__now();
+        break;
+    case 'C': w->stopped = 0; break;
     default: emit(s, t, rank, prefix, line, n);
     }
 }
@@ -2129,8 +2134,9 @@ static const char *rank_name(const job *j, int r, char *buf, size_t len)
     return buf;
 }
 
-/* Across hosts: when every rank of the root cause's host failed or was lost, says so in one
- * line, naming the host and its ranks (a host that died, or whose link was cut). */
+/* Across hosts: when every rank of the root cause's host failed or was lost, and none of them
+ * blamed a rank of its own host (which would show the host working), says so in one line,
+ * naming the host and its ranks (a host that died, or whose link was cut). */
 static void report_host(const job *j, int cause)
 {
     int h = j->w[cause].host;
@@ -2140,6 +2146,8 @@ static void report_host(const job *j, int cause)
     size_t o = 0;
     for (int r = ht->first_rank; r < ht->first_rank + ht->nranks && r < j->nw; r++) {
         const worker *w = &j->w[r];
+        int b = w->st.blamed;
+        if (collateral(w, r) && b >= 0 && b < j->nw && j->w[b].host == h) return;
         int lost = failed_status(w->status) || w->was_stopped;
         for (int q = 0; q < j->nw && !lost; q++)
             lost = j->w[q].st.reported && j->w[q].st.blamed == r;

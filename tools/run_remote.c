@@ -585,7 +585,13 @@ static int agent_relay(agent_in *in, pid_t pid, relay r[3])
                         if (b[q] != SIGCHLD && running) kill(-pid, b[q]);
             }
         }
-        if (running && waitpid(pid, &status, WNOHANG) == pid) {
+        int st;
+        while (running && waitpid(pid, &st, WNOHANG | WUNTRACED | WCONTINUED) == pid) {
+            if (WIFSTOPPED(st) || WIFCONTINUED(st)) { /* the launcher tracks a hung rank */
+                frame(WIFSTOPPED(st) ? 'T' : 'C', "", 0);
+                continue;
+            }
+            status = st;
             running = 0;
             ended_at = chorus__now();
         }

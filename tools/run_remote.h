@@ -14,6 +14,7 @@
  *     1 text         a line the rank wrote on stdout
  *     2 text         a line the rank wrote on stderr
  *     S text         a line of the rank's status pipe (base/status.h)
+ *     T, C           the rank was stopped (SIGSTOP, SIGTSTP), or continued
  *     X status       the rank ended with this wait status (the agent then exits with it)
  * The agent's own complaints go to its stderr, which the launcher shows as the rank's.
  */

@@ -17,6 +17,7 @@
 #   linkcut   host 3's link is cut during allreduces: every other rank fails within the
 #             timeout naming a rank of host 3 and its address; the launcher names the host
 #   hostkill  every process of host 2 is killed: the others fail, the launcher names host 2
+#   stop      a rank of host 2 is stopped (SIGSTOP): the launcher names it as stopped
 #   elastic   --elastic with a discovery script naming host 1 and host 2: workers start on
 #             both, a third joins on host 2 when it gets a second slot and is retired when
 #             it loses it; the finishers' parameters equal the serial reference
@@ -26,7 +27,7 @@
 # After every case nothing of the job is left on any host (ip netns pids). Needs root and
 # `ip netns`; prints SKIP with the reason otherwise.
 BUILD=${BUILD:-build}
-case=${1:?usage: multihost.sh basic|hostfile|secret|fail|linkcut|hostkill|elastic|iface}
+case=${1:?usage: multihost.sh basic|hostfile|secret|fail|linkcut|hostkill|stop|elastic|iface}
 run=$PWD/$BUILD/bin/chorus-run
 coll=$PWD/$BUILD/tests/mp/coll_select
 bench=$PWD/$BUILD/bin/chorus-bench
@@ -42,7 +43,10 @@ expect() { grep -q -- "$1" "$logs/out" || fail "expected: $1"; }
 # wait_for PATTERN COUNT: until COUNT lines of the output match (at most 20 s)
 wait_for() {
     i=0
-    while [ "$(grep -c -- "$1" "$logs/out")" -lt "$2" ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i + 1)); done
+    while [ "$(cat "$logs/out" 2> /dev/null | grep -c -- "$1")" -lt "$2" ] && [ $i -lt 200 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
     [ $i -lt 200 ] || fail "timed out waiting for $2 lines like '$1'"
 }
 
@@ -187,10 +191,10 @@ fail)
     while [ -n "$(ip netns pids "$h1")$(ip netns pids "$h2")" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
     no_leftovers
     ;;
-linkcut | hostkill)
+linkcut | hostkill | stop)
     # allreduces until the job is broken, a second after every rank has logged its address (the
     # benchmark's own lines are block-buffered on the pipe)
-    export CHORUS_TIMEOUT_S=3
+    export CHORUS_TIMEOUT_S=3 CHORUS_HEARTBEAT_TIMEOUT_S=2 CHORUS_HEARTBEAT_S=0.5
     if [ $case = linkcut ]; then hosts="$h1:1,$h2:1,$h3:2" victim=$h3 vi=3 vr="2, 3"; else hosts="$h1:2,$h2:2" victim=$h2 vi=2 vr="2, 3"; fi
     launch_bg -H "$hosts" -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT "$bench" -b 4K -e 4K \
         -n 10000000 -w 1 -c 0
@@ -199,14 +203,27 @@ linkcut | hostkill)
     t0=$(date +%s)
     if [ $case = linkcut ]; then
         cluster_link_down $vi
-    else
+    elif [ $case = hostkill ]; then
         for p in $(ip netns pids "$victim"); do kill -9 "$p"; done
+    else # rank 3, the child of the agent whose command line ends in "--agent 3"
+        for p in $(ip netns pids "$victim"); do
+            case "$(tr '\0' ' ' < "/proc/$p/cmdline")" in *"--agent 3 ") agent=$p ;; esac
+        done
+        stopped=$(ps -o pid= --ppid "$agent" | tr -d ' ')
+        kill -STOP "$stopped"
     fi
     wait $pid
     rc=$?
     dt=$(($(date +%s) - t0))
     [ $rc != 0 ] || fail "the job did not fail"
     [ $dt -le 15 ] || fail "the job took ${dt}s to fail (CHORUS_TIMEOUT_S=3)"
+    if [ $case = stop ]; then
+        expect "^chorus-run: rank 3 (pid $stopped on host $victim) stopped responding (it was stopped, SIGSTOP?)"
+        no_leftovers
+        grep -h '^chorus-run:' "$logs/out"
+        echo "multihost $case: OK"
+        exit 0
+    fi
     expect "^chorus-run: rank [23] (pid [0-9]* on host $victim)"
     expect "^chorus-run: host $victim failed: all its ranks ($vr) failed or were lost"
     # the ranks of the other hosts name the lost rank's host by its address

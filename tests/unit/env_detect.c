@@ -122,6 +122,12 @@ int main(void)
     ASSERT_OK(chorus__job_from_env(&j, &e));
     ASSERT(!strcmp(j.launcher, "srun") && j.rank == 5 && j.size == 8 && j.local_rank == 1);
     ASSERT(!strncmp(j.store_addr, "gpu07:", 6));
+    setenv("SLURM_STEP_NODELIST", "rack[2-3]-n[01-02]", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strncmp(j.store_addr, "rack2-n01:", 10));
+    setenv("SLURM_STEP_NODELIST", "gpu[07-", 1);
+    expect_error("SLURM_STEP_NODELIST=gpu[07-", "cannot read the node list 'gpu[07-'");
+    setenv("SLURM_STEP_NODELIST", "gpu[07-10],cpu1", 1);
     setenv("SLURM_NTASKS", "0", 1);
     expect_error("SLURM_NTASKS=0", "world size must be at least 1");
     clear();

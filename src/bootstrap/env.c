@@ -194,6 +194,9 @@ chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
             CHORUS_CHECK(use_master(j, 0, e));
         } else if (j->local_size == j->size || !strcmp(j->launcher, "srun")) {
             use_file(j); /* everyone on this host: meet through a file */
+        } else if (env("PMIX_NAMESPACE")) {
+            j->pmix = 1; /* the launcher's PMIx server carries rank 0's address */
+            j->serve_store = 1;
         } else {
             return chorus__fail(e, CHORUS_ERR_ENV,
                                 "%s: ranks on several hosts need a meeting point: pass "

@@ -105,10 +105,14 @@ int main(void)
     ASSERT_STR_CONTAINS(j.rdzv_file, "chorus-rdzv-ompi-777");
     setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1); /* several hosts, no meeting point */
     expect_error("mpirun on 2 hosts, no MASTER_ADDR", "-x MASTER_ADDR=");
+    setenv("PMIX_NAMESPACE", "1234", 1); /* ... unless mpirun's PMIx server can carry one */
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(j.pmix && j.serve_store && !j.store_addr[0] && !j.rdzv_file[0]);
+    unsetenv("PMIX_NAMESPACE");
     setenv("MASTER_ADDR", "node0", 1);
     setenv("MASTER_PORT", "29600", 1);
     ASSERT_OK(chorus__job_from_env(&j, &e));
-    ASSERT(!strcmp(j.store_addr, "node0:29600") && !j.rdzv_file[0]);
+    ASSERT(!strcmp(j.store_addr, "node0:29600") && !j.rdzv_file[0] && !j.pmix);
     clear();
 
     /* srun across nodes: the first node of the step serves the store */

@@ -14,7 +14,8 @@ static void expect(const char *list, const char *want)
         snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%s", i ? " " : "", host);
     }
     printf("%-28s -> %s\n", list, got);
-    if (strcmp(got, want)) test_fail(__FILE__, __LINE__, "%s: got '%s', want '%s'", list, got, want);
+    if (strcmp(got, want))
+        test_fail(__FILE__, __LINE__, "%s: got '%s', want '%s'", list, got, want);
 }
 
 static void expect_bad(const char *list)

@@ -114,4 +114,21 @@ for r in 0 1 2 3; do
     grep -q ", 2 hosts, listening on 10.233.0.$((r / 2 + 1)):" "$d/rank$r.log" ||
         { echo "slurm: rank $r did not run on host h$((r / 2 + 1))"; exit 1; }
 done
-echo "slurm: OK (srun -N 2 -n 4 under slurmctld and 2 slurmd, no MASTER_ADDR)"
+
+# The example batch script, as shipped (2 ranks a node here: each node has 2 CPUs), running a
+# verified chorus-bench; polled until the job has left the queue, at most 60 s.
+id=$(ip netns exec "$h1" env -u MASTER_ADDR -u MASTER_PORT -u CHORUS_STORE_ADDR -u CHORUS_RANK \
+    -u CHORUS_SIZE -u CHORUS_LOCAL_RANK -u CHORUS_LOCAL_SIZE -u CHORUS_JOB_ID -u RANK -u WORLD_SIZE \
+    sbatch --parsable --ntasks-per-node=2 --output="$d/sbatch.out" deploy/slurm/chorus.sbatch \
+    "$BUILD/bin/chorus-bench" -b 1K -e 1M -f 32 -n 5 -w 1) ||
+    { echo "slurm: sbatch refused deploy/slurm/chorus.sbatch"; show_logs; exit 1; }
+i=0
+while [ -n "$(ip netns exec "$h1" squeue -h -j "$id" 2> /dev/null)" ]; do
+    i=$((i + 1))
+    [ $i -le 300 ] || { echo "slurm: batch job $id still queued after 60 s"; show_logs; exit 1; }
+    sleep 0.2
+done
+cat "$d/sbatch.out"
+grep -q "Rank  3 Pid" "$d/sbatch.out" && grep -q "Out of bounds values : 0 OK" "$d/sbatch.out" ||
+    { echo "slurm: the batch job's chorus-bench did not verify 4 ranks"; show_logs; exit 1; }
+echo "slurm: OK (srun -N 2 -n 4 under slurmctld and 2 slurmd, no MASTER_ADDR; sbatch example)"

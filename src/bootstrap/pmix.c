@@ -17,6 +17,9 @@
 
 #include "bootstrap/pmix.h"
 
+/* The key is "chorus.store.<n>", n counting this process's rendezvous through PMIx: a second
+ * world formed in the same job (chorus_init again) then does not depend on how a PMIx version
+ * treats a key put twice; every rank makes the same calls in the same order, so n agrees. */
 #define PMIX_KEY_STORE "chorus.store"
 enum { PMIX_BOOL = 1, PMIX_STRING = 3, PMIX_INT = 6 }; /* data types */
 enum { PMIX_GLOBAL = 3 };                              /* scope of a put */
@@ -156,17 +159,18 @@ static chorus_result fence(double deadline, chorus_errbuf *e)
 }
 
 /* Rank 0's string, into addr. */
-static chorus_result get_store(const pmix_proc_t *me, char *addr, size_t len, chorus_errbuf *e)
+static chorus_result get_store(const pmix_proc_t *me, const char *key, char *addr, size_t len,
+                               chorus_errbuf *e)
 {
     pmix_proc_t zero;
     memcpy(&zero, me, sizeof(zero));
     zero.rank = 0;
     pmix_value_t *v = NULL;
-    pmix_status_t st = px.get(&zero, PMIX_KEY_STORE, NULL, 0, &v);
-    if (st != 0) return pmix_failed("PMIx_Get of rank 0's " PMIX_KEY_STORE, st, "", e);
+    pmix_status_t st = px.get(&zero, key, NULL, 0, &v);
+    if (st != 0) return pmix_failed("PMIx_Get of rank 0's store address", st, "", e);
     chorus_result r = CHORUS_OK;
     if (v->type != PMIX_STRING || !v->data.string)
-        r = chorus__fail(e, CHORUS_ERR_PROTOCOL, "rank 0's " PMIX_KEY_STORE " is not a string");
+        r = chorus__fail(e, CHORUS_ERR_PROTOCOL, "rank 0's %s is not a string", key);
     else
         snprintf(addr, len, "%s", v->data.string);
     if (v->type == PMIX_STRING) free(v->data.string);
@@ -177,6 +181,10 @@ static chorus_result get_store(const pmix_proc_t *me, char *addr, size_t len, ch
 chorus_result chorus__pmix_share(int rank, char *addr, size_t len, double deadline,
                                  chorus_errbuf *e)
 {
+    static int rounds;
+    char key[64];
+    snprintf(key, sizeof(key), "%s.%d", PMIX_KEY_STORE,
+             __atomic_fetch_add(&rounds, 1, __ATOMIC_RELAXED));
     CHORUS_CHECK(pmix_load(e));
     pmix_proc_t me;
     memset(&me, 0, sizeof(me));
@@ -192,7 +200,7 @@ chorus_result chorus__pmix_share(int rank, char *addr, size_t len, double deadli
         memset(&v, 0, sizeof(v));
         v.type = PMIX_STRING;
         v.data.string = addr;
-        st = px.put(PMIX_GLOBAL, PMIX_KEY_STORE, &v);
+        st = px.put(PMIX_GLOBAL, key, &v);
         if (st == 0) st = px.commit();
         if (st != 0) r = pmix_failed("PMIx_Put/Commit of the store address", st, "", e);
     }
@@ -202,7 +210,7 @@ chorus_result chorus__pmix_share(int rank, char *addr, size_t len, double deadli
     chorus_result rf = fence(deadline, r == CHORUS_OK ? e : &ignored);
     if (rf == CHORUS_ERR_TIMEOUT) return r != CHORUS_OK ? r : rf; /* in flight: no finalize */
     if (r == CHORUS_OK) r = rf;
-    if (r == CHORUS_OK && rank != 0) r = get_store(&me, addr, len, e);
+    if (r == CHORUS_OK && rank != 0) r = get_store(&me, key, addr, len, e);
     px.finalize(NULL, 0);
     return r;
 }

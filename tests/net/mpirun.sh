@@ -13,7 +13,7 @@
 # (PMIX_NAMESPACE set) but has no PMIx server fails at once, saying so (needs no root).
 BUILD=${BUILD:-build}
 prog=$BUILD/tests/mp/coll_select
-[ -x "$prog" ] || { echo "mpirun: $prog is not built"; exit 1; }
+[ -x "$prog" ] && [ -x "$BUILD/tests/mp/reinit" ] || { echo "mpirun: test programs are not built"; exit 1; }
 if [ "${1:-}" = noserver ]; then
     out=$(env -u MASTER_ADDR -u MASTER_PORT -u CHORUS_STORE_ADDR -u CHORUS_RANK -u CHORUS_SIZE \
         OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_SIZE=1 \
@@ -77,13 +77,24 @@ for r in 0 1 2 3; do
 done
 grep "rank 0: store" "$logs/rank0.log" | sed 's/.*CHORUS INFO /mpirun: /'
 
+# A second world in the same processes: it meets at a new store, not at the first one's.
+ip netns exec "$h1" env -u MASTER_ADDR -u MASTER_PORT -u CHORUS_STORE_ADDR -u CHORUS_RANK \
+    -u CHORUS_SIZE timeout 60 mpirun --allow-run-as-root --mca plm_rsh_agent "$logs/rsh" \
+    -H "$h1:1,$h2:1" --tag-output -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT -x "$lsan" \
+    "$BUILD/tests/mp/reinit" > "$logs/reinit.log" 2>&1 ||
+    { cat "$logs/reinit.log"; echo "mpirun: a second chorus_init in the same job failed"; exit 1; }
+grep "reinit: world" "$logs/reinit.log"
+[ "$(grep -c "rank 1: store .*, from the launcher's PMIx server" "$logs/reinit.log")" = 2 ] &&
+    [ "$(grep "rank 1: store" "$logs/reinit.log" | sed 's/.*store \([^,]*\),.*/\1/' | sort -u | wc -l)" = 2 ] ||
+    { cat "$logs/reinit.log"; echo "mpirun: the second world did not meet at a store of its own"; exit 1; }
+
 # A rank that never reaches chorus_init: the others fail at the PMIx fence by the deadline
-# (CHORUS_TIMEOUT_S=2), saying why, and mpirun ends the job.
+# (CHORUS_TIMEOUT_S=1), saying why, and mpirun ends the job.
 late='[ "$OMPI_COMM_WORLD_RANK" = 1 ] && sleep 30; exec "$0"'
 start=$(date +%s)
 ip netns exec "$h1" env -u MASTER_ADDR -u MASTER_PORT -u CHORUS_STORE_ADDR -u CHORUS_RANK \
     -u CHORUS_SIZE timeout 60 mpirun --allow-run-as-root --mca plm_rsh_agent "$logs/rsh" \
-    -H "$h1:1,$h2:1" --tag-output -x CHORUS_DEBUG=INFO -x CHORUS_TIMEOUT_S=2 -x "$lsan" \
+    -H "$h1:1,$h2:1" --tag-output -x CHORUS_DEBUG=INFO -x CHORUS_TIMEOUT_S=1 -x "$lsan" \
     sh -c "$late" "$prog" > "$logs/late.log" 2>&1
 rc=$?
 took=$(($(date +%s) - start))

@@ -95,14 +95,23 @@ static chorus_result pmix_failed(const char *call, pmix_status_t st, const char 
                         px.error_string(st), st, hint);
 }
 
-/* A fence in flight. Heap-allocated: when the wait times out the callback may still come, and
- * finds it there (it is then never freed). */
+/* A fence in flight, with its info array, which PMIx may read until the callback. Heap-allocated:
+ * when the wait times out the callback may still come, and finds it there (it is then never
+ * freed). */
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int done;
     pmix_status_t status;
+    pmix_info_t info[2];
 } fence_wait;
+
+static void fence_free(fence_wait *w)
+{
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
 
 static void fence_done(pmix_status_t status, void *arg)
 {
@@ -125,8 +134,7 @@ static chorus_result fence(double deadline, chorus_errbuf *e)
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, &ca);
     pthread_condattr_destroy(&ca);
-    pmix_info_t info[2];
-    memset(info, 0, sizeof(info));
+    pmix_info_t *info = w->info;
     snprintf(info[0].key, sizeof(info[0].key), "pmix.collect");
     info[0].value.type = PMIX_BOOL;
     info[0].value.data.flag = 1;
@@ -136,7 +144,7 @@ static chorus_result fence(double deadline, chorus_errbuf *e)
     info[1].value.data.integer = left > 1 ? (int)left : 1;
     pmix_status_t st = px.fence_nb(NULL, 0, info, 2, fence_done, w);
     if (st != 0) {
-        free(w);
+        fence_free(w);
         return pmix_failed("PMIx_Fence_nb", st, "", e);
     }
     struct timespec ts;
@@ -153,7 +161,7 @@ static chorus_result fence(double deadline, chorus_errbuf *e)
         return chorus__fail(e, CHORUS_ERR_TIMEOUT,
                             "not every rank of the job reached the PMIx fence before the timeout "
                             "(a rank did not start or did not call chorus_init; CHORUS_TIMEOUT_S)");
-    free(w);
+    fence_free(w);
     if (st != 0) return pmix_failed("PMIx_Fence", st, "", e);
     return CHORUS_OK;
 }

@@ -2134,9 +2134,10 @@ static const char *rank_name(const job *j, int r, char *buf, size_t len)
     return buf;
 }
 
-/* Across hosts: when every rank of the root cause's host failed or was lost, and none of them
- * blamed a rank of its own host (which would show the host working), says so in one line,
- * naming the host and its ranks (a host that died, or whose link was cut). */
+/* Across hosts: when every rank of the root cause's host failed or was lost, ranks of other
+ * hosts lost them, and none of them blamed a rank of its own host (which would show the host
+ * working), says so in one line, naming the host and its ranks (a host that died, or whose
+ * link was cut). */
 static void report_host(const job *j, int cause)
 {
     int h = j->w[cause].host;
@@ -2161,9 +2162,11 @@ static void report_host(const job *j, int cause)
         others += w->host != h && w->st.reported && w->st.blamed >= ht->first_rank &&
                   w->st.blamed < ht->first_rank + ht->nranks;
     }
-    fprintf(stderr, "chorus-run: host %s failed: all its ranks (%s) failed or were lost%s\n",
-            ht->name, ranks,
-            others ? " by the ranks of the other hosts (the host or its link is down?)" : "");
+    if (others) /* not a rank that failed alone */
+        fprintf(stderr,
+                "chorus-run: host %s failed: all its ranks (%s) failed or were lost by the ranks "
+                "of the other hosts (the host or its link is down?)\n",
+                ht->name, ranks);
 }
 
 /* The failure summary of a plain job, root cause first with its last output lines, then

@@ -170,6 +170,7 @@ fail)
     [ $(($(date +%s) - t0)) -lt 20 ] || fail "the job was not stopped at once"
     expect "^chorus-run: rank 3 (pid [0-9]* on host $h2) exited with status 3; it failed first"
     expect "^chorus-run: | rank three gives up"
+    grep -q "^chorus-run: host " "$logs/out" && fail "a rank that failed alone was reported as its host failing"
     for r in 0 1 2; do expect "^\[$r\] got TERM"; done
     no_leftovers
     # SIGTERM to the launcher reaches every host's ranks

@@ -1551,6 +1551,13 @@ static int setup_remote(job *j)
 {
     if (!getcwd(j->cwd, sizeof(j->cwd))) snprintf(j->cwd, sizeof(j->cwd), "/");
     if (!j->rsh) j->rsh = j->rsh_buf[0] ? j->rsh_buf : "ssh -o BatchMode=yes";
+    if (!j->rsh[strspn(j->rsh, " \t")]) {
+        fprintf(stderr,
+                "chorus-run: --rsh '%s' names no command (the remote shell: CMD HOST "
+                "command...)\n",
+                j->rsh);
+        return -1;
+    }
     ssize_t n = readlink("/proc/self/exe", j->self, sizeof(j->self) - 1);
     if (n <= 0) {
         fprintf(stderr,

@@ -15,6 +15,8 @@ check 2 "--elastic needs --min-np (1) <= -np (4) <= --max-np (2)" --elastic -np 
 check 2 "--max-np needs a number from 1 to 4096, not 'x'" --elastic -np 2 --max-np x true
 check 2 "chorus-run: not enough slots: -np 5 needs 5, but the hosts have 4 (a:2,b:2)" -H a:2,b:2 -np 5 true
 check 2 "chorus-run: -H a:x: 'a:x': the slots after ':' must be a number from 0 to 4096" -H a:x true
+check 2 "chorus-run: --elastic takes its hosts from --host-discovery-script, not -H or --hostfile" --elastic -H a:2 -np 2 true
+check 1 "chorus-run: --rsh ' ' names no command" -H 192.0.2.1:1 --rsh ' ' true
 check 2 "chorus-run: --hostfile: /nonexistent/hosts: No such file or directory" --hostfile /nonexistent/hosts true
 check 2 "the host discovery script gives no slots; pass -np N" --elastic --host-discovery-script "echo somehost:0" true
 check 0 "" --elastic -np 2 --max-np 3 true

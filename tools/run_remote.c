@@ -383,7 +383,8 @@ static int relay_pump(relay *r)
     return 1;
 }
 
-/* Commands on stdin after the description: "signal N" lines. Returns 0 at its end. */
+/* Commands on stdin after the description: "signal N" lines. Returns 0 at its end. The
+ * description's strings, which the rank has been started with, are overwritten here. */
 static int agent_commands(agent_in *in, pid_t rank)
 {
     if (in->pos > 0) {

@@ -1711,49 +1711,6 @@ static void begin_attempt(job *j)
                 j->log_dir ? "; output in " : "", j->log_dir ? j->log_dir : "");
 }
 
-/* Across hosts, where the launcher's rendezvous store listens (ip; "" for every address) and
- * the address the ranks are given (adv): CHORUS_IFACE's address when set; else the address
- * that this machine's name in the host list (its host name when it is not in the list)
- * resolves to, advertised by that name. A loopback address is refused: the other hosts
- * could not reach it. Returns 0, or -1 with the reason said. */
-static int store_address(const job *j, const chorus_config *cfg, char *ip, size_t iplen, char *adv,
-                         size_t advlen)
-{
-    char name[256] = "";
-    for (int i = 0; i < j->hosts.n && !name[0]; i++)
-        if (j->hosts.h[i].local && strcmp(j->hosts.h[i].name, "localhost"))
-            snprintf(name, sizeof(name), "%s", j->hosts.h[i].name);
-    if (!name[0]) gethostname(name, sizeof(name) - 1);
-    char hostport[300];
-    snprintf(hostport, sizeof(hostport), "%s:1", name);
-    struct sockaddr_in sa;
-    if (!cfg->iface && !cfg->bind_any && chorus__sock_resolve(hostport, &sa)) {
-        fprintf(stderr,
-                "chorus-run: '%s' (this machine, which runs the rendezvous store) does not "
-                "resolve to an address here, so the other hosts could not be told where the "
-                "store is; set CHORUS_IFACE (or --network-interface) to the interface this "
-                "machine shares with them\n",
-                name);
-        return -1;
-    }
-    chorus_errbuf e;
-    if (chorus__store_bind_ip(cfg, hostport, ip, iplen, &e) != CHORUS_OK) {
-        fprintf(stderr, "chorus-run: where the rendezvous store listens: %s\n", e.msg);
-        return -1;
-    }
-    if (!strncmp(ip, "127.", 4)) {
-        fprintf(stderr,
-                "chorus-run: the rendezvous store would listen on %s (what '%s' resolves to "
-                "here), which the other hosts cannot reach; set CHORUS_IFACE (or "
-                "--network-interface) to the interface this host shares with them\n",
-                ip, name);
-        return -1;
-    }
-    snprintf(adv, advlen, "%s", cfg->iface ? ip : name);
-    if (!ip[0] && cfg->iface) snprintf(adv, advlen, "%s", name);
-    return 0;
-}
-
 /* Step 3: the per-job secret (put in the environment, so the ranks and this process's own
  * store use it), the launcher's log and config, the job id, and the rendezvous store (also
  * connected to, for an elastic job). Returns -1 to go on, else the exit code. */
@@ -1794,7 +1751,7 @@ static int prepare_job(job *j, chorus_store_server **server)
     chorus_errbuf err;
     int port = 0;
     char ip[64] = "127.0.0.1", adv[300] = "127.0.0.1";
-    if (j->remote && store_address(j, cfg, ip, sizeof(ip), adv, sizeof(adv))) return 2;
+    if (j->remote && run_store_address(&j->hosts, cfg, ip, sizeof(ip), adv, sizeof(adv))) return 2;
     if ((j->np > 1 || j->elastic) &&
         chorus__store_server_start(ip, 0, server, &port, &err) != CHORUS_OK) {
         fprintf(stderr, "chorus-run: cannot start the rendezvous store: %s\n", err.msg);

@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include "base/base.h"
+#include "bootstrap/store.h"
+#include "wire/sock.h"
 
 #define AGENT_MAGIC        "chorus-agent 1"
 #define AGENT_STOP_GRACE_S 2.0  /* launcher gone: SIGTERM, then SIGKILL after this */
@@ -203,6 +205,45 @@ int run_host_is_local(const char *name)
 }
 
 /* ---- the launcher's side ---------------------------------------------------------------- */
+
+/* See run_remote.h: the store's address, checked for what the other hosts can reach. */
+int run_store_address(const run_hosts *hs, const chorus_config *cfg, char *ip, size_t iplen,
+                      char *adv, size_t advlen)
+{
+    char name[256] = "";
+    for (int i = 0; i < hs->n && !name[0]; i++)
+        if (hs->h[i].local && strcmp(hs->h[i].name, "localhost"))
+            snprintf(name, sizeof(name), "%s", hs->h[i].name);
+    if (!name[0]) gethostname(name, sizeof(name) - 1);
+    char hostport[300];
+    snprintf(hostport, sizeof(hostport), "%s:1", name);
+    struct sockaddr_in sa;
+    if (!cfg->iface && !cfg->bind_any && chorus__sock_resolve(hostport, &sa)) {
+        fprintf(stderr,
+                "chorus-run: '%s' (this machine, which runs the rendezvous store) does not "
+                "resolve to an address here, so the other hosts could not be told where the "
+                "store is; set CHORUS_IFACE (or --network-interface) to the interface this "
+                "machine shares with them\n",
+                name);
+        return -1;
+    }
+    chorus_errbuf e;
+    if (chorus__store_bind_ip(cfg, hostport, ip, iplen, &e) != CHORUS_OK) {
+        fprintf(stderr, "chorus-run: where the rendezvous store listens: %s\n", e.msg);
+        return -1;
+    }
+    if (!strncmp(ip, "127.", 4)) {
+        fprintf(stderr,
+                "chorus-run: the rendezvous store would listen on %s (what '%s' resolves to "
+                "here), which the other hosts cannot reach; set CHORUS_IFACE (or "
+                "--network-interface) to the interface this host shares with them\n",
+                ip, name);
+        return -1;
+    }
+    snprintf(adv, advlen, "%s", cfg->iface ? ip : name);
+    if (!ip[0] && cfg->iface) snprintf(adv, advlen, "%s", name);
+    return 0;
+}
 
 char **run_rsh_argv(const char *rsh, const char *host, const char *self, const char *label)
 {

@@ -23,6 +23,8 @@
 
 #include <stddef.h>
 
+#include "base/base.h"
+
 typedef struct run_host {
     char name[256];
     int slots;
@@ -66,6 +68,14 @@ void run_hosts_free(run_hosts *hs);
  * a name that resolves to an address of one of this machine's interfaces (in a network
  * namespace: the namespace's)? */
 int run_host_is_local(const char *name);
+
+/* Across hosts, where the launcher's rendezvous store listens (ip; "" for every address) and
+ * the address the ranks are given (adv): CHORUS_IFACE's address when set; else the address
+ * that this machine's name in hs (its host name when it is not in hs) resolves to, advertised
+ * by that name. A name that does not resolve, or resolves to loopback, is refused: the other
+ * hosts could not reach it. 0, or -1 with the reason said on stderr. */
+int run_store_address(const run_hosts *hs, const chorus_config *cfg, char *ip, size_t iplen,
+                      char *adv, size_t advlen);
 
 /* The command that starts an agent on host: the words of rsh (split at blanks), host, self
  * (the path of chorus-run), "--agent", label. NULL-terminated; free with free(). NULL when

@@ -47,8 +47,9 @@ _OPS_BY_NAME = {"average": Average, "avg": Average, "mean": Average, "sum": Sum,
                 "max": Max, "product": Product, "prod": Product, "adasum": Adasum}
 
 
-def as_op(op, average=None):
-    """Normalises op (an _Op, its int, or a name) and horovod's old average= flag."""
+def as_op(op, average=None, adasum=False):
+    """Normalises op (an _Op, its int, or a name) and horovod's old average= flag. Adasum
+    is refused (NotImplementedError, a RuntimeError) unless the caller implements it."""
     if average is not None:
         if op is not None:
             raise ValueError("chorus: pass either op= or the deprecated average=, not both")
@@ -66,9 +67,10 @@ def as_op(op, average=None):
         else:
             raise ValueError("chorus: unknown reduction op %r (use Average, Sum, Min, Max or "
                              "Product)" % (op,))
-    if o is Adasum:
+    if o is Adasum and not adasum:
         raise NotImplementedError(
-            "chorus: op=Adasum is not implemented; use op=Average (the default) or op=Sum")
+            "chorus: op=Adasum is implemented for allreduce and grouped_allreduce only (as "
+            "Horovod); use op=Average (the default) or op=Sum here")
     return o
 
 

@@ -288,9 +288,14 @@ class Engine:
         return name if name else "%s%d" % (self._prefix, next(self._names))
 
     def close(self):
+        """Stops the engine. Returns (code, message) of the error that had stopped it (a lost
+        peer, say), or None."""
         if self.ptr:
             p, self.ptr = self.ptr, None
-            lib.chorus_engine_shutdown(p)
+            msg = _dec(lib.chorus_engine_last_error(p))
+            r = lib.chorus_engine_shutdown(p)
+            return (r, msg) if r != 0 else None
+        return None
 
     def fail(self, code, what, detail=None):
         raise_for(code, None, what, detail or _dec(lib.chorus_engine_last_error(self.ptr)) or None)

@@ -343,8 +343,8 @@ chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, 
     for (int r = 0; r < e->size && res == CHORUS_OK; r++)
         res = take_report(e, &k, &in[r], r, report);
     if (res == CHORUS_OK) res = answer_complete(e, &k);
-    int desync = report && all_blocked && e->o.desync_s > 0 && res == CHORUS_OK &&
-                 desync_answer(e, &k);
+    int desync =
+        report && all_blocked && e->o.desync_s > 0 && res == CHORUS_OK && desync_answer(e, &k);
     if (report && res == CHORUS_OK && !desync)
         stall_warn(e, &k.stall, k.snames, k.nsnames, &k.body, &k.nresp);
     chorus__eb_u32(resp, k.nresp);

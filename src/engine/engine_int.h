@@ -171,7 +171,7 @@ struct chorus_engine {
     int njoined;
     double last_cycle, last_progress, next_stall_report;
     double blocked_since, next_desync_report; /* a thread waits on a pending op (0: none) */
-    int all_active; /* every rank had work pending in the last cycle */
+    int all_active;                           /* every rank had work pending in the last cycle */
     long long first_div_step;
     void *fbuf, *scratch, *scratch2;
     size_t fbuf_cap, scratch_cap, scratch2_cap;

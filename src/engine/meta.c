@@ -39,8 +39,8 @@ static int shapes_agree(const eng_meta *a, const eng_meta *b)
 int chorus__meta_equal(const eng_meta *a, const eng_meta *b)
 {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
-           a->count == b->count && shapes_agree(a, b) && a->prescale == b->prescale && a->postscale == b->postscale &&
-           !strcmp(a->comp, b->comp) && rounds_equal(a, b);
+           a->count == b->count && shapes_agree(a, b) && a->prescale == b->prescale &&
+           a->postscale == b->postscale && !strcmp(a->comp, b->comp) && rounds_equal(a, b);
 }
 
 /* "2 rounds: reduce sum float64 x 8, gather float32 x 20" */

@@ -44,11 +44,12 @@ def pytest_collection_finish(session):
 
 
 def _expire(nodeid):
-    sys.stderr.write("\npyrun: test %s still running after %g s "
-                     "(PYRUN_TEST_TIMEOUT_S); ending this job. Stacks:\n"
-                     % (nodeid, _DEADLINE))
-    faulthandler.dump_traceback(all_threads=True)
-    sys.stderr.flush()
+    # pytest holds stderr while a test runs: the report goes to a file pyrun.py prints
+    with open("%s.expired.%d" % (_LOG, _RANK), "w") as f:
+        f.write("pyrun: rank %d: test %s still running after %g s (--test-timeout); ending "
+                "this job. Its threads:\n" % (_RANK, nodeid, _DEADLINE))
+        f.flush()
+        faulthandler.dump_traceback(file=f, all_threads=True)
     os._exit(3)
 
 

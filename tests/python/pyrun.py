@@ -14,6 +14,7 @@ test still gets its own verdict. Exits 1 when any test failed.
 """
 
 import argparse
+import glob
 import os
 import subprocess
 import sys
@@ -31,7 +32,12 @@ def run_job(args, log, deselect):
     env = dict(os.environ, PYRUN_LOG=log,
                PYRUN_TEST_TIMEOUT_S=str(args.test_timeout))
     sys.stdout.flush()
-    return subprocess.call(cmd, env=env)
+    rc = subprocess.call(cmd, env=env)
+    for f in sorted(glob.glob(log + ".expired.*")):  # written by a test past its deadline
+        with open(f) as fh:
+            sys.stdout.write(fh.read())
+        os.unlink(f)
+    return rc
 
 
 def read_log(log):
@@ -87,7 +93,8 @@ def main():
                   % (args.file, rc))
             return 1
     finally:
-        os.unlink(log)
+        for f in [log] + glob.glob(log + ".expired.*"):
+            os.unlink(f)
     failed = [n for n, v in verdict.items() if v != "pass"]
     for n, v in verdict.items():
         print("%-5s %s%s" % ("PASS" if v == "pass" else "FAIL", n,

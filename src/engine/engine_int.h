@@ -214,7 +214,8 @@ int chorus__eng_cycle(chorus_engine *e, int shutdown);
 int chorus__eng_stop(chorus_engine *e, chorus_result r, const char *msg);
 
 /* coordinator.c (rank 0): takes every rank's report (in[r]), appends the answer to resp. */
-/* all_blocked: every rank has a thread waiting on one of its pending ops (desync check). */
+/* all_blocked: every rank has had a thread waiting on one of its pending ops, without
+ * progress, for CHORUS_DESYNC_S (the desync check). */
 chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, int all_blocked,
                                      eng_buf *resp);
 

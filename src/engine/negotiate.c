@@ -3,15 +3,17 @@
  * named ops are ready everywhere.
  *
  * 1. Every rank contributes a byte vector to one allreduce with CHORUS_MIN on uint8:
- *      [0] 1 if this rank is blocked (a thread waits on a pending op)
+ *      [0] 1 if this rank has been blocked (a thread waiting on a pending op) without
+ *          progress for CHORUS_DESYNC_S
  *      [1] 0 if this rank has names the coordinator has not seen
  *      [2] 0 if this rank asks for a stall report  [3] 1 if this rank has work pending
  *      then two bytes per rank: 0 if that rank has joined / asks for shutdown,
  *      then one byte per response-cache slot: 1 if that cached name is ready here.
  *    MIN makes the slot bytes and [0] an AND (ready / blocked everywhere) and the flag bytes
  *    an OR. A rank blocked for CHORUS_DESYNC_S without progress asks for a stall report; when
- *    every rank is blocked and no pending name is on every rank, nothing can ever run: the
- *    coordinator ends those names with a mismatch error on every rank. In steady
+ *    every rank has been blocked that long and no pending name is on every rank, nothing can
+ *    ever run: the coordinator ends those names with a mismatch error on every rank. In
+ *    steady
  *    state (every name cached) this allreduce is the whole negotiation.
  * 2. Only when some rank has new names, asks for a stall report, or the set of joined ranks
  *    changed: the coordinator round. Every rank sends rank 0 its new names with their
@@ -114,7 +116,7 @@ typedef struct cycle {
     double now;
     int shutdown;              /* this rank asks for shutdown */
     int want_report, have_new; /* this rank's flags */
-    int blocked;               /* a thread of this rank waits on a pending op */
+    int blocked;               /* ... and has for CHORUS_DESYNC_S without progress */
     uint8_t *v, *sv;           /* the byte vector and its slot part */
     int all_joined, coord;     /* every rank joined; a coordinator round is needed */
     eng_exec *x;               /* the agreed list */
@@ -152,14 +154,15 @@ static int is_blocked(const chorus_engine *e)
  * period), in which the coordinator checks whether every rank is blocked for good. */
 static void desync_flag(chorus_engine *e, cycle *c)
 {
-    c->blocked = is_blocked(e);
-    if (!c->blocked) {
+    if (e->o.desync_s <= 0 || !is_blocked(e)) {
         e->blocked_since = 0;
         return;
     }
     if (e->blocked_since == 0) e->blocked_since = c->now;
     double since = e->blocked_since > e->last_progress ? e->blocked_since : e->last_progress;
-    if (e->o.desync_s > 0 && c->now - since >= e->o.desync_s && c->now >= e->next_desync_report) {
+    if (c->now - since < e->o.desync_s) return;
+    c->blocked = 1;
+    if (c->now >= e->next_desync_report) {
         c->want_report = 1;
         e->next_desync_report = c->now + e->o.desync_s;
     }

@@ -74,7 +74,10 @@ def test_stall_check_disable(var):
     code = ("import ctypes, chorus._engine as e; from chorus._lib import lib; "
             "o = e.EngineOpts(); lib.chorus_engine_opts_init(ctypes.byref(o)); "
             "print(o.stall_warn_s)")
+    python = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "python")
     env = dict(os.environ, **{var: "1"})
+    env["PYTHONPATH"] = python + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("HOROVOD_STALL_CHECK_TIME_SECONDS", None)
     out = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True,
                          text=True, timeout=60)

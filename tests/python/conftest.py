@@ -54,19 +54,30 @@ def _expire(nodeid):
 
 
 def _agree(index, failed):
-    """True when every rank ran test `index` and it passed everywhere; otherwise (or when the
-    comparison itself fails) the runtime is started afresh on every rank."""
+    """True when every rank ran test `index` and it passed everywhere; otherwise the runtime is
+    started afresh on every rank. The comparison is retried while it ends in a mismatch: a
+    rank that failed early reaches it while another still waits inside the test, until the
+    engine ends that wait as desynchronised and that rank arrives too. Restarting only once
+    every rank knows keeps a shutdown from cutting into another rank's pending op."""
     core = sys.modules.get("chorus._core")
     if core is None or not core.is_initialized() or core.S.world.size == 1:
         return not failed
-    from chorus import _engine
-    try:
-        seen = _engine.allgather_i64(core.S.global_set.engine, [index, int(failed)],
-                                     "pyrun.after.%d" % index)
-        ok = not seen[:, 1].any() and len(set(int(i) for i in seen[:, 0])) == 1
-    except Exception as e:  # noqa: BLE001 - reported, then the runtime restarts
-        sys.stderr.write("pyrun: ranks could not compare test %d: %s\n" % (index, e))
-        ok = False
+    from chorus import _engine, _lib
+    seen, why = None, None
+    for _ in range(5):
+        try:
+            seen = _engine.allgather_i64(core.S.global_set.engine, [index, int(failed)],
+                                         "pyrun.after.%d" % index)
+            break
+        except _lib.ChorusMismatchError as e:
+            why = e
+        except Exception as e:  # noqa: BLE001 - reported, then the runtime restarts
+            why = e
+            break
+    ok = (seen is not None and not seen[:, 1].any() and
+          len(set(int(i) for i in seen[:, 0])) == 1)
+    if seen is None:
+        sys.stderr.write("pyrun: ranks could not compare test %d: %s\n" % (index, why))
     if not ok:
         core.shutdown()
         core.init()

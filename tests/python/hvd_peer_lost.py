@@ -8,7 +8,11 @@ import time
 
 import torch
 
-import chorus.torch as hvd
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "python"))
+os.environ.setdefault("CHORUS_LIB", os.path.join(REPO, os.environ.get("BUILD", "build"), "lib",
+                                                 "libchorus.so"))
+import chorus.torch as hvd  # noqa: E402
 
 hvd.init()
 R = hvd.rank()

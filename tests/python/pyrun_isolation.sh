@@ -4,7 +4,7 @@
 # failed, and the tests after them pass.
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT INT TERM
-CHORUS_DESYNC_S=1 /usr/bin/python3 tests/python/pyrun.py -np 2 --test-timeout 4 \
+CHORUS_DESYNC_S=1 /usr/bin/python3 tests/python/pyrun.py -np 2 --test-timeout 8 \
     tests/python/isolation_cases.py > "$out" 2>&1
 rc=$?
 cat "$out"
@@ -14,7 +14,7 @@ expect '^FAIL  tests/python/isolation_cases.py::test_fails_on_rank_1_while_rank_
 expect '^PASS  tests/python/isolation_cases.py::test_runs_after_a_failure'
 expect '^FAIL  tests/python/isolation_cases.py::test_hangs  (the job ended during it'
 expect '^PASS  tests/python/isolation_cases.py::test_runs_after_a_hang'
-expect 'still running after 4 s'
+expect 'still running after 8 s'
 expect 'ranks desynchronised'
 [ $rc = 1 ] || { echo "pyrun_isolation: pyrun.py exited $rc, not 1"; fail=1; }
 exit $fail

@@ -346,6 +346,23 @@ def test_desync_different_names_raises_fast():
     assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
 
 
+def test_backward_on_one_rank_is_a_desync_error():
+    # Only rank 0 differentiates through an allgather: its gradient's allreduce has no
+    # partner. Every rank gets an error naming the ops and ranks within seconds, no hang.
+    t = ones(R + 1, 3).requires_grad_()
+    g = hvd.allgather(t, name="ag.one.backward")
+    with pytest.raises(hvd.HorovodInternalError, match="desynchronised") as ei:
+        if R == 0:
+            g.sum().backward()
+        else:
+            hvd.allreduce(torch.ones(2), name="ag.one.other")
+    assert "ag.one.other" in str(ei.value) and "rank 1" in str(ei.value)
+    # rank 0 issued one unnamed op more: start the runtime again to agree on names
+    hvd.shutdown()
+    hvd.init()
+    assert hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == N
+
+
 # ---- init / shutdown ------------------------------------------------------------------------
 
 def test_reinit_rank_size():

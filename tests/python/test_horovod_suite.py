@@ -3,7 +3,6 @@
 case that leaves the ranks out of step shows up as an error in a later one. Each case checks
 the result or the exception horovod.torch documents for it."""
 
-import os
 
 import pytest
 import torch

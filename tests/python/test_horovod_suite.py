@@ -283,6 +283,7 @@ def test_broadcast_rank_error():
 def test_broadcast_optimizer_state_params_without_grads():
     torch.manual_seed(R)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    model[1].bias.requires_grad_(False)  # a parameter that never has a gradient
     opt = torch.optim.Adam(model.parameters(), lr=0.1 * (R + 1))
     # no step yet: no parameter has a gradient or a state
     hvd.broadcast_optimizer_state(opt, root_rank=0)
@@ -291,7 +292,8 @@ def test_broadcast_optimizer_state_params_without_grads():
     opt.step()
     hvd.broadcast_optimizer_state(opt, root_rank=0, model=model)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    st = [opt.state[p]["exp_avg"] for p in model.parameters()]
+    assert model[1].bias not in opt.state
+    st = [opt.state[p]["exp_avg"] for p in model.parameters() if p.requires_grad]
     gathered = [hvd.allgather(s.reshape(1, -1)) for s in st]
     for g in gathered:
         assert torch.allclose(g[0], g[-1])

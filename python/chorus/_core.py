@@ -203,6 +203,7 @@ def adopt(comm_ptr):
 
 def _adopt(comm):
     S.world = comm
+    S.lost = None  # a world formed again (an elastic generation)
     S.global_set.ranks = list(range(S.world.size))
     S.global_set.process_set_id = 0
     S.global_set.comm = S.world

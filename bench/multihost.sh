@@ -9,7 +9,7 @@
 #   gloo     bench/gloo_allreduce.py through torch.distributed (Debian python3-torch), ranks
 #            started with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 #   ompi     bench/mpi_allreduce under mpirun --mca btl tcp,self, started in host 1's namespace,
-#            remote ranks through --mca plm_rsh_agent "ip netns exec"
+#            remote ranks through --mca plm_rsh_agent (a two-line wrapper of "ip netns exec")
 #
 # and then, at the first RATE, training on 2 hosts x 1 rank: chorus-train --grad-sync fused
 # against PyTorch DDP (bench/train_ddp_torch.py --env), samples/s.
@@ -38,6 +38,10 @@ for t in iperf3 mpicc mpirun; do
 done
 RES=$(mktemp -d "${TMPDIR:-/tmp}/multihost.XXXXXX")
 mpicc -O2 -o "$RES/mpi_allreduce" bench/mpi_allreduce.c || exit 1
+# mpirun's remote shell: "ip netns exec HOST" given the command line as one string, as ssh
+# would pass it to the remote shell (ip netns exec alone would exec it as one word).
+printf '#!/bin/sh\nns=$1\nshift\nexec ip netns exec "$ns" sh -c "$*"\n' > "$RES/netns-rsh"
+chmod +x "$RES/netns-rsh"
 bytes=$("$PYTHON" -c "import sys; s=sys.argv[1].lower(); m={'k':1<<10,'m':1<<20,'g':1<<30}; print(int(s[:-1])*m[s[-1]] if s[-1] in m else int(s))" "$SIZE")
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "# multihost: 2 hosts x 2 ranks, allreduce float32 sum of $bytes B, $ITERS timed iterations; $(nproc) cores; load before: $(load)"
@@ -82,7 +86,7 @@ one_rate() (
     four flat env CHORUS_ALGO_ALLREDUCE=direct_ring "$BENCH" -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 -a 3 -c 0
     four gloo "$PYTHON" bench/gloo_allreduce.py -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 -k 0
     ip netns exec "$h1" mpirun --allow-run-as-root --oversubscribe -H "$h1:2,$h2:2" -np 4 \
-        --mca plm_rsh_agent "ip netns exec" --mca pml ob1 --mca btl tcp,self \
+        --mca plm_rsh_agent "$RES/netns-rsh" --mca pml ob1 --mca btl tcp,self \
         --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
         "$RES/mpi_allreduce" -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 > "$logs/ompi.0" 2>&1 ||
         { echo "multihost: mpirun failed:" >&2; tail -5 "$logs/ompi.0" >&2; }
@@ -116,6 +120,7 @@ for k, v in t.items():
 PY
     [ "$TRAIN" = 1 ] || exit 0
     # Training, 2 hosts x 1 rank: samples/s over STEPS steps after 10 of warm-up.
+    pt=""
     for r in 0 1; do
         ns=$h1
         [ $r = 1 ] && ns=$h2

@@ -31,8 +31,7 @@ static chorus_result within_host(chorus_comm *c, chorus_comm *local, const choru
     uint64_t sig = chorus__shm_sig(CHORUS_COLL_ALLREDUCE, (int)a->t, (int)a->op, 2 + gather, 0);
     chorus_result r =
         gather ? chorus__shm_allgather_blocks(local, b, a->recv, chorus_dtype_size(a->t), sig)
-               : chorus__shm_reduce_scatter_blocks(local, b, a->send, a->recv, a->t, a->op, 0,
-                                                   sig);
+               : chorus__shm_reduce_scatter_blocks(local, b, a->send, a->recv, a->t, a->op, 0, sig);
     return chorus__coll_sub_fail(c, local, r);
 }
 

@@ -260,8 +260,10 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
     free(mem);
     if (r != CHORUS_OK) return r;
     /* A communicator whose ranks share a host gets its own shared-memory group (set up over
-     * its own TCP traffic); one spanning hosts uses TCP. */
+     * its own TCP traffic); one spanning hosts uses TCP, and the hierarchical collectives
+     * where it has several ranks on some host. */
     r = chorus__comm_shm_setup(s);
+    if (r == CHORUS_OK) r = chorus__comm_hier_setup(s);
     if (r != CHORUS_OK) {
         snprintf(c->err.msg, sizeof(c->err.msg), "%s", s->err.msg);
         comm_free(s);

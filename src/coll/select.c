@@ -42,6 +42,13 @@
  *   broadcast, pipelined chain:     (p-2+S/s) * (alpha + s*beta)   -> large S (s: segment)
  *   allgather / reduce-scatter / alltoall / barrier over shm: one copy in and one copy out of
  *          each byte, alpha_shm per slot; over TCP: ring / direct / pairwise / dissemination.
+ *   across h hosts of up to m ranks (alpha, beta of a host's link, shared by its ranks):
+ *   allreduce, hier:  2 T_shm(S) + 2(h-1) alpha + 2(h-1)/h S beta   (oneshot per slice: small)
+ *          reduce-scatter of m slices over shm, each slice allreduced among its owners on the
+ *          h hosts, allgather over shm: the link carries 2(h-1)/h S each way, where the flat
+ *          direct_ring over p = hm ranks has each of a host's m ranks send 2(p-1)/p S
+ *   broadcast, hier:  2 T_shm(S) + the TCP broadcast among the h hosts' lowest ranks
+ *   allgather, hier:  T_shm(S) + one TCP broadcast per host of its blocks among the leaders
  *
  * Topology: when every rank of the communicator is on one host (comm->nhosts == 1) and
  * CHORUS_SHM is not 0, the communicator has a shared-memory group (comm_shm.c) and shared
@@ -49,7 +56,11 @@
  * the default for all collectives; otherwise TCP, with the size crossovers
  * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce at 2 ranks is single
  * copy from CHORUS_SHM_CMA_MIN to CHORUS_SHM_CMA_MAX bytes (when the kernel allows it); otherwise
- * one-shot up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above.
+ * one-shot up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above. A communicator that spans
+ * hosts with several ranks on some host (and has c->hier: each host's ranks consecutive,
+ * CHORUS_SHM not 0) runs allreduce, broadcast and allgather hierarchically at every size:
+ * shared memory costs less than a TCP step at any size, and the link then carries each byte
+ * once per host rather than once per rank.
  *
  * The table: one row per algorithm {id, collective, name, description, memory type,
  * transport, when the rules pick it, function}. The rules take, for a collective, the first

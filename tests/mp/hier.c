@@ -5,8 +5,9 @@
  *   flat allreduce (oneshot, direct_ring): ((x_0 + x_1) + x_2) + ... in rank order;
  *   hier: each host's ranks folded in rank order, then the host partials in host order;
  * so every rank holds the same bits, and the algorithms agree bit for bit on exact data (small
- * integers in floats) and wherever the orders coincide (one rank per host). The host layout is
- * learnt from chorus_local_rank (a host's ranks are consecutive). */
+ * integers in floats) and wherever the orders coincide (one rank per host); a communicator
+ * split from the world takes the same path. The host layout is learnt from chorus_local_rank
+ * (a host's ranks are consecutive). */
 #include <math.h>
 
 #include "coll/comm.h"
@@ -164,6 +165,16 @@ int main(void)
         check_allgather("hier", gcounts[k]);
         check_allgather("ring", gcounts[k]);
     }
+    /* a communicator split from the world (as the training runtime's) takes the same path */
+    chorus_comm *world = comm, *dup = NULL;
+    ASSERT_OK(chorus_comm_split(world, 0, me, &dup));
+    ASSERT_EQ(dup->hier != NULL, world->hier != NULL);
+    comm = dup;
+    check_allreduce(NULL, 100003, several, 0, 0);
+    check_broadcast(NULL, 1000);
+    check_allgather(NULL, 999);
+    ASSERT_OK(chorus_finalize(dup));
+    comm = world;
     if (me == 0)
         printf("hier: OK (%d ranks on %d hosts: allreduce, broadcast, allgather by the rules and "
                "forced, bitwise against the serial folds)\n",

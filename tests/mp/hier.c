@@ -152,6 +152,12 @@ int main(void)
         check_allreduce("direct_ring", n, 0, 1, 1);
         check_allreduce("ring", n, 0, 1, 0);
     }
+    /* small TCP segments: the pipelined rounds of the hierarchical allreduce, many of them */
+    test_set_config(comm, "CHORUS_TCP_SEGMENT", "4096");
+    check_allreduce("hier", 100003, 1, 0, 0);
+    check_allreduce("hier", 1 << 20, 1, 0, 1);
+    check_ops("hier", 100003);
+    test_set_config(comm, "CHORUS_TCP_SEGMENT", NULL);
     check_ops(NULL, 100003);
     check_ops("hier", 7);
     check_ops("direct_ring", 100003);

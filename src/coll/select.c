@@ -43,9 +43,11 @@
  *   allgather / reduce-scatter / alltoall / barrier over shm: one copy in and one copy out of
  *          each byte, alpha_shm per slot; over TCP: ring / direct / pairwise / dissemination.
  *   across h hosts of up to m ranks (alpha, beta of a host's link, shared by its ranks):
- *   allreduce, hier:  2 T_shm(S) + 2(h-1) alpha + 2(h-1)/h S beta   (oneshot per slice: small)
+ *   allreduce, hier:  max(2 T_shm(S), 2(h-1)/h S beta) + 2R(h-1) alpha   (R pipelined rounds)
  *          reduce-scatter of m slices over shm, each slice allreduced among its owners on the
- *          h hosts, allgather over shm: the link carries 2(h-1)/h S each way, where the flat
+ *          h hosts, allgather over shm, round by round so that shm and the link overlap
+ *          (small slices: once, one-shot across hosts, 2 T_shm(S) + alpha + (h-1) S beta);
+ *          the link carries 2(h-1)/h S each way, where the flat
  *          direct_ring over p = hm ranks has each of a host's m ranks send 2(p-1)/p S
  *   broadcast, hier:  2 T_shm(S) + the TCP broadcast among the h hosts' lowest ranks
  *   allgather, hier:  T_shm(S) + one TCP broadcast per host of its blocks among the leaders

@@ -157,6 +157,11 @@ int main(void)
     check_allreduce("hier", 100003, 1, 0, 0);
     check_allreduce("hier", 1 << 20, 1, 0, 1);
     check_ops("hier", 100003);
+    test_set_config(comm, "CHORUS_TCP_ONESHOT_MAX", "0"); /* rounds down to a single element */
+    check_allreduce("hier", 1, 1, 0, 0);
+    check_allreduce("hier", 5, 1, 0, 1);
+    check_ops("hier", 7);
+    test_set_config(comm, "CHORUS_TCP_ONESHOT_MAX", NULL);
     test_set_config(comm, "CHORUS_TCP_SEGMENT", NULL);
     check_ops(NULL, 100003);
     check_ops("hier", 7);

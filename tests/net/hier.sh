@@ -1,14 +1,25 @@
 #!/bin/sh
-# hier.sh LAYOUT - the collectives of a job spanning the hosts of a namespace cluster
-# (tests/net/cluster.sh), LAYOUT ranks per host, e.g. 2,2 or 1,1,1 or 1,3. Ranks start the
-# torchrun way (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) inside their host's namespace and
-# run tests/mp/hier: every collective by the rules and forced, bitwise against serial folds.
-# Then each rank's INFO log must say which path the rules take: hierarchical where some host
-# has several ranks, else flat TCP with hier only when forced. Needs root (SKIP otherwise).
+# hier.sh LAYOUT [kill VICTIM BYTES] - the collectives of a job spanning the hosts of a
+# namespace cluster (tests/net/cluster.sh), LAYOUT ranks per host, e.g. 2,2 or 1,1,1 or 1,3.
+# Ranks start the torchrun way (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) inside their
+# host's namespace and run tests/mp/hier: every collective by the rules and forced, bitwise
+# against serial folds. Then each rank's INFO log must say which path the rules take:
+# hierarchical where some host has several ranks, else flat TCP with hier only when forced.
+# With "kill VICTIM BYTES" they run tests/mp/peer_death instead: rank VICTIM kills itself in
+# the middle of allreduces of BYTES, and every other rank must fail naming it (exit 3) within
+# the timeout. Needs root (SKIP otherwise).
 BUILD=${BUILD:-build}
-prog=$BUILD/tests/mp/hier
+layout=${1:?usage: hier.sh LAYOUT (ranks per host, e.g. 2,2) [kill VICTIM BYTES]}
+victim=-1
+if [ "${2:-}" = kill ]; then
+    victim=$3
+    prog=$BUILD/tests/mp/peer_death
+    set -- "$victim" "$4"
+else
+    prog=$BUILD/tests/mp/hier
+    set --
+fi
 [ -x "$prog" ] || { echo "hier: $prog is not built"; exit 1; }
-layout=${1:?usage: hier.sh LAYOUT (ranks per host, e.g. 2,2)}
 nh=$(echo "$layout" | tr ',' '\n' | wc -l)
 size=0
 for n in $(echo "$layout" | tr ',' ' '); do size=$((size + n)); done
@@ -26,7 +37,7 @@ for n in $(echo "$layout" | tr ',' ' '); do
             RANK=$r WORLD_SIZE=$size LOCAL_RANK=$l LOCAL_WORLD_SIZE=$n \
             MASTER_ADDR="$(cluster_addr 1)" MASTER_PORT=29512 CHORUS_JOB_ID="hier-$tag" \
             CHORUS_TIMEOUT_S=30 CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=COLL \
-            "$prog" > "$logs/rank$r.log" 2>&1 &
+            "$prog" "$@" > "$logs/rank$r.log" 2>&1 &
         pids="$pids $!"
         r=$((r + 1))
         l=$((l + 1))
@@ -36,7 +47,15 @@ done
 fail=0
 r=0
 for p in $pids; do
-    wait "$p" || { echo "hier: rank $r failed (exit $?)"; fail=1; }
+    wait "$p"
+    st=$?
+    if [ "$victim" -lt 0 ]; then
+        [ $st = 0 ] || { echo "hier: rank $r failed (exit $st)"; fail=1; }
+    elif [ $r = "$victim" ]; then
+        [ $st = 137 ] || { echo "hier: rank $r, the victim, exited $st, not by SIGKILL"; fail=1; }
+    else
+        [ $st = 3 ] || { echo "hier: survivor rank $r exited $st, not 3"; fail=1; }
+    fi
     r=$((r + 1))
 done
 for r in $(seq 0 $((size - 1))); do sed "s/^/rank$r| /" "$logs/rank$r.log" | grep -v "^rank$r| ok "; done
@@ -50,4 +69,13 @@ for r in $(seq 0 $((size - 1))); do
     grep -q "$want" "$logs/rank$r.log" ||
         { echo "hier: rank $r did not log the expected path: $want"; exit 1; }
 done
+if [ "$victim" -ge 0 ]; then
+    for r in $(seq 0 $((size - 1))); do
+        [ $r = "$victim" ] && continue
+        grep -q "allreduce failed after .*rank $victim" "$logs/rank$r.log" ||
+            { echo "hier: survivor rank $r did not name rank $victim"; exit 1; }
+    done
+    echo "hier: OK ($layout ranks on $nh hosts; rank $victim killed, every survivor named it)"
+    exit 0
+fi
 echo "hier: OK ($layout ranks on $nh hosts)"

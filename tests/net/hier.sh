@@ -7,11 +7,20 @@
 # hierarchical where some host has several ranks, else flat TCP with hier only when forced.
 # With "kill VICTIM BYTES" they run tests/mp/peer_death instead: rank VICTIM kills itself in
 # the middle of allreduces of BYTES, and every other rank must fail naming it (exit 3) within
-# the timeout. Needs root (SKIP otherwise).
+# the timeout. LAYOUT "alternate" puts ranks 0 and 2 on one host, 1 and 3 on the other, and
+# runs tests/mp/coll_select (every algorithm name, hier included, correct): the hierarchical
+# path is off (a host's ranks are not consecutive) and the INFO lines must say so.
+# Needs root (SKIP otherwise).
 BUILD=${BUILD:-build}
-layout=${1:?usage: hier.sh LAYOUT (ranks per host, e.g. 2,2) [kill VICTIM BYTES]}
+layout=${1:?usage: hier.sh LAYOUT (ranks per host, e.g. 2,2, or alternate) [kill VICTIM BYTES]}
 victim=-1
-if [ "${2:-}" = kill ]; then
+alternate=0
+if [ "$layout" = alternate ]; then
+    alternate=1
+    layout=2,2
+    prog=$BUILD/tests/mp/coll_select
+    set --
+elif [ "${2:-}" = kill ]; then
     victim=$3
     prog=$BUILD/tests/mp/peer_death
     set -- "$victim" "$4"
@@ -26,23 +35,31 @@ for n in $(echo "$layout" | tr ',' ' '); do size=$((size + n)); done
 . tests/net/cluster.sh
 cluster_up hier "$nh"
 
-r=0
+# place: "host local-rank ranks-on-host" of every rank, in rank order
+place=""
 h=1
 for n in $(echo "$layout" | tr ',' ' '); do
     l=0
     while [ $l -lt "$n" ]; do
-        ip netns exec "$(cluster_host $h)" env -u CHORUS_RANK -u CHORUS_SIZE -u CHORUS_STORE_ADDR \
-            -u CHORUS_LOCAL_RANK -u CHORUS_LOCAL_SIZE -u CHORUS_IFACE -u CHORUS_ALGO_ALLREDUCE \
-            -u CHORUS_ALGO_BROADCAST -u CHORUS_ALGO_ALLGATHER \
-            RANK=$r WORLD_SIZE=$size LOCAL_RANK=$l LOCAL_WORLD_SIZE=$n \
-            MASTER_ADDR="$(cluster_addr 1)" MASTER_PORT=29512 CHORUS_JOB_ID="hier-$tag" \
-            CHORUS_TIMEOUT_S=30 CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=COLL \
-            "$prog" "$@" > "$logs/rank$r.log" 2>&1 &
-        pids="$pids $!"
-        r=$((r + 1))
+        place="$place $h:$l:$n"
         l=$((l + 1))
     done
     h=$((h + 1))
+done
+[ $alternate = 1 ] && place="1:0:2 2:0:2 1:1:2 2:1:2"
+r=0
+for p in $place; do
+    h=${p%%:*} l=${p#*:} n=${p##*:}
+    l=${l%%:*}
+    ip netns exec "$(cluster_host $h)" env -u CHORUS_RANK -u CHORUS_SIZE -u CHORUS_STORE_ADDR \
+        -u CHORUS_LOCAL_RANK -u CHORUS_LOCAL_SIZE -u CHORUS_IFACE -u CHORUS_ALGO_ALLREDUCE \
+        -u CHORUS_ALGO_BROADCAST -u CHORUS_ALGO_ALLGATHER \
+        RANK=$r WORLD_SIZE=$size LOCAL_RANK=$l LOCAL_WORLD_SIZE=$n \
+        MASTER_ADDR="$(cluster_addr 1)" MASTER_PORT=29512 CHORUS_JOB_ID="hier-$tag" \
+        CHORUS_TIMEOUT_S=30 CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=COLL \
+        "$prog" "$@" > "$logs/rank$r.log" 2>&1 &
+    pids="$pids $!"
+    r=$((r + 1))
 done
 fail=0
 r=0
@@ -60,6 +77,16 @@ for p in $pids; do
 done
 for r in $(seq 0 $((size - 1))); do sed "s/^/rank$r| /" "$logs/rank$r.log" | grep -v "^rank$r| ok "; done
 [ $fail = 0 ] || exit 1
+if [ $alternate = 1 ]; then
+    for r in 0 1 2 3; do
+        for want in "no hierarchical collectives: the ranks of a host are not consecutive" \
+            "(4 ranks, 2 hosts): TCP; allreduce one-shot"; do
+            grep -qF "$want" "$logs/rank$r.log" || { echo "hier: rank $r did not say: $want"; exit 1; }
+        done
+    done
+    echo "hier: OK (alternating hosts: flat TCP, every algorithm name correct)"
+    exit 0
+fi
 if [ "$size" -gt "$nh" ]; then
     want="($size ranks, $nh hosts): hierarchical allreduce, broadcast and allgather (shared memory within each host, TCP between hosts"
 else

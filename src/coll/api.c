@@ -52,7 +52,10 @@ static chorus_result empty(chorus_comm *c, const chorus_algo *algo, const char *
                            chorus_dtype t, chorus_op op, int root)
 {
     if (c->size == 1) return CHORUS_OK;
-    return done(c, chorus__coll_agree(c, algo->tp != CHORUS_TP_NET, what, kind, t, op, root, 0));
+    /* over shared memory when the row runs on c's own group; a hierarchical row's groups are
+     * sub-communicators, so its ranks agree over TCP like the flat rows' */
+    int over_shm = algo->tp == CHORUS_TP_SHM || algo->tp == CHORUS_TP_SHM_CMA;
+    return done(c, chorus__coll_agree(c, over_shm, what, kind, t, op, root, 0));
 }
 
 #define NULL_COMM(fn)                                                                              \

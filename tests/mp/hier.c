@@ -152,6 +152,12 @@ int main(void)
         check_allreduce("direct_ring", n, 0, 1, 1);
         check_allreduce("ring", n, 0, 1, 0);
     }
+    /* count 0 takes part in the call's agreement, and moves nothing */
+    float none = 7;
+    ASSERT_OK(chorus_allreduce(comm, &none, &none, 0, CHORUS_FLOAT32, CHORUS_SUM));
+    ASSERT_OK(chorus_broadcast(comm, &none, 0, CHORUS_FLOAT32, P - 1));
+    ASSERT_OK(chorus_allgather(comm, &none, &none, 0, CHORUS_FLOAT32));
+    ASSERT(none == 7);
     /* small TCP segments: the pipelined rounds of the hierarchical allreduce, many of them */
     test_set_config(comm, "CHORUS_TCP_SEGMENT", "4096");
     check_allreduce("hier", 100003, 1, 0, 0);

@@ -109,7 +109,7 @@ chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_d
     /* The root sends and hears nothing (a leaf hears only its parent): over TCP the ranks first
      * agree on the call, so that another root or count fails every rank at this call. Shared
      * memory checks the first chunk on every rank (bcast_shm.c). */
-    if (algo->tp == CHORUS_TP_NET)
+    if (algo->tp == CHORUS_TP_NET || algo->tp == CHORUS_TP_HIER) /* hier: ranks of other hosts */
         CHORUS_CHECK(done(
             c, chorus__coll_agree(c, 0, "broadcast", CHORUS_COLL_BROADCAST, t, 0, root, count)));
     chorus_coll_args a = {

@@ -7,27 +7,24 @@
 # hierarchical where some host has several ranks, else flat TCP with hier only when forced.
 # With "kill VICTIM BYTES" they run tests/mp/peer_death instead: rank VICTIM kills itself in
 # the middle of allreduces of BYTES, and every other rank must fail naming it (exit 3) within
-# the timeout. LAYOUT "alternate" puts ranks 0 and 2 on one host, 1 and 3 on the other, and
+# the timeout. With "mismatch MODE..." they run tests/mp/mismatch MODE... (every rank must see
+# CHORUS_ERR_MISMATCH at the mismatched call). LAYOUT "alternate" puts ranks 0 and 2 on one host, 1 and 3 on the other, and
 # runs tests/mp/coll_select (every algorithm name, hier included, correct): the hierarchical
 # path is off (a host's ranks are not consecutive) and the INFO lines must say so.
 # Needs root (SKIP otherwise).
 BUILD=${BUILD:-build}
-layout=${1:?usage: hier.sh LAYOUT (ranks per host, e.g. 2,2, or alternate) [kill VICTIM BYTES]}
-victim=-1
-alternate=0
+layout=${1:?usage: hier.sh LAYOUT (ranks per host, e.g. 2,2, or alternate) [kill VICTIM BYTES | mismatch MODE...]}
+victim=-1 alternate=0 mismatch=0 prog=$BUILD/tests/mp/hier
+case "${2:-}" in
+kill) victim=$3 prog=$BUILD/tests/mp/peer_death args="$3 $4" ;;
+mismatch) mismatch=1 prog=$BUILD/tests/mp/mismatch args=$(shift 2; echo "$*") ;;
+*) args="" ;;
+esac
 if [ "$layout" = alternate ]; then
-    alternate=1
-    layout=2,2
-    prog=$BUILD/tests/mp/coll_select
-    set --
-elif [ "${2:-}" = kill ]; then
-    victim=$3
-    prog=$BUILD/tests/mp/peer_death
-    set -- "$victim" "$4"
-else
-    prog=$BUILD/tests/mp/hier
-    set --
+    alternate=1 layout=2,2 prog=$BUILD/tests/mp/coll_select
 fi
+# shellcheck disable=SC2086 # the program's arguments are words
+set -- $args
 [ -x "$prog" ] || { echo "hier: $prog is not built"; exit 1; }
 nh=$(echo "$layout" | tr ',' '\n' | wc -l)
 size=0
@@ -68,6 +65,8 @@ for p in $pids; do
     st=$?
     if [ "$victim" -lt 0 ]; then
         [ $st = 0 ] || { echo "hier: rank $r failed (exit $st)"; fail=1; }
+        [ $mismatch = 0 ] || grep -q "rank $r: CHORUS_ERR_MISMATCH: " "$logs/rank$r.log" ||
+            { echo "hier: rank $r did not report the mismatch"; fail=1; }
     elif [ $r = "$victim" ]; then
         [ $st = 137 ] || { echo "hier: rank $r, the victim, exited $st, not by SIGKILL"; fail=1; }
     else

@@ -20,6 +20,8 @@ manifest=deploy/kubernetes/job.yaml
 prog=$BUILD/tests/mp/coll_matrix
 [ -x "$prog" ] || { echo "k8s_pods: $prog is not built"; exit 1; }
 command -v unshare > /dev/null 2>&1 || { echo "SKIP k8s_pods: unshare (util-linux) is not installed"; exit 0; }
+# python3-yaml reads the manifests; as root it is installed when missing (tools/deps.sh).
+python3 -c 'import yaml' 2> /dev/null || sh tools/deps.sh "the Kubernetes tests" python3-yaml > /dev/null 2>&1
 python3 -c 'import yaml' 2> /dev/null || { echo "SKIP k8s_pods: python3 with yaml (python3-yaml) is not installed"; exit 0; }
 
 # The manifest's facts: job name, subdomain, completions, command and env (one NAME=VALUE a

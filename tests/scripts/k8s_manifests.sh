@@ -19,6 +19,8 @@ if ! command -v kubectl > /dev/null 2>&1; then
         command -v kubectl > /dev/null 2>&1 ||
         { echo "SKIP k8s_manifests: no kubectl (install Debian's kubernetes-client)"; exit 0; }
 fi
+# python3-yaml reads the manifests; as root it is installed when missing (tools/deps.sh).
+python3 -c 'import yaml' 2> /dev/null || sh tools/deps.sh "the Kubernetes tests" python3-yaml > /dev/null 2>&1
 python3 -c 'import yaml' 2> /dev/null ||
     { echo "SKIP k8s_manifests: python3 with yaml (python3-yaml) is not installed"; exit 0; }
 work=$(mktemp -d)

@@ -117,6 +117,11 @@ static chorus_result kubernetes_job(chorus_job *j, const char *id, chorus_errbuf
                             "the Job's completions (docs/KUBERNETES.md)",
                             j->rank);
     CHORUS_CHECK(get_int(j, env("WORLD_SIZE") ? "WORLD_SIZE" : "CHORUS_SIZE", &j->size, e));
+    if (j->rank >= j->size)
+        return chorus__fail(e, CHORUS_ERR_ENV,
+                            "kubernetes: JOB_COMPLETION_INDEX=%d is not below %s=%d: the Job's "
+                            "completions and the world size must be equal",
+                            j->rank, env("WORLD_SIZE") ? "WORLD_SIZE" : "CHORUS_SIZE", j->size);
     char host[256] = "", suffix[32];
     gethostname(host, sizeof(host) - 1);
     /* The pod's hostname is "<job>-<index>": the job's name is what precedes the index. */

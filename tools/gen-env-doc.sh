@@ -34,6 +34,7 @@ Chorus also reads the variables of the launchers it runs under:
 | Open MPI `mpirun` | `OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE`; one host needs nothing more, several need `-x MASTER_ADDR -x MASTER_PORT` |
 | MPICH / Hydra | `PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS` |
 | Slurm `srun` | `SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_JOB_ID SLURM_STEP_ID SLURM_STEP_NODELIST`; across nodes the first node of the step serves the store on port 20000 + (31·job + step) mod 20000 unless `MASTER_ADDR`/`MASTER_PORT` are set |
+| Kubernetes Indexed Job | `JOB_COMPLETION_INDEX` (the rank) with `WORLD_SIZE` (or `CHORUS_SIZE`) and no `RANK`/`CHORUS_RANK`; one rank per pod; rank 0 serves the store at `MASTER_ADDR:MASTER_PORT`, or, without `MASTER_ADDR`, at its own DNS name derived from the pod's `<job>-<index>.<subdomain>...` name, port `MASTER_PORT` or 29500 (docs/KUBERNETES.md) |
 
 Horovod's variables are read for the Chorus setting they mean when that `CHORUS_*` variable
 is not set (a job written for `horovodrun` keeps its settings); a bad value is reported under

@@ -68,7 +68,7 @@ chorus_result chorus__wire_decode_hdr(const unsigned char in[CHORUS_WIRE_HDR_LEN
     }
     h->type = get16(in + 6);
     if (h->type == 0 || h->type >= CHORUS_MSG_TYPE_MAX ||
-        (h->type > CHORUS_MSG_AUTH_PROOF && h->type != CHORUS_MSG_KV)) {
+        (h->type > CHORUS_MSG_CHUNK && h->type != CHORUS_MSG_KV)) {
         snprintf(why, why_len, "unknown message type %u", h->type);
         return CHORUS_ERR_PROTOCOL;
     }
@@ -93,6 +93,8 @@ void chorus__wire_encode_hello(const chorus_wire_hello *h, unsigned char out[CHO
     memcpy(out, h->job, n);
     put32(out + CHORUS_WIRE_JOB_LEN, (uint32_t)h->rank);
     put32(out + CHORUS_WIRE_JOB_LEN + 4, (uint32_t)h->size);
+    put32(out + CHORUS_WIRE_JOB_LEN + 8, (uint32_t)h->lane);
+    put32(out + CHORUS_WIRE_JOB_LEN + 12, (uint32_t)h->lanes);
 }
 
 chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, chorus_wire_hello *h)
@@ -102,7 +104,11 @@ chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, cho
     memcpy(h->job, in, CHORUS_WIRE_JOB_LEN);
     h->rank = (int32_t)get32(in + CHORUS_WIRE_JOB_LEN);
     h->size = (int32_t)get32(in + CHORUS_WIRE_JOB_LEN + 4);
+    h->lane = (int32_t)get32(in + CHORUS_WIRE_JOB_LEN + 8);
+    h->lanes = (int32_t)get32(in + CHORUS_WIRE_JOB_LEN + 12);
     if (h->size <= 0 || h->rank < 0 || h->rank >= h->size) return CHORUS_ERR_PROTOCOL;
+    if (h->lanes < 1 || h->lanes > CHORUS_WIRE_LANES_MAX || h->lane < 0 || h->lane >= h->lanes)
+        return CHORUS_ERR_PROTOCOL;
     return CHORUS_OK;
 }
 

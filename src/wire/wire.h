@@ -27,7 +27,10 @@ enum chorus_wire_type {
     CHORUS_MSG_AUTH_HELLO = 8,     /* client -> server: version, client nonce */
     CHORUS_MSG_AUTH_CHALLENGE = 9, /* server -> client: server nonce, server's proof */
     CHORUS_MSG_AUTH_PROOF = 10,    /* client -> server: client's proof */
-    CHORUS_MSG_KV = 16,            /* key-value store request or response */
+    /* A slice of a striped message's payload on a connection other than a pair's first: seq is
+     * the pair's stripe number (the order of striped messages on the first connection). */
+    CHORUS_MSG_CHUNK = 11,
+    CHORUS_MSG_KV = 16, /* key-value store request or response */
     CHORUS_MSG_TYPE_MAX = 17
 };
 
@@ -48,14 +51,17 @@ void chorus__wire_encode_hdr(const chorus_wire_hdr *h, unsigned char out[CHORUS_
 chorus_result chorus__wire_decode_hdr(const unsigned char in[CHORUS_WIRE_HDR_LEN], uint64_t max_len,
                                       chorus_wire_hdr *h, char *why, size_t why_len);
 
-/* HELLO payload: who is connecting. */
+/* HELLO payload: who is connecting, and which of the pair's connections (lanes) this is. */
 #define CHORUS_WIRE_JOB_LEN 64
 typedef struct chorus_wire_hello {
     char job[CHORUS_WIRE_JOB_LEN]; /* NUL-terminated job id */
     int32_t rank;
     int32_t size;
+    int32_t lane;  /* 0 .. lanes-1 */
+    int32_t lanes; /* connections per pair of ranks the sender opens (CHORUS_TCP_LANES) */
 } chorus_wire_hello;
-#define CHORUS_WIRE_HELLO_LEN (CHORUS_WIRE_JOB_LEN + 8)
+#define CHORUS_WIRE_HELLO_LEN (CHORUS_WIRE_JOB_LEN + 16)
+#define CHORUS_WIRE_LANES_MAX 64
 void chorus__wire_encode_hello(const chorus_wire_hello *h,
                                unsigned char out[CHORUS_WIRE_HELLO_LEN]);
 chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, chorus_wire_hello *h);

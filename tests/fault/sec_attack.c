@@ -43,7 +43,7 @@ static void send_request(int fd, const target *t)
         chorus__sock_send_msg(fd, &h, p, chorus__now() + 2);
         free(p);
     } else {
-        chorus_wire_hello hello = {.rank = 2, .size = 3};
+        chorus_wire_hello hello = {.rank = 2, .size = 3, .lanes = 1};
         snprintf(hello.job, sizeof(hello.job), "%s", t->job);
         unsigned char p[CHORUS_WIRE_HELLO_LEN];
         chorus__wire_encode_hello(&hello, p);

@@ -45,12 +45,17 @@ int main(void)
             ASSERT(d.len <= 1000);
     }
 
-    chorus_wire_hello hello = {.rank = 3, .size = 4}, hd;
+    chorus_wire_hello hello = {.rank = 3, .size = 4, .lane = 2, .lanes = 3}, hd;
     snprintf(hello.job, sizeof(hello.job), "job-x");
     unsigned char hb[CHORUS_WIRE_HELLO_LEN];
     chorus__wire_encode_hello(&hello, hb);
     ASSERT_OK(chorus__wire_decode_hello(hb, sizeof(hb), &hd));
     ASSERT(hd.rank == 3 && hd.size == 4 && !strcmp(hd.job, "job-x"));
+    ASSERT(hd.lane == 2 && hd.lanes == 3);
+    hello.lane = 3; /* lane out of range */
+    chorus__wire_encode_hello(&hello, hb);
+    ASSERT_EQ(chorus__wire_decode_hello(hb, sizeof(hb), &hd), CHORUS_ERR_PROTOCOL);
+    hello.lane = 0;
     ASSERT_EQ(chorus__wire_decode_hello(hb, sizeof(hb) - 1, &hd), CHORUS_ERR_PROTOCOL);
     hello.rank = 4; /* rank out of range */
     chorus__wire_encode_hello(&hello, hb);

@@ -45,30 +45,70 @@ typedef struct umsg {
     int dropped; /* claimed by a point-to-point receive it did not fit: freed when complete */
 } umsg;
 
-typedef struct peer {
+typedef struct stripe stripe;
+
+/* A slice of a striped message on a lane other than the first: expected (its header arrived
+ * on lane 0, so dst is known) or arrived early (kept in early until the header comes). */
+typedef struct lchunk {
+    struct lchunk *next;
+    uint64_t seq; /* the pair's stripe number */
+    size_t len;
+    char *dst;   /* the message's buffer at this slice's offset, or NULL: discarded */
+    char *early; /* the bytes, when they came before the header */
+    stripe *st;  /* the message, once its header arrived */
+    int arrived;
+} lchunk;
+
+/* A striped message being received: where it lands and how many slices are still due. */
+struct stripe {
+    struct stripe *next;
+    chorus_req *req; /* a posted receive, or */
+    umsg *msg;       /* an unexpected message, or neither: discarded */
+    int parts;
+};
+
+/* One connection of a pair. Lane 0 carries every header (and the first slice of a striped
+ * message); the others carry only the other slices (CHORUS_MSG_CHUNK) and pings. */
+typedef struct lane {
     int fd;
     int want_out; /* EPOLLOUT registered */
     chorus_req *sq_head, *sq_tail;
-    chorus_req *rq_head, *rq_tail;
-    umsg *uq_head, *uq_tail;
-    /* receive state: header, then payload into dst (a request's buffer or an unexpected
-     * message's) */
+    /* receive state: header, then plen payload bytes into dst (a request's buffer, an
+     * unexpected message's, an early slice's, or NULL: read and dropped) */
     unsigned char hbuf[CHORUS_WIRE_HDR_LEN];
     size_t hoff;
     int in_payload;
     chorus_wire_hdr cur;
+    size_t plen;
     char *dst;
     size_t doff;
-    chorus_req *dreq;
+    stripe *dstripe;           /* lane 0: the striped message whose first slice arrives */
+    lchunk *dchunk;            /* other lanes: the slice that arrives */
+    lchunk *cq_head, *cq_tail; /* other lanes: slices expected or early, in stripe order */
+    unsigned char *stage;      /* staging buffer for small messages */
+    size_t spos, slen;
+    int bye;                 /* the peer said goodbye on this lane: its closing is no failure */
+    double last_rx, last_tx; /* when bytes last arrived on / left by this lane */
+    chorus_req ping;         /* keep-alive, queued like any send so it never splits one */
+} lane;
+
+typedef struct peer {
+    lane *lanes; /* the net's nlanes connections to this peer */
+    chorus_req *rq_head, *rq_tail;
+    umsg *uq_head, *uq_tail;
+    chorus_req *dreq; /* lane 0's payload lands in this receive or this message */
     umsg *dmsg;
     unsigned char ctl[CHORUS_WIRE_ABORT_MAX]; /* payload of control messages */
     int bye;                                  /* the peer finalized */
-    unsigned char *stage;                     /* staging buffer for small messages */
-    size_t spos, slen;
+    stripe *stripes;                          /* striped messages still arriving */
+    uint64_t tx_stripe, rx_stripe;            /* striped messages sent / headers received */
     char host[64];
-    double last_rx, last_tx; /* when bytes last arrived from / left for this peer */
-    chorus_req ping;         /* keep-alive, queued like any send so it never splits one */
+    double last_rx; /* when bytes last arrived from this peer, on any lane */
 } peer;
+
+/* Messages of at least this many bytes are striped over the lanes. A fixed size, so that both
+ * ends of a pair (which agree on the lane count at connection) split the same way. */
+#define STRIPE_MIN 65536
 
 struct chorus_net {
     int rank, size;
@@ -78,6 +118,7 @@ struct chorus_net {
     char job[CHORUS_WIRE_JOB_LEN];
     uint64_t max_msg;
     int spin_us;
+    int nlanes;          /* connections per pair (CHORUS_TCP_LANES) */
     chorus_auth_key key; /* CHORUS_SECRET; connections prove it before anything else */
     pthread_mutex_t mu;
     peer *peers;
@@ -102,14 +143,20 @@ static void set_nonblock(int fd)
     fcntl(fd, F_SETFL, fl | O_NONBLOCK);
 }
 
-static void update_epoll(chorus_net *n, int p)
+/* Epoll's tag for lane l of peer p. */
+static uint64_t lane_tag(int p, int l)
 {
-    peer *pe = &n->peers[p];
-    int want = pe->sq_head != NULL;
-    if (want == pe->want_out || pe->fd < 0) return;
-    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.u32 = (uint32_t)p};
-    epoll_ctl(n->epfd, EPOLL_CTL_MOD, pe->fd, &ev);
-    pe->want_out = want;
+    return (uint64_t)l << 32 | (uint32_t)p;
+}
+
+static void update_epoll(chorus_net *n, int p, int l)
+{
+    lane *ln = &n->peers[p].lanes[l];
+    int want = ln->sq_head != NULL;
+    if (want == ln->want_out || ln->fd < 0) return;
+    struct epoll_event ev = {.events = EPOLLIN | (want ? EPOLLOUT : 0), .data.u64 = lane_tag(p, l)};
+    epoll_ctl(n->epfd, EPOLL_CTL_MOD, ln->fd, &ev);
+    ln->want_out = want;
 }
 
 const char *chorus__net_host(const chorus_net *n, int rank)
@@ -155,14 +202,14 @@ static int write_bounded(int fd, struct iovec *iov, int cnt, double stall_s)
     return 1;
 }
 
-/* The rest of the message at the head of pe's send queue (bounded). 1 when the socket is at
+/* The rest of the message at the head of ln's send queue (bounded). 1 when the socket is at
  * a message boundary again. */
-static int finish_partial(peer *pe)
+static int finish_partial(lane *ln)
 {
-    chorus_req *r = pe->sq_head;
+    chorus_req *r = ln->sq_head;
     struct iovec iov[2] = {{r->hbytes + r->hoff, CHORUS_WIRE_HDR_LEN - r->hoff},
                            {r->buf + r->off, r->len - r->off}};
-    return write_bounded(pe->fd, iov, 2, ABORT_FLUSH_S);
+    return write_bounded(ln->fd, iov, 2, ABORT_FLUSH_S);
 }
 
 static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, const char *why)
@@ -175,7 +222,7 @@ static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, c
     unsigned char hb[CHORUS_WIRE_HDR_LEN];
     chorus__wire_encode_hdr(&h, hb);
     for (int p = 0; p < n->size; p++) {
-        peer *pe = &n->peers[p];
+        lane *pe = &n->peers[p].lanes[0]; /* where the peer reads headers */
         /* A lost rank is not told. A rank blamed for a timeout may be alive and is, but only
          * with what its socket takes at once: it may be stopped, and is not waited for. */
         int blamed = p == failed_rank;
@@ -205,7 +252,8 @@ static void break_locked(chorus_net *n, int failed_rank, chorus_result r, const 
     /* Stop using the sockets: shut them down so that every peer sees the failure promptly,
      * even one blocked on a message it will never get. */
     for (int p = 0; p < n->size; p++)
-        if (n->peers[p].fd >= 0) shutdown(n->peers[p].fd, SHUT_RDWR);
+        for (int l = 0; l < n->nlanes; l++)
+            if (n->peers[p].lanes[l].fd >= 0) shutdown(n->peers[p].lanes[l].fd, SHUT_RDWR);
 }
 
 void chorus__net_abort(chorus_net *n, int failed_rank, chorus_result r, const char *why)
@@ -242,21 +290,36 @@ static void peer_lost(chorus_net *n, int p, const char *what)
 
 /* ---- sending ---------------------------------------------------------------------------- */
 
-static void read_peer(chorus_net *n, int p);
+static void read_lane(chorus_net *n, int p, int l);
 
 /* Writing to p failed (EPIPE, ECONNRESET): p may have closed after an abort that is still
- * unread in our socket, naming the rank that failed first and why. Read what p sent before
- * blaming it. */
+ * unread in our socket (on lane 0), naming the rank that failed first and why. Read what p
+ * sent before blaming it. */
 static void send_failed(chorus_net *n, int p, int err)
 {
-    read_peer(n, p);
+    read_lane(n, p, 0);
     if (n->broken == CHORUS_OK) peer_lost(n, p, strerror(err));
 }
 
-/* Writes as much of peer p's send queue as the socket takes. */
-static void flush_sends(chorus_net *n, int p)
+/* A send request left its lane's queue, all written. A slice of a striped send is freed and
+ * counts for its parent; a request is done when all its parts are. */
+static void send_part_done(chorus_req *r)
 {
-    peer *pe = &n->peers[p];
+    chorus_req *o = r->parent ? r->parent : r;
+    if (r->parent) {
+        o->lane_moved += r->len;
+        free(r);
+    }
+    if (o->parts > 1)
+        o->parts--;
+    else
+        o->done = 1;
+}
+
+/* Writes as much of lane l of peer p's send queue as the socket takes. */
+static void flush_sends(chorus_net *n, int p, int l)
+{
+    lane *pe = &n->peers[p].lanes[l];
     while (pe->sq_head && n->broken == CHORUS_OK) {
         chorus_req *r = pe->sq_head;
         struct iovec iov[2];
@@ -285,12 +348,68 @@ static void flush_sends(chorus_net *n, int p)
         if (r->hoff == CHORUS_WIRE_HDR_LEN && r->off == r->len) {
             pe->sq_head = r->next;
             if (!pe->sq_head) pe->sq_tail = NULL;
-            r->done = 1;
+            send_part_done(r);
         } else {
             break; /* socket full */
         }
     }
-    update_epoll(n, p);
+    update_epoll(n, p, l);
+}
+
+static void enqueue_send(chorus_net *n, int p, int l, chorus_req *r)
+{
+    lane *ln = &n->peers[p].lanes[l];
+    if (ln->sq_tail)
+        ln->sq_tail->next = r;
+    else
+        ln->sq_head = r;
+    ln->sq_tail = r;
+    if (ln->sq_head == r) flush_sends(n, p, l); /* eager: most sends finish here */
+}
+
+/* Slice c of a striped message of len bytes over k lanes: [*off, *off + return value). */
+static size_t stripe_slice(uint64_t len, int k, int c, size_t *off)
+{
+    *off = (size_t)(len * (uint64_t)c / (uint64_t)k);
+    return (size_t)(len * (uint64_t)(c + 1) / (uint64_t)k) - *off;
+}
+
+static int striped(const chorus_net *n, const chorus_wire_hdr *h)
+{
+    return n->nlanes > 1 && h->len >= STRIPE_MIN &&
+           (h->type == CHORUS_MSG_P2P || h->type == CHORUS_MSG_COLL);
+}
+
+/* Queues striped send r: its header and slice 0 on lane 0 (first, so that the receiver mostly
+ * knows where the other slices go before they come), slices 1.. on the other lanes, each with a
+ * CHUNK header naming the pair's stripe number. mu held. 0, or -1 out of memory (nothing
+ * queued). */
+static int stripe_send(chorus_net *n, int p, chorus_req *r)
+{
+    peer *pe = &n->peers[p];
+    chorus_req *sub[CHORUS_WIRE_LANES_MAX];
+    for (int c = 1; c < n->nlanes; c++)
+        if (!(sub[c] = calloc(1, sizeof(chorus_req)))) {
+            while (--c >= 1) free(sub[c]);
+            return -1;
+        }
+    uint64_t seq = pe->tx_stripe++;
+    size_t off;
+    r->len = stripe_slice(r->h.len, n->nlanes, 0, &off);
+    r->parts = n->nlanes;
+    for (int c = 1; c < n->nlanes; c++) {
+        chorus_req *s = sub[c];
+        s->is_send = 1;
+        s->peer = p;
+        s->parent = r;
+        s->len = stripe_slice(r->h.len, n->nlanes, c, &off);
+        s->buf = r->buf + off;
+        s->h = (chorus_wire_hdr){.type = CHORUS_MSG_CHUNK, .seq = seq, .len = s->len};
+        chorus__wire_encode_hdr(&s->h, s->hbytes);
+    }
+    enqueue_send(n, p, 0, r);
+    for (int c = 1; c < n->nlanes; c++) enqueue_send(n, p, c, sub[c]); /* owned by the lane */
+    return 0;
 }
 
 void chorus__net_isend(chorus_net *n, chorus_req *r, int peer_rank, const chorus_wire_hdr *h,
@@ -304,17 +423,16 @@ void chorus__net_isend(chorus_net *n, chorus_req *r, int peer_rank, const chorus
     r->len = h->len;
     chorus__wire_encode_hdr(h, r->hbytes);
     pthread_mutex_lock(&n->mu);
-    peer *pe = &n->peers[peer_rank];
     if (n->broken != CHORUS_OK) {
         r->done = 1;
         r->res = n->broken;
-    } else {
-        if (pe->sq_tail)
-            pe->sq_tail->next = r;
-        else
-            pe->sq_head = r;
-        pe->sq_tail = r;
-        if (pe->sq_head == r) flush_sends(n, peer_rank); /* eager: most sends finish here */
+    } else if (!striped(n, h)) {
+        enqueue_send(n, peer_rank, 0, r);
+    } else if (stripe_send(n, peer_rank, r)) {
+        const char *why = "out of memory striping a message over the lanes";
+        break_locked(n, peer_rank, CHORUS_ERR_NOMEM, why, why);
+        r->done = 1;
+        r->res = n->broken;
     }
     pthread_mutex_unlock(&n->mu);
 }
@@ -583,14 +701,13 @@ post:
 
 /* ---- receiving -------------------------------------------------------------------------- */
 
-static void finish_payload(chorus_net *n, int p)
+/* All of a message's payload (len bytes) arrived: into receive r, or unexpected message u. */
+static void deliver(peer *pe, chorus_req *r, umsg *u, uint64_t len)
 {
-    peer *pe = &n->peers[p];
-    if (pe->dreq) {
-        pe->dreq->off = pe->cur.len;
-        pe->dreq->done = 1;
-    } else if (pe->dmsg) {
-        umsg *u = pe->dmsg;
+    if (r) {
+        r->off = len;
+        r->done = 1;
+    } else if (u) {
         u->complete = 1;
         if (u->waiter) {
             if (u->h.len) memcpy(u->waiter->buf, u->data, u->h.len);
@@ -601,9 +718,33 @@ static void finish_payload(chorus_net *n, int p)
             unlink_umsg(pe, u);
             free_umsg(u);
         }
-    } else if (pe->cur.type == CHORUS_MSG_ABORT) {
+    }
+}
+
+/* One slice of striped message st arrived; the last one delivers it. */
+static void stripe_part_done(peer *pe, stripe *st)
+{
+    if (--st->parts > 0) return;
+    for (stripe **x = &pe->stripes; *x; x = &(*x)->next)
+        if (*x == st) {
+            *x = st->next;
+            break;
+        }
+    deliver(pe, st->req, st->msg, st->req ? st->req->h.len : st->msg ? st->msg->h.len : 0);
+    free(st);
+}
+
+static void finish_payload(chorus_net *n, int p)
+{
+    peer *pe = &n->peers[p];
+    lane *ln = &pe->lanes[0];
+    if (ln->dstripe) {
+        stripe_part_done(pe, ln->dstripe);
+    } else if (pe->dreq || pe->dmsg) {
+        deliver(pe, pe->dreq, pe->dmsg, ln->cur.len);
+    } else if (ln->cur.type == CHORUS_MSG_ABORT) {
         chorus_wire_abort a;
-        if (chorus__wire_decode_abort(pe->ctl, pe->cur.len, &a) != CHORUS_OK) {
+        if (chorus__wire_decode_abort(pe->ctl, ln->cur.len, &a) != CHORUS_OK) {
             peer_lost(n, p, "sent a malformed abort message");
         } else {
             char why[480];
@@ -613,11 +754,90 @@ static void finish_payload(chorus_net *n, int p)
             break_locked(n, a.failed_rank, (chorus_result)a.result, why, a.why);
         }
     }
-    pe->in_payload = 0;
-    pe->hoff = 0;
+    ln->in_payload = 0;
+    ln->hoff = 0;
+    ln->dstripe = NULL;
     pe->dreq = NULL;
     pe->dmsg = NULL;
-    pe->dst = NULL;
+    ln->dst = NULL;
+}
+
+/* The slice of stripe seq on lane l, or NULL. */
+static lchunk *find_chunk(lane *ln, uint64_t seq)
+{
+    for (lchunk *c = ln->cq_head; c; c = c->next)
+        if (c->seq == seq) return c;
+    return NULL;
+}
+
+static void unlink_chunk(lane *ln, lchunk *c)
+{
+    lchunk *prev = NULL;
+    for (lchunk *x = ln->cq_head; x; prev = x, x = x->next)
+        if (x == c) {
+            if (prev)
+                prev->next = c->next;
+            else
+                ln->cq_head = c->next;
+            if (ln->cq_tail == c) ln->cq_tail = prev;
+            return;
+        }
+}
+
+/* Slice c has all its bytes and knows its message: copy it out of early storage, count it. */
+static void chunk_complete(peer *pe, lane *ln, lchunk *c)
+{
+    if (c->early && c->dst && c->len) memcpy(c->dst, c->early, c->len);
+    stripe *st = c->st;
+    unlink_chunk(ln, c);
+    free(c->early);
+    free(c);
+    stripe_part_done(pe, st);
+}
+
+/* The header of a striped message arrived on lane 0, its payload landing at base (NULL:
+ * dropped): starts tracking its slices, and tells every other lane where its slice goes. mu
+ * held. 0, or -1 out of memory (the net is broken). */
+static int stripe_begin(chorus_net *n, int p, char *base)
+{
+    peer *pe = &n->peers[p];
+    lane *l0 = &pe->lanes[0];
+    stripe *st = calloc(1, sizeof(*st));
+    if (!st) return -1;
+    st->req = pe->dreq;
+    st->msg = pe->dmsg;
+    st->parts = n->nlanes;
+    st->next = pe->stripes;
+    pe->stripes = st;
+    uint64_t seq = pe->rx_stripe++;
+    size_t off;
+    l0->plen = stripe_slice(l0->cur.len, n->nlanes, 0, &off);
+    l0->dstripe = st;
+    for (int l = 1; l < n->nlanes; l++) {
+        lane *ln = &pe->lanes[l];
+        size_t len = stripe_slice(l0->cur.len, n->nlanes, l, &off);
+        lchunk *c = find_chunk(ln, seq);
+        if (c && c->len != len) {
+            peer_lost(n, p,
+                      "garbage on the connection: a slice of a striped message of the "
+                      "wrong length");
+            return 0;
+        }
+        if (!c) {
+            if (!(c = calloc(1, sizeof(*c)))) return -1;
+            c->seq = seq;
+            c->len = len;
+            if (ln->cq_tail)
+                ln->cq_tail->next = c;
+            else
+                ln->cq_head = c;
+            ln->cq_tail = c;
+        }
+        c->dst = base ? base + off : NULL;
+        c->st = st;
+        if (c->arrived) chunk_complete(pe, ln, c);
+    }
+    return 0;
 }
 
 /* A point-to-point header names a dtype and nothing else in coll; its length is checked
@@ -631,29 +851,31 @@ static int p2p_header_ok(const chorus_wire_hdr *h)
 static void route_header(chorus_net *n, int p)
 {
     peer *pe = &n->peers[p];
+    lane *ln = &pe->lanes[0];
     int discard = 0; /* a point-to-point payload that fits no receive: read and dropped */
     char why[200];
-    chorus_wire_hdr *h = &pe->cur;
-    if (chorus__wire_decode_hdr(pe->hbuf, n->max_msg, h, why, sizeof(why)) != CHORUS_OK) {
+    chorus_wire_hdr *h = &ln->cur;
+    if (chorus__wire_decode_hdr(ln->hbuf, n->max_msg, h, why, sizeof(why)) != CHORUS_OK) {
         char msg[300];
         snprintf(msg, sizeof(msg), "garbage on the connection: %s", why);
         peer_lost(n, p, msg);
         return;
     }
-    pe->in_payload = 1;
-    pe->doff = 0;
+    ln->in_payload = 1;
+    ln->doff = 0;
+    ln->plen = h->len;
     if (h->type == CHORUS_MSG_ABORT) {
         if (h->len > sizeof(pe->ctl)) {
             peer_lost(n, p, "oversized abort message");
             return;
         }
-        pe->dst = (char *)pe->ctl;
+        ln->dst = (char *)pe->ctl;
     } else if (h->type == CHORUS_MSG_PING || h->type == CHORUS_MSG_BYE) {
         if (h->len) {
             peer_lost(n, p, "control message with a payload");
             return;
         }
-        if (h->type == CHORUS_MSG_BYE) pe->bye = 1;
+        if (h->type == CHORUS_MSG_BYE) pe->bye = ln->bye = 1;
     } else if (h->type == CHORUS_MSG_P2P || h->type == CHORUS_MSG_COLL) {
         chorus_req *r = NULL;
         if (h->type == CHORUS_MSG_P2P) {
@@ -683,7 +905,7 @@ static void route_header(chorus_net *n, int p)
         }
         if (r) {
             pe->dreq = r;
-            pe->dst = r->buf;
+            ln->dst = r->buf;
         } else if (!discard) {
             umsg *u = calloc(1, sizeof(*u));
             char *data = h->len ? malloc(h->len) : NULL;
@@ -702,13 +924,88 @@ static void route_header(chorus_net *n, int p)
                 pe->uq_head = u;
             pe->uq_tail = u;
             pe->dmsg = u;
-            pe->dst = u->data;
+            ln->dst = u->data;
         }
+        if (striped(n, h) && stripe_begin(n, p, ln->dst)) {
+            const char *why = "out of memory receiving a striped message";
+            break_locked(n, p, CHORUS_ERR_NOMEM, why, why);
+            return;
+        }
+        if (n->broken != CHORUS_OK) return;
     } else {
         peer_lost(n, p, "unexpected message type on an established connection");
         return;
     }
-    if (h->len == 0) finish_payload(n, p);
+    if (ln->plen == 0) finish_payload(n, p);
+}
+
+/* A complete header arrived on lane l > 0 of p: a ping, a goodbye, or a slice of a striped
+ * message, which lands where its header (on lane 0) said, or in early storage until that
+ * header comes. */
+static void route_chunk(chorus_net *n, int p, int l)
+{
+    peer *pe = &n->peers[p];
+    lane *ln = &pe->lanes[l];
+    chorus_wire_hdr *h = &ln->cur;
+    char why[200];
+    if (chorus__wire_decode_hdr(ln->hbuf, n->max_msg, h, why, sizeof(why)) != CHORUS_OK) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "garbage on the connection: %s", why);
+        peer_lost(n, p, msg);
+        return;
+    }
+    ln->in_payload = 1;
+    ln->doff = 0;
+    ln->plen = h->len;
+    ln->dst = NULL;
+    ln->dchunk = NULL;
+    if (h->type == CHORUS_MSG_PING || h->type == CHORUS_MSG_BYE) {
+        if (h->len) {
+            peer_lost(n, p, "control message with a payload");
+            return;
+        }
+        if (h->type == CHORUS_MSG_BYE) ln->bye = 1;
+        ln->in_payload = 0;
+        ln->hoff = 0;
+        return;
+    }
+    if (h->type != CHORUS_MSG_CHUNK || h->len == 0) {
+        peer_lost(n, p, "unexpected message type on an established connection");
+        return;
+    }
+    lchunk *c = find_chunk(ln, h->seq);
+    if (!c && h->seq >= pe->rx_stripe) {
+        read_lane(n, p, 0); /* its header may be waiting on lane 0 */
+        if (n->broken != CHORUS_OK) return;
+        c = find_chunk(ln, h->seq);
+    }
+    if ((c && (c->len != h->len || c->arrived)) || (!c && h->seq < pe->rx_stripe)) {
+        peer_lost(n, p,
+                  "garbage on the connection: a slice of a striped message that is "
+                  "not expected");
+        return;
+    }
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        char *early = malloc(h->len);
+        if (!c || !early) {
+            free(c);
+            free(early);
+            const char *oom = "out of memory buffering a slice of a striped message";
+            break_locked(n, p, CHORUS_ERR_NOMEM, oom, oom);
+            return;
+        }
+        c->seq = h->seq;
+        c->len = h->len;
+        c->early = early;
+        if (ln->cq_tail)
+            ln->cq_tail->next = c;
+        else
+            ln->cq_head = c;
+        ln->cq_tail = c;
+    }
+    ln->dchunk = c;
+    ln->dst = c->early ? c->early : c->dst;
 }
 
 /* Small messages are read through a staging buffer, so that one recv() brings in a header
@@ -717,61 +1014,94 @@ static void route_header(chorus_net *n, int p)
 #define STAGE_SIZE   65536
 #define STAGE_DIRECT 16384
 
-/* Bytes of a payload arrived: the receive they are for moved (wait deadlines count from
- * the last move). */
-static void note_progress(peer *pe)
+/* k bytes of a payload arrived on lane l of p: the receive they are for moved (wait deadlines
+ * count from the last move). */
+static void note_progress(peer *pe, int l, size_t k)
 {
-    chorus_req *r = pe->dreq ? pe->dreq : pe->dmsg ? pe->dmsg->waiter : NULL;
-    if (r) r->off = pe->doff;
+    lane *ln = &pe->lanes[l];
+    stripe *st = l ? (ln->dchunk ? ln->dchunk->st : NULL) : ln->dstripe;
+    chorus_req *r = st ? st->req : l ? NULL : pe->dreq;
+    umsg *u = st ? st->msg : l ? NULL : pe->dmsg;
+    if (!r && u) r = u->waiter;
+    if (!r) return;
+    if (st)
+        r->lane_moved += k;
+    else
+        r->off = ln->doff;
 }
 
-static void consume_staged(chorus_net *n, int p)
+/* Lane l's payload is complete. */
+static void lane_payload_done(chorus_net *n, int p, int l)
+{
+    if (l == 0) {
+        finish_payload(n, p);
+        return;
+    }
+    peer *pe = &n->peers[p];
+    lane *ln = &pe->lanes[l];
+    lchunk *c = ln->dchunk;
+    ln->in_payload = 0;
+    ln->hoff = 0;
+    ln->dchunk = NULL;
+    ln->dst = NULL;
+    c->arrived = 1;
+    if (c->st) chunk_complete(pe, ln, c);
+}
+
+static void consume_staged(chorus_net *n, int p, int l)
 {
     peer *pe = &n->peers[p];
-    while (pe->spos < pe->slen && n->broken == CHORUS_OK) {
-        size_t avail = pe->slen - pe->spos;
-        if (!pe->in_payload) {
-            size_t k = CHORUS_WIRE_HDR_LEN - pe->hoff;
+    lane *ln = &pe->lanes[l];
+    while (ln->spos < ln->slen && n->broken == CHORUS_OK) {
+        size_t avail = ln->slen - ln->spos;
+        if (!ln->in_payload) {
+            size_t k = CHORUS_WIRE_HDR_LEN - ln->hoff;
             if (k > avail) k = avail;
-            memcpy(pe->hbuf + pe->hoff, pe->stage + pe->spos, k);
-            pe->hoff += k;
-            pe->spos += k;
-            if (pe->hoff == CHORUS_WIRE_HDR_LEN) route_header(n, p);
+            memcpy(ln->hbuf + ln->hoff, ln->stage + ln->spos, k);
+            ln->hoff += k;
+            ln->spos += k;
+            if (ln->hoff == CHORUS_WIRE_HDR_LEN) {
+                if (l == 0)
+                    route_header(n, p);
+                else
+                    route_chunk(n, p, l);
+            }
         } else {
-            size_t k = pe->cur.len - pe->doff;
+            size_t k = ln->plen - ln->doff;
             if (k > avail) k = avail;
-            if (pe->dst) memcpy(pe->dst + pe->doff, pe->stage + pe->spos, k);
-            pe->doff += k;
-            pe->spos += k;
-            note_progress(pe);
-            if (pe->doff == pe->cur.len) finish_payload(n, p);
+            if (ln->dst) memcpy(ln->dst + ln->doff, ln->stage + ln->spos, k);
+            ln->doff += k;
+            ln->spos += k;
+            note_progress(pe, l, k);
+            if (ln->doff == ln->plen) lane_payload_done(n, p, l);
         }
     }
 }
 
-static void read_peer(chorus_net *n, int p)
+static void read_lane(chorus_net *n, int p, int l)
 {
     peer *pe = &n->peers[p];
+    lane *ln = &pe->lanes[l];
     while (n->broken == CHORUS_OK) {
-        consume_staged(n, p);
+        consume_staged(n, p, l);
         if (n->broken != CHORUS_OK) return;
         ssize_t r;
-        int direct = pe->in_payload && pe->dst && pe->cur.len - pe->doff >= STAGE_DIRECT;
+        int direct = ln->in_payload && ln->dst && ln->plen - ln->doff >= STAGE_DIRECT;
         if (direct) {
-            r = recv(pe->fd, pe->dst + pe->doff, pe->cur.len - pe->doff, MSG_DONTWAIT);
+            r = recv(ln->fd, ln->dst + ln->doff, ln->plen - ln->doff, MSG_DONTWAIT);
         } else {
-            if (!pe->stage && !(pe->stage = malloc(STAGE_SIZE))) {
+            if (!ln->stage && !(ln->stage = malloc(STAGE_SIZE))) {
                 const char *why = "out of memory for a receive buffer";
                 break_locked(n, p, CHORUS_ERR_NOMEM, why, why);
                 return;
             }
-            pe->spos = pe->slen = 0;
-            r = recv(pe->fd, pe->stage, STAGE_SIZE, MSG_DONTWAIT);
+            ln->spos = ln->slen = 0;
+            r = recv(ln->fd, ln->stage, STAGE_SIZE, MSG_DONTWAIT);
         }
         if (r == 0) {
-            if (pe->bye && !pe->in_payload && pe->hoff == 0) {
+            if (ln->bye && !ln->in_payload && ln->hoff == 0) {
                 /* finalized cleanly: stop watching it; only a later use of it is an error */
-                epoll_ctl(n->epfd, EPOLL_CTL_DEL, pe->fd, NULL);
+                epoll_ctl(n->epfd, EPOLL_CTL_DEL, ln->fd, NULL);
                 return;
             }
             peer_lost(n, p, "its connection closed (process exited or was killed)");
@@ -783,13 +1113,13 @@ static void read_peer(chorus_net *n, int p)
             peer_lost(n, p, strerror(errno));
             return;
         }
-        pe->last_rx = chorus__now();
+        ln->last_rx = pe->last_rx = chorus__now();
         if (direct) {
-            pe->doff += (size_t)r;
-            note_progress(pe);
-            if (pe->doff == pe->cur.len) finish_payload(n, p);
+            ln->doff += (size_t)r;
+            note_progress(pe, l, (size_t)r);
+            if (ln->doff == ln->plen) lane_payload_done(n, p, l);
         } else {
-            pe->slen = (size_t)r;
+            ln->slen = (size_t)r;
         }
     }
 }
@@ -797,9 +1127,9 @@ static void read_peer(chorus_net *n, int p)
 static void handle_events(chorus_net *n, struct epoll_event *ev, int nev)
 {
     for (int i = 0; i < nev && n->broken == CHORUS_OK; i++) {
-        int p = (int)ev[i].data.u32;
-        if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_peer(n, p);
-        if (n->broken == CHORUS_OK && (ev[i].events & EPOLLOUT)) flush_sends(n, p);
+        int p = (int)(uint32_t)ev[i].data.u64, l = (int)(ev[i].data.u64 >> 32);
+        if (ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)) read_lane(n, p, l);
+        if (n->broken == CHORUS_OK && (ev[i].events & EPOLLOUT)) flush_sends(n, p, l);
     }
 }
 
@@ -864,7 +1194,7 @@ static int silent_peer(chorus_net *n, int waited_for, double *silent_s)
     int q = -1;
     for (int p = 0; p < n->size; p++) {
         peer *pe = &n->peers[p];
-        if (p == n->rank || pe->fd < 0 || pe->bye || now - pe->last_rx <= limit) continue;
+        if (p == n->rank || pe->lanes[0].fd < 0 || pe->bye || now - pe->last_rx <= limit) continue;
         if (q < 0 || pe->last_rx < n->peers[q].last_rx) q = p;
     }
     if (q >= 0) *silent_s = now - n->peers[q].last_rx;
@@ -939,7 +1269,7 @@ static chorus_result wait_core(chorus_net *n, chorus_req *const *reqs, int nreq,
         int pending = -1, ndone = 0;
         size_t moved = 0; /* to tell progress from a stall */
         for (int i = 0; i < nreq; i++) {
-            moved += reqs[i]->hoff + reqs[i]->off;
+            moved += reqs[i]->hoff + reqs[i]->off + reqs[i]->lane_moved;
             if (reqs[i]->done)
                 ndone++;
             else if (pending < 0)
@@ -1062,27 +1392,31 @@ static void *watchdog(void *arg)
         chorus__status_check_launcher();
         double now = chorus__now();
         for (int p = 0; p < n->size && n->broken == CHORUS_OK; p++) {
-            peer *pe = &n->peers[p];
-            if (p == n->rank || pe->fd < 0 || pe->bye) continue;
-            if (now - pe->last_rx > n->hb_timeout) {
-                char what[200];
-                snprintf(what, sizeof(what),
-                         "nothing arrived from it for %.1f s, not even a heartbeat: the process "
-                         "is hung or stopped (SIGSTOP?) or its host is unreachable "
-                         "(CHORUS_HEARTBEAT_TIMEOUT_S)",
-                         now - pe->last_rx);
-                peer_lost(n, p, what);
-                break;
-            }
-            if (!pe->sq_head && now - pe->last_tx >= n->hb_interval) {
-                chorus_req *r = &pe->ping;
-                memset(r, 0, sizeof(*r));
-                r->is_send = 1;
-                r->peer = p;
-                r->h.type = CHORUS_MSG_PING;
-                chorus__wire_encode_hdr(&r->h, r->hbytes);
-                pe->sq_head = pe->sq_tail = r;
-                flush_sends(n, p);
+            if (p == n->rank || n->peers[p].bye) continue;
+            /* every lane is watched on its own: one that fell silent is the peer lost */
+            for (int l = 0; l < n->nlanes && n->broken == CHORUS_OK; l++) {
+                lane *ln = &n->peers[p].lanes[l];
+                if (ln->fd < 0 || ln->bye) continue;
+                if (now - ln->last_rx > n->hb_timeout) {
+                    char what[240];
+                    snprintf(what, sizeof(what),
+                             "nothing arrived from it for %.1f s, not even a heartbeat: the "
+                             "process is hung or stopped (SIGSTOP?) or its host is unreachable "
+                             "(CHORUS_HEARTBEAT_TIMEOUT_S)%s",
+                             now - ln->last_rx, n->nlanes > 1 ? " on one of its TCP lanes" : "");
+                    peer_lost(n, p, what);
+                    break;
+                }
+                if (!ln->sq_head && now - ln->last_tx >= n->hb_interval) {
+                    chorus_req *r = &ln->ping;
+                    memset(r, 0, sizeof(*r));
+                    r->is_send = 1;
+                    r->peer = p;
+                    r->h.type = CHORUS_MSG_PING;
+                    chorus__wire_encode_hdr(&r->h, r->hbytes);
+                    ln->sq_head = ln->sq_tail = r;
+                    flush_sends(n, p, l);
+                }
             }
         }
     }
@@ -1095,7 +1429,11 @@ static void watchdog_start(chorus_net *n)
     if (n->hb_interval <= 0 || n->size < 2) return;
     if (n->hb_timeout < 2 * n->hb_interval) n->hb_timeout = 2 * n->hb_interval;
     double now = chorus__now();
-    for (int p = 0; p < n->size; p++) n->peers[p].last_rx = n->peers[p].last_tx = now;
+    for (int p = 0; p < n->size; p++) {
+        n->peers[p].last_rx = now;
+        for (int l = 0; l < n->nlanes; l++)
+            n->peers[p].lanes[l].last_rx = n->peers[p].lanes[l].last_tx = now;
+    }
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -1127,10 +1465,23 @@ chorus_result chorus__net_create(const chorus_config *cfg, int rank, int size, c
 {
     chorus_net *n = calloc(1, sizeof(*n));
     if (!n) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
+    n->nlanes = cfg->tcp_lanes < 1 ? 1 : (int)cfg->tcp_lanes;
+    if (cfg->tcp_lanes > CHORUS_WIRE_LANES_MAX) {
+        free(n);
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "CHORUS_TCP_LANES=%ld: at most %d",
+                            cfg->tcp_lanes, CHORUS_WIRE_LANES_MAX);
+    }
     n->peers = calloc((size_t)size, sizeof(peer));
-    if (!n->peers) {
+    lane *lanes = calloc((size_t)size * (size_t)n->nlanes, sizeof(lane));
+    if (!n->peers || !lanes) {
+        free(n->peers);
+        free(lanes);
         free(n);
         return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    for (int p = 0; p < size; p++) {
+        n->peers[p].lanes = lanes + (size_t)p * (size_t)n->nlanes;
+        for (int l = 0; l < n->nlanes; l++) n->peers[p].lanes[l].fd = -1;
     }
     n->rank = rank;
     n->size = size;
@@ -1145,7 +1496,6 @@ chorus_result chorus__net_create(const chorus_config *cfg, int rank, int size, c
     snprintf(n->job, sizeof(n->job), "%s", job);
     chorus__auth_key_from_env(&n->key);
     pthread_mutex_init(&n->mu, NULL);
-    for (int p = 0; p < size; p++) n->peers[p].fd = -1;
     n->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (n->epfd < 0) {
         chorus__net_release(n);
@@ -1153,7 +1503,8 @@ chorus_result chorus__net_create(const chorus_config *cfg, int rank, int size, c
     }
     int port = 0;
     if (size > 1) {
-        chorus_result r = chorus__sock_listen(bind_ip, 0, size + 16, &n->listen_fd, &port, e);
+        chorus_result r =
+            chorus__sock_listen(bind_ip, 0, size * n->nlanes + 16, &n->listen_fd, &port, e);
         if (r != CHORUS_OK) {
             chorus__net_release(n);
             return r;
@@ -1164,7 +1515,8 @@ chorus_result chorus__net_create(const chorus_config *cfg, int rank, int size, c
     return CHORUS_OK;
 }
 
-static chorus_result connect_to(chorus_net *n, int p, const char *addr, double deadline,
+/* Opens lane l to rank p: connects, proves the secret, says hello (rank, lane, lane count). */
+static chorus_result connect_to(chorus_net *n, int p, int l, const char *addr, double deadline,
                                 chorus_errbuf *e)
 {
     int fd;
@@ -1183,7 +1535,7 @@ static chorus_result connect_to(chorus_net *n, int p, const char *addr, double d
         close(fd);
         return ar;
     }
-    chorus_wire_hello hello = {.rank = n->rank, .size = n->size};
+    chorus_wire_hello hello = {.rank = n->rank, .size = n->size, .lane = l, .lanes = n->nlanes};
     snprintf(hello.job, sizeof(hello.job), "%s", n->job);
     unsigned char payload[CHORUS_WIRE_HELLO_LEN];
     chorus__wire_encode_hello(&hello, payload);
@@ -1206,7 +1558,7 @@ static chorus_result connect_to(chorus_net *n, int p, const char *addr, double d
                             "handshake with rank %d at %s failed: %s", p, addr,
                             rc ? why : "unexpected reply");
     }
-    n->peers[p].fd = fd;
+    n->peers[p].lanes[l].fd = fd;
     return CHORUS_OK;
 }
 
@@ -1254,7 +1606,10 @@ static int accept_one(chorus_net *n, double deadline, chorus_errbuf *e, chorus_r
             bad = "belongs to another job";
         else if (hello.size != n->size)
             bad = "disagrees on the world size";
-        else if (hello.rank <= n->rank || n->peers[hello.rank].fd >= 0)
+        else if (hello.lanes != n->nlanes)
+            bad = hello.lanes < n->nlanes ? "opens fewer TCP lanes (CHORUS_TCP_LANES differs)"
+                                          : "opens more TCP lanes (CHORUS_TCP_LANES differs)";
+        else if (hello.rank <= n->rank || n->peers[hello.rank].lanes[hello.lane].fd >= 0)
             bad = "claims a rank that should not connect here";
         free(payload);
         if (bad) {
@@ -1268,7 +1623,7 @@ static int accept_one(chorus_net *n, double deadline, chorus_errbuf *e, chorus_r
             close(fd);
             continue;
         }
-        n->peers[hello.rank].fd = fd;
+        n->peers[hello.rank].lanes[hello.lane].fd = fd;
         (void)e;
         return hello.rank;
     }
@@ -1279,13 +1634,16 @@ chorus_result chorus__net_connect_all(chorus_net *n, char *const *addrs, char *c
 {
     for (int p = 0; p < n->size; p++)
         snprintf(n->peers[p].host, sizeof(n->peers[p].host), "%s", hosts ? hosts[p] : "?");
-    for (int p = 0; p < n->rank; p++) CHORUS_CHECK(connect_to(n, p, addrs[p], deadline, e));
-    for (int got = n->rank + 1; got < n->size; got++) {
+    for (int p = 0; p < n->rank; p++)
+        for (int l = 0; l < n->nlanes; l++)
+            CHORUS_CHECK(connect_to(n, p, l, addrs[p], deadline, e));
+    for (int got = (n->rank + 1) * n->nlanes; got < n->size * n->nlanes; got++) {
         chorus_result r;
         if (accept_one(n, deadline, e, &r) < 0) {
             int missing = -1;
             for (int p = n->rank + 1; p < n->size && missing < 0; p++)
-                if (n->peers[p].fd < 0) missing = p;
+                for (int l = 0; l < n->nlanes; l++)
+                    if (n->peers[p].lanes[l].fd < 0) missing = p;
             return chorus__fail(e, r, "rank %d timed out waiting for rank %d (host %s) to connect",
                                 n->rank, missing, chorus__net_host(n, missing));
         }
@@ -1294,17 +1652,17 @@ chorus_result chorus__net_connect_all(chorus_net *n, char *const *addrs, char *c
         close(n->listen_fd);
         n->listen_fd = -1;
     }
-    for (int p = 0; p < n->size; p++) {
-        int fd = n->peers[p].fd;
-        if (p == n->rank) continue;
-        chorus__sock_tune(fd);
-        set_nonblock(fd);
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)p};
-        if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev))
-            return chorus__fail(e, CHORUS_ERR_SYSTEM, "epoll_ctl: %s", strerror(errno));
-    }
-    CHORUS_INFO(CHORUS_LOG_TCP, "rank %d connected to %d peer%s", n->rank, n->size - 1,
-                n->size == 2 ? "" : "s");
+    for (int p = 0; p < n->size; p++)
+        for (int l = 0; l < n->nlanes && p != n->rank; l++) {
+            int fd = n->peers[p].lanes[l].fd;
+            chorus__sock_tune(fd);
+            set_nonblock(fd);
+            struct epoll_event ev = {.events = EPOLLIN, .data.u64 = lane_tag(p, l)};
+            if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev))
+                return chorus__fail(e, CHORUS_ERR_SYSTEM, "epoll_ctl: %s", strerror(errno));
+        }
+    CHORUS_INFO(CHORUS_LOG_TCP, "rank %d connected to %d peer%s over %d TCP lane%s each", n->rank,
+                n->size - 1, n->size == 2 ? "" : "s", n->nlanes, n->nlanes == 1 ? "" : "s");
     watchdog_start(n);
     return CHORUS_OK;
 }
@@ -1325,8 +1683,8 @@ static void drain_before_close(chorus_net *n)
     if (timeout_s > ABORT_FLUSH_S) timeout_s = ABORT_FLUSH_S;
     double deadline = chorus__now() + timeout_s;
     char sink[4096];
-    for (int p = 0; p < n->size; p++) {
-        peer *pe = &n->peers[p];
+    for (int i = 0; i < n->size * n->nlanes; i++) {
+        lane *pe = &n->peers[i / n->nlanes].lanes[i % n->nlanes];
         if (pe->fd < 0) continue;
         int last = -1, outq;
         while (ioctl(pe->fd, SIOCOUTQ, &outq) == 0 && outq > 0 && chorus__now() < deadline) {
@@ -1350,10 +1708,11 @@ void chorus__net_release(chorus_net *n)
     unsigned char bye[CHORUS_WIRE_HDR_LEN];
     chorus_wire_hdr h = {.type = CHORUS_MSG_BYE};
     chorus__wire_encode_hdr(&h, bye);
-    for (int p = 0; p < n->size; p++) {
-        peer *pe = &n->peers[p];
-        /* Say goodbye so the peer knows our closing is no failure; skipped when a partial
-         * message is still queued (the peer could not parse it) or the net is broken. */
+    for (int i = 0; i < n->size * n->nlanes; i++) {
+        lane *pe = &n->peers[i / n->nlanes].lanes[i % n->nlanes];
+        /* Say goodbye (on every lane) so the peer knows our closing is no failure; skipped
+         * when a partial message is still queued (the peer could not parse it) or the net is
+         * broken. */
         if (pe->fd >= 0 && n->broken == CHORUS_OK && !pe->sq_head)
             if (send(pe->fd, bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* gone */
             }
@@ -1361,8 +1720,25 @@ void chorus__net_release(chorus_net *n)
     if (n->broken == CHORUS_OK) drain_before_close(n);
     for (int p = 0; p < n->size; p++) {
         peer *pe = &n->peers[p];
-        if (pe->fd >= 0) close(pe->fd);
-        free(pe->stage);
+        for (int l = 0; l < n->nlanes; l++) {
+            lane *ln = &pe->lanes[l];
+            if (ln->fd >= 0) close(ln->fd);
+            free(ln->stage);
+            /* the slices of striped sends that never went out belong to the lane */
+            for (chorus_req *r = ln->sq_head, *nx; r; r = nx) {
+                nx = r->next;
+                if (r->parent) free(r);
+            }
+            for (lchunk *c = ln->cq_head, *nx; c; c = nx) {
+                nx = c->next;
+                free(c->early);
+                free(c);
+            }
+        }
+        for (stripe *st = pe->stripes, *nx; st; st = nx) {
+            nx = st->next;
+            free(st);
+        }
         for (umsg *u = pe->uq_head, *nx; u; u = nx) {
             nx = u->next;
             free(u->data);
@@ -1372,6 +1748,7 @@ void chorus__net_release(chorus_net *n)
     if (n->listen_fd >= 0) close(n->listen_fd);
     if (n->epfd >= 0) close(n->epfd);
     pthread_mutex_destroy(&n->mu);
+    if (n->peers) free(n->peers[0].lanes);
     free(n->peers);
     free(n);
 }

@@ -1,6 +1,6 @@
 /*
- * net.h - the TCP transport: one connection per pair of ranks of the world, non-blocking
- * sockets driven by an epoll progress loop, messages framed by wire.h headers.
+ * net.h - the TCP transport: CHORUS_TCP_LANES connections per pair of ranks of the world,
+ * non-blocking sockets driven by an epoll progress loop, messages framed by wire.h headers.
  *
  * Communicators made by chorus_comm_split share the world's chorus_net; headers carry the
  * communicator id so messages find their receive. Receives are posted before or after the data
@@ -36,6 +36,12 @@ typedef struct chorus_req {
     uint64_t order;
     int src;
     chorus_wire_hdr got;
+    /* striping over several lanes (net.c): a send's slices on the other lanes are requests of
+     * their own with parent set; parts counts what is outstanding; lane_moved counts bytes
+     * moved on the other lanes (progress, for wait deadlines) */
+    struct chorus_req *parent;
+    int parts;
+    uint64_t lane_moved;
 } chorus_req;
 
 /* Point-to-point receives (header type CHORUS_MSG_P2P) match on communicator, source and tag,

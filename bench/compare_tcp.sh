@@ -3,6 +3,7 @@
 #
 #   bench/compare_tcp.sh                 # 4 B .. 64 MiB, factor 4
 #   REPEAT=3 bench/compare_tcp.sh        # three interleaved runs each, per-size medians
+#   LANES="1 2 4" bench/compare_tcp.sh   # Chorus once per CHORUS_TCP_LANES value, side by side
 #
 # Runs, in turn (REPEAT times, interleaved so both see the same machine noise):
 #   chorus   CHORUS_SHM=0 chorus-run -np 2 -- chorus-bench --coll allreduce -d float32 -o sum ...
@@ -16,6 +17,7 @@ set -eu
 # shellcheck source=bench/common.sh
 . "$(cd "$(dirname "$0")" && pwd)/common.sh"
 NP=${NP:-2}
+LANES=${LANES:-}
 
 build_baselines
 describe_env >"$OUT/env.txt"
@@ -23,8 +25,11 @@ have_chorus || say "bench: chorus-bench missing at $CHORUS_BENCH: running the Op
 
 r=1
 while [ "$r" -le "$REPEAT" ]; do
-    if have_chorus; then
+    if have_chorus && [ -z "$LANES" ]; then
         run_chorus "chorus.$r" "$NP" CHORUS_SHM=0
+    fi
+    if have_chorus; then
+        for l in $LANES; do run_chorus "lanes$l.$r" "$NP" CHORUS_SHM=0 CHORUS_TCP_LANES="$l"; done
     fi
     run_ompi "ompi.$r" "$NP" --mca btl tcp,self --mca btl_tcp_if_include lo
     r=$((r + 1))
@@ -35,7 +40,15 @@ done
     echo "# allreduce float32 sum, $NP ranks on loopback TCP; $MIN..$MAX x$FACTOR; REPEAT=$REPEAT"
     echo "#   chorus: CHORUS_SHM=0 chorus-run -np $NP -- chorus-bench"
     echo "#   ompi:   mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo"
-    "$PYTHON" "$BENCH_DIR/benchtab.py" --np "$NP" "$(chorus_spec chorus)" "ompi=$(files ompi)"
+    if [ -z "$LANES" ]; then
+        "$PYTHON" "$BENCH_DIR/benchtab.py" --np "$NP" "$(chorus_spec chorus)" "ompi=$(files ompi)"
+    else
+        echo "#   lanesN: the same with CHORUS_TCP_LANES=N"
+        specs=""
+        for l in $LANES; do specs="$specs lanes$l=$(files "lanes$l")${CHORUS_COLS:+@$CHORUS_COLS}"; done
+        # shellcheck disable=SC2086  # one word per label
+        "$PYTHON" "$BENCH_DIR/benchtab.py" --np "$NP" $specs "ompi=$(files ompi)"
+    fi
 } | tee "$OUT/table.txt"
 say "bench: raw outputs and table in $OUT"
 exit "$FAILED"

@@ -13,6 +13,17 @@
  * also keeps queued sends moving while the application computes); a peer from which nothing
  * at all arrived for CHORUS_HEARTBEAT_TIMEOUT_S is declared lost, naming its rank and host.
  * Every rank has a direct connection to every other, so each survivor notices on its own.
+ *
+ * Lanes: a pair of ranks holds CHORUS_TCP_LANES connections (lane 0 .. L-1, each opened with
+ * its own authenticated hello naming its lane). Lane 0 carries every header, in the order the
+ * messages were posted, so matching and ordering are those of one connection. A message of
+ * STRIPE_MIN bytes or more is striped: its header and first slice go on lane 0, slice c (of L
+ * equal contiguous slices) on lane c behind a CHUNK header with the pair's stripe number. Each
+ * lane carries its slices in stripe order, so the receiver pairs them with headers without
+ * any search: a slice whose header it has read lands in place; one that comes first waits in
+ * a buffer of its own until the header arrives. A message is complete when all its slices are.
+ * Every lane is read all the time, pinged when idle and watched by the watchdog; a lane that
+ * closes or falls silent is the peer lost.
  */
 #include <arpa/inet.h>
 #include <linux/sockios.h>

@@ -19,6 +19,7 @@
 # iperf3's rate; and Chorus's ratios against Gloo and Open MPI.
 #
 #   sudo sh bench/multihost.sh              RATES="1gbit 10gbit" SIZE=64M ITERS=5 TRAIN=1
+#   LANES="2 4": Chorus (by the rules) again with CHORUS_TCP_LANES=2, then 4: rows of their own
 # Needs root (namespaces), iperf3, mpicc/mpirun, /usr/bin/python3 with torch; run after make.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +29,7 @@ RATES=${RATES:-1gbit 10gbit}
 SIZE=${SIZE:-64M}
 ITERS=${ITERS:-5}
 TRAIN=${TRAIN:-1}
+LANES=${LANES:-}
 STEPS=${STEPS:-100}
 PYTHON=${PYTHON:-/usr/bin/python3}
 BENCH=$ROOT/$BUILD/bin/chorus-bench
@@ -84,6 +86,11 @@ one_rate() (
 
     four chorus "$BENCH" -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 -a 3 -c 0
     four flat env CHORUS_ALGO_ALLREDUCE=direct_ring "$BENCH" -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 -a 3 -c 0
+    lane_ms=""
+    for l in $LANES; do
+        four "lanes$l" env CHORUS_TCP_LANES="$l" "$BENCH" -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 -a 3 -c 0
+        lane_ms="$lane_ms chorus (hier, $l TCP lanes)=$(ms_of "$logs/lanes$l.0" 6)"
+    done
     four gloo "$PYTHON" bench/gloo_allreduce.py -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 -k 0
     ip netns exec "$h1" mpirun --allow-run-as-root --oversubscribe -H "$h1:2,$h2:2" -np 4 \
         --mca plm_rsh_agent "$RES/netns-rsh" --mca pml ob1 --mca btl tcp,self \
@@ -99,10 +106,13 @@ one_rate() (
     done
     c=$(ms_of "$logs/chorus.0" 6) f=$(ms_of "$logs/flat.0" 6)
     g=$(ms_of "$logs/gloo.0" 3) o=$(ms_of "$logs/ompi.0" 3)
-    "$PYTHON" - "$rate" "$bytes" "$iperf" "$c" "$f" "$g" "$o" "$(load)" << 'PY'
+    "$PYTHON" - "$rate" "$bytes" "$iperf" "$c" "$f" "$g" "$o" "$(load)" "$lane_ms" << 'PY'
+import re
 import sys
 rate, S, iperf = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 t = dict(zip(("chorus (hier)", "chorus (flat, direct_ring)", "gloo", "open mpi"), sys.argv[4:8]))
+for k, v in re.findall(r"(chorus \(hier, \d+ TCP lanes\))=([0-9.]*)", sys.argv[9]):
+    t[k] = v
 need = 2 * (2 - 1) / 2 * S  # bytes each way over a host's link, h = 2
 ip = float(iperf) * 1e6 / 8 if iperf else 0.0
 print(f"\n## {rate}: iperf3 {ip / 1e9:.3f} GB/s (one stream), load {sys.argv[8]}\n")

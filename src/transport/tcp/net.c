@@ -129,7 +129,8 @@ struct chorus_net {
     char job[CHORUS_WIRE_JOB_LEN];
     uint64_t max_msg;
     int spin_us;
-    int nlanes;          /* connections per pair (CHORUS_TCP_LANES) */
+    int nlanes;                          /* connections per pair (CHORUS_TCP_LANES) */
+    char refusal[CHORUS_WIRE_ABORT_MAX]; /* why set-up refused a rank of the job, or "" */
     chorus_auth_key key; /* CHORUS_SECRET; connections prove it before anything else */
     pthread_mutex_t mu;
     peer *peers;
@@ -1554,8 +1555,16 @@ static chorus_result connect_to(chorus_net *n, int p, int l, const char *addr, d
     int rc = chorus__sock_send_msg(fd, &h, payload, deadline);
     unsigned char *ack = NULL;
     char why[200] = "";
-    if (rc == 0) rc = chorus__sock_recv_msg(fd, &h, &ack, 0, deadline, why, sizeof(why));
+    if (rc == 0)
+        rc = chorus__sock_recv_msg(fd, &h, &ack, CHORUS_WIRE_ABORT_MAX, deadline, why, sizeof(why));
+    chorus_wire_abort refusal;
+    int refused = rc == 0 && h.type == CHORUS_MSG_ABORT &&
+                  chorus__wire_decode_abort(ack, h.len, &refusal) == CHORUS_OK;
     free(ack);
+    if (refused) { /* a rank of the job that cannot work with this one, and says why */
+        close(fd);
+        return chorus__fail(e, (chorus_result)refusal.result, "%s", refusal.why);
+    }
     if (rc == -3 && n->key.set) {
         close(fd);
         return chorus__fail(e, CHORUS_ERR_AUTH,
@@ -1573,9 +1582,11 @@ static chorus_result connect_to(chorus_net *n, int p, int l, const char *addr, d
     return CHORUS_OK;
 }
 
-/* Accepts one connection and checks its hello. Returns the peer's rank or -1 if the
- * connection was refused (it is closed and logged; set-up goes on). */
-static int accept_one(chorus_net *n, double deadline, chorus_errbuf *e, chorus_result *res)
+/* Accepts one connection and checks its hello. Returns the peer's rank or -1 at the deadline
+ * (*res CHORUS_ERR_TIMEOUT). A connection that fails the checks is refused (closed and
+ * logged; a rank of the job that opens another number of lanes is told why) and set-up goes
+ * on. */
+static int accept_one(chorus_net *n, double deadline, chorus_result *res)
 {
     *res = CHORUS_OK;
     for (;;) {
@@ -1617,10 +1628,26 @@ static int accept_one(chorus_net *n, double deadline, chorus_errbuf *e, chorus_r
             bad = "belongs to another job";
         else if (hello.size != n->size)
             bad = "disagrees on the world size";
-        else if (hello.lanes != n->nlanes)
-            bad = hello.lanes < n->nlanes ? "opens fewer TCP lanes (CHORUS_TCP_LANES differs)"
-                                          : "opens more TCP lanes (CHORUS_TCP_LANES differs)";
-        else if (hello.rank <= n->rank || n->peers[hello.rank].lanes[hello.lane].fd >= 0)
+        else if (hello.lanes != n->nlanes && hello.rank > n->rank) {
+            /* a rank of this job (it proved the secret and names the job) configured
+             * differently: it is told why (an abort instead of the acknowledgement) and fails
+             * at once; this rank remembers why, for its own error at the deadline */
+            free(payload);
+            chorus_wire_abort a = {.failed_rank = -1, .result = CHORUS_ERR_INVALID_ARG};
+            snprintf(a.why, sizeof(a.why),
+                     "rank %d opens %d TCP lanes per pair of ranks, rank %d opens %d: "
+                     "CHORUS_TCP_LANES must be the same on every rank",
+                     hello.rank, hello.lanes, n->rank, n->nlanes);
+            snprintf(n->refusal, sizeof(n->refusal), "%s", a.why);
+            CHORUS_WARN(CHORUS_LOG_TCP, "refused a connection from %s:%d: %s", from,
+                        ntohs(sa.sin_port), a.why);
+            unsigned char ab[CHORUS_WIRE_ABORT_MAX];
+            chorus_wire_hdr ah = {.type = CHORUS_MSG_ABORT,
+                                  .len = chorus__wire_encode_abort(&a, ab)};
+            chorus__sock_send_msg(fd, &ah, ab, hd);
+            close(fd);
+            continue;
+        } else if (hello.rank <= n->rank || n->peers[hello.rank].lanes[hello.lane].fd >= 0)
             bad = "claims a rank that should not connect here";
         free(payload);
         if (bad) {
@@ -1635,7 +1662,6 @@ static int accept_one(chorus_net *n, double deadline, chorus_errbuf *e, chorus_r
             continue;
         }
         n->peers[hello.rank].lanes[hello.lane].fd = fd;
-        (void)e;
         return hello.rank;
     }
 }
@@ -1650,13 +1676,15 @@ chorus_result chorus__net_connect_all(chorus_net *n, char *const *addrs, char *c
             CHORUS_CHECK(connect_to(n, p, l, addrs[p], deadline, e));
     for (int got = (n->rank + 1) * n->nlanes; got < n->size * n->nlanes; got++) {
         chorus_result r;
-        if (accept_one(n, deadline, e, &r) < 0) {
+        if (accept_one(n, deadline, &r) < 0) {
             int missing = -1;
             for (int p = n->rank + 1; p < n->size && missing < 0; p++)
                 for (int l = 0; l < n->nlanes; l++)
                     if (n->peers[p].lanes[l].fd < 0) missing = p;
-            return chorus__fail(e, r, "rank %d timed out waiting for rank %d (host %s) to connect",
-                                n->rank, missing, chorus__net_host(n, missing));
+            return chorus__fail(e, r,
+                                "rank %d timed out waiting for rank %d (host %s) to connect%s%s",
+                                n->rank, missing, chorus__net_host(n, missing),
+                                n->refusal[0] ? "; refused earlier: " : "", n->refusal);
         }
     }
     if (n->listen_fd >= 0) {

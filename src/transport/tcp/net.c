@@ -1763,10 +1763,11 @@ void chorus__net_release(chorus_net *n)
             lane *ln = &pe->lanes[l];
             if (ln->fd >= 0) close(ln->fd);
             free(ln->stage);
-            /* the slices of striped sends that never went out belong to the lane */
-            for (chorus_req *r = ln->sq_head, *nx; r; r = nx) {
+            /* the slices of striped sends that never went out belong to the lane (lane 0's
+             * queue holds the callers' requests, which may be gone by now: never touched) */
+            for (chorus_req *r = l ? ln->sq_head : NULL, *nx; r; r = nx) {
                 nx = r->next;
-                if (r->parent) free(r);
+                if (r != &ln->ping) free(r);
             }
             for (lchunk *c = ln->cq_head, *nx; c; c = nx) {
                 nx = c->next;

@@ -1,7 +1,7 @@
 /*
  * comm.c - communicator life cycle: chorus_init (environment -> rendezvous -> communicator,
- * with its shared-memory group when its ranks share a host), chorus_comm_split and
- * chorus_comm_split_type, chorus_finalize, chorus_comm_abort.
+ * with its shared-memory group when its ranks share a host), chorus_comm_split,
+ * chorus_comm_split_type and chorus_comm_create_group, chorus_finalize, chorus_comm_abort.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -170,6 +170,55 @@ const char *chorus_last_error(const chorus_comm *c)
 
 /* ---- split ------------------------------------------------------------------------------ */
 
+/* The communicator of the ranks mem[0..n-1] of c (in that order; this rank among them), with
+ * identity id: shares c's connections, gets its own shared-memory group when its ranks share
+ * a host. Talks only to those ranks. */
+static chorus_result comm_from_members(chorus_comm *c, const int *mem, int n, uint64_t id,
+                                       chorus_comm **out)
+{
+    chorus_comm *s = comm_alloc(n);
+    int *hostmap = calloc((size_t)c->nhosts + 1, sizeof(int));
+    if (!s || !hostmap) {
+        free(hostmap);
+        comm_free(s);
+        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    int hostmap_n = 0;
+    for (int h = 0; h <= c->nhosts; h++) hostmap[h] = -1;
+    for (int i = 0; i < n; i++) {
+        int p = mem[i];
+        s->world[i] = c->world[p];
+        if (p == c->rank) s->rank = i;
+        int h = c->host[p];
+        if (hostmap[h] < 0) hostmap[h] = hostmap_n++;
+        s->host[i] = hostmap[h];
+    }
+    free(hostmap);
+    s->nhosts = hostmap_n;
+    s->local_rank = 0;
+    s->local_size = 0;
+    for (int i = 0; i < n; i++)
+        if (s->host[i] == s->host[s->rank]) {
+            if (i < s->rank) s->local_rank++;
+            s->local_size++;
+        }
+    s->id = id;
+    s->cfg = c->cfg;
+    s->net = c->net;
+    chorus__net_retain(c->net);
+    /* A communicator whose ranks share a host gets its own shared-memory group (set up over
+     * its own TCP traffic); one spanning hosts uses TCP. */
+    chorus_result r = chorus__comm_shm_setup(s);
+    if (r != CHORUS_OK) {
+        snprintf(c->err.msg, sizeof(c->err.msg), "%s", s->err.msg);
+        comm_free(s);
+        return r;
+    }
+    chorus__select_describe(s);
+    *out = s;
+    return CHORUS_OK;
+}
+
 chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm **out)
 {
     if (!c || !out)
@@ -187,16 +236,10 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
     }
     int n = 0;
     for (int p = 0; p < c->size; p++) n += all[2 * p] == color;
-    chorus_comm *s = comm_alloc(n);
-    if (!s) {
-        free(all);
-        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
-    }
     /* members ordered by (key, rank in c): insertion sort, groups are small */
     int *mem = malloc(sizeof(int) * (size_t)n), m = 0;
     if (!mem) {
         free(all);
-        comm_free(s);
         return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
     }
     for (int p = 0; p < c->size; p++) {
@@ -208,44 +251,44 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
         }
         mem[i] = p;
     }
-    int hostmap_n = 0;
-    int *hostmap = calloc((size_t)c->nhosts + 1, sizeof(int));
-    for (int h = 0; hostmap && h <= c->nhosts; h++) hostmap[h] = -1;
-    for (int i = 0; i < n; i++) {
-        int p = mem[i];
-        s->world[i] = c->world[p];
-        if (p == c->rank) s->rank = i;
-        int h = c->host[p];
-        if (hostmap && hostmap[h] < 0) hostmap[h] = hostmap_n++;
-        s->host[i] = hostmap ? hostmap[h] : 0;
-    }
-    s->nhosts = hostmap_n;
-    s->local_rank = 0;
-    s->local_size = 0;
-    for (int i = 0; i < n; i++)
-        if (s->host[i] == s->host[s->rank]) {
-            if (i < s->rank) s->local_rank++;
-            s->local_size++;
-        }
     uint64_t h = chorus__hash64_seed(c->id, &nsplit, sizeof(nsplit));
-    s->id = chorus__hash64_seed(h, &color, sizeof(color));
-    s->cfg = c->cfg;
-    s->net = c->net;
-    chorus__net_retain(c->net);
-    free(hostmap);
+    r = comm_from_members(c, mem, n, chorus__hash64_seed(h, &color, sizeof(color)), out);
     free(mem);
     free(all);
-    /* A communicator whose ranks share a host gets its own shared-memory group (set up over
-     * its own TCP traffic); one spanning hosts uses TCP. */
-    r = chorus__comm_shm_setup(s);
-    if (r != CHORUS_OK) {
-        snprintf(c->err.msg, sizeof(c->err.msg), "%s", s->err.msg);
-        comm_free(s);
-        return r;
+    return r;
+}
+
+chorus_result chorus_comm_create_group(chorus_comm *c, int n, const int *ranks, uint64_t tag,
+                                       chorus_comm **out)
+{
+    if (!c || !out || !ranks)
+        return chorus__fail(c ? &c->err : chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_comm_create_group: %s is NULL",
+                            !c ? "comm" : !out ? "out" : "ranks");
+    *out = NULL;
+    int me = -1;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= c->size)
+            return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                                "chorus_comm_create_group: rank %d is out of range for a "
+                                "communicator of %d",
+                                ranks[i], c->size);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i])
+                return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                                    "chorus_comm_create_group: rank %d is listed twice", ranks[i]);
+        if (ranks[i] == c->rank) me = i;
     }
-    chorus__select_describe(s);
-    *out = s;
-    return CHORUS_OK;
+    if (me < 0)
+        return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                            "chorus_comm_create_group: this rank (%d) is not among the %d ranks "
+                            "listed",
+                            c->rank, n);
+    /* The identity depends only on what every member passes, so all of them agree on it
+     * without a word; the tag keeps apart groups of the same ranks. */
+    uint64_t id = chorus__hash64_seed(c->id ^ 0x67726f7570ull, &tag, sizeof(tag));
+    id = chorus__hash64_seed(id, ranks, sizeof(int) * (size_t)n);
+    return comm_from_members(c, ranks, n, id, out);
 }
 
 chorus_result chorus_comm_split_type(chorus_comm *c, chorus_split_type type, int key,

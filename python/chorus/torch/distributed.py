@@ -17,9 +17,10 @@ store protocol. Under chorus-run (CHORUS_RANK set) chorus-run's store is used as
 ranks that init_process_group was given must match the ones libchorus finds, or init fails
 saying both.
 
-Timeout. init_process_group's (and new_group's) timeout becomes CHORUS_TIMEOUT_S, libchorus's
-deadline for any wait on a peer, unless CHORUS_TIMEOUT_S is set. A dead peer is found sooner:
-its closed connection fails every pending call at once. Errors are RuntimeError with
+Timeout. init_process_group's timeout becomes CHORUS_TIMEOUT_S, libchorus's deadline for any
+wait on a peer (subgroups inherit it). When the timeout is torch's default (30 minutes) and
+CHORUS_TIMEOUT_S is set, CHORUS_TIMEOUT_S wins. A dead peer is found sooner: its closed
+connection fails every pending call at once. Errors are RuntimeError with
 libchorus's detail, which names the peer.
 """
 
@@ -87,7 +88,8 @@ def _job_env(store, rank, timeout_s):
             host = os.environ.get("MASTER_ADDR", "127.0.0.1")
             store.set("chorus/store_addr", "%s:%d" % (host, _free_port()))
         env["CHORUS_STORE_ADDR"] = store.get("chorus/store_addr").decode()
-    if not os.environ.get("CHORUS_TIMEOUT_S"):
+    default_s = _seconds(getattr(dist, "default_pg_timeout", datetime.timedelta(minutes=30)))
+    if timeout_s != default_s or not os.environ.get("CHORUS_TIMEOUT_S"):
         env["CHORUS_TIMEOUT_S"] = "%g" % max(timeout_s, 1.0)
     return env
 
@@ -125,6 +127,7 @@ def _create(opts, pg_options=None):
 
 
 def _register():
+    _extension()  # a missing build fails the import, saying how to get it
     if hasattr(dist.Backend, BACKEND.upper()):
         return
     try:  # torch 2.x: the devices the backend serves

@@ -13,12 +13,14 @@
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-namespace chorus_td {
+namespace chorus_td
+{
 using BackendBase = c10d::Backend;
 }
 #else
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-namespace chorus_td {
+namespace chorus_td
+{
 using BackendBase = c10d::ProcessGroup;
 }
 #endif

@@ -23,7 +23,8 @@
 #include "chorus.h"
 #include "torch_compat.h"
 
-namespace chorus_td {
+namespace chorus_td
+{
 
 using c10d::OpType;
 using c10d::Work;
@@ -34,8 +35,8 @@ using Tensors = std::vector<at::Tensor>;
 
 [[noreturn]] static void fail(const chorus_comm *c, chorus_result r, const char *call)
 {
-    throw std::runtime_error(std::string("chorus: ") + call + " failed: " +
-                             chorus_result_name(r) + ": " + chorus_last_error(c));
+    throw std::runtime_error(std::string("chorus: ") + call + " failed: " + chorus_result_name(r) +
+                             ": " + chorus_last_error(c));
 }
 
 #define CHECK_CHORUS(comm, call, name)                                                             \
@@ -94,8 +95,7 @@ static chorus_op op_of(const c10d::ReduceOp &op, const at::Tensor &t)
 
 static void check_cpu(const at::Tensor &t)
 {
-    TORCH_CHECK(t.device().is_cpu(), "chorus: tensors must be on the CPU, got one on ",
-                t.device());
+    TORCH_CHECK(t.device().is_cpu(), "chorus: tensors must be on the CPU, got one on ", t.device());
     TORCH_CHECK(!t.is_sparse(), "chorus: sparse tensors are not supported; use .to_dense()");
 }
 
@@ -109,7 +109,10 @@ static void check_cpu(const Tensors &ts)
 struct Dense {
     at::Tensor orig, buf;
     explicit Dense(const at::Tensor &t) : orig(t), buf(t.is_contiguous() ? t : t.contiguous()) {}
-    void *ptr() const { return buf.data_ptr(); }
+    void *ptr() const
+    {
+        return buf.data_ptr();
+    }
     void put_back()
     {
         if (!buf.is_same(orig)) orig.copy_(buf);
@@ -127,7 +130,8 @@ static void check_same(const at::Tensor &a, const at::Tensor &b, const char *wha
 
 /* A collective queued on a group's worker: done() completes the future (its value the output
  * tensors) and the base class's wait(), or fails both with the error. */
-class CollWork : public Work {
+class CollWork : public Work
+{
   public:
     CollWork(OpType type, Tensors outputs)
         : Work(-1, type), outputs_(std::move(outputs)),
@@ -143,8 +147,14 @@ class CollWork : public Work {
             future_->markCompleted(c10::IValue(outputs_));
         finish(e);
     }
-    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-    Tensors result() override { return outputs_; }
+    c10::intrusive_ptr<c10::ivalue::Future> getFuture() override
+    {
+        return future_;
+    }
+    Tensors result() override
+    {
+        return outputs_;
+    }
 
   private:
     Tensors outputs_;
@@ -153,7 +163,8 @@ class CollWork : public Work {
 
 /* A send or receive in flight on the point-to-point communicator. wait() and isCompleted()
  * finish it; a receive from any source then knows its sender. */
-class P2PWork : public Work {
+class P2PWork : public Work
+{
   public:
     P2PWork(OpType type, chorus_comm *c, chorus_request *req, Dense buf, size_t count)
         : Work(-1, type), comm_(c), req_(req), buf_(std::move(buf)), count_(count),
@@ -186,8 +197,14 @@ class P2PWork : public Work {
         }
         return Work::wait(timeout);
     }
-    int sourceRank() const override { return source_; }
-    Tensors result() override { return {buf_.orig}; }
+    int sourceRank() const override
+    {
+        return source_;
+    }
+    Tensors result() override
+    {
+        return {buf_.orig};
+    }
 
   private:
     void end(chorus_result r, const chorus_status &st)
@@ -195,8 +212,7 @@ class P2PWork : public Work {
         req_ = nullptr;
         std::exception_ptr e;
         try {
-            if (r != CHORUS_OK)
-                fail(comm_, r, send_ ? "send" : "recv");
+            if (r != CHORUS_OK) fail(comm_, r, send_ ? "send" : "recv");
             if (!send_ && st.count != count_)
                 TORCH_CHECK(false, "chorus: recv: rank ", st.source, " sent ", st.count,
                             " elements, the receive expected ", count_);
@@ -218,7 +234,8 @@ class P2PWork : public Work {
 
 /* ---- the backend ------------------------------------------------------------------------ */
 
-class ChorusBackend : public BackendBase {
+class ChorusBackend : public BackendBase
+{
   public:
     /* Takes ownership of coll and p2p (communicators of the same ranks). */
     ChorusBackend(chorus_comm *coll, chorus_comm *p2p)
@@ -239,10 +256,16 @@ class ChorusBackend : public BackendBase {
         chorus_finalize(coll_);
     }
 
-    const std::string getBackendName() const override { return "chorus"; }
+    const std::string getBackendName() const override
+    {
+        return "chorus";
+    }
 
     /* The communicator that subgroups are made from (the world's). */
-    chorus_comm *comm() const { return coll_; }
+    chorus_comm *comm() const
+    {
+        return coll_;
+    }
 
     WorkPtr broadcast(Tensors &ts, const c10d::BroadcastOptions &o) override
     {
@@ -252,8 +275,7 @@ class ChorusBackend : public BackendBase {
         return enqueue(OpType::BROADCAST, ts, [this, ts, root] {
             Dense d(ts[0]);
             Buf b = buf_of(ts[0]);
-            CHECK_CHORUS(coll_, chorus_broadcast(coll_, d.ptr(), b.count, b.dt, root),
-                         "broadcast");
+            CHECK_CHORUS(coll_, chorus_broadcast(coll_, d.ptr(), b.count, b.dt, root), "broadcast");
             d.put_back();
         });
     }
@@ -340,8 +362,7 @@ class ChorusBackend : public BackendBase {
         });
     }
 
-    WorkPtr gather(std::vector<Tensors> &outs, Tensors &ins,
-                   const c10d::GatherOptions &o) override
+    WorkPtr gather(std::vector<Tensors> &outs, Tensors &ins, const c10d::GatherOptions &o) override
     {
         check_cpu(ins);
         TORCH_CHECK(ins.size() == 1, "chorus: gather takes one input tensor per rank");
@@ -436,8 +457,7 @@ class ChorusBackend : public BackendBase {
             Dense o(out), i(in);
             if (even) {
                 Buf b = buf_of(in);
-                CHECK_CHORUS(coll_,
-                             chorus_alltoall(coll_, i.ptr(), o.ptr(), b.count / size_, b.dt),
+                CHECK_CHORUS(coll_, chorus_alltoall(coll_, i.ptr(), o.ptr(), b.count / size_, b.dt),
                              "all_to_all_single");
             } else {
                 std::vector<char *> src(size_), dst(size_);
@@ -594,13 +614,13 @@ class ChorusBackend : public BackendBase {
         std::vector<int64_t> c(size_);
         if (splits.empty()) {
             TORCH_CHECK(rows % size_ == 0, "chorus: all_to_all_single: the ", what,
-                        "'s first dimension (", rows, ") does not divide by the group size ",
-                        size_, "; pass split sizes");
+                        "'s first dimension (", rows, ") does not divide by the group size ", size_,
+                        "; pass split sizes");
             for (auto &x : c) x = rows / size_ * row;
             return c;
         }
-        TORCH_CHECK((int)splits.size() == size_, "chorus: all_to_all_single: ", splits.size(),
-                    " ", what, " split sizes for a group of ", size_);
+        TORCH_CHECK((int)splits.size() == size_, "chorus: all_to_all_single: ", splits.size(), " ",
+                    what, " split sizes for a group of ", size_);
         int64_t sum = 0;
         for (int r = 0; r < size_; r++) {
             TORCH_CHECK(splits[r] >= 0, "chorus: all_to_all_single: negative split size");
@@ -670,15 +690,14 @@ static c10::intrusive_ptr<ChorusBackend> make_world(int rank, int size)
 }
 
 /* A subgroup of world's ranks (global ranks, in group order), made by its members only. */
-static c10::intrusive_ptr<ChorusBackend>
-make_group(const c10::intrusive_ptr<ChorusBackend> &world, const std::vector<int> &ranks,
-           uint64_t tag)
+static c10::intrusive_ptr<ChorusBackend> make_group(const c10::intrusive_ptr<ChorusBackend> &world,
+                                                    const std::vector<int> &ranks, uint64_t tag)
 {
     chorus_comm *w = world->comm(), *coll = nullptr, *p2p = nullptr;
     CHECK_CHORUS(w, chorus_comm_create_group(w, (int)ranks.size(), ranks.data(), tag, &coll),
                  "new_group");
-    chorus_result r = chorus_comm_create_group(w, (int)ranks.size(), ranks.data(), tag ^ P2P_TAG,
-                                               &p2p);
+    chorus_result r =
+        chorus_comm_create_group(w, (int)ranks.size(), ranks.data(), tag ^ P2P_TAG, &p2p);
     if (r != CHORUS_OK) {
         chorus_finalize(coll);
         fail(w, r, "new_group");

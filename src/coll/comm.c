@@ -264,7 +264,9 @@ chorus_result chorus_comm_create_group(chorus_comm *c, int n, const int *ranks, 
     if (!c || !out || !ranks)
         return chorus__fail(c ? &c->err : chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
                             "chorus_comm_create_group: %s is NULL",
-                            !c ? "comm" : !out ? "out" : "ranks");
+                            !c     ? "comm"
+                            : !out ? "out"
+                                   : "ranks");
     *out = NULL;
     int me = -1;
     for (int i = 0; i < n; i++) {

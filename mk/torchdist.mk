@@ -5,6 +5,12 @@
 # and says why. Its tests are tests/list/torchdist.list; its benchmark bench/torchdist.sh.
 #
 #   make torchdist      the extension (also part of plain `make`)
+#   make check-torch2 [TORCH2_VERSION=2.1.2]
+#                       compiles the extension (types and overrides; no link, no run) against
+#                       the C++ headers of torch 2.x from PyPI, whose backend base class is
+#                       c10d::Backend (python/csrc/torch_compat.h). The headers come from the
+#                       CPU-only aarch64 wheel (90 MB; the x86_64 one carries CUDA, 700 MB+);
+#                       they are the same on every platform. Kept in $(BUILD)/torch2.
 
 CXX ?= g++
 TORCHDIST_SO    = $(BUILD)/lib/_chorus_torchdist.so
@@ -31,3 +37,25 @@ $(TORCHDIST_SO): python/csrc/torchdist.cpp python/csrc/torch_compat.h include/ch
 	$(CXX) -std=c++17 -O2 -fPIC -shared -Wall -Wextra -Werror -Wno-unused-parameter \
 	    -Iinclude -o $@ python/csrc/torchdist.cpp $(file <$(TORCHDIST_FLAGS)) \
 	    -L$(BUILD)/lib -lchorus -Wl,-rpath,'$$ORIGIN'
+
+TORCH2_VERSION ?= 2.1.2
+TORCH2_DIR      = $(BUILD)/torch2/$(TORCH2_VERSION)
+TORCH2_INC      = $(TORCH2_DIR)/torch/include
+
+.PHONY: check-torch2
+check-torch2: $(TORCH2_INC)/torch/csrc/distributed/c10d/Backend.hpp
+	$(CXX) -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Wno-unused-parameter -Iinclude \
+	    -isystem $(TORCH2_INC) -isystem $(TORCH2_INC)/torch/csrc/api/include \
+	    -isystem $$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])') \
+	    python/csrc/torchdist.cpp
+	@echo "check-torch2: python/csrc/torchdist.cpp compiles against torch $(TORCH2_VERSION)"
+
+$(TORCH2_INC)/torch/csrc/distributed/c10d/Backend.hpp:
+	@mkdir -p $(TORCH2_DIR)
+	$(PYTHON) -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_aarch64 \
+	    --python-version $$($(PYTHON) -c 'import sys; print("%d%d" % sys.version_info[:2])') \
+	    -d $(TORCH2_DIR) torch==$(TORCH2_VERSION)
+	$(PYTHON) -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); \
+	    z.extractall(sys.argv[2], [n for n in z.namelist() if n.startswith("torch/include/")])' \
+	    $(TORCH2_DIR)/torch-$(TORCH2_VERSION)-*.whl $(TORCH2_DIR)
+	@touch $@

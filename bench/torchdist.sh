@@ -7,7 +7,8 @@
 #      np=2, at 1 MiB and 64 MiB: bus bandwidth.
 # Each is run REPEAT times (default 3), interleaved, and the median is shown with the ratio.
 # Needs `make` (libchorus and the backend's extension) and Debian's python3-torch. The numbers
-# mean something only on a quiet machine: the load average is printed before and after.
+# mean something only on a quiet machine: the load average is printed before and after. Every
+# run is stopped after 300 s.
 #
 #   bench/torchdist.sh                  REPEAT=5 NP=2 STEPS=60 bench/torchdist.sh
 set -e
@@ -33,9 +34,9 @@ echo "# torch $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null)
 i=0
 while [ $i -lt "$REPEAT" ]; do
     for b in gloo chorus; do
-        "$PYTHON" "$ROOT/bench/torchdist_train.py" --backend $b -np "$NP" --steps "$STEPS" |
+        timeout -k 5 300 "$PYTHON" "$ROOT/bench/torchdist_train.py" --backend $b -np "$NP" --steps "$STEPS" |
             sed -n 's/.*samples_per_s //p' >> "$out/train.$b"
-        "$PYTHON" "$ROOT/bench/gloo_allreduce.py" --backend $b -np "$NP" -b 1M -e 64M -f 64 -T 1 |
+        timeout -k 5 300 "$PYTHON" "$ROOT/bench/gloo_allreduce.py" --backend $b -np "$NP" -b 1M -e 64M -f 64 -T 1 |
             awk '!/^#/ {print $1, $5}' >> "$out/ar.$b"
     done
     i=$((i + 1))

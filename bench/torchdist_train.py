@@ -33,6 +33,7 @@ def parse_args(argv):
     p.add_argument("--batch", type=int, default=32, help="samples per rank per step")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--limit", type=int, default=300, help="seconds before the ranks are killed")
     p.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -49,7 +50,20 @@ def launch(argv, args):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank"] +
                                       argv, env=env))
-    return max(p.wait() for p in procs)
+    status = 0
+    deadline = time.monotonic() + args.limit
+    for p in procs:
+        try:
+            status = max(status, p.wait(timeout=max(1.0, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            print("torchdist_train: a rank did not finish within %d s; stopped" % args.limit,
+                  file=sys.stderr)
+            status = 1
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return status
 
 
 def worker(args):
@@ -91,7 +105,10 @@ def worker(args):
               "samples_per_s %.1f" % (args.backend, n, params, args.batch, args.steps,
                                       took.item(), args.steps * args.batch * n / took.item()),
               flush=True)
-    dist.destroy_process_group()
+    # No teardown: torch 1.13's Gloo group can deadlock in it (its worker waits for the GIL
+    # the main thread holds), and either backend's teardown is not what is measured.
+    dist.barrier()
+    os._exit(0)
 
 
 if __name__ == "__main__":

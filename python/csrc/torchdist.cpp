@@ -251,7 +251,15 @@ class ChorusBackend : public BackendBase
             stop_ = true;
         }
         cv_.notify_all();
-        worker_.join();
+        /* A future's callbacks run on the worker and may need the GIL (a Python comm hook):
+         * the destructor, run by Python's garbage collection, must not hold it while it waits
+         * (torch 1.13's Gloo group deadlocks there). */
+        if (Py_IsInitialized() && PyGILState_Check()) {
+            pybind11::gil_scoped_release nogil;
+            worker_.join();
+        } else {
+            worker_.join();
+        }
         chorus_finalize(p2p_);
         chorus_finalize(coll_);
     }

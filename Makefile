@@ -21,6 +21,8 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 VERSION  := $(shell awk '/define CHORUS_VERSION_(MAJOR|MINOR|PATCH) /{v = v s $$3; s = "."} END{print v}' include/chorus.h)
 CC       ?= cc
 SANITIZE ?=
+# Tests run this many at a time (tests/run.sh; a list file that starts "#@ alone" runs alone).
+TEST_JOBS ?= 2
 ifeq ($(SANITIZE),)
 BUILD    ?= build
 SANFLAGS :=
@@ -109,7 +111,8 @@ $(BUILD)/lib/pkgconfig/chorus.pc: Makefile $(wildcard mk/*.mk) include/chorus.h
 	printf '$(CHORUS_PC)' > $@
 
 test: deps $(WORLD_TARGETS) $(TEST_BINS)
-	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) sh tests/run.sh $(TESTS)
+	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) CHORUS_TEST_JOBS=$${CHORUS_TEST_JOBS:-$(TEST_JOBS)} \
+	    bash tests/run.sh $(TESTS)
 
 demo: deps-demo $(WORLD_TARGETS)
 	@BUILD=$(BUILD) sh tools/demo.sh

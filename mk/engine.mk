@@ -18,4 +18,4 @@ engine-bench: engine
 # The engine's tests built with -fsanitize=thread into build-thread/ and run from there.
 engine-tsan:
 	$(MAKE) --no-print-directory SANITIZE=thread engine
-	BUILD=build-thread sh tests/run.sh engine_
+	BUILD=build-thread bash tests/run.sh engine_

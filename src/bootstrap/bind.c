@@ -3,7 +3,8 @@
  * address: a store on 0.0.0.0 is reachable from every network the host is on, including ones
  * the job never uses. The choice, in order: CHORUS_BIND_ANY=1 (every address, when asked),
  * CHORUS_IFACE (an interface name or an IPv4 address), else the address the store's host
- * name (MASTER_ADDR, the first Slurm node) resolves to, which is the one peers dial.
+ * name (MASTER_ADDR, the first Slurm node) resolves to, which is the one peers dial. With no
+ * store host name (the address is shared through PMIx), the host's own address instead.
  */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -55,5 +56,22 @@ chorus_result chorus__store_bind_ip(const chorus_config *cfg, const char *store_
                             "address)",
                             store_addr);
     inet_ntop(AF_INET, &sa.sin_addr, ip, (socklen_t)len);
+    return CHORUS_OK;
+}
+
+chorus_result chorus__store_host_ip(const chorus_config *cfg, char *ip, size_t len,
+                                    chorus_errbuf *e)
+{
+    if (cfg->iface) return chorus__iface_ip(cfg->iface, ip, len, e);
+    snprintf(ip, len, "127.0.0.1");
+    struct ifaddrs *ifs, *i;
+    if (getifaddrs(&ifs)) return CHORUS_OK;
+    for (i = ifs; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+            !(i->ifa_flags & IFF_LOOPBACK)) {
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, ip, (socklen_t)len);
+            break;
+        }
+    freeifaddrs(ifs);
     return CHORUS_OK;
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "bootstrap/env.h"
+#include "bootstrap/hostlist.h"
 
 /* Read fresh on every call (not the process-wide config): launcher variables describe the job
  * at the moment it is formed. */
@@ -61,19 +62,6 @@ static chorus_result get_opt_int(const chorus_job *j, const char *name, int *out
         return CHORUS_OK;
     }
     return get_int(j, name, out, e);
-}
-
-/* First host of a Slurm node list: "node[03-05,9],gpu1" -> "node03". */
-static void first_slurm_host(const char *list, char *out, size_t len)
-{
-    size_t i = 0, o = 0;
-    while (list[i] && list[i] != ',' && list[i] != '[' && o + 1 < len) out[o++] = list[i++];
-    if (list[i] == '[') {
-        i++;
-        while (list[i] && list[i] != '-' && list[i] != ',' && list[i] != ']' && o + 1 < len)
-            out[o++] = list[i++];
-    }
-    out[o] = 0;
 }
 
 static chorus_result use_master(chorus_job *j, int port_offset, chorus_errbuf *e)
@@ -154,7 +142,11 @@ chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
                                     "srun: SLURM_STEP_NODELIST is not set; "
                                     "set MASTER_ADDR and MASTER_PORT");
             char host[200];
-            first_slurm_host(list, host, sizeof(host));
+            if (chorus__hostlist_host(list, 0, host, sizeof(host)) < 1)
+                return chorus__fail(e, CHORUS_ERR_ENV,
+                                    "srun: cannot read the node list '%s'; set MASTER_ADDR and "
+                                    "MASTER_PORT",
+                                    list);
             int port = 20000 + (int)(((unsigned)jobid * 31u + (unsigned)step) % 20000u);
             snprintf(j->store_addr, sizeof(j->store_addr), "%s:%d", host, port);
             j->serve_store = 1;
@@ -202,6 +194,9 @@ chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
             CHORUS_CHECK(use_master(j, 0, e));
         } else if (j->local_size == j->size || !strcmp(j->launcher, "srun")) {
             use_file(j); /* everyone on this host: meet through a file */
+        } else if (env("PMIX_NAMESPACE")) {
+            j->pmix = 1; /* the launcher's PMIx server carries rank 0's address */
+            j->serve_store = 1;
         } else {
             return chorus__fail(e, CHORUS_ERR_ENV,
                                 "%s: ranks on several hosts need a meeting point: pass "

@@ -16,6 +16,8 @@ typedef struct chorus_job {
     char store_addr[256];       /* host:port of the store ("" with file rendezvous) */
     int serve_store;            /* this rank (0) must serve the store itself */
     char rdzv_file[256]; /* single host, no address: rank 0 writes the store's address here */
+    int pmix; /* several hosts, no address, a PMIx launcher: rank 0 serves the store on an
+                 address of its own and shares it through the launcher's PMIx server */
 } chorus_job;
 
 chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e);

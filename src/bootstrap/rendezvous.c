@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bootstrap/pmix.h"
 #include "bootstrap/rendezvous.h"
 #include "bootstrap/store.h"
 #include "wire/auth.h"
@@ -191,6 +192,38 @@ static chorus_result serve_store(const chorus_config *cfg, chorus_job *job,
     return chorus__store_server_start(bind_ip, colon ? atoi(colon + 1) : 0, server, &port, e);
 }
 
+/* A job on several hosts met through the launcher's PMIx server: rank 0 serves the store on
+ * its host's address and a free port and shares "ip:port" (or "!why" when it could not serve
+ * it, so that nobody waits for a store that will never be); every rank learns it. */
+static chorus_result meet_through_pmix(chorus_rdzv *rz, chorus_errbuf *e)
+{
+    chorus_job *job = &rz->job;
+    char *addr = job->store_addr, ip[64];
+    size_t len = sizeof(job->store_addr);
+    chorus_result r = CHORUS_OK;
+    if (job->rank == 0) {
+        int port = 0;
+        r = chorus__store_host_ip(rz->cfg, ip, sizeof(ip), e);
+        if (r == CHORUS_OK)
+            r = chorus__store_server_start(rz->cfg->bind_any ? "" : ip, 0, &rz->server, &port, e);
+        if (r == CHORUS_OK)
+            snprintf(addr, len, "%s:%d", ip, port);
+        else
+            snprintf(addr, len, "!%.200s", e->msg);
+    }
+    chorus_errbuf ignored;
+    chorus_result rs =
+        chorus__pmix_share(job->rank, addr, len, rz->deadline, r == CHORUS_OK ? e : &ignored);
+    CHORUS_CHECK(r);
+    CHORUS_CHECK(rs);
+    if (addr[0] == '!')
+        return chorus__fail(e, CHORUS_ERR_ENV, "rank 0 could not serve the rendezvous store: %s",
+                            addr + 1);
+    CHORUS_INFO(CHORUS_LOG_INIT, "rank %d: store %s, from the launcher's PMIx server", job->rank,
+                addr);
+    return CHORUS_OK;
+}
+
 chorus_result chorus__rdzv_open(chorus_rdzv *rz, const chorus_job *job, chorus_errbuf *e)
 {
     rz->job = *job;
@@ -198,7 +231,9 @@ chorus_result chorus__rdzv_open(chorus_rdzv *rz, const chorus_job *job, chorus_e
     rz->deadline = start_s > 0 ? chorus__now() + start_s : chorus__deadline();
     rz->local_rank = job->local_rank;
     rz->local_size = job->local_size;
-    if (job->serve_store && job->rank == 0) {
+    if (job->pmix) {
+        CHORUS_CHECK(meet_through_pmix(rz, e));
+    } else if (job->serve_store && job->rank == 0) {
         chorus_result r = serve_store(rz->cfg, &rz->job, &rz->server, e);
         if (r != CHORUS_OK && guarded(job) && spoil_other_store(job))
             return other_job(job, "rank 0 found its store address served by another job's rank 0",

@@ -32,6 +32,11 @@ void chorus__store_close(chorus_store *s);
  * Both variables are read from cfg (the communicator's parsed config). */
 chorus_result chorus__store_bind_ip(const chorus_config *cfg, const char *store_addr, char *ip,
                                     size_t len, chorus_errbuf *e);
+/* The address a store whose address nobody named (shared through PMIx) is served at:
+ * CHORUS_IFACE's address, else the first IPv4 address of an interface that is up and not
+ * loopback, else 127.0.0.1 (a host with no network: every rank is on it). */
+chorus_result chorus__store_host_ip(const chorus_config *cfg, char *ip, size_t len,
+                                    chorus_errbuf *e);
 /* IPv4 address of an interface name, or the address itself. */
 chorus_result chorus__iface_ip(const char *iface, char *ip, size_t len, chorus_errbuf *e);
 

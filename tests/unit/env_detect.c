@@ -105,10 +105,14 @@ int main(void)
     ASSERT_STR_CONTAINS(j.rdzv_file, "chorus-rdzv-ompi-777");
     setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1", 1); /* several hosts, no meeting point */
     expect_error("mpirun on 2 hosts, no MASTER_ADDR", "-x MASTER_ADDR=");
+    setenv("PMIX_NAMESPACE", "1234", 1); /* ... unless mpirun's PMIx server can carry one */
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(j.pmix && j.serve_store && !j.store_addr[0] && !j.rdzv_file[0]);
+    unsetenv("PMIX_NAMESPACE");
     setenv("MASTER_ADDR", "node0", 1);
     setenv("MASTER_PORT", "29600", 1);
     ASSERT_OK(chorus__job_from_env(&j, &e));
-    ASSERT(!strcmp(j.store_addr, "node0:29600") && !j.rdzv_file[0]);
+    ASSERT(!strcmp(j.store_addr, "node0:29600") && !j.rdzv_file[0] && !j.pmix);
     clear();
 
     /* srun across nodes: the first node of the step serves the store */
@@ -122,6 +126,12 @@ int main(void)
     ASSERT_OK(chorus__job_from_env(&j, &e));
     ASSERT(!strcmp(j.launcher, "srun") && j.rank == 5 && j.size == 8 && j.local_rank == 1);
     ASSERT(!strncmp(j.store_addr, "gpu07:", 6));
+    setenv("SLURM_STEP_NODELIST", "rack[2-3]-n[01-02]", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strncmp(j.store_addr, "rack2-n01:", 10));
+    setenv("SLURM_STEP_NODELIST", "gpu[07-", 1);
+    expect_error("SLURM_STEP_NODELIST=gpu[07-", "cannot read the node list 'gpu[07-'");
+    setenv("SLURM_STEP_NODELIST", "gpu[07-10],cpu1", 1);
     setenv("SLURM_NTASKS", "0", 1);
     expect_error("SLURM_NTASKS=0", "world size must be at least 1");
     clear();

@@ -44,7 +44,8 @@ def rank_main():
             dist.all_reduce(t)
     except RuntimeError as e:
         took = time.monotonic() - start
-        print("rank %d: RuntimeError after %.1f s: %s" % (rank, took, e), flush=True)
+        # one write per line: the ranks share the launcher's stdout
+        os.write(1, ("rank %d: RuntimeError after %.1f s: %s\n" % (rank, took, e)).encode())
         in_time = took < TIMEOUT_S if MODE == "kill" else TIMEOUT_S - 0.5 < took < 2 * TIMEOUT_S
         os._exit(0 if in_time else 3)
     print("rank %d: no error" % rank, flush=True)

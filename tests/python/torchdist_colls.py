@@ -149,6 +149,16 @@ def collectives(group, members):
                            input_split_sizes=rows[me], group=group)
     want = [xs[i][sum(rows[i][:me]):sum(rows[i][:me + 1])] for i in range(n)]
     same(out, torch.cat(want), "all_to_all_single uneven")
+    call += 1  # empty blocks: group rank 0 sends nothing, and an empty tensor everywhere
+    rows = [[0 if i == 0 else 2 for j in range(n)] for i in range(n)]
+    xs = [data(members[i], call, (sum(rows[i]), 3)) for i in range(n)]
+    out = torch.empty(sum(rows[i][me] for i in range(n)), 3)
+    dist.all_to_all_single(out, xs[me], [rows[i][me] for i in range(n)], rows[me], group=group)
+    same(out, torch.cat([xs[i][2 * me:2 * me + 2] for i in range(1, n)] + [torch.empty(0, 3)]),
+         "all_to_all_single with empty blocks")
+    t = torch.empty(0)
+    dist.all_reduce(t, group=group)
+    same(t, torch.empty(0), "all_reduce of nothing")
     call += 1
     xs = inputs((n * 3, 2))
     out = torch.empty(n * 3, 2)

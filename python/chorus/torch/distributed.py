@@ -39,7 +39,6 @@ __all__ = ["BACKEND", "is_available"]
 BACKEND = "chorus"
 _EXT_NAME = "_chorus_torchdist"
 _ext = None
-_world = None  # the default group's backend: subgroups are made from its communicator
 
 
 def _extension():
@@ -110,20 +109,34 @@ def _make_world(store, rank, size, timeout_s):
                 os.environ[k] = v
 
 
+def _world_backend():
+    """The default group's chorus backend, whose communicator subgroups are made from (looked
+    up, not kept, so that destroy_process_group frees it)."""
+    cls = _extension().ProcessGroupChorus
+    try:
+        pg = dist.distributed_c10d._get_default_group()
+    except RuntimeError:
+        pg = None
+    if pg is not None and not isinstance(pg, cls) and hasattr(pg, "_get_backend"):
+        import torch  # torch 2.x: the group holds a backend per device
+        try:
+            pg = pg._get_backend(torch.device("cpu"))
+        except RuntimeError:
+            pg = None
+    if not isinstance(pg, cls):
+        raise RuntimeError("chorus: new_group(backend=\"chorus\") needs the default group on the "
+                           "chorus backend: init_process_group(\"chorus\")")
+    return pg
+
+
 def _create(opts, pg_options=None):
     """torch.distributed's creator (extended API): the default group runs chorus_init; a
     subgroup is made by its members from the default group's communicator."""
-    global _world
     ranks = list(opts.global_ranks_in_group)
     if not ranks:
-        _world = _make_world(opts.store, opts.group_rank, opts.group_size,
-                             _seconds(opts.timeout))
-        return _world
-    if _world is None:
-        raise RuntimeError("chorus: new_group(backend=\"chorus\") needs the default group on the "
-                           "chorus backend: init_process_group(\"chorus\")")
+        return _make_world(opts.store, opts.group_rank, opts.group_size, _seconds(opts.timeout))
     tag = int.from_bytes(hashlib.sha1(str(opts.group_id).encode()).digest()[:8], "little")
-    return _world.new_group(ranks, tag)
+    return _world_backend().new_group(ranks, tag)
 
 
 def _register():

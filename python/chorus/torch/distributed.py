@@ -9,7 +9,10 @@ C++ part (python/csrc/torchdist.cpp, built by `make`) sits beside libchorus.so.
 
 Rendezvous. torch.distributed's store is used for one thing only: rank 0 picks a free port
 and publishes "host:port" there; every rank then runs libchorus's own rendezvous
-(chorus_init) at that address, served by rank 0. libchorus's rendezvous is kept because it
+(chorus_init) at that address, served by rank 0. The host is MASTER_ADDR, or 127.0.0.1 when
+it is unset, which is right only when every rank is on one host (for a job across hosts with
+another init method, set MASTER_ADDR, or CHORUS_STORE_ADDR=host:port on every rank, which is
+then used as it is). libchorus's rendezvous is kept because it
 does more than exchange addresses: it checks the job identity (two jobs on one port fail
 instead of merging), groups ranks by host for shared memory, and authenticates peers
 (CHORUS_SECRET); torch's store offers none of that, and libchorus has no way to speak torch's
@@ -82,7 +85,7 @@ def _job_env(store, rank, timeout_s):
     """The variables chorus_init reads, beyond the process's own: where to meet (unless
     chorus-run already says) and the deadline."""
     env = {}
-    if "CHORUS_RANK" not in os.environ:
+    if "CHORUS_RANK" not in os.environ and not os.environ.get("CHORUS_STORE_ADDR"):
         if rank == 0:
             host = os.environ.get("MASTER_ADDR", "127.0.0.1")
             store.set("chorus/store_addr", "%s:%d" % (host, _free_port()))

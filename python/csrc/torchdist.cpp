@@ -186,10 +186,27 @@ class P2PWork : public Work
         }
         return Work::isCompleted();
     }
+    /* With a timeout, polls until then and raises if the message has not come (the request
+     * stays pending: a later wait may still complete it); without, waits as long as the
+     * communicator's deadline allows. */
     bool wait(std::chrono::milliseconds timeout) override
     {
         {
             std::lock_guard<std::mutex> g(p2p_mu_);
+            auto deadline = std::chrono::steady_clock::now() + timeout;
+            while (req_ && timeout != kNoTimeout) {
+                int done = 0;
+                chorus_status st;
+                chorus_result r = chorus_test(req_, &done, &st);
+                if (done) {
+                    end(r, st);
+                    break;
+                }
+                TORCH_CHECK(std::chrono::steady_clock::now() < deadline,
+                            "chorus: ", send_ ? "send" : "recv", " did not complete within ",
+                            timeout.count(), " ms");
+                std::this_thread::sleep_for(std::chrono::microseconds(200));
+            }
             if (req_) {
                 chorus_status st;
                 end(chorus_wait(req_, &st), st);

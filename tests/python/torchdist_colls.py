@@ -6,6 +6,7 @@ would get and compare. Uneven splits, groups that leave ranks out, asynchronous 
 futures, object collectives and point-to-point are covered. Prints "torchdist colls: N checks
 passed on R ranks" on success; raises (and so exits non-zero) at the first difference.
 """
+import datetime
 import sys
 
 import torch
@@ -200,6 +201,19 @@ def collectives(group, members):
         rw.wait()
         sw.wait()
         same(buf, xs[(me - 1) % n], "isend/irecv ring")
+        # a receive that times out stays pending, and the message still arrives later
+        buf = torch.empty(2)
+        rw = dist.irecv(buf, prv, group=group, tag=9)
+        try:
+            rw.wait(timeout=datetime.timedelta(milliseconds=100))
+        except RuntimeError as e:
+            same("recv did not complete within 100 ms" in str(e), True, "recv timeout: %s" % e)
+        else:
+            raise AssertionError("a receive with no sender did not time out")
+        dist.barrier(group=group)
+        dist.send(xs[me][0, :2].clone(), nxt, group=group, tag=9)
+        rw.wait()
+        same(buf, xs[(me - 1) % n][0, :2], "recv after its timeout")
         if me == 0:
             for r in range(1, n):
                 buf = torch.empty(2, dtype=torch.int64)

@@ -6,7 +6,7 @@ others raise RuntimeError naming it within init_process_group's timeout, instead
 starts NPROC ranks itself with the plain env:// variables (RANK, WORLD_SIZE, MASTER_ADDR,
 MASTER_PORT: no chorus-run, so torch's store carries the rendezvous). The last rank sends
 itself SIGKILL (timeout 20 s) or SIGSTOP (timeout 4 s: nothing closes its connections, so only
-the timeout can tell) while an all_reduce of 32 MiB is in flight; each other rank prints
+a deadline can tell) while an all_reduce of 32 MiB is in flight; each other rank prints
 "rank R: RuntimeError after S s: <message>" and exits 0 when the error came in time (a kill:
 before the timeout; a stop: not before it, and before twice it). The launcher fails if a
 survivor hangs (60 s) or exits non-zero, and kills the stopped rank.

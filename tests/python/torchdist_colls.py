@@ -54,8 +54,6 @@ def collectives(group, members):
     """members: the global ranks of group, in group order."""
     n = len(members)
     me = dist.get_rank(group)
-    g = dist.get_global_rank if hasattr(dist, "get_global_rank") else None
-    del g
     call = 0
 
     def inputs(shape, dtype=torch.float32):

@@ -37,7 +37,7 @@ import torch.distributed as dist
 
 from .._lib import lib_path
 
-__all__ = ["BACKEND", "is_available"]
+__all__ = ["BACKEND"]
 
 BACKEND = "chorus"
 _EXT_NAME = "_chorus_torchdist"
@@ -58,15 +58,6 @@ def _extension():
         spec.loader.exec_module(mod)
         _ext = mod
     return _ext
-
-
-def is_available():
-    """True when the backend's extension loads."""
-    try:
-        _extension()
-        return True
-    except ImportError:
-        return False
 
 
 def _seconds(timeout):

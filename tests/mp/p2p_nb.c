@@ -37,6 +37,24 @@ static void check_data(const int32_t *b, size_t n, int src, int dst, int t)
                       b[i], val(src, dst, t, i));
 }
 
+/* Waits for n receives from prev (message i: sizes[i] int32 with tag i's contents, in in[i])
+ * and n sends, checks every message, and frees the buffers. */
+static void wait_checked(int n, chorus_request **rr, chorus_request **sr, int32_t **in,
+                         int32_t **out, const size_t *sizes, int prev)
+{
+    chorus_status *st = malloc(sizeof(*st) * (size_t)n);
+    ASSERT(st);
+    ASSERT_OK(chorus_waitall(n, rr, st));
+    ASSERT_OK(chorus_waitall(n, sr, NULL));
+    for (int i = 0; i < n; i++) {
+        ASSERT_EQ(st[i].count, sizes[i]);
+        check_data(in[i], sizes[i], prev, rank_, i);
+        free(in[i]);
+        free(out[i]);
+    }
+    free(st);
+}
+
 /* Completes every request by chorus_test, visiting them in a shuffled order, within 60 s. */
 static void test_all(chorus_request **reqs, chorus_status *st, int n, uint64_t *seed)
 {
@@ -250,15 +268,7 @@ static void case_order(void)
         in[i] = malloc(sizeof(int32_t) * sizes[i]);
         ASSERT_OK(chorus_irecv(comm, in[i], sizes[i], CHORUS_INT32, prev, 5, &rr[i]));
     }
-    chorus_status st[N];
-    ASSERT_OK(chorus_waitall(N, rr, st));
-    ASSERT_OK(chorus_waitall(N, sr, NULL));
-    for (int i = 0; i < N; i++) {
-        ASSERT_EQ(st[i].count, sizes[i]);
-        check_data(in[i], sizes[i], prev, rank_, i);
-        free(in[i]);
-        free(out[i]);
-    }
+    wait_checked(N, rr, sr, in, out, sizes, prev);
     if (rank_ == 0) printf("order: %d messages of one tag received in the order sent\n", N);
     ASSERT_OK(chorus_barrier(comm));
 }
@@ -603,15 +613,7 @@ static void case_bulk(void)
         ASSERT_OK(chorus_isend(comm, out[i], sizes[i], CHORUS_INT32, next, 7, &sr[i]));
     for (int i = 0; i < N; i++)
         ASSERT_OK(chorus_irecv(comm, in[i], sizes[i], CHORUS_INT32, prev, 7, &rr[i]));
-    chorus_status st[N];
-    ASSERT_OK(chorus_waitall(N, rr, st));
-    ASSERT_OK(chorus_waitall(N, sr, NULL));
-    for (int i = 0; i < N; i++) {
-        ASSERT_EQ(st[i].count, sizes[i]);
-        check_data(in[i], sizes[i], prev, rank_, i);
-        free(in[i]);
-        free(out[i]);
-    }
+    wait_checked(N, rr, sr, in, out, sizes, prev);
     ASSERT_OK(chorus_barrier(comm));
     if (rank_ == 0) printf("bulk: %d messages of one tag (60 KB and 1 MiB) received in order\n", N);
 }

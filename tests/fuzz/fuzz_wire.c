@@ -33,6 +33,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         chorus_wire_hello h;
         if (chorus__wire_decode_hello(d, n, &h) == CHORUS_OK) {
             if (h.rank < 0 || h.rank >= h.size || !memchr(h.job, 0, sizeof(h.job))) abort();
+            if (h.lanes < 1 || h.lanes > CHORUS_WIRE_LANES_MAX || h.lane < 0 || h.lane >= h.lanes)
+                abort();
             unsigned char out[CHORUS_WIRE_HELLO_LEN];
             chorus__wire_encode_hello(&h, out);
         }

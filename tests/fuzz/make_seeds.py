@@ -15,7 +15,7 @@ def put(target, name, data):
     os.makedirs(d, exist_ok=True)
     open(os.path.join(d, name), 'wb').write(data)
 
-hello = b'run-1-abcdef'.ljust(64, b'\0') + struct.pack('<ii', 1, 4)
+hello = b'run-1-abcdef'.ljust(64, b'\0') + struct.pack('<iiii', 1, 4, 1, 2)
 abort = struct.pack('<ii', 2, 4) + b'rank 2 (host a) was lost'
 put('fuzz_wire', 'hdr', b'\0' + hdr(16, 30))
 put('fuzz_wire', 'hello', b'\1' + hello)

@@ -1,0 +1,52 @@
+#!/bin/sh
+# ps_train.sh - chorus-train's parameter-server modes with real ranks.
+#   equal W K OPTIM  W workers and K servers in ps-sync end with the same parameters, to the
+#                    bit, as W ranks of allreduce data parallelism on the same data and seed:
+#                    the servers sum the workers' gradients in worker order as the allreduce
+#                    folds in rank order, and apply the same update code (src/reduce/optim.h)
+#   accuracy         chorus-run -np 3 chorus-train --model mlp --epochs 3 --mode ps-async
+#                    --servers 1 reaches a test accuracy of at least 0.85
+#   bad              bad --mode and --servers values get clear messages
+set -u
+BUILD=${BUILD:-build}
+PATH=$BUILD/bin:$PATH
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT INT TERM
+case "$1" in
+equal)
+    W=$2 K=$3 OPT=$4
+    common="--max-steps 12 --no-eval --batch 96 --optim $OPT --seed 7"
+    chorus-run -np "$W" chorus-train $common --dump-params "$d/ar" > "$d/ar.log" 2>&1 ||
+        { cat "$d/ar.log"; exit 1; }
+    chorus-run -np $((W + K)) chorus-train $common --mode ps-sync --servers "$K" \
+        --dump-params "$d/ps" > "$d/ps.log" 2>&1 || { cat "$d/ps.log"; exit 1; }
+    tail -3 "$d/ps.log"
+    w=0
+    while [ $w -lt "$W" ]; do
+        cmp "$d/ar.$w" "$d/ps.$w" || { echo "worker $w: parameters differ from allreduce"; exit 1; }
+        w=$((w + 1))
+    done
+    echo "ps-sync with $W workers and $K servers ($OPT): parameters identical to allreduce on $W ranks"
+    ;;
+accuracy)
+    chorus-run -np 3 chorus-train --model mlp --epochs 3 --mode ps-async --servers 1 \
+        --metrics "$d/m.jsonl" > "$d/log" 2>&1
+    rc=$?
+    cat "$d/log"
+    [ $rc = 0 ] || exit 1
+    grep -q '"server":0,"mode":"ps-async","server_bytes":[1-9]' "$d/m.jsonl" ||
+        { echo "no server line in the metrics"; exit 1; }
+    acc=$(sed -n 's/.*done: .* test accuracy \([0-9.]*\).*/\1/p' "$d/log")
+    echo "test accuracy $acc (target 0.85)"
+    awk -v a="$acc" 'BEGIN { exit !(a >= 0.85) }'
+    ;;
+bad)
+    out=$(chorus-train --mode ps-fast 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "mode must be allreduce, ps-sync, ps-async or ps-ssp, not 'ps-fast'" || exit 1
+    out=$(chorus-run -np 2 chorus-train --mode ps-async --servers 2 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "2 servers in a job of 2 ranks leaves no worker; use 1..1 servers" || exit 1
+    ;;
+*) echo "usage: ps_train.sh equal W K OPTIM | accuracy | bad"; exit 2 ;;
+esac

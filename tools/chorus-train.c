@@ -633,6 +633,22 @@ static void register_params(trainer *t)
         die("registering the parameters: %s", chorus_ps_last_error(t->ps));
 }
 
+/* Step (--mode ps-* --resume, server ranks): this server's newest shard from the checkpoint
+ * directory. */
+static void load_shard(trainer *t)
+{
+    uint64_t step;
+    if (chorus_ps_load(t->ps, t->o.ckpt_dir, &step) != CHORUS_OK)
+        die("cannot resume: %s", chorus_ps_last_error(t->ps));
+    if (step)
+        printf("server %d: resumed its shard of step %llu from %s\n", g_rank,
+               (unsigned long long)step, t->o.ckpt_dir);
+    else
+        printf("server %d: no shard in %s yet; starting from the initial parameters\n", g_rank,
+               t->o.ckpt_dir);
+    fflush(stdout);
+}
+
 /* Step (--mode ps-*, server ranks): serve until every worker is done, then report this
  * server's memory and each worker's traffic (stdout, and a line of --metrics). */
 static void serve_params(trainer *t)
@@ -712,6 +728,10 @@ static void prepare_run(trainer *t)
 /* Step: rank 0 saves a checkpoint of the current state. */
 static void save_checkpoint(trainer *t)
 {
+    /* --mode ps-*: every server's shard first, so that a step the trainer's checkpoint names
+     * always has its shards on disk */
+    if (t->ps && chorus_ps_save(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
+        die("%s", chorus_ps_last_error(t->ps));
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
 }
 
@@ -957,6 +977,7 @@ int main(int argc, char **argv)
     build(&t);
     if (t.ps) register_params(&t);
     if (t.ps && chorus_ps_is_server(t.ps)) {
+        if (t.o.resume) load_shard(&t);
         serve_params(&t);
         finish_server(&t);
         return 0;

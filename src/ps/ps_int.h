@@ -16,10 +16,13 @@
  * so a push's data always follows its header. */
 #define PS_TAG_HDR   0x50530000
 #define PS_TAG_DATA  0x50530001
+#define PS_TAG_SAVED 0x50530002 /* a server's answer to a save: an int64 chorus_result */
 #define PS_TAG_REPLY 0x50531000
 #define PS_MAX_KEYS  4096
+#define PS_MAX_DIR   4096 /* bytes of a checkpoint directory name, with its NUL */
 
-enum { PS_PUSH = 1, PS_PULL = 2, PS_BYE = 3 };
+/* A save's header is followed by the directory name (uint8, NUL-terminated) on TAG_DATA. */
+enum { PS_PUSH = 1, PS_PULL = 2, PS_BYE = 3, PS_SAVE = 4 };
 #define PS_HDR_WORDS 4 /* type, key, clock (this worker's pushes of the key), lr (float bits) */
 
 /* The part of a key one server holds: floats [off, off + count) of the key. */
@@ -74,5 +77,8 @@ struct chorus_ps {
 
 /* Index of key in ps->keys, or -1. */
 int chorus__ps_find(const chorus_ps *ps, int key);
+
+/* Server: writes its shard as checkpoint `step` in dir (shard.c). */
+chorus_result chorus__ps_save_shard(chorus_ps *ps, const char *dir, uint64_t step);
 
 #endif /* CHORUS_PS_INT_H */

@@ -7,6 +7,9 @@
 #   accuracy         chorus-run -np 3 chorus-train --model mlp --epochs 3 --mode ps-async
 #                    --servers 1 reaches a test accuracy of at least 0.85
 #   bad              bad --mode and --servers values get clear messages
+#   kill_server      ps-sync with checkpoints every 10 steps; the server is killed mid-run:
+#                    the job fails naming it; --resume continues from the shards' last
+#                    checkpoint and ends with the parameters of a run never interrupted
 set -u
 BUILD=${BUILD:-build}
 PATH=$BUILD/bin:$PATH
@@ -47,6 +50,37 @@ bad)
     out=$(chorus-run -np 2 chorus-train --mode ps-async --servers 2 2>&1)
     echo "$out"
     echo "$out" | grep -q "2 servers in a job of 2 ranks leaves no worker; use 1..1 servers" || exit 1
+    ;;
+kill_server)
+    common="--mode ps-sync --servers 1 --no-eval --batch 64 --checkpoint-dir $d/ck --checkpoint-every 10"
+    chorus-run -np 3 chorus-train $common --log-every 1 > "$d/killed.log" 2>&1 &
+    run=$!
+    i=0
+    until grep -q "step 2[5-9]/" "$d/killed.log" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 600 ] || { kill $run; cat "$d/killed.log"; echo "the run never got to step 25"; exit 1; }
+        sleep 0.05
+    done
+    server=""
+    for c in $(pgrep -P $run); do
+        tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -qx CHORUS_RANK=0 && server=$c
+    done
+    [ -n "$server" ] || { kill $run; echo "no rank 0 under chorus-run $run"; exit 1; }
+    kill -9 "$server"
+    wait $run
+    rc=$?
+    tail -6 "$d/killed.log"
+    [ $rc != 0 ] || { echo "the job went on without its server"; exit 1; }
+    grep -q "exchanging with the parameter servers: .*rank 0" "$d/killed.log" ||
+        { echo "no worker named the dead server"; exit 1; }
+    chorus-run -np 3 chorus-train $common --resume --max-steps 80 --dump-params "$d/resumed" \
+        > "$d/resumed.log" 2>&1 || { cat "$d/resumed.log"; exit 1; }
+    grep "resumed" "$d/resumed.log"
+    grep -q "server 0: resumed its shard of step [1-9]" "$d/resumed.log" || exit 1
+    chorus-run -np 3 chorus-train --mode ps-sync --servers 1 --no-eval --batch 64 --max-steps 80 \
+        --dump-params "$d/straight" > "$d/straight.log" 2>&1 || { cat "$d/straight.log"; exit 1; }
+    cmp "$d/resumed.0" "$d/straight.0" || { echo "the resumed run ended elsewhere"; exit 1; }
+    echo "resumed after the server was killed: parameters identical to an uninterrupted run"
     ;;
 *) echo "usage: ps_train.sh equal W K OPTIM | accuracy | bad"; exit 2 ;;
 esac

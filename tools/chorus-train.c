@@ -54,6 +54,7 @@ typedef struct opts {
     const char *mode; /* allreduce, ps-sync, ps-async, ps-ssp */
     int servers, staleness;
     const char *ps_grad; /* float32, float16, bfloat16 */
+    double time_limit;   /* seconds of training, 0: none */
 } opts;
 
 static int g_rank;
@@ -127,6 +128,9 @@ static void usage(FILE *f)
             "  --staleness S          ps-ssp: steps a worker may run ahead (2)\n"
             "  --ps-grad-dtype T      ps: gradients travel as float32, float16 or bfloat16\n"
             "                         (float32)\n"
+            "  --time-limit S         every rank stops training after S seconds; one test-set\n"
+            "                         evaluation at the end instead of one per epoch (for\n"
+            "                         comparing modes at equal time)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -183,6 +187,7 @@ static void parse(int argc, char **argv, opts *o)
         O_SERVERS,
         O_STALE,
         O_PSGRAD,
+        O_TIME,
         O_HELP
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -215,6 +220,7 @@ static void parse(int argc, char **argv, opts *o)
                                        {"servers", 1, 0, O_SERVERS},
                                        {"staleness", 1, 0, O_STALE},
                                        {"ps-grad-dtype", 1, 0, O_PSGRAD},
+                                       {"time-limit", 1, 0, O_TIME},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int c;
@@ -263,6 +269,7 @@ static void parse(int argc, char **argv, opts *o)
         case O_SERVERS: NUM(o->servers, (int)strtol(optarg, &end, 10), o->servers > 0); break;
         case O_STALE: NUM(o->staleness, (int)strtol(optarg, &end, 10), o->staleness >= 0); break;
         case O_PSGRAD: o->ps_grad = optarg; break;
+        case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -842,9 +849,10 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     const opts *o = &t->o;
     nn_dist *d = &t->dist;
     double test_loss = 0;
-    if (t->ps && !o->no_eval) pull_params(t); /* async workers may hold older ones */
-    if (!o->no_eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
-    if (t->rank == 0 && !o->no_eval) {
+    int eval = !o->no_eval && o->time_limit <= 0; /* --time-limit: once, at the end */
+    if (t->ps && eval) pull_params(t);            /* async workers may hold older ones */
+    if (eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
+    if (t->rank == 0 && eval) {
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
             snprintf(hid, sizeof(hid), ", %.0f%% of gradient comm hidden", 100.0 * hidden_share(d));
@@ -857,6 +865,36 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     }
 }
 
+/* --time-limit: whether training stops now. Each worker of a parameter server decides alone
+ * (it leaves the servers after, so nobody waits for it); allreduce ranks agree, since they
+ * must all stop at the same step. */
+static int out_of_time(trainer *t)
+{
+    if (t->o.time_limit <= 0) return 0;
+    double over = now_s() - t->t_start >= t->o.time_limit;
+    if (!t->ps && nn_dist_sum(&t->dist, &over, 1)) die("%s", nn_last_error());
+    return over > 0;
+}
+
+/* Step (after training): a parameter-server worker takes the final parameters and leaves, so
+ * that the others' rounds and staleness bound no longer count it; with --time-limit, the one
+ * evaluation. */
+static void end_training(trainer *t)
+{
+    if (t->ps) {
+        pull_params(t);
+        if (chorus_ps_leave(t->ps) != CHORUS_OK) die("%s", chorus_ps_last_error(t->ps));
+        /* the summary's samples/s counts every worker, as allreduce's does */
+        if (nn_dist_sum(&t->dist, &t->samples_done, 1)) die("%s", nn_last_error());
+    }
+    if (t->o.time_limit <= 0 || t->o.no_eval) return;
+    double test_loss = 0;
+    t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss);
+    if (t->rank == 0)
+        printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
+               t->last_test_acc);
+}
+
 /* Step: one epoch from where the state stands (the sampler position after a resume), then
  * evaluation and the end-of-epoch checkpoint. Returns 1 when the step budget ran out. */
 static int train_epoch(trainer *t, uint64_t epoch)
@@ -867,7 +905,7 @@ static int train_epoch(trainer *t, uint64_t epoch)
     int stop = 0;
     for (size_t step = (epoch == t->st.epoch ? t->st.step_in_epoch : 0); step < t->steps_per_epoch;
          step++) {
-        if (t->st.global_step >= t->total_steps) {
+        if (t->st.global_step >= t->total_steps || out_of_time(t)) {
             stop = 1;
             break;
         }
@@ -987,6 +1025,7 @@ int main(int argc, char **argv)
     prepare_run(&t);
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)
         if (train_epoch(&t, epoch)) break;
+    end_training(&t);
     report(&t);
     finish(&t);
     return 0;

@@ -152,7 +152,12 @@ chorus_result chorus_ps_load(chorus_ps *ps, const char *dir, uint64_t *step);
 /* Copies this rank's counters into *s. */
 void chorus_ps_get_stats(const chorus_ps *ps, chorus_ps_stats *s);
 
-/* Worker: tells every server it is done (after completing its handles). Then frees ps, on
+/* Worker: tells every server it is done (after completing its handles): sync rounds and the
+ * staleness bound go on without it, and it may not push or pull any more. Errors:
+ * CHORUS_ERR_INVALID_ARG on a server; peer failures. */
+chorus_result chorus_ps_leave(chorus_ps *ps);
+
+/* Worker: tells every server it is done, as chorus_ps_leave, unless it has. Then frees ps, on
  * servers and workers alike; c is not finalized. Returns the first error of telling. */
 chorus_result chorus_ps_finalize(chorus_ps *ps);
 

@@ -288,6 +288,9 @@ static chorus_result check_call(chorus_ps *ps, const char *call, int key, const 
     if (ps->worker < 0)
         return chorus__fail(&ps->err, CHORUS_ERR_INVALID_ARG,
                             "%s: rank %d is a server; only workers push and pull", call, ps->rank);
+    if (ps->left)
+        return chorus__fail(&ps->err, CHORUS_ERR_INVALID_ARG,
+                            "%s: worker %d has left the parameter server", call, ps->worker);
     if (!h || !buf)
         return chorus__fail(&ps->err, CHORUS_ERR_INVALID_ARG, "%s: %s is NULL", call,
                             !h ? "handle" : "buffer");
@@ -445,10 +448,21 @@ static chorus_result say_bye(chorus_ps *ps)
     return first;
 }
 
+chorus_result chorus_ps_leave(chorus_ps *ps)
+{
+    if (!ps) return CHORUS_ERR_INVALID_ARG;
+    if (ps->worker < 0)
+        return chorus__fail(&ps->err, CHORUS_ERR_INVALID_ARG,
+                            "chorus_ps_leave: rank %d is a server", ps->rank);
+    if (ps->left) return CHORUS_OK;
+    ps->left = 1;
+    return say_bye(ps);
+}
+
 chorus_result chorus_ps_finalize(chorus_ps *ps)
 {
     if (!ps) return CHORUS_OK;
-    chorus_result r = ps->worker >= 0 && ps->keys ? say_bye(ps) : CHORUS_OK;
+    chorus_result r = ps->worker >= 0 && ps->keys && !ps->left ? say_bye(ps) : CHORUS_OK;
     for (int i = 0; i < ps->nkeys; i++) {
         ps_key *k = &ps->keys[i];
         free(k->slices);

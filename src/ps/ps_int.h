@@ -69,6 +69,7 @@ struct chorus_ps {
     size_t *load;        /* bytes placed on each server so far */
     unsigned char *gone; /* server: workers that said goodbye or died */
     int ngone;
+    int left;        /* worker: chorus_ps_leave was called */
     void *wire;      /* server: receive buffer for a gradient slice */
     size_t wire_cap; /* bytes */
     chorus_ps_stats st;

@@ -38,7 +38,8 @@ chorus_result chorus__ps_save_shard(chorus_ps *ps, const char *dir, uint64_t ste
     for (int i = 0; i < ps->nkeys; i++)
         if (ps->keys[i].mine) {
             held++;
-            len += 8 * 4 + 4 + ps->keys[i].mcount * sizeof(float) * (size_t)(1 + moments(&ps->keys[i]));
+            len += 8 * 4 + 4 +
+                   ps->keys[i].mcount * sizeof(float) * (size_t)(1 + moments(&ps->keys[i]));
         }
     unsigned char *buf = malloc(len), *p = buf;
     if (!buf) return chorus__fail(&ps->err, CHORUS_ERR_NOMEM, "saving the shard: out of memory");
@@ -180,8 +181,7 @@ chorus_result chorus_ps_save(chorus_ps *ps, const char *dir, uint64_t step)
     for (int s = 0; s < ps->nservers && first == CHORUS_OK; s++) {
         int64_t ok = -1;
         chorus_result r = chorus_send(ps->comm, hd, PS_HDR_WORDS, CHORUS_INT64, s, PS_TAG_HDR);
-        if (r == CHORUS_OK)
-            r = chorus_send(ps->comm, dir, dlen, CHORUS_UINT8, s, PS_TAG_DATA);
+        if (r == CHORUS_OK) r = chorus_send(ps->comm, dir, dlen, CHORUS_UINT8, s, PS_TAG_DATA);
         if (r == CHORUS_OK) r = chorus_recv(ps->comm, &ok, 1, CHORUS_INT64, s, PS_TAG_SAVED);
         if (r != CHORUS_OK)
             first = chorus__fail(&ps->err, r, "chorus_ps_save: server %d: %s", s,

@@ -124,7 +124,7 @@ static void usage(FILE *f)
             "                         gradients and pull parameters: every step in step\n"
             "                         (sync), never waiting (async) or at most --staleness\n"
             "                         steps ahead of the slowest worker (ssp) (allreduce)\n"
-            "  --servers K            parameter servers (1)\n"
+            "  --servers K            parameter servers (chorus-run --servers K, else 1)\n"
             "  --staleness S          ps-ssp: steps a worker may run ahead (2)\n"
             "  --ps-grad-dtype T      ps: gradients travel as float32, float16 or bfloat16\n"
             "                         (float32)\n"
@@ -153,7 +153,7 @@ static void parse(int argc, char **argv, opts *o)
     o->sync = "fused";
     o->log_every = 50;
     o->mode = "allreduce";
-    o->servers = 1;
+    o->servers = 0; /* chorus-run --servers K, else 1 */
     o->staleness = 2;
     o->ps_grad = "float32";
     enum {
@@ -425,7 +425,7 @@ static void start_ps(trainer *t)
     const opts *o = &t->o;
     chorus_ps_opts po;
     chorus_ps_opts_default(&po);
-    po.nservers = o->servers;
+    if (o->servers > 0) po.nservers = o->servers;
     po.mode = !strcmp(o->mode, "ps-sync")    ? CHORUS_PS_SYNC
               : !strcmp(o->mode, "ps-async") ? CHORUS_PS_ASYNC
                                              : CHORUS_PS_SSP;

@@ -50,7 +50,7 @@ typedef enum { CHORUS_PS_SGD = 0, CHORUS_PS_ADAMW = 1 } chorus_ps_optim;
 typedef struct chorus_ps_opts {
     size_t size;             /* sizeof(chorus_ps_opts), set by chorus_ps_opts_default */
     int version;             /* CHORUS_PS_OPTS_VERSION */
-    int nservers;            /* K: ranks 0..K-1 serve (1) */
+    int nservers;            /* K: ranks 0..K-1 serve (chorus-run --servers K, else 1) */
     chorus_ps_mode mode;     /* (CHORUS_PS_SYNC) */
     int staleness;           /* SSP: how many pushes a worker may be ahead of the slowest (2) */
     chorus_ps_optim optim;   /* (CHORUS_PS_SGD) */
@@ -129,10 +129,11 @@ chorus_result chorus_ps_pull(chorus_ps *ps, int key, float *out, size_t count,
  * transfers (CHORUS_ERR_PEER_LOST naming the server, CHORUS_ERR_TIMEOUT). */
 chorus_result chorus_ps_wait(chorus_ps_handle *h);
 
-/* Server: answers pushes and pulls until every worker has called chorus_ps_finalize (or has
- * died, in async and SSP mode). Returns CHORUS_OK then; CHORUS_ERR_MISMATCH when a worker
- * sent something that does not fit (unknown key, wrong size), naming it (nothing is applied);
- * peer failures. */
+/* Server: answers pushes and pulls until every worker has left (chorus_ps_leave or
+ * chorus_ps_finalize). A worker that dies fails the server with CHORUS_ERR_PEER_LOST naming
+ * it, as any peer failure does (include/chorus.h). Returns CHORUS_OK once all have left;
+ * CHORUS_ERR_MISMATCH when a worker sent something that does not fit (unknown key, wrong
+ * size), naming it (nothing is applied); peer failures. */
 chorus_result chorus_ps_serve(chorus_ps *ps);
 
 /* Worker (any one): asks every server to save its shard (parameters and optimizer state) as

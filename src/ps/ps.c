@@ -29,7 +29,8 @@ void chorus_ps_opts_default(chorus_ps_opts *o)
     memset(o, 0, sizeof(*o));
     o->size = sizeof(*o);
     o->version = CHORUS_PS_OPTS_VERSION;
-    o->nservers = 1;
+    const chorus_config *cfg = chorus__config();
+    o->nservers = cfg->ps_servers > 0 ? (int)cfg->ps_servers : 1; /* chorus-run --servers */
     o->mode = CHORUS_PS_SYNC;
     o->staleness = 2;
     o->optim = CHORUS_PS_SGD;

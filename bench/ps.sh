@@ -8,7 +8,8 @@
 # server, which is not capped: on a machine of two cores the workers' caps leave it the rest. For each time in TIMES the table gives samples/s (all workers) and the test
 # accuracy; "time to TARGET" is the first of TIMES at which the accuracy reached TARGET.
 #
-#   sudo sh bench/ps.sh        BUILD=build TIMES="3 6 9 12" TARGET=0.87 STALENESS=2
+#   sudo sh bench/ps.sh        BUILD=build TIMES="3 6 9 12" TARGET=0.87 STALENESS=2 \
+#                              MODES="allreduce ps-sync ps-async ps-ssp" PS_ARGS=""
 #
 # Needs root for the cgroups (without it, only the equal runs are made, and it says so). The
 # machine may be shared: the load average is printed with the table.
@@ -17,6 +18,8 @@ BUILD=${BUILD:-build}
 TIMES=${TIMES:-"3 6 9 12"}
 TARGET=${TARGET:-0.87}
 STALENESS=${STALENESS:-2}
+MODES=${MODES:-"allreduce ps-sync ps-async ps-ssp"}
+PS_ARGS=${PS_ARGS:-}  # more chorus-train options for the ps-* runs (e.g. --momentum 0.5)
 RUN=$BUILD/bin/chorus-run
 TRAIN=$BUILD/bin/chorus-train
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/ps-bench.XXXXXX")
@@ -78,7 +81,8 @@ one() {
     if [ "$mode" = allreduce ]; then np=2 ns=0; else np=3 ns=1; fi
     log=$OUT/$mode-$slow-$secs.log
     "$RUN" -np $np "$TRAIN" --model mlp --mode "$mode" --servers 1 --staleness "$STALENESS" \
-        --time-limit "$secs" --log-every 1000 > "$log" 2>&1 &
+        --time-limit "$secs" --log-every 1000 $([ "$mode" = allreduce ] || echo "$PS_ARGS") \
+        > "$log" 2>&1 &
     pid=$!
     [ -n "$JOB" ] && place $pid $np $ns
     wait $pid || { echo "ps.sh: $mode failed:" >&2; tail -5 "$log" >&2; echo "- -"; return; }
@@ -94,7 +98,7 @@ for s in $TIMES; do printf -- '---|---|'; done
 printf -- '---|\n'
 for slow in 0 1; do
     [ $slow = 1 ] && [ -z "$HOW" ] && continue
-    for mode in allreduce ps-sync ps-async ps-ssp; do
+    for mode in $MODES; do
         [ -n "$JOB" ] && cap w1 $([ $slow = 1 ] && echo 25000 || echo 50000)
         label=$mode
         [ $mode = ps-ssp ] && label="ps-ssp (S=$STALENESS)"

@@ -811,6 +811,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     ep->hits += stats[1];
     ep->n += stats[2];
     double sps = t->samples_done / t->train_time;
+    chorus_ps_stats ps_st = {0};
+    if (t->ps) chorus_ps_get_stats(t->ps, &ps_st); /* this worker's totals */
     if (t->rank == 0) {
         if (t->metrics)
             fprintf(t->metrics,
@@ -818,11 +820,13 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
                     "4f,\"lr\":%.6g,"
                     "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f,"
                     "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f,"
-                    "\"grad_tensors_in_backward\":%llu}\n",
+                    "\"grad_tensors_in_backward\":%llu,\"mode\":\"%s\",\"ps_bytes_pushed\":%llu,"
+                    "\"ps_bytes_pulled\":%llu}\n",
                     (unsigned long long)st->global_step, o->sync, (unsigned long long)epoch + 1,
                     stats[0] / stats[2], stats[1] / stats[2], (double)lr, (double)gcount / dt, dt,
                     d->wait_s - w0, d->comm_s - gc0, d->hidden_s - gh0, d->grad_wait_s - gw0,
-                    (unsigned long long)(d->in_backward - ib0));
+                    (unsigned long long)(d->in_backward - ib0), o->mode,
+                    (unsigned long long)ps_st.bytes_pushed, (unsigned long long)ps_st.bytes_pulled);
         int last = step + 1 == t->steps_per_epoch || st->global_step >= t->total_steps;
         int due = t->tty ? (t1 - ep->last_print > 0.2 || last)
                          : (st->global_step % (uint64_t)o->log_every == 0);

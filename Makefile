@@ -96,6 +96,12 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/lib/libchorus.a $(LIB_LDLIBS)
 
+# chorus-run's hosts and remote agents live in tools/run_remote.c.
+$(BUILD)/bin/chorus-run: $(BUILD)/obj/tools/chorus-run.o $(BUILD)/obj/tools/run_remote.o \
+    $(BUILD)/lib/libchorus.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/lib/libchorus.a $(LIB_LDLIBS)
+
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/obj/tests/harness.o $(BUILD)/lib/libchorus.a $(LIB_LDLIBS)

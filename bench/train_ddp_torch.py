@@ -35,8 +35,9 @@ def load(path_dir):
 def worker(rank, args):
     torch.set_num_threads(args.threads)
     if not args.plain:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(args.port)
+        if not args.env:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+            os.environ["MASTER_PORT"] = str(args.port)
         dist.init_process_group("gloo", rank=rank, world_size=args.np)
     torch.manual_seed(1)
     x, y = load(args.data)
@@ -85,8 +86,14 @@ def main():
     ap.add_argument("--data", default=DATA)
     ap.add_argument("--plain", action="store_true",
                     help="one process, no DDP (the --threads intra-op threads do the work)")
+    ap.add_argument("--env", action="store_true",
+                    help="this process is one rank, started by a launcher: RANK, WORLD_SIZE, "
+                    "MASTER_ADDR and MASTER_PORT come from the environment (other hosts)")
     args = ap.parse_args()
-    if args.plain:
+    if args.env:
+        args.np = int(os.environ["WORLD_SIZE"])
+        worker(int(os.environ["RANK"]), args)
+    elif args.plain:
         args.np = 1
         worker(0, args)
     else:

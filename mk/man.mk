@@ -10,7 +10,7 @@ MAN_TOOLS  = chorus-run chorus-bench chorus-train
 MAN_PAGES  = $(MAN_TOOLS:%=$(BUILD)/man/%.1)
 DEBIAN_PKGS += $(MAN_PKGS)
 # the NAME line of each page
-man_name_chorus-run   = start the ranks of a Chorus job on this host
+man_name_chorus-run   = start the ranks of a Chorus job on this host or across hosts
 man_name_chorus-bench = measure and verify Chorus collectives, nccl-tests style
 man_name_chorus-train = train on Fashion-MNIST with data-parallel gradient averaging
 

@@ -1,7 +1,8 @@
 /*
- * chorus-run - starts the ranks of a Chorus job on this host.
+ * chorus-run - starts the ranks of a Chorus job on this host or across hosts.
  *
  *   chorus-run -np N [options] [--] program [args...]
+ *   chorus-run -H a:2,b:2 [--rsh CMD] [options] [--] program [args...]
  *   chorus-run --elastic -np N --min-np A --max-np B [--host-discovery-script PATH] program ...
  *
  * Serves the rendezvous store, makes a random per-job secret (CHORUS_SECRET) that every
@@ -24,6 +25,11 @@
  * its predecessor did), and follows a host discovery script.
  * Running workers learn of a pending generation at their next commit (el/next). Every key
  * and value format of this protocol is defined in src/elastic/keys.h.
+ *
+ * Across hosts (-H, --hostfile, or a discovery script naming other hosts), a rank of a host
+ * that is not this machine is a worker here too: an agent (this program with --agent,
+ * run_remote.c) started over the remote shell, whose streams carry the rank's output, status
+ * and end, so supervision, failure reports and elastic membership treat it as any other.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +50,7 @@
 #include "bootstrap/store.h"
 #include "coll/comm.h"
 #include "elastic/keys.h"
+#include "run_remote.h"
 #include "wire/sock.h"
 
 #define SUSPECT_GRACE_S 3.0 /* a worker reported lost must check in within this, or is killed */
@@ -57,10 +64,13 @@ typedef struct tail {
     int next, count;
 } tail;
 
+struct worker;
+
 typedef struct stream {
     int fd;
-    FILE *out; /* the console (NULL: only to the log file) */
-    FILE *log; /* --log-dir: this rank's file for the stream (NULL: none) */
+    struct worker *demux; /* the agent's stdout of a remote rank: framed lines (run_remote.h) */
+    FILE *out;            /* the console (NULL: only to the log file) */
+    FILE *log;            /* --log-dir: this rank's file for the stream (NULL: none) */
     char buf[65536];
     size_t len;
     char last[200]; /* the last line that was not blank: how a failure is recognised */
@@ -96,6 +106,12 @@ typedef struct worker {
     int killed;           /* we killed it as unresponsive */
     int leaving;          /* its end is expected (scaled down, or the job finished without it) */
     int replacement;      /* started to replace a failed worker */
+    /* across hosts */
+    int host;         /* index in the job's host list (-1: a job on this host only) */
+    int agent_in;     /* the agent's stdin, for signals (-1: a rank started here) */
+    pid_t remote_pid; /* the rank's pid on its host, as its agent reported it */
+    int agent_status; /* the rank's wait status, as its agent reported it */
+    int has_agent_status;
 } worker;
 
 static int sig_pipe[2];
@@ -117,7 +133,8 @@ static void usage(FILE *f)
         f,
         "usage: chorus-run -np N [options] [--] program [args...]\n"
         "\n"
-        "Starts N ranks of a Chorus job on this host. Each rank gets CHORUS_RANK/CHORUS_SIZE,\n"
+        "Starts N ranks of a Chorus job on this host, or across hosts (-H, --hostfile). Each\n"
+        "rank gets CHORUS_RANK/CHORUS_SIZE,\n"
         "torchrun's RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_ADDR\n"
         "MASTER_PORT (a free port for torch.distributed's own store; yours if MASTER_PORT is\n"
         "set), horovodrun's HOROVOD_RANK HOROVOD_SIZE HOROVOD_LOCAL_RANK HOROVOD_LOCAL_SIZE\n"
@@ -127,7 +144,17 @@ static void usage(FILE *f)
         "options:\n"
         "  -np N, -n N, --nproc-per-node N\n"
         "                   number of ranks (required unless a discovery script gives it)\n"
-        "  --nnodes 1       torchrun's node count: this launcher runs one node\n"
+        "  --nnodes 1       torchrun's node count (across hosts: name them with -H)\n"
+        "  -H, --host LIST  hosts and their slots, as 'a:2,b:2' (a name alone: 1 slot); the\n"
+        "                   ranks fill a's slots, then b's (mpirun's --map-by slot); -np\n"
+        "                   defaults to every slot\n"
+        "  --hostfile FILE  the hosts, one a line: 'host slots=N' (or 'host:N', or 'host' for\n"
+        "                   one slot); '#' starts a comment\n"
+        "  --rsh CMD        how ranks start on a host that is not this machine: CMD HOST\n"
+        "                   chorus-run --agent ... (default 'ssh -o BatchMode=yes'; the\n"
+        "                   namespace hosts of the tests use 'ip netns exec')\n"
+        "  -p, --ssh-port P, --ssh-identity-file FILE\n"
+        "                   horovodrun's: ssh's -p and -i for the default remote shell\n"
         "  -x VAR[=value]   set VAR for every rank (VAR alone: pass it on as it is here)\n"
         "  --no-prefix      do not prefix output lines with [rank]\n"
         "  --tag-output     prefix output lines with [rank] (the default)\n"
@@ -175,12 +202,16 @@ static void usage(FILE *f)
         "  --host-discovery-script PATH\n"
         "                   run PATH every --discovery-interval seconds (default 5); each line\n"
         "                   'host:slots' names a host and its slots. Workers are started or\n"
-        "                   retired (at their next commit) to match the slots of local hosts\n"
-        "                   (localhost, 127.0.0.1, this host's name), capped at --max-np.\n"
+        "                   retired (at their next commit) to match the slots, capped at\n"
+        "                   --max-np; other hosts than this machine through --rsh, when one\n"
+        "                   is named at the start (the store then listens where they reach it)\n"
         "  --discovery-interval S\n"
         "\n"
-        "chorus-run starts ranks on this host only; launch across hosts with mpirun or srun\n"
-        "(set CHORUS_SECRET, MASTER_ADDR, MASTER_PORT) - see docs/FAULT_TOLERANCE.md.\n");
+        "Across hosts, the hosts that are this machine start their ranks here; every other\n"
+        "rank starts through an agent (this program) over the remote shell, which gets the\n"
+        "job, the secret among it, on its stdin, relays the rank's output, forwards signals,\n"
+        "and stops the rank when the connection goes. The rendezvous store listens on this\n"
+        "host's address in the list (CHORUS_IFACE's when set). See docs/LAUNCHER.md.\n");
 }
 
 static void help_env(void)
@@ -243,6 +274,44 @@ static void emit(stream *s, tail *t, int rank, int prefix, const char *line, siz
     if (blank < n) snprintf(s->last, sizeof(s->last), "%.*s", (int)n, line);
 }
 
+/* A line of stream s: on the console and in the log, or, for a remote rank's agent, routed by
+ * its tag (run_remote.h): the rank's stdout and stderr lines, its status-pipe lines (kept
+ * for read_status), its pid, its stops and continues, and its end. */
+static void deliver(stream *s, tail *t, int rank, int prefix, const char *line, size_t n)
+{
+    worker *w = s->demux;
+    if (!w || n < 2 || line[1] != ' ') {
+        emit(s, t, rank, prefix, line, n);
+        return;
+    }
+    const char *v = line + 2;
+    size_t vn = n - 2;
+    status_pipe *p = &w->st;
+    switch (line[0]) {
+    case '1': emit(&w->s[0], t, rank, prefix, v, vn); break;
+    case '2': emit(&w->s[1], t, rank, prefix, v, vn); break;
+    case 'S':
+        if (p->len + vn + 2 < sizeof(p->buf)) {
+            memcpy(p->buf + p->len, v, vn);
+            p->len += vn;
+            p->buf[p->len++] = '\n';
+            p->buf[p->len] = 0;
+        }
+        break;
+    case 'P': w->remote_pid = (pid_t)atoi(v); break;
+    case 'X':
+        w->agent_status = atoi(v);
+        w->has_agent_status = 1;
+        break;
+    case 'T': /* as reap() notes a rank of this host stopped or continued */
+        w->stopped = w->was_stopped = 1;
+        w->stopped_at = chorus__now();
+        break;
+    case 'C': w->stopped = 0; break;
+    default: emit(s, t, rank, prefix, line, n);
+    }
+}
+
 /* Flushes what was written for s, so that the console and the log file follow the rank line
  * by line. */
 static void flush_stream(stream *s)
@@ -251,13 +320,25 @@ static void flush_stream(stream *s)
     if (s->log) fflush(s->log);
 }
 
+typedef struct pump_ctx {
+    stream *s;
+    tail *t;
+    int rank, prefix;
+} pump_ctx;
+
+static void deliver_line(void *ctx, const char *line, size_t n)
+{
+    pump_ctx *c = ctx;
+    deliver(c->s, c->t, c->rank, c->prefix, line, n);
+}
+
 /* Reads what is available; writes complete lines. Returns 0 at EOF. */
 static int pump(stream *s, tail *t, int rank, int prefix)
 {
     ssize_t r = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
     if (r <= 0) {
-        if (s->len) emit(s, t, rank, prefix, s->buf, s->len);
+        if (s->len) deliver(s, t, rank, prefix, s->buf, s->len);
         s->len = 0;
         flush_stream(s);
         if (s->log) fclose(s->log);
@@ -266,19 +347,8 @@ static int pump(stream *s, tail *t, int rank, int prefix)
         s->fd = -1;
         return 0;
     }
-    s->len += (size_t)r;
-    size_t start = 0;
-    for (size_t i = 0; i < s->len; i++)
-        if (s->buf[i] == '\n') {
-            emit(s, t, rank, prefix, s->buf + start, i - start);
-            start = i + 1;
-        }
-    if (start == 0 && s->len == sizeof(s->buf)) { /* a very long line: pass it on in pieces */
-        emit(s, t, rank, prefix, s->buf, s->len);
-        start = s->len;
-    }
-    memmove(s->buf, s->buf + start, s->len - start);
-    s->len -= start;
+    pump_ctx c = {s, t, rank, prefix};
+    s->len = run_lines(s->buf, s->len + (size_t)r, sizeof(s->buf), deliver_line, &c);
     flush_stream(s);
     return 1;
 }
@@ -315,7 +385,7 @@ typedef struct job {
     int nw, capw;
     int prefix;
     char **argv;
-    char store[64], id[80], base_id[64];
+    char store[320], id[80], base_id[64];
     int np;              /* ranks of a plain job; initial workers of an elastic one */
     int attempt;         /* a plain job's run: 0, then 1.. after each --max-restarts restart */
     int master_port;     /* MASTER_PORT for the ranks' own use (torch.distributed); 0: the user's */
@@ -338,6 +408,13 @@ typedef struct job {
     int scale_down; /* a generation is needed to retire workers */
     double timeout_s;
     int status_fd; /* while spawning: the child's end of its status pipe (-1: none) */
+    /* across hosts (-H, --hostfile): where each rank runs, and how remote ones are started */
+    run_hosts hosts;   /* n == 0: this host only */
+    int remote;        /* some host is not this machine */
+    const char *rsh;   /* --rsh: the remote shell command */
+    char rsh_buf[512]; /* the default ssh command with -p / --ssh-identity-file */
+    char self[4096];   /* this program's path, which the agents run on the other hosts */
+    char cwd[4096];    /* where the ranks run on every host */
     /* CPU binding: rank slot i runs on cpus[i*per .. (i+1)*per) */
     int bind, ncpus, per;
     int cpus[CPU_SETSIZE];
@@ -364,7 +441,7 @@ static void plan_binding(job *j, int requested)
     j->bind = 0;
     if (requested == 0 || sched_getaffinity(0, sizeof(set), &set)) return;
     int n = CPU_COUNT(&set);
-    if (n < j->np || n < 2) return; /* oversubscribed: pinning would only hurt */
+    if (n < j->np || n < 2 || j->np < 1) return; /* oversubscribed (or no rank here) */
     for (int c = 0, k = 0; c < CPU_SETSIZE && k < n; c++)
         if (CPU_ISSET(c, &set)) j->cpus[k++] = c;
     j->ncpus = n;
@@ -375,7 +452,11 @@ static void plan_binding(job *j, int requested)
 static void signal_all(job *j, int sig)
 {
     for (int i = 0; i < j->nw; i++)
-        if (j->w[i].running) {
+        if (j->w[i].running && j->w[i].agent_in >= 0 && sig != SIGKILL) {
+            /* A remote rank: its agent forwards the signal. Signalling the remote shell here
+             * would only cut the connection (ssh does not pass signals on). */
+            run_agent_signal(j->w[i].agent_in, sig);
+        } else if (j->w[i].running) {
             /* Each rank leads its own process group: signal the whole group, so that a
              * rank started through a shell script does not leave its children running (and
              * holding the output pipes open). */
@@ -397,6 +478,7 @@ static void free_env(char **envp)
 }
 
 static int count_alive(const job *j);
+static int pick_host(job *j);
 
 /* Variables every rank gets from this launcher (an inherited value is replaced or removed). The
  * standard ones let programs written for other launchers run unchanged: torchrun's (a plain
@@ -450,7 +532,21 @@ static char **child_env(const job *j, int rank, int size, int wid)
         if (j->master_port && !strncmp(environ[i], "MASTER_ADDR=", 12)) skip = 1;
         if (!skip && !(envp[k++] = strdup(environ[i]))) goto fail;
     }
-    char v[320];
+    /* Across hosts: the rank's place on its host, and its host's among the hosts. */
+    int local = rank, local_size = size, group = 0, groups = 1;
+    const char *master = "127.0.0.1";
+    if (j->hosts.n > 0 && rank >= 0 && !j->elastic) {
+        int h = run_hosts_of_rank(&j->hosts, rank);
+        local = rank - j->hosts.h[h].first_rank;
+        local_size = j->hosts.h[h].nranks;
+        groups = 0;
+        for (int i = 0; i < j->hosts.n; i++) {
+            if (i == h) group = groups;
+            groups += j->hosts.h[i].nranks > 0;
+        }
+        master = j->hosts.h[run_hosts_of_rank(&j->hosts, 0)].name;
+    }
+    char v[400];
 #define PUT(...)                                                                                   \
     do {                                                                                           \
         snprintf(v, sizeof(v), __VA_ARGS__);                                                       \
@@ -458,39 +554,41 @@ static char **child_env(const job *j, int rank, int size, int wid)
     } while (0)
     if (rank >= 0) {
         PUT("CHORUS_RANK=%d", rank);
-        PUT("CHORUS_LOCAL_RANK=%d", rank);
+        PUT("CHORUS_LOCAL_RANK=%d", local);
         PUT("CHORUS_SIZE=%d", size);
-        PUT("CHORUS_LOCAL_SIZE=%d", size);
+        PUT("CHORUS_LOCAL_SIZE=%d", local_size);
     }
     if (rank >= 0 && !j->elastic) {
         PUT("RANK=%d", rank);
-        PUT("LOCAL_RANK=%d", rank);
+        PUT("LOCAL_RANK=%d", local);
         PUT("WORLD_SIZE=%d", size);
-        PUT("LOCAL_WORLD_SIZE=%d", size);
-        PUT("GROUP_RANK=0"); /* this host is the only node */
-        PUT("GROUP_WORLD_SIZE=1");
+        PUT("LOCAL_WORLD_SIZE=%d", local_size);
+        PUT("GROUP_RANK=%d", group); /* the node's index and the node count */
+        PUT("GROUP_WORLD_SIZE=%d", groups);
         PUT("ROLE_RANK=%d", rank);
         PUT("ROLE_WORLD_SIZE=%d", size);
         PUT("TORCHELASTIC_RESTART_COUNT=%d", j->attempt);
         PUT("TORCHELASTIC_MAX_RESTARTS=%d", j->max_restarts);
         if (j->master_port) { /* else the user's MASTER_PORT (and MASTER_ADDR) */
-            PUT("MASTER_ADDR=127.0.0.1");
+            PUT("MASTER_ADDR=%s", master);
             PUT("MASTER_PORT=%d", j->master_port);
         } else if (!chorus__env("MASTER_ADDR")) {
-            PUT("MASTER_ADDR=127.0.0.1");
+            PUT("MASTER_ADDR=%s", master);
         }
     }
     int plan_rank = rank, plan_size = size;
     if (rank < 0) { /* an elastic replacement: it joins after the workers running now */
         plan_rank = count_alive(j);
         plan_size = j->desired > plan_rank ? j->desired : plan_rank + 1;
+        local = plan_rank;
+        local_size = plan_size;
     }
     PUT("HOROVOD_RANK=%d", plan_rank);
     PUT("HOROVOD_SIZE=%d", plan_size);
-    PUT("HOROVOD_LOCAL_RANK=%d", plan_rank);
-    PUT("HOROVOD_LOCAL_SIZE=%d", plan_size);
-    PUT("HOROVOD_CROSS_RANK=0");
-    PUT("HOROVOD_CROSS_SIZE=1");
+    PUT("HOROVOD_LOCAL_RANK=%d", local);
+    PUT("HOROVOD_LOCAL_SIZE=%d", local_size);
+    PUT("HOROVOD_CROSS_RANK=%d", group);
+    PUT("HOROVOD_CROSS_SIZE=%d", groups);
     if (!chorus__env("PYTHONUNBUFFERED")) PUT("PYTHONUNBUFFERED=1");
     if (j->elastic) {
         PUT("CHORUS_ELASTIC=1");
@@ -531,6 +629,88 @@ static void route_streams(const job *j, worker *w)
     }
 }
 
+/* Variables -x named (besides CHORUS_*), which remote ranks get too. */
+static char exported[64][256];
+static int n_exported;
+
+/* Which of a rank's variables its agent is sent: what this launcher sets, the CHORUS_*
+ * configuration (the job secret with it), MASTER_*, PYTHONUNBUFFERED and what -x named. The
+ * rest of a remote rank's environment is its host's, as under mpirun. */
+static int forwarded(const char *e)
+{
+    static const char *const prefixes[] = {"CHORUS_",
+                                           "MASTER_ADDR=", "MASTER_PORT=", "PYTHONUNBUFFERED="};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++)
+        if (!strncmp(e, prefixes[i], strlen(prefixes[i]))) return 1;
+    for (size_t o = 0; o < N_LAUNCHER_VARS; o++)
+        if (!strncmp(e, launcher_vars[o], strlen(launcher_vars[o]))) return 1;
+    for (int i = 0; i < n_exported; i++) {
+        size_t n = strlen(exported[i]);
+        if (!strncmp(e, exported[i], n) && e[n] == '=') return 1;
+    }
+    return 0;
+}
+
+/* Starts the agent of a remote rank through the remote shell and sends it the job (the
+ * rank's variables, the secret among them, go on its stdin). The child's end of the
+ * streams is out[1] and errp[1]. Returns the pid, or -1. */
+static pid_t spawn_agent(job *j, int h, int rank, int wid, char **envp, int out1, int err1,
+                         int *agent_in)
+{
+    char label[32];
+    snprintf(label, sizeof(label), "%d", j->elastic ? wid : rank);
+    char **rsh = run_rsh_argv(j->rsh, j->hosts.h[h].name, j->self, label);
+    char **fwd = calloc(N_LAUNCHER_VARS + 4096, sizeof(char *));
+    int in[2];
+    if (!rsh || !fwd || pipe2(in, O_CLOEXEC)) {
+        free(rsh);
+        free(fwd);
+        return -1;
+    }
+    for (size_t i = 0, k = 0; envp[i] && k < N_LAUNCHER_VARS + 4095; i++)
+        if (forwarded(envp[i])) fwd[k++] = envp[i];
+    char execfail[600];
+    snprintf(execfail, sizeof(execfail),
+             "chorus-run: cannot run the remote shell '%s' for host %s (exec failed)\n", rsh[0],
+             j->hosts.h[h].name);
+    pid_t launcher = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The remote shell ends with the launcher; SIGTERM rather than SIGKILL, so that an
+         * agent run in its place (ip netns exec execs it) can stop its rank's whole process
+         * group before it goes. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != launcher) _exit(128 + SIGTERM);
+        dup2(in[0], 0);
+        dup2(out1, 1);
+        dup2(err1, 2);
+        setpgid(0, 0);
+        signal(SIGPIPE, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execvp(rsh[0], rsh);
+        if (write(2, execfail, strlen(execfail)) < 0) { /* nothing more to do */
+        }
+        _exit(127);
+    }
+    close(in[0]);
+    if (pid > 0) {
+        setpgid(pid, pid);
+        /* An agent that died before reading shows on its stderr why (ssh's message). */
+        fcntl(in[1], F_SETFL, O_NONBLOCK);
+        if (run_agent_send(in[1], j->cwd, j->argv, fwd) && errno != EPIPE)
+            fprintf(stderr, "chorus-run: cannot send the job to the agent of rank %s on %s: %s\n",
+                    label, j->hosts.h[h].name, strerror(errno));
+        *agent_in = in[1];
+    } else {
+        close(in[1]);
+    }
+    free(rsh);
+    free(fwd);
+    return pid;
+}
+
 static worker *spawn(job *j, int rank, int size)
 {
     if (j->nw == j->capw) {
@@ -539,8 +719,14 @@ static worker *spawn(job *j, int rank, int size)
         if (!nw) return NULL;
         j->w = nw;
         j->capw = nc;
+        for (int i = 0; i < j->nw; i++)
+            if (j->w[i].s[0].demux) j->w[i].s[0].demux = &j->w[i];
     }
     int wid = j->nw;
+    int h = j->elastic                    ? pick_host(j)
+            : j->hosts.n > 0 && rank >= 0 ? run_hosts_of_rank(&j->hosts, rank)
+                                          : -1;
+    int remote = h >= 0 && !j->hosts.h[h].local;
     int out[2], errp[2];
     if (pipe2(out, O_CLOEXEC)) return NULL;
     if (pipe2(errp, O_CLOEXEC)) {
@@ -551,7 +737,7 @@ static worker *spawn(job *j, int rank, int size)
     /* A plain job's ranks report their failures on a pipe (base/status.h); an elastic job
      * learns of them through the store. */
     int stp[2] = {-1, -1};
-    if (!j->elastic && pipe2(stp, O_CLOEXEC | O_NONBLOCK)) stp[0] = stp[1] = -1;
+    if (!j->elastic && !remote && pipe2(stp, O_CLOEXEC | O_NONBLOCK)) stp[0] = stp[1] = -1;
     j->status_fd = stp[1];
     /* The child's environment is built here: between fork and exec only async-signal-safe
      * calls are allowed (the store thread may hold the allocator's lock at fork time, and the
@@ -569,8 +755,9 @@ static worker *spawn(job *j, int rank, int size)
     snprintf(execfail, sizeof(execfail), "chorus-run: cannot run '%s' (exec failed)\n", j->argv[0]);
     fflush(stdout);
     fflush(stderr);
+    int agent_in = -1;
     pid_t launcher = getpid();
-    pid_t pid = fork();
+    pid_t pid = remote ? spawn_agent(j, h, rank, wid, envp, out[1], errp[1], &agent_in) : fork();
     if (pid < 0) {
         free_env(envp);
         close(out[0]);
@@ -590,7 +777,9 @@ static worker *spawn(job *j, int rank, int size)
         dup2(errp[1], 2);
         if (stp[1] >= 0) fcntl(stp[1], F_SETFD, 0); /* kept across exec: CHORUS_STATUS_FD */
         setpgid(0, 0); /* terminal signals reach the launcher, which forwards them */
-        bind_slot(j, rank >= 0 ? rank : wid);
+        bind_slot(j, h >= 0 && !j->elastic ? rank - j->hosts.h[h].first_rank
+                     : rank >= 0           ? rank
+                                           : wid);
         signal(SIGPIPE, SIG_DFL);
         sigset_t none;
         sigemptyset(&none);
@@ -615,6 +804,9 @@ static worker *spawn(job *j, int rank, int size)
     w->s[1] = (stream){.fd = errp[0], .out = stderr};
     w->st.fd = stp[0];
     w->st.blamed = -1;
+    w->host = h;
+    w->agent_in = agent_in;
+    if (remote) w->s[0].demux = w;
     route_streams(j, w);
     return w;
 }
@@ -628,60 +820,89 @@ static int count_alive(const job *j)
 
 /* ---- host discovery --------------------------------------------------------------------- */
 
-static int is_local_host(const char *h)
+/* Runs the discovery script and merges the hosts it names ("host:slots" lines) into j->hosts:
+ * a host keeps its index, a host no longer named keeps it with 0 slots (its workers are
+ * retired). Returns the slots of the hosts the job can use (all, or with a store on loopback
+ * this machine's), or -1 when the script failed. */
+static int discover(job *j)
 {
-    char me[256] = "";
-    gethostname(me, sizeof(me) - 1);
-    char shortme[256];
-    snprintf(shortme, sizeof(shortme), "%s", me);
-    char *dot = strchr(shortme, '.');
-    if (dot) *dot = 0;
-    return !strcmp(h, "localhost") || !strcmp(h, "127.0.0.1") || !strcmp(h, me) ||
-           !strcmp(h, shortme);
-}
-
-/* Runs the discovery script; returns the slots of local hosts or -1 when it failed. */
-static int discover(const char *script)
-{
-    static int warned_remote;
-    FILE *p = popen(script, "r");
+    FILE *p = popen(j->discovery, "r");
     if (!p) {
-        fprintf(stderr, "chorus-run: cannot run the host discovery script %s: %s\n", script,
+        fprintf(stderr, "chorus-run: cannot run the host discovery script %s: %s\n", j->discovery,
                 strerror(errno));
         return -1;
     }
-    char line[512];
-    int slots = 0;
+    run_hosts found = {0};
+    char line[512], err[512];
     while (fgets(line, sizeof(line), p)) {
-        char *nl = strpbrk(line, "\r\n");
-        if (nl) *nl = 0;
-        char *h = line;
-        while (*h == ' ' || *h == '\t') h++;
-        if (!*h || *h == '#') continue;
-        char *colon = strrchr(h, ':');
-        int n = 1;
-        if (colon) {
-            *colon = 0;
-            n = atoi(colon + 1);
-            if (n < 0) n = 0;
-        }
-        if (is_local_host(h)) {
-            slots += n;
-        } else if (!warned_remote) {
-            warned_remote = 1;
-            fprintf(stderr,
-                    "chorus-run: host discovery names '%s', which is not this host; chorus-run "
-                    "only starts workers here (use mpirun or srun across hosts); ignoring it\n",
-                    h);
-        }
+        char *h = line + strspn(line, " \t");
+        h[strcspn(h, "\r\n \t")] = 0;
+        if (*h && *h != '#' && run_hosts_add(&found, h, err, sizeof(err)))
+            fprintf(stderr, "chorus-run: host discovery: %s; ignoring that line\n", err);
     }
     int st = pclose(p);
     if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-        fprintf(stderr, "chorus-run: host discovery script %s failed; keeping %s\n", script,
+        fprintf(stderr, "chorus-run: host discovery script %s failed; keeping %s\n", j->discovery,
                 "the current workers");
+        run_hosts_free(&found);
         return -1;
     }
+    for (int i = 0; i < j->hosts.n; i++) j->hosts.h[i].slots = 0;
+    for (int f = 0; f < found.n; f++) {
+        int i = 0;
+        while (i < j->hosts.n && strcmp(j->hosts.h[i].name, found.h[f].name)) i++;
+        if (i == j->hosts.n) {
+            char spec[300];
+            snprintf(spec, sizeof(spec), "%s:0", found.h[f].name);
+            if (run_hosts_add(&j->hosts, spec, err, sizeof(err))) continue;
+            j->hosts.h[i].local = run_host_is_local(found.h[f].name);
+        }
+        j->hosts.h[i].slots = found.h[f].slots;
+    }
+    run_hosts_free(&found);
+    int slots = 0;
+    for (int i = 0; i < j->hosts.n; i++)
+        if (j->remote || j->hosts.h[i].local) slots += j->hosts.h[i].slots;
     return slots;
+}
+
+/* The workers running on host h that are not leaving. */
+static int workers_on(const job *j, int h)
+{
+    int n = 0;
+    for (int i = 0; i < j->nw; i++) n += j->w[i].running && !j->w[i].leaving && j->w[i].host == h;
+    return n;
+}
+
+/* Has some host more workers than its slots (it lost slots in discovery)? */
+static int over_slots(const job *j)
+{
+    for (int i = 0; i < j->hosts.n; i++)
+        if (workers_on(j, i) > j->hosts.h[i].slots) return 1;
+    return 0;
+}
+
+/* Where the next elastic worker starts: the first host with a free slot (-1: this machine,
+ * without a discovery script). A job whose store listens on loopback (every host was this
+ * machine when it started) cannot use other hosts, which is said once. */
+static int pick_host(job *j)
+{
+    static int warned;
+    for (int i = 0; i < j->hosts.n; i++) {
+        if (!j->remote && !j->hosts.h[i].local) {
+            if (!warned++)
+                fprintf(stderr,
+                        "chorus-run: host discovery names '%s', which is not this machine, but "
+                        "the job started on this machine's hosts only (its store listens on "
+                        "loopback); ignoring it\n",
+                        j->hosts.h[i].name);
+            continue;
+        }
+        if (workers_on(j, i) < j->hosts.h[i].slots) return i;
+    }
+    for (int i = 0; i < j->hosts.n; i++)
+        if (j->hosts.h[i].local) return i;
+    return -1;
 }
 
 /* ---- elastic membership ----------------------------------------------------------------- */
@@ -854,12 +1075,12 @@ static int elastic_tick(job *j)
     /* 1. the number of workers: discovery, replacements, retirement */
     if (j->discovery && now - j->discovery_last >= j->discovery_every) {
         j->discovery_last = now;
-        int slots = discover(j->discovery);
+        int slots = discover(j);
         if (slots >= 0) {
             int d = slots < j->max_np ? slots : j->max_np;
             if (d != j->desired)
                 fprintf(stderr,
-                        "chorus-run: elastic: host discovery: %d slot%s here, %d worker%s "
+                        "chorus-run: elastic: host discovery: %d slot%s, %d worker%s "
                         "wanted (was %d)\n",
                         slots, slots == 1 ? "" : "s", d, d == 1 ? "" : "s", j->desired);
             j->desired = d;
@@ -880,24 +1101,31 @@ static int elastic_tick(job *j)
             w->replacement = 1;
         }
         fprintf(stderr,
-                "chorus-run: elastic: started worker %d (pid %d)%s; it joins at the next "
+                "chorus-run: elastic: started worker %d (pid %d%s%s)%s; it joins at the next "
                 "commit\n",
-                w->wid, (int)w->pid, replacing ? " to replace a failed one" : "");
+                w->wid, (int)w->pid, w->host >= 0 ? " on host " : "",
+                w->host >= 0 ? j->hosts.h[w->host].name : "",
+                replacing ? " to replace a failed one" : "");
         alive++;
     }
-    if (alive > j->desired && !j->forming) {
-        /* retire the newest workers at the next commit */
+    if ((alive > j->desired || over_slots(j)) && !j->forming) {
+        /* retire at the next commit the newest workers of hosts that lost slots, then the
+         * newest of any host */
         int extra = alive - j->desired;
-        for (int i = j->nw - 1; i >= 0 && extra > 0; i--) {
-            worker *w = &j->w[i];
-            if (!w->running || w->leaving) continue;
-            char key[64];
-            chorus_el_key_out(key, sizeof(key), w->wid);
-            kv_set(j, key, "scaled down by host discovery");
-            w->leaving = 1;
-            extra--;
-            fprintf(stderr, "chorus-run: elastic: retiring worker %d at the next commit\n", w->wid);
-        }
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = j->nw - 1; i >= 0; i--) {
+                worker *w = &j->w[i];
+                if (!w->running || w->leaving) continue;
+                int over = w->host >= 0 && workers_on(j, w->host) > j->hosts.h[w->host].slots;
+                if (pass == 0 ? !over : extra <= 0) continue;
+                char key[64];
+                chorus_el_key_out(key, sizeof(key), w->wid);
+                kv_set(j, key, "scaled down by host discovery");
+                w->leaving = 1;
+                extra--;
+                fprintf(stderr, "chorus-run: elastic: retiring worker %d at the next commit\n",
+                        w->wid);
+            }
         j->scale_down = 1;
     }
     /* 2. check-ins for the next generation */
@@ -1023,9 +1251,9 @@ static const struct {
 };
 
 #define ACROSS_HOSTS                                                                               \
-    "launch across hosts with mpirun or srun (export CHORUS_SECRET, MASTER_ADDR and "              \
-    "MASTER_PORT to every rank; see docs/FAULT_TOLERANCE.md)"
-#define MULTI_HOST "chorus-run starts ranks on this host only; " ACROSS_HOSTS
+    "launch across hosts with -H host:slots,... or --hostfile FILE (or with mpirun or srun; "      \
+    "see docs/LAUNCHER.md)"
+#define MULTI_HOST "chorus-run has no rendezvous service of torchrun's kind; " ACROSS_HOSTS
 #define NO_AUTOTUNE                                                                                \
     "Chorus has no autotuner; set the fusion threshold and cycle time yourself "                   \
     "(--fusion-threshold-mb, --cycle-time-ms)"
@@ -1034,12 +1262,6 @@ static const struct {
 static const struct {
     const char *flag, *instead;
 } refused_flags[] = {
-    {"-H", MULTI_HOST},
-    {"--hosts", MULTI_HOST},
-    {"--hostfile", MULTI_HOST},
-    {"-p", MULTI_HOST},
-    {"--ssh-port", MULTI_HOST},
-    {"--ssh-identity-file", MULTI_HOST},
     {"--rdzv-backend", MULTI_HOST},
     {"--rdzv-endpoint", MULTI_HOST},
     {"--rdzv-id", MULTI_HOST},
@@ -1086,7 +1308,16 @@ static const char *const value_opts[] = {"-np",
                                          "--nnodes",
                                          "--log-dir",
                                          "--tee",
-                                         "--redirects"};
+                                         "--redirects",
+                                         "-H",
+                                         "--host",
+                                         "--hosts",
+                                         "--hostfile",
+                                         "--machinefile",
+                                         "--rsh",
+                                         "-p",
+                                         "--ssh-port",
+                                         "--ssh-identity-file"};
 
 static int takes_value(const char *name)
 {
@@ -1127,7 +1358,8 @@ static int parse_streams(const char *opt, const char *v, int *out)
 }
 
 /* -x VAR=value sets VAR for the launcher and every rank; -x VAR passes VAR on as it is here
- * (the ranks inherit the environment anyway) and warns when it is not set. */
+ * (the ranks here inherit the environment anyway; remote ranks get what -x names) and warns
+ * when it is not set. */
 static int export_var(const char *v)
 {
     const char *eq = strchr(v, '=');
@@ -1135,14 +1367,12 @@ static int export_var(const char *v)
         fprintf(stderr, "chorus-run: -x takes VAR or VAR=value, not '%s'\n", v);
         return -1;
     }
-    if (!eq) {
-        if (!chorus__env(v))
-            fprintf(stderr, "chorus-run: -x %s: %s is not set here; nothing to pass on\n", v, v);
-        return 0;
-    }
+    if (!eq && !chorus__env(v))
+        fprintf(stderr, "chorus-run: -x %s: %s is not set here; nothing to pass on\n", v, v);
     char name[256];
-    snprintf(name, sizeof(name), "%.*s", (int)(eq - v), v);
-    return setenv(name, eq + 1, 1);
+    snprintf(name, sizeof(name), "%.*s", (int)(eq ? eq - v : (long)strlen(v)), v);
+    if (n_exported < 64) snprintf(exported[n_exported++], sizeof(exported[0]), "%s", name);
+    return eq ? setenv(name, eq + 1, 1) : 0;
 }
 
 static int env_flag_used[sizeof(env_flags) / sizeof(env_flags[0])];
@@ -1179,10 +1409,8 @@ static const char *env_flag_behind(const char *msg)
 static int check_nnodes(const char *v)
 {
     if (!strcmp(v, "1") || !strcmp(v, "1:1")) return 0;
-    fprintf(stderr,
-            "chorus-run: --nnodes %s: multi-host jobs are not supported by this launcher yet; "
-            "%s\n",
-            v, ACROSS_HOSTS);
+    fprintf(stderr, "chorus-run: --nnodes %s: chorus-run takes the hosts, not their count; %s\n", v,
+            ACROSS_HOSTS);
     return -1;
 }
 
@@ -1214,6 +1442,26 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
         if (export_var(v)) return 2;
     } else if (!strcmp(a, "--nnodes")) {
         if (check_nnodes(v)) return 2;
+    } else if (!strcmp(a, "-H") || !strcmp(a, "--host") || !strcmp(a, "--hosts")) {
+        char err[512];
+        if (run_hosts_parse_list(&j->hosts, v, err, sizeof(err))) {
+            fprintf(stderr, "chorus-run: %s %s: %s (hosts are name or name:slots, by commas)\n", a,
+                    v, err);
+            return 2;
+        }
+    } else if (!strcmp(a, "--hostfile") || !strcmp(a, "--machinefile")) {
+        char err[1024];
+        if (run_hosts_parse_file(&j->hosts, v, err, sizeof(err))) {
+            fprintf(stderr, "chorus-run: %s: %s\n", a, err);
+            return 2;
+        }
+    } else if (!strcmp(a, "--rsh")) {
+        j->rsh = v;
+    } else if (!strcmp(a, "-p") || !strcmp(a, "--ssh-port") || !strcmp(a, "--ssh-identity-file")) {
+        size_t n = strlen(j->rsh_buf);
+        if (!n) n = (size_t)snprintf(j->rsh_buf, sizeof(j->rsh_buf), "ssh -o BatchMode=yes");
+        snprintf(j->rsh_buf + n, sizeof(j->rsh_buf) - n, " %s %s",
+                 strcmp(a, "--ssh-identity-file") ? "-p" : "-i", v);
     } else if (!strcmp(a, "--log-dir")) {
         j->log_dir = v;
     } else if (!strcmp(a, "--tee")) {
@@ -1300,6 +1548,66 @@ static int parse_args(int argc, char **argv, job *j, run_opts *o)
     return -1;
 }
 
+/* For a job with ranks on other hosts: the remote shell, this program's path (the agents run
+ * it there) and the directory the ranks run in. 0, or -1 with the reason said. */
+static int setup_remote(job *j)
+{
+    if (!getcwd(j->cwd, sizeof(j->cwd))) snprintf(j->cwd, sizeof(j->cwd), "/");
+    if (!j->rsh) j->rsh = j->rsh_buf[0] ? j->rsh_buf : "ssh -o BatchMode=yes";
+    if (!j->rsh[strspn(j->rsh, " \t")]) {
+        fprintf(stderr,
+                "chorus-run: --rsh '%s' names no command (the remote shell: CMD HOST "
+                "command...)\n",
+                j->rsh);
+        return -1;
+    }
+    ssize_t n = readlink("/proc/self/exe", j->self, sizeof(j->self) - 1);
+    if (n <= 0) {
+        fprintf(stderr,
+                "chorus-run: cannot find its own path (/proc/self/exe: %s), which the "
+                "other hosts run as the agent of their ranks\n",
+                strerror(errno));
+        return -1;
+    }
+    j->self[n] = 0;
+    return 0;
+}
+
+/* With -H or --hostfile: places the ranks by slot, finds the hosts that are this machine, and
+ * for the others the remote shell, this program's path (the agents run it there) and the
+ * directory the ranks run in. Returns -1 to go on, else the exit code. */
+static int check_hosts(job *j)
+{
+    int slots = run_hosts_slots(&j->hosts);
+    if (j->np < 1) j->np = slots; /* mpirun's default: a rank in every slot */
+    if (j->np < 1 || run_hosts_place(&j->hosts, j->np)) {
+        char list[512] = "";
+        size_t o = 0;
+        for (int i = 0; i < j->hosts.n && o < sizeof(list); i++)
+            o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s:%d", i ? "," : "",
+                                  j->hosts.h[i].name, j->hosts.h[i].slots);
+        fprintf(stderr,
+                "chorus-run: not enough slots: -np %d needs %d, but the hosts have %d (%s); add "
+                "slots (host:N, or slots=N in the host file) or hosts\n",
+                j->np, j->np, slots, list);
+        return 2;
+    }
+    run_hosts_mark_local(&j->hosts); /* after the checks: it may ask the resolver */
+    for (int i = 0; i < j->hosts.n; i++)
+        j->remote |= j->hosts.h[i].nranks > 0 && !j->hosts.h[i].local;
+    return j->remote && setup_remote(j) ? 1 : -1;
+}
+
+/* The ranks this host runs: all of them, or across hosts those of the hosts that are this
+ * machine. */
+static int local_ranks(const job *j)
+{
+    if (j->hosts.n == 0) return j->np;
+    int n = 0;
+    for (int i = 0; i < j->hosts.n; i++) n += j->hosts.h[i].local ? j->hosts.h[i].nranks : 0;
+    return n;
+}
+
 /* Step 2: checks that the options fit together, asks the discovery script for the initial
  * size, plans CPU binding and checks that the program can run. Returns -1 to go on, else the
  * exit code. */
@@ -1310,15 +1618,27 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
                         "--elastic\n");
         return 2;
     }
+    if (j->hosts.n > 0 && j->elastic) {
+        fprintf(stderr, "chorus-run: --elastic takes its hosts from --host-discovery-script, not "
+                        "-H or --hostfile\n");
+        return 2;
+    }
     if (j->elastic && j->discovery && j->np < 1) {
-        int slots = discover(j->discovery);
+        int slots = discover(j);
+        for (int i = 0; i < j->hosts.n; i++)
+            j->remote |= j->hosts.h[i].slots && !j->hosts.h[i].local;
+        if (j->remote) slots = discover(j);
         if (slots < 1) {
-            fprintf(stderr, "chorus-run: the host discovery script gives no local slots; pass -np "
-                            "N\n");
+            fprintf(stderr, "chorus-run: the host discovery script gives no slots; pass -np N\n");
             return 2;
         }
+        if (j->remote && setup_remote(j)) return 1;
         j->np = o->max_np_set && slots > j->max_np ? j->max_np : slots;
         j->discovery_last = chorus__now();
+    }
+    if (j->hosts.n > 0 && o->prog < argc) {
+        int rc = check_hosts(j);
+        if (rc >= 0) return rc;
     }
     if (j->np < 1 || o->prog >= argc) {
         fprintf(stderr,
@@ -1346,6 +1666,7 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
     /* an elastic job may grow to max_np: plan for that many */
     int np = j->np;
     if (j->elastic && j->max_np > np) j->np = j->max_np;
+    j->np = local_ranks(j);
     plan_binding(j, o->bind_req);
     j->np = np;
     if (j->elastic && (j->min_np > j->np || j->np > j->max_np)) {
@@ -1356,7 +1677,7 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
     j->desired = j->np;
     j->argv = argv + o->prog;
     char why[256];
-    if (!runnable(argv[o->prog], why, sizeof(why))) {
+    if (local_ranks(j) > 0 && !runnable(argv[o->prog], why, sizeof(why))) {
         fprintf(stderr, "chorus-run: cannot run '%s': %s\n", argv[o->prog], why);
         return 127;
     }
@@ -1432,12 +1753,14 @@ static int prepare_job(job *j, chorus_store_server **server)
     }
     chorus_errbuf err;
     int port = 0;
+    char ip[64] = "127.0.0.1", adv[300] = "127.0.0.1";
+    if (j->remote && run_store_address(&j->hosts, cfg, ip, sizeof(ip), adv, sizeof(adv))) return 2;
     if ((j->np > 1 || j->elastic) &&
-        chorus__store_server_start("127.0.0.1", 0, server, &port, &err) != CHORUS_OK) {
+        chorus__store_server_start(ip, 0, server, &port, &err) != CHORUS_OK) {
         fprintf(stderr, "chorus-run: cannot start the rendezvous store: %s\n", err.msg);
         return 1;
     }
-    snprintf(j->store, sizeof(j->store), "127.0.0.1:%d", port);
+    snprintf(j->store, sizeof(j->store), "%s:%d", adv, port);
     begin_attempt(j);
     if (j->elastic &&
         chorus__store_connect(j->store, j->id, chorus__deadline(), &j->kv, &err) != CHORUS_OK) {
@@ -1464,13 +1787,7 @@ static int start_ranks(job *j)
 static int spawn_ranks(job *j)
 {
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) return 1;
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGCHLD, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    run_catch_signals(on_signal);
     return start_ranks(j);
 }
 
@@ -1496,12 +1813,38 @@ static void note_failure(worker *w, outcome *out, int index, double now)
     }
 }
 
-/* Reads what a rank wrote on its status pipe: "failed <rank> <blamed> <result>" lines
- * (base/status.h). The first one counts. */
+/* Takes the complete lines of what a rank wrote on its status pipe (here, or relayed by its
+ * agent): "failed <rank> <blamed> <result>" lines (base/status.h). The first one counts. */
+static void parse_status(job *j, int index, outcome *out)
+{
+    worker *w = &j->w[index];
+    status_pipe *p = &w->st;
+    char *nl;
+    while ((nl = strchr(p->buf, '\n'))) {
+        *nl = 0;
+        int rank, blamed;
+        char what[48];
+        if (!p->reported && sscanf(p->buf, "failed %d %d %47s", &rank, &blamed, what) == 3) {
+            p->reported = 1;
+            p->blamed = blamed;
+            snprintf(p->what, sizeof(p->what), "%s", what);
+            if (!j->elastic) note_failure(w, out, index, chorus__now());
+        }
+        p->len -= (size_t)(nl + 1 - p->buf);
+        memmove(p->buf, nl + 1, p->len + 1);
+    }
+}
+
+/* Reads what a rank wrote on its status pipe, and takes its lines (parse_status). */
 static void read_status(job *j, int index, outcome *out)
 {
     worker *w = &j->w[index];
     status_pipe *p = &w->st;
+    if (w->s[0].demux) { /* relayed by its agent on its stdout */
+        drain_worker(j, w);
+        parse_status(j, index, out);
+        return;
+    }
     while (p->fd >= 0) {
         ssize_t r = read(p->fd, p->buf + p->len, sizeof(p->buf) - 1 - p->len);
         if (r < 0 && errno == EINTR) continue;
@@ -1513,20 +1856,7 @@ static void read_status(job *j, int index, outcome *out)
         }
         p->len += (size_t)r;
         p->buf[p->len] = 0;
-        char *nl;
-        while ((nl = strchr(p->buf, '\n'))) {
-            *nl = 0;
-            int rank, blamed;
-            char what[48];
-            if (!p->reported && sscanf(p->buf, "failed %d %d %47s", &rank, &blamed, what) == 3) {
-                p->reported = 1;
-                p->blamed = blamed;
-                snprintf(p->what, sizeof(p->what), "%s", what);
-                if (!j->elastic) note_failure(w, out, index, chorus__now());
-            }
-            p->len -= (size_t)(nl + 1 - p->buf);
-            memmove(p->buf, nl + 1, p->len + 1);
-        }
+        parse_status(j, index, out);
     }
 }
 
@@ -1552,7 +1882,11 @@ static void reap(job *j, outcome *out)
             }
             w->running = 0;
             w->stopped = 0;
+            if (w->s[0].demux) drain_worker(j, w); /* its agent's last lines: the rank's end */
+            if (w->has_agent_status) status = w->agent_status;
             w->status = status;
+            if (w->agent_in >= 0) close(w->agent_in);
+            w->agent_in = -1;
             if (!j->elastic) {
                 read_status(j, r, out); /* what it said before it ended */
                 if (!out->stopping && failed_status(status)) {
@@ -1625,6 +1959,7 @@ static int supervise(job *j, const run_opts *o, outcome *out)
                 read_status(j, who[i] / 3, out);
             else
                 pump(&w->s[who[i] % 3], &w->tail, w->wid, j->prefix);
+            if (w->s[0].demux) parse_status(j, who[i] / 3, out);
         }
         if (pf[0].revents) {
             unsigned char b[64];
@@ -1710,6 +2045,22 @@ static int blame_tier(const job *j, int r, double *when)
     return 1;
 }
 
+/* Across hosts: how many other hosts have a rank that failed blaming a rank of c's host. */
+static int host_blames(const job *j, int c)
+{
+    int h = j->w[c].host, n = 0;
+    for (int o = 0; o < j->hosts.n; o++) {
+        int any = 0;
+        for (int r = 0; r < j->nw && o != h && !any; r++) {
+            const worker *w = &j->w[r];
+            int b = w->st.blamed;
+            any = w->host == o && collateral(w, r) && b >= 0 && b < j->nw && j->w[b].host == h;
+        }
+        n += any;
+    }
+    return n;
+}
+
 /* The root cause of a failed plain job: the rank of the lowest tier, the earliest in it. When
  * every failed rank only lost a peer, the peer the earliest of them blamed. */
 static int root_cause(const job *j, const outcome *out)
@@ -1727,9 +2078,62 @@ static int root_cause(const job *j, const outcome *out)
     }
     if (best_tier == 2) {
         int b = j->w[best].st.blamed;
+        /* Across hosts, the host blamed by the most other hosts wins over the earliest
+         * blame: when a host is cut off, the ranks of every other host blame its ranks, and
+         * its own ranks blame theirs. */
+        for (int c = 0; j->hosts.n > 0 && b >= 0 && b < j->nw && c < j->nw; c++)
+            if (host_blames(j, c) > host_blames(j, b)) b = c;
         if (b >= 0 && b < j->nw) best = b;
     }
     return best;
+}
+
+/* How the summary names rank r: "rank 2 (pid 123)", across hosts "rank 2 (pid 123 on host
+ * h2)" with the pid the rank has there. */
+static const char *rank_name(const job *j, int r, char *buf, size_t len)
+{
+    const worker *w = &j->w[r];
+    pid_t pid = w->remote_pid > 0 ? w->remote_pid : w->pid;
+    if (w->host >= 0)
+        snprintf(buf, len, "rank %d (pid %d on host %s)", r, (int)pid, j->hosts.h[w->host].name);
+    else
+        snprintf(buf, len, "rank %d (pid %d)", r, (int)pid);
+    return buf;
+}
+
+/* Across hosts: when every rank of the root cause's host failed or was lost, ranks of other
+ * hosts lost them, and none of them blamed a rank of its own host (which would show the host
+ * working), says so in one line, naming the host and its ranks (a host that died, or whose
+ * link was cut). */
+static void report_host(const job *j, int cause)
+{
+    int h = j->w[cause].host;
+    if (h < 0 || j->hosts.h[h].nranks < 1) return;
+    const run_host *ht = &j->hosts.h[h];
+    char ranks[256] = "";
+    size_t o = 0;
+    for (int r = ht->first_rank; r < ht->first_rank + ht->nranks && r < j->nw; r++) {
+        const worker *w = &j->w[r];
+        int b = w->st.blamed;
+        if (collateral(w, r) && b >= 0 && b < j->nw && j->w[b].host == h) return;
+        int lost = failed_status(w->status) || w->was_stopped;
+        for (int q = 0; q < j->nw && !lost; q++)
+            lost = j->w[q].st.reported && j->w[q].st.blamed == r;
+        if (!lost) return;
+        o += (size_t)snprintf(ranks + o, o < sizeof(ranks) ? sizeof(ranks) - o : 0, "%s%d",
+                              o ? ", " : "", r);
+    }
+    int others = 0;
+    for (int r = 0; r < j->nw; r++) {
+        const worker *w = &j->w[r];
+        others += w->host != h && w->st.reported && w->st.blamed >= ht->first_rank &&
+                  w->st.blamed < ht->first_rank + ht->nranks;
+    }
+    if (others) /* not a rank that failed alone */
+        fprintf(stderr,
+                "chorus-run: host %s failed: all its ranks (%s) failed or were lost by the ranks "
+                "of the other hosts (the host or its link is down?)\n",
+                ht->name, ranks);
 }
 
 /* The failure summary of a plain job, root cause first with its last output lines, then
@@ -1738,21 +2142,25 @@ static int report_failure(const job *j, const outcome *out)
 {
     int cause = root_cause(j, out);
     const worker *cw = &j->w[cause];
-    char how[128];
+    char how[128], name[320];
     describe_status(cw->status, how, sizeof(how));
+    rank_name(j, cause, name, sizeof(name));
     if (cw->was_stopped)
         fprintf(stderr,
-                "chorus-run: rank %d (pid %d) stopped responding (it was stopped, SIGSTOP?) and "
-                "%s; it failed first\n",
-                cause, (int)cw->pid, how);
+                "chorus-run: %s stopped responding (it was stopped, SIGSTOP?) and %s; it failed "
+                "first\n",
+                name, how);
     else if (!cw->fail_time)
         fprintf(stderr,
-                "chorus-run: rank %d (pid %d) stopped responding (its peers lost it) and %s; it "
-                "failed first\n",
-                cause, (int)cw->pid, how);
+                "chorus-run: %s stopped responding (its peers lost it) and %s; it failed first\n",
+                name, how);
     else
-        fprintf(stderr, "chorus-run: rank %d (pid %d) %s; it failed first\n", cause, (int)cw->pid,
-                how);
+        fprintf(stderr, "chorus-run: %s %s; it failed first\n", name, how);
+    if (cw->s[0].demux && !cw->remote_pid)
+        fprintf(stderr,
+                "chorus-run: the remote shell never started rank %d on host %s (check that '%s "
+                "%s true' works from here)\n",
+                cause, j->hosts.h[cw->host].name, j->rsh, j->hosts.h[cw->host].name);
     if (cw->tail.count) {
         fprintf(stderr, "chorus-run: last lines of rank %d:\n", cause);
         for (int i = 0; i < cw->tail.count; i++) {
@@ -1773,8 +2181,10 @@ static int report_failure(const job *j, const outcome *out)
             snprintf(why, sizeof(why), " after its own failure (%s)", w->st.what);
         else if (w->failed_alone || !failed_status(w->status))
             why[0] = 0;
-        fprintf(stderr, "chorus-run: stopped: rank %d (pid %d) %s%s\n", r, (int)w->pid, how, why);
+        fprintf(stderr, "chorus-run: stopped: %s %s%s\n", rank_name(j, r, name, sizeof(name)), how,
+                why);
     }
+    report_host(j, cause);
     int code = exit_code(cw->status);
     if (code == 0) code = exit_code(j->w[out->failed].status);
     return code ? code : 1;
@@ -1822,6 +2232,7 @@ static int restart_job(job *j, const outcome *out)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && !strcmp(argv[1], "--agent")) return run_agent_main(argc, argv);
     if (argc == 2 && !strcmp(argv[1], "--version"))
         return printf("chorus-run %s\n", chorus_version()) < 0;
     job j = {.np = -1,
@@ -1837,7 +2248,11 @@ int main(int argc, char **argv)
     if (rc < 0) rc = prepare_job(&j, &server);
     j.started = chorus__now();
     if (rc < 0) rc = spawn_ranks(&j);
-    if (rc >= 0) return rc;
+    if (rc >= 0) { /* help, a bad option, or nothing could start */
+        free(j.w);
+        run_hosts_free(&j.hosts);
+        return rc;
+    }
     outcome out;
     do {
         out = (outcome){.failed = -1, .last_failed = -1};
@@ -1847,5 +2262,6 @@ int main(int argc, char **argv)
     chorus__store_server_stop(server);
     rc = report(&j, &out);
     free(j.w);
+    run_hosts_free(&j.hosts);
     return rc;
 }

@@ -34,6 +34,32 @@ Chorus also reads the variables of the launchers it runs under:
 | Open MPI `mpirun` | `OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE`; one host needs nothing more, several need `-x MASTER_ADDR -x MASTER_PORT` |
 | MPICH / Hydra | `PMI_RANK PMI_SIZE MPI_LOCALRANKID MPI_LOCALNRANKS` |
 | Slurm `srun` | `SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_JOB_ID SLURM_STEP_ID SLURM_STEP_NODELIST`; across nodes the first node of the step serves the store on port 20000 + (31·job + step) mod 20000 unless `MASTER_ADDR`/`MASTER_PORT` are set |
+| Kubernetes Indexed Job | `JOB_COMPLETION_INDEX` (the rank) with `WORLD_SIZE` (or `CHORUS_SIZE`) and no `RANK`/`CHORUS_RANK`; one rank per pod; rank 0 serves the store at `MASTER_ADDR:MASTER_PORT`, or, without `MASTER_ADDR`, at its own DNS name derived from the pod's `<job>-<index>.<subdomain>...` name, port `MASTER_PORT` or 29500 (docs/KUBERNETES.md) |
+
+Horovod's variables are read for the Chorus setting they mean when that `CHORUS_*` variable
+is not set (a job written for `horovodrun` keeps its settings); a bad value is reported under
+the Horovod name, e.g. `invalid environment: HOROVOD_CYCLE_TIME=fast is not a non-negative number`:
+
+| Horovod variable | read as |
+|---|---|
+| `HOROVOD_FUSION_THRESHOLD` (bytes) | `CHORUS_FUSION_THRESHOLD` |
+| `HOROVOD_CYCLE_TIME` (ms) | `CHORUS_CYCLE_TIME_MS` |
+| `HOROVOD_CACHE_CAPACITY` | `CHORUS_CACHE_CAPACITY` |
+| `HOROVOD_STALL_CHECK_TIME_SECONDS` | `CHORUS_STALL_WARN_S` |
+| `HOROVOD_STALL_CHECK_DISABLE=1` | `CHORUS_STALL_WARN_S=0` |
+| `HOROVOD_STALL_SHUTDOWN_TIME_SECONDS` | `CHORUS_STALL_SHUTDOWN_S` |
+| `HOROVOD_TIMELINE` (file) | `CHORUS_TIMELINE` (rank 0 writes it, as Horovod's coordinator) |
+| `HOROVOD_RANK HOROVOD_SIZE HOROVOD_LOCAL_RANK ...` | set by chorus-run for scripts that read them |
+
+Not read, since Chorus has nothing they would set: `HOROVOD_TIMELINE_MARK_CYCLES` (the
+engine's trace always has a CYCLE event), `HOROVOD_AUTOTUNE*` (no autotuner),
+`HOROVOD_HIERARCHICAL_ALLREDUCE`/`_ALLGATHER` (the algorithm is chosen per topology,
+`CHORUS_ALGO_ALLREDUCE`, ...), `HOROVOD_CPU_OPERATIONS`, `HOROVOD_CONTROLLER`, `HOROVOD_GLOO_*`,
+`HOROVOD_MPI_*` (no MPI or Gloo underneath), `HOROVOD_GPU_*`, `HOROVOD_NCCL_*`,
+`HOROVOD_NUM_NCCL_STREAMS`, `HOROVOD_BATCH_D2D_MEMCOPIES`, `HOROVOD_ENABLE_ASYNC_COMPLETION`
+(no GPU path), `HOROVOD_ADASUM_MPI_CHUNK_SIZE`, `HOROVOD_LOG_LEVEL` (use `CHORUS_DEBUG`),
+`HOROVOD_THREAD_AFFINITY`, `HOROVOD_DISABLE_GROUP_FUSION` and `HOROVOD_DYNAMIC_PROCESS_SETS`
+(process sets are always dynamic).
 
 | variable | default | type | meaning |
 |---|---|---|---|

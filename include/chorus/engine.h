@@ -151,6 +151,8 @@ typedef struct chorus_engine_opts {
     double idle_ms;          /* heartbeat of an idle engine thread (bounds stall detection) */
     const char *timeline;    /* Chrome trace file ("%r" is replaced by the rank), or NULL */
     const chorus_compressor *compressor; /* default for float allreduces, or NULL */
+    double desync_s; /* every rank blocked waiting for ops that some other rank never submitted
+                      * for this long: those ops fail with CHORUS_ERR_MISMATCH; 0: never */
 } chorus_engine_opts;
 
 /* Fills o with the defaults, taken from the environment variables named above, and sets its
@@ -198,6 +200,9 @@ typedef struct chorus_engine_tensor_opts {
     int no_compression;                  /* 1: do not use the engine's default compressor */
     chorus_engine_callback callback;
     void *callback_arg;
+    uint64_t shape_tag; /* 0, or a value every rank must give for this name (a hash of the
+                         * tensor's shape): a tensor with the same count but another shape on
+                         * some rank is then a mismatch instead of a silent reinterpretation */
 } chorus_engine_tensor_opts;
 
 /* Fills o with the defaults (no scaling, the engine's compressor, no callback) and its size and

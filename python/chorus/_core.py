@@ -47,8 +47,9 @@ _OPS_BY_NAME = {"average": Average, "avg": Average, "mean": Average, "sum": Sum,
                 "max": Max, "product": Product, "prod": Product, "adasum": Adasum}
 
 
-def as_op(op, average=None):
-    """Normalises op (an _Op, its int, or a name) and horovod's old average= flag."""
+def as_op(op, average=None, adasum=False):
+    """Normalises op (an _Op, its int, or a name) and horovod's old average= flag. Adasum
+    is refused (NotImplementedError, a RuntimeError) unless the caller implements it."""
     if average is not None:
         if op is not None:
             raise ValueError("chorus: pass either op= or the deprecated average=, not both")
@@ -66,9 +67,10 @@ def as_op(op, average=None):
         else:
             raise ValueError("chorus: unknown reduction op %r (use Average, Sum, Min, Max or "
                              "Product)" % (op,))
-    if o is Adasum:
+    if o is Adasum and not adasum:
         raise NotImplementedError(
-            "chorus: op=Adasum is not implemented; use op=Average (the default) or op=Sum")
+            "chorus: op=Adasum is implemented for allreduce and grouped_allreduce only (as "
+            "Horovod); use op=Average (the default) or op=Sum here")
     return o
 
 
@@ -150,6 +152,7 @@ class _State:
         self.global_set = ProcessSet()
         self.last_membership = None  # (rank, size, local rank, local size, cross rank, size)
         self.timeline = None
+        self.lost = None  # (code, message): a peer of the last world was lost
         self.lock = threading.RLock()
 
 
@@ -170,6 +173,13 @@ def init(process_sets=None):
         if S.world is None:
             if elastic_pending():
                 return  # the job forms inside chorus.torch.elastic.run
+            if S.lost is not None:
+                # The launcher will not start the lost rank again: forming the job would wait
+                # for it until the rendezvous timeout.
+                code, msg = S.lost
+                _lib.raise_for(code, None, "chorus init", "this job lost a rank (%s); it cannot "
+                               "form again: restart the job, or run it with chorus-run "
+                               "--elastic to have lost workers replaced" % msg)
             p = ctypes.c_void_p()
             check(lib.chorus_init(ctypes.byref(p)), None, "chorus init")
             _adopt(Comm(p.value))
@@ -193,6 +203,7 @@ def adopt(comm_ptr):
 
 def _adopt(comm):
     S.world = comm
+    S.lost = None  # a world formed again (an elastic generation)
     S.global_set.ranks = list(range(S.world.size))
     S.global_set.process_set_id = 0
     S.global_set.comm = S.world
@@ -208,8 +219,10 @@ def _start_engine(comm):
     """An engine over comm (a collective over comm). Gradients come already packed into
     buckets by DistributedOptimizer, so a cycle starts as soon as an op is enqueued instead of
     gathering for a cycle time (measured: 1.66x DDP against 1.43x with 2 ms,
-    bench/ddp_vs_chorus.sh); CHORUS_CYCLE_TIME_MS still overrides."""
-    cycle = None if os.environ.get("CHORUS_CYCLE_TIME_MS") else 0.0
+    bench/ddp_vs_chorus.sh); CHORUS_CYCLE_TIME_MS (or Horovod's HOROVOD_CYCLE_TIME) still
+    overrides."""
+    cycle = None if (os.environ.get("CHORUS_CYCLE_TIME_MS") or
+                     os.environ.get("HOROVOD_CYCLE_TIME")) else 0.0
     return _engine.Engine(comm.ptr, comm.size, cycle)
 
 
@@ -355,11 +368,17 @@ def remove_process_set(process_set):
     return True
 
 
+_PEER_LOST = _lib.RESULT_NAMES.index("CHORUS_ERR_PEER_LOST")
+
+
 def _close_set(ps):
-    """Stops the engine of a process set (agreed with its other members)."""
+    """Stops the engine of a process set (agreed with its other members); remembers a lost
+    peer for init()."""
     if ps.engine is not None:
         e, ps.engine = ps.engine, None
-        e.close()
+        err = e.close()
+        if err is not None and err[0] == _PEER_LOST:
+            S.lost = err
 
 
 def engine_of(ps):

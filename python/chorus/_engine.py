@@ -20,6 +20,7 @@ engine does not have as one call is built from engine ops:
 
 import ctypes
 import itertools
+import zlib
 
 import numpy as np
 
@@ -59,14 +60,16 @@ class EngineOpts(ctypes.Structure):
         [("cycle_time_ms", ctypes.c_double), ("fusion_threshold", ctypes.c_size_t),
          ("cache_capacity", ctypes.c_int), ("stall_warn_s", ctypes.c_double),
          ("stall_shutdown_s", ctypes.c_double), ("idle_ms", ctypes.c_double),
-         ("timeline", ctypes.c_char_p), ("compressor", _P)], "chorus_engine_opts_size")
+         ("timeline", ctypes.c_char_p), ("compressor", _P), ("desync_s", ctypes.c_double)],
+        "chorus_engine_opts_size")
 
 
 class TensorOpts(ctypes.Structure):
     """chorus_engine_tensor_opts."""
     _fields_ = _versioned(
         [("prescale", ctypes.c_double), ("postscale", ctypes.c_double), ("compressor", _P),
-         ("no_compression", ctypes.c_int), ("callback", _P), ("callback_arg", _P)],
+         ("no_compression", ctypes.c_int), ("callback", _P), ("callback_arg", _P),
+         ("shape_tag", ctypes.c_uint64)],
         "chorus_engine_tensor_opts_size")
 
 
@@ -215,7 +218,8 @@ class Op:
     def _raise(self, err):
         code, detail = err
         detail = detail or _dec(lib.chorus_engine_last_error(self.engine.ptr)) or None
-        if code == _MISMATCH and detail and "count" in detail and self.shape is not None:
+        if (code == _MISMATCH and detail and ("count" in detail or "shape" in detail)
+                and self.shape is not None):
             detail += " (different shapes: this rank has %s)" % shape_str(self.shape)
         raise_for(code, None, "chorus %s" % self.what, detail)
 
@@ -284,9 +288,14 @@ class Engine:
         return name if name else "%s%d" % (self._prefix, next(self._names))
 
     def close(self):
+        """Stops the engine. Returns (code, message) of the error that had stopped it (a lost
+        peer, say), or None."""
         if self.ptr:
             p, self.ptr = self.ptr, None
-            lib.chorus_engine_shutdown(p)
+            msg = _dec(lib.chorus_engine_last_error(p))
+            r = lib.chorus_engine_shutdown(p)
+            return (r, msg) if r != 0 else None
+        return None
 
     def fail(self, code, what, detail=None):
         raise_for(code, None, what, detail or _dec(lib.chorus_engine_last_error(self.ptr)) or None)
@@ -318,13 +327,23 @@ class Engine:
             _timeline.end(tl)
 
 
-def _opts(op, pre=1.0, post=1.0, compressor=None):
+def shape_tag(shape):
+    """A non-zero 64-bit tag of a shape: the engine compares it across ranks, so tensors
+    with equal element counts but different shapes ([17, 1311] and [17, 23, 57]) are a
+    mismatch."""
+    h = zlib.crc32(repr(tuple(int(d) for d in shape)).encode())
+    return (len(shape) + 1) << 32 | h
+
+
+def _opts(op, pre=1.0, post=1.0, compressor=None, shape=None):
     o = TensorOpts()
     if hasattr(o, "size"):
         o.size, o.version = ctypes.sizeof(TensorOpts), OPTS_VERSION
     o.prescale, o.postscale = float(pre), float(post)
     o.compressor = compressor
     o.no_compression = 0 if compressor else 1
+    if shape is not None:
+        o.shape_tag = shape_tag(shape)
     op.keep.append(o)
     return ctypes.byref(o)
 
@@ -385,7 +404,7 @@ def allreduce(A, E, pairs, op, pre=1.0, post=1.0, name=None, what="allreduce", c
         comp = compressor if b.code in FLOAT_CODES else None
         o.keep.append((src, dst))
         o.enqueue(lib.chorus_engine_allreduce, (name if len(pairs) == 1 else "%s.%d" % (name, i))
-                  .encode(), b.ptr, d.ptr, b.numel, b.code, cop, _opts(o, p1, p2, comp))
+                  .encode(), b.ptr, d.ptr, b.numel, b.code, cop, _opts(o, p1, p2, comp, b.shape))
     if int_scaled:
         def rescale(res):
             for d in int_scaled:
@@ -406,7 +425,8 @@ def broadcast(A, E, x, root, size, name=None, what="broadcast"):
     code, row, _ = b.wire()
     o.keep.append(x)
     count = row * b.shape[0] if b.shape else row
-    o.enqueue(lib.chorus_engine_broadcast, name.encode(), b.ptr, count, code, int(root), None)
+    o.enqueue(lib.chorus_engine_broadcast, name.encode(), b.ptr, count, code, int(root),
+              _opts(o, shape=b.shape))
     o.result = x
     return o
 

@@ -240,26 +240,65 @@ static int store(const chorus_cfg_entry *e, const char *text, chorus_config *cfg
     return 0;
 }
 
-/* Stores text into the row t of cfg; when it does not parse, the default instead, and the
- * reason in e (when not NULL). */
-static chorus_result set_row(const chorus_cfg_entry *t, const char *text, chorus_config *cfg,
-                             chorus_errbuf *e)
+/* Stores text (the value of the variable `from`) into the row t of cfg; when it does not
+ * parse, the default instead, and the reason in e (when not NULL). */
+static chorus_result set_row_from(const chorus_cfg_entry *t, const char *from, const char *text,
+                                  chorus_config *cfg, chorus_errbuf *e)
 {
     if (!store(t, text, cfg)) return CHORUS_OK;
     store(t, NULL, cfg);
     if (e)
-        snprintf(e->msg, sizeof(e->msg), "%s=%s %s%s%s", t->name, text, expected(t),
+        snprintf(e->msg, sizeof(e->msg), "%s=%s %s%s%s", from, text, expected(t),
                  t->choices ? " " : "", t->choices ? t->choices : "");
     return CHORUS_ERR_INVALID_ARG;
+}
+
+static chorus_result set_row(const chorus_cfg_entry *t, const char *text, chorus_config *cfg,
+                             chorus_errbuf *e)
+{
+    return set_row_from(t, t->name, text, cfg, e);
+}
+
+/* Horovod's variables for the rows that mean the same, so that a horovod.torch job keeps its
+ * settings: read when the CHORUS_* variable itself is not set. `value`, when not NULL, is
+ * what the row gets when the Horovod variable is 1 (a switch rather than a value). The other
+ * HOROVOD_* variables have no Chorus meaning (docs/ENVIRONMENT.md lists them). */
+static const struct {
+    const char *row, *horovod, *value;
+} horovod_alias[] = {
+    {"CHORUS_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", NULL},
+    {"CHORUS_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME", NULL},
+    {"CHORUS_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", NULL},
+    {"CHORUS_STALL_WARN_S", "HOROVOD_STALL_CHECK_TIME_SECONDS", NULL},
+    {"CHORUS_STALL_WARN_S", "HOROVOD_STALL_CHECK_DISABLE", "0"},
+    {"CHORUS_STALL_SHUTDOWN_S", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", NULL},
+    {"CHORUS_TIMELINE", "HOROVOD_TIMELINE", NULL},
+};
+
+/* The text for row t and the variable it came from: CHORUS_*, else a Horovod alias. */
+static const char *row_text(const chorus_cfg_entry *t, const char **from)
+{
+    const char *v = chorus__env(t->name);
+    *from = t->name;
+    for (size_t i = 0; !v && i < sizeof(horovod_alias) / sizeof(horovod_alias[0]); i++) {
+        if (strcmp(horovod_alias[i].row, t->name)) continue;
+        const char *h = chorus__env(horovod_alias[i].horovod);
+        if (!h || (horovod_alias[i].value && strcmp(h, "1"))) continue;
+        *from = horovod_alias[i].horovod;
+        v = horovod_alias[i].value ? horovod_alias[i].value : h;
+    }
+    return v;
 }
 
 chorus_result chorus__config_parse(chorus_config *cfg, chorus_errbuf *e)
 {
     chorus_result r = CHORUS_OK;
     memset(cfg, 0, sizeof(*cfg));
-    for (const chorus_cfg_entry *t = table; t->name; t++)
-        if (set_row(t, chorus__env(t->name), cfg, r == CHORUS_OK ? e : NULL) != CHORUS_OK)
+    for (const chorus_cfg_entry *t = table; t->name; t++) {
+        const char *from, *text = row_text(t, &from);
+        if (set_row_from(t, from, text, cfg, r == CHORUS_OK ? e : NULL) != CHORUS_OK)
             r = CHORUS_ERR_INVALID_ARG;
+    }
     return r;
 }
 
@@ -316,10 +355,12 @@ void chorus__config_log_set(void)
         chorus__log(CHORUS_LOG_INFO, CHORUS_LOG_INIT, "Chorus version %d.%d.%d",
                     CHORUS_VERSION_MAJOR, CHORUS_VERSION_MINOR, CHORUS_VERSION_PATCH);
     for (const chorus_cfg_entry *t = table; t->name; t++) {
-        const char *v = chorus__env(t->name);
+        const char *from, *v = row_text(t, &from);
         if (!v) continue;
         if (t->kind == CHORUS_CFG_SECRET)
             CHORUS_INFO(CHORUS_LOG_INIT, "%s=(%zu bytes, not shown) (set)", t->name, strlen(v));
+        else if (from != t->name)
+            CHORUS_INFO(CHORUS_LOG_INIT, "%s=%s (from %s)", t->name, v, from);
         else
             CHORUS_INFO(CHORUS_LOG_INIT, "%s=%s (set)", t->name, v);
     }

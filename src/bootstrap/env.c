@@ -1,5 +1,6 @@
 /* env.c - reading the job from the environment of the launcher that started us. */
 #include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@ static const char *launcher_vars(const char *launcher)
         const char *launcher, *vars;
     } v[] = {{"chorus-run", "CHORUS_RANK and CHORUS_SIZE"},
              {"mpirun", "OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE"},
+             {"kubernetes", "JOB_COMPLETION_INDEX and WORLD_SIZE"},
              {"pmi", "PMI_RANK and PMI_SIZE"},
              {"srun", "SLURM_PROCID and SLURM_NTASKS"},
              {"torchrun", "RANK and WORLD_SIZE (with MASTER_ADDR and MASTER_PORT)"}};
@@ -87,12 +89,87 @@ static void use_file(chorus_job *j)
     j->serve_store = 1;
 }
 
+/* The pod's own name as DNS knows it: the first name of its /etc/hosts line, which Kubernetes
+ * writes as "<job>-<index>.<subdomain>.<namespace>.svc.<cluster domain>" when the pod template
+ * sets a subdomain. "" when the name does not resolve. */
+static void pod_fqdn(const char *host, char *out, size_t len)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_flags = AI_CANONNAME}, *res = NULL;
+    out[0] = 0;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res) return;
+    if (res->ai_canonname) snprintf(out, len, "%s", res->ai_canonname);
+    freeaddrinfo(res);
+}
+
+/* A pod of a Kubernetes Indexed Job (one rank per pod): the rank is the completion index, the
+ * world size is WORLD_SIZE (the Job's completions, written in the manifest), and the meeting
+ * point is rank 0's stable DNS name "<job>-0.<service>": MASTER_ADDR when the manifest sets it,
+ * else derived from this pod's own name "<job>-<index>.<subdomain>...", on MASTER_PORT (default
+ * 29500). Rank 0 serves the store there. */
+static chorus_result kubernetes_job(chorus_job *j, const char *id, chorus_errbuf *e)
+{
+    j->launcher = "kubernetes";
+    CHORUS_CHECK(get_int(j, "JOB_COMPLETION_INDEX", &j->rank, e));
+    if (!env("WORLD_SIZE") && !env("CHORUS_SIZE"))
+        return chorus__fail(e, CHORUS_ERR_ENV,
+                            "kubernetes: JOB_COMPLETION_INDEX=%d makes this a pod of an Indexed "
+                            "Job, but WORLD_SIZE is not set: set it in the container's env to "
+                            "the Job's completions (docs/KUBERNETES.md)",
+                            j->rank);
+    CHORUS_CHECK(get_int(j, env("WORLD_SIZE") ? "WORLD_SIZE" : "CHORUS_SIZE", &j->size, e));
+    if (j->rank >= j->size)
+        return chorus__fail(e, CHORUS_ERR_ENV,
+                            "kubernetes: JOB_COMPLETION_INDEX=%d is not below %s=%d: the Job's "
+                            "completions and the world size must be equal",
+                            j->rank, env("WORLD_SIZE") ? "WORLD_SIZE" : "CHORUS_SIZE", j->size);
+    char host[256] = "", suffix[32];
+    gethostname(host, sizeof(host) - 1);
+    /* The pod's hostname is "<job>-<index>": the job's name is what precedes the index. */
+    snprintf(suffix, sizeof(suffix), "-%d", j->rank);
+    size_t hl = strlen(host), sl = strlen(suffix);
+    int named = hl > sl && !strcmp(host + hl - sl, suffix);
+    if (named) host[hl - sl] = 0;
+    snprintf(j->job, sizeof(j->job), "k8s-%s", id ? id : named ? host : "job");
+    const char *addr = env("MASTER_ADDR"), *port = env("MASTER_PORT");
+    int p = port ? parse_int(port) : 29500;
+    if (p <= 0 || p > 65535)
+        return chorus__fail(e, CHORUS_ERR_ENV, "MASTER_PORT=%s is not a valid port", port);
+    if (env("CHORUS_STORE_ADDR") || j->size == 1) return CHORUS_OK;
+    if (addr) {
+        snprintf(j->store_addr, sizeof(j->store_addr), "%s:%d", addr, p);
+        j->serve_store = 1;
+        return CHORUS_OK;
+    }
+    char fqdn[256] = "", me[300];
+    snprintf(me, sizeof(me), "%s%s", host, named ? suffix : "");
+    if (named) pod_fqdn(me, fqdn, sizeof(fqdn));
+    const char *dot = strchr(fqdn, '.');
+    if (!named || !dot || strncmp(fqdn, me, (size_t)(dot - fqdn))) {
+        char why[600];
+        if (!named)
+            snprintf(why, sizeof(why), "the pod's hostname '%s' is not <job>-%d", me, j->rank);
+        else
+            snprintf(why, sizeof(why), "the pod's own DNS name '%s' has no subdomain",
+                     fqdn[0] ? fqdn : me);
+        return chorus__fail(e, CHORUS_ERR_ENV,
+                            "kubernetes: MASTER_ADDR is not set and rank 0's name cannot be "
+                            "derived: %s; set spec.template.spec.subdomain to the headless "
+                            "Service's name, or MASTER_ADDR=<job>-0.<service>",
+                            why);
+    }
+    snprintf(j->store_addr, sizeof(j->store_addr), "%s-0%s:%d", host, dot, p);
+    j->serve_store = 1;
+    return CHORUS_OK;
+}
+
 chorus_result chorus__job_from_env(chorus_job *j, chorus_errbuf *e)
 {
     memset(j, 0, sizeof(*j));
     j->local_rank = j->local_size = -1;
     const char *id = env("CHORUS_JOB_ID");
-    if (env("CHORUS_RANK") || env("CHORUS_SIZE")) {
+    if (env("JOB_COMPLETION_INDEX") && !env("CHORUS_RANK") && !env("RANK")) {
+        CHORUS_CHECK(kubernetes_job(j, id, e));
+    } else if (env("CHORUS_RANK") || env("CHORUS_SIZE")) {
         j->launcher = "chorus-run";
         CHORUS_CHECK(get_int(j, "CHORUS_RANK", &j->rank, e));
         CHORUS_CHECK(get_int(j, "CHORUS_SIZE", &j->size, e));

@@ -1,7 +1,8 @@
 /*
  * env.h - what a rank learns about its job from the environment, whoever launched it:
  * chorus-run, torchrun (or RANK/WORLD_SIZE set by hand), Open MPI's mpirun, MPICH/Hydra
- * (PMI_*), Slurm's srun, or nothing at all (a world of one).
+ * (PMI_*), Slurm's srun, a Kubernetes Indexed Job (JOB_COMPLETION_INDEX), or nothing at all
+ * (a world of one).
  */
 #ifndef CHORUS_ENV_H
 #define CHORUS_ENV_H
@@ -9,7 +10,8 @@
 #include "base/base.h"
 
 typedef struct chorus_job {
-    const char *launcher; /* "chorus-run", "torchrun", "mpirun", "pmi", "srun", "none" */
+    const char *launcher; /* "chorus-run", "torchrun", "mpirun", "pmi", "srun",
+                           "kubernetes", "none" */
     int rank, size;
     int local_rank, local_size; /* -1: not given, computed from host identities */
     char job[64];               /* job id: namespaces the store and shared memory */

@@ -255,9 +255,17 @@ chorus_result chorus__rdzv_exchange(chorus_rdzv *rz, const char *addr, chorus_er
     rz->addrs = calloc((size_t)job->size, sizeof(char *));
     rz->hostnames = calloc((size_t)job->size, sizeof(char *));
     if (!rz->addrs || !rz->hostnames) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
-    char hid[300], rec[600], key[64], name[64] = "?";
+    char hid[300], rec[600], key[64], name[64] = "?", host[64] = "?";
     chorus__host_id(hid, sizeof(hid));
-    gethostname(name, sizeof(name) - 1);
+    gethostname(host, sizeof(host) - 1);
+    /* How messages name this rank's host: its name, and the address peers reach it at (hosts
+     * that share a name, such as network namespaces or cloned machines, still differ). */
+    const char *colon = strrchr(addr, ':');
+    int iplen = colon ? (int)(colon - addr) : (int)strlen(addr);
+    if (strncmp(addr, "127.", 4))
+        snprintf(name, sizeof(name), "%.40s at %.*s", host, iplen, addr);
+    else
+        snprintf(name, sizeof(name), "%s", host);
     snprintf(rec, sizeof(rec), "%s\n%s\n%s", addr, name, hid);
     snprintf(key, sizeof(key), "rank/%d", job->rank);
     CHORUS_CHECK(chorus__store_set(store, key, rec, strlen(rec), e));

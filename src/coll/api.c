@@ -52,7 +52,10 @@ static chorus_result empty(chorus_comm *c, const chorus_algo *algo, const char *
                            chorus_dtype t, chorus_op op, int root)
 {
     if (c->size == 1) return CHORUS_OK;
-    return done(c, chorus__coll_agree(c, algo->tp != CHORUS_TP_NET, what, kind, t, op, root, 0));
+    /* over shared memory when the row runs on c's own group; a hierarchical row's groups are
+     * sub-communicators, so its ranks agree over TCP like the flat rows' */
+    int over_shm = algo->tp == CHORUS_TP_SHM || algo->tp == CHORUS_TP_SHM_CMA;
+    return done(c, chorus__coll_agree(c, over_shm, what, kind, t, op, root, 0));
 }
 
 #define NULL_COMM(fn)                                                                              \
@@ -106,7 +109,7 @@ chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_d
     /* The root sends and hears nothing (a leaf hears only its parent): over TCP the ranks first
      * agree on the call, so that another root or count fails every rank at this call. Shared
      * memory checks the first chunk on every rank (bcast_shm.c). */
-    if (algo->tp == CHORUS_TP_NET)
+    if (algo->tp == CHORUS_TP_NET || algo->tp == CHORUS_TP_HIER) /* hier: ranks of other hosts */
         CHORUS_CHECK(done(
             c, chorus__coll_agree(c, 0, "broadcast", CHORUS_COLL_BROADCAST, t, 0, root, count)));
     chorus_coll_args a = {

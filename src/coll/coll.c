@@ -124,3 +124,10 @@ chorus_result chorus__coll_agree(chorus_comm *c, int over_shm, const char *what,
     if (over_shm) return agree_shm(c, what, kind, t, (int)op, root, count);
     return agree_net(c, kind, t, kind == CHORUS_COLL_BROADCAST ? root : (int)op, count);
 }
+
+chorus_result chorus__coll_sub_fail(chorus_comm *c, chorus_comm *sub, chorus_result r)
+{
+    if (r == CHORUS_OK) return r;
+    chorus__shm_abort(sub->shm, r, sub->err.msg[0] ? sub->err.msg : chorus_strerror(r));
+    return chorus__fail(&c->err, r, "%s", sub->err.msg);
+}

@@ -30,7 +30,9 @@ typedef enum { CHORUS_MEM_HOST = 0 } chorus_mem_type;
 /* The transport an algorithm moves data with: a row is usable on a communicator that has it. */
 /* What a row needs of the communicator: TCP (always there), its shared-memory group, or that
  * group with single-copy transfers agreed at set-up (c->shm->cma). */
-typedef enum { CHORUS_TP_NET, CHORUS_TP_SHM, CHORUS_TP_SHM_CMA } chorus_transport;
+/* CHORUS_TP_HIER: the host-local and cross-host communicators of a job spanning hosts
+ * (c->hier, comm.c). */
+typedef enum { CHORUS_TP_NET, CHORUS_TP_SHM, CHORUS_TP_SHM_CMA, CHORUS_TP_HIER } chorus_transport;
 
 typedef chorus_result (*chorus_algo_fn)(chorus_comm *c, const chorus_coll_args *a);
 
@@ -69,6 +71,11 @@ chorus_result chorus__coll_wait1(chorus_coll *x, chorus_req *r);
  * barrier, which is exactly this. what names the call in messages. */
 chorus_result chorus__coll_agree(chorus_comm *c, int over_shm, const char *what, int kind,
                                  chorus_dtype t, chorus_op op, int root, size_t count);
+
+/* A step of a collective of c run on its sub-communicator sub failed with r: sub's ranks
+ * waiting in shared memory are woken with the reason, c records it; returns r (CHORUS_OK: no
+ * effect). */
+chorus_result chorus__coll_sub_fail(chorus_comm *c, chorus_comm *sub, chorus_result r);
 
 /* Scratch of at least n bytes (64-byte aligned), or NULL. */
 void *chorus__comm_scratch(chorus_comm *c, size_t n);
@@ -116,6 +123,25 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
                                    const size_t *cnt, chorus_dtype t, chorus_op op, int tag_base,
                                    char *ag_buf);
 
+/* ---- shared-memory building blocks ----------------------------------------------------- */
+
+/* n blocks of a buffer: block j is cnt[j] elements at off[j] and belongs to rank j % p of the
+ * shared-memory group. out_off (or NULL: off) places the owner's result of a reduce-scatter.
+ * total is the element count both calls carry in the mismatch check. */
+typedef struct chorus_shm_blocks {
+    int n;
+    const size_t *off, *cnt, *out_off;
+    size_t total;
+} chorus_shm_blocks;
+/* Every rank's send, block by block, reduced in rank order into the owner's recv (with
+ * CHORUS_AVG's division when finish); sig is the call's signature (chorus__shm_sig). */
+chorus_result chorus__shm_reduce_scatter_blocks(chorus_comm *c, const chorus_shm_blocks *b,
+                                                const void *send, void *recv, chorus_dtype t,
+                                                chorus_op op, int finish, uint64_t sig);
+/* Each block of buf, elements of es bytes, copied from its owner to every other rank. */
+chorus_result chorus__shm_allgather_blocks(chorus_comm *c, const chorus_shm_blocks *b, void *buf,
+                                           size_t es, uint64_t sig);
+
 /* ---- the algorithms: one per row of select.c's table ----------------------------------- */
 
 /* allreduce over TCP */
@@ -144,6 +170,14 @@ chorus_result chorus__reduce_scatter_shm(chorus_comm *c, const chorus_coll_args 
 /* alltoall */
 chorus_result chorus__alltoall_pairwise(chorus_comm *c, const chorus_coll_args *a);
 chorus_result chorus__alltoall_shm(chorus_comm *c, const chorus_coll_args *a);
+/* across hosts: shared memory within each host, TCP between them (needs c->hier) */
+chorus_result chorus__allreduce_hier(chorus_comm *c, const chorus_coll_args *a);
+chorus_result chorus__bcast_hier(chorus_comm *c, const chorus_coll_args *a);
+chorus_result chorus__allgather_hier(chorus_comm *c, const chorus_coll_args *a);
+/* A broadcast of n elements of t at buf on sub (a sub-communicator of c, from its rank root):
+ * shared memory when sub has it, else TCP by the broadcast rules; failure recorded on c. */
+chorus_result chorus__bcast_sub(chorus_comm *c, chorus_comm *sub, void *buf, size_t n,
+                                chorus_dtype t, int root);
 /* barrier */
 chorus_result chorus__barrier_dissemination(chorus_comm *c, const chorus_coll_args *a);
 chorus_result chorus__barrier_shm(chorus_comm *c, const chorus_coll_args *a);

@@ -1,7 +1,8 @@
 /*
  * comm.c - communicator life cycle: chorus_init (environment -> rendezvous -> communicator,
  * with its shared-memory group when its ranks share a host), chorus_comm_split and
- * chorus_comm_split_type, chorus_finalize, chorus_comm_abort.
+ * chorus_comm_split_type, chorus_finalize, chorus_comm_abort; and the communicators behind the
+ * hierarchical collectives of a job that spans hosts.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,9 +31,12 @@ static chorus_comm *comm_alloc(int size)
     return c;
 }
 
+static void hier_free(chorus_hier *h);
+
 static void comm_free(chorus_comm *c)
 {
     if (!c) return;
+    hier_free(c->hier);
     if (c->shm && c->net) {
         /* Leaving a broken communicator: tell the ranks that wait for us in shared memory
          * why, so that they name the lost peer rather than us. */
@@ -124,6 +128,13 @@ chorus_result chorus__init_job(const chorus_job *jobp, chorus_comm **out)
         comm_free(c);
         return r;
     }
+    /* Across hosts: the host-local and cross-host communicators of the hierarchical path. */
+    r = chorus__comm_hier_setup(c);
+    if (r != CHORUS_OK) {
+        snprintf(e->msg, sizeof(e->msg), "%s", c->err.msg);
+        comm_free(c);
+        return r;
+    }
     chorus__select_describe(c);
     *out = c;
     return CHORUS_OK;
@@ -170,6 +181,46 @@ const char *chorus_last_error(const chorus_comm *c)
 
 /* ---- split ------------------------------------------------------------------------------ */
 
+/* A communicator of the given ranks of c (in that order, this rank among them) with identifier
+ * id, sharing c's connections; no traffic, no shared memory (the caller sets it up if it
+ * wants it). */
+static chorus_result comm_group(chorus_comm *c, const int *mem, int n, uint64_t id,
+                                chorus_comm **out)
+{
+    *out = NULL;
+    chorus_comm *s = comm_alloc(n);
+    int *hostmap = calloc((size_t)c->nhosts + 1, sizeof(int));
+    if (!s || !hostmap) {
+        comm_free(s);
+        free(hostmap);
+        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    int hostmap_n = 0;
+    for (int h = 0; h <= c->nhosts; h++) hostmap[h] = -1;
+    s->rank = -1;
+    for (int i = 0; i < n; i++) {
+        int p = mem[i];
+        s->world[i] = c->world[p];
+        if (p == c->rank) s->rank = i;
+        int h = c->host[p];
+        if (hostmap[h] < 0) hostmap[h] = hostmap_n++;
+        s->host[i] = hostmap[h];
+    }
+    free(hostmap);
+    s->nhosts = hostmap_n;
+    for (int i = 0; i < n; i++)
+        if (s->host[i] == s->host[s->rank]) {
+            if (i < s->rank) s->local_rank++;
+            s->local_size++;
+        }
+    s->id = id;
+    s->cfg = c->cfg;
+    s->net = c->net;
+    chorus__net_retain(c->net);
+    *out = s;
+    return CHORUS_OK;
+}
+
 chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm **out)
 {
     if (!c || !out)
@@ -187,16 +238,10 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
     }
     int n = 0;
     for (int p = 0; p < c->size; p++) n += all[2 * p] == color;
-    chorus_comm *s = comm_alloc(n);
-    if (!s) {
-        free(all);
-        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
-    }
     /* members ordered by (key, rank in c): insertion sort, groups are small */
     int *mem = malloc(sizeof(int) * (size_t)n), m = 0;
     if (!mem) {
         free(all);
-        comm_free(s);
         return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
     }
     for (int p = 0; p < c->size; p++) {
@@ -208,36 +253,17 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
         }
         mem[i] = p;
     }
-    int hostmap_n = 0;
-    int *hostmap = calloc((size_t)c->nhosts + 1, sizeof(int));
-    for (int h = 0; hostmap && h <= c->nhosts; h++) hostmap[h] = -1;
-    for (int i = 0; i < n; i++) {
-        int p = mem[i];
-        s->world[i] = c->world[p];
-        if (p == c->rank) s->rank = i;
-        int h = c->host[p];
-        if (hostmap && hostmap[h] < 0) hostmap[h] = hostmap_n++;
-        s->host[i] = hostmap ? hostmap[h] : 0;
-    }
-    s->nhosts = hostmap_n;
-    s->local_rank = 0;
-    s->local_size = 0;
-    for (int i = 0; i < n; i++)
-        if (s->host[i] == s->host[s->rank]) {
-            if (i < s->rank) s->local_rank++;
-            s->local_size++;
-        }
-    uint64_t h = chorus__hash64_seed(c->id, &nsplit, sizeof(nsplit));
-    s->id = chorus__hash64_seed(h, &color, sizeof(color));
-    s->cfg = c->cfg;
-    s->net = c->net;
-    chorus__net_retain(c->net);
-    free(hostmap);
-    free(mem);
     free(all);
+    uint64_t h = chorus__hash64_seed(c->id, &nsplit, sizeof(nsplit));
+    chorus_comm *s;
+    r = comm_group(c, mem, n, chorus__hash64_seed(h, &color, sizeof(color)), &s);
+    free(mem);
+    if (r != CHORUS_OK) return r;
     /* A communicator whose ranks share a host gets its own shared-memory group (set up over
-     * its own TCP traffic); one spanning hosts uses TCP. */
+     * its own TCP traffic); one spanning hosts uses TCP, and the hierarchical collectives
+     * where it has several ranks on some host. */
     r = chorus__comm_shm_setup(s);
+    if (r == CHORUS_OK) r = chorus__comm_hier_setup(s);
     if (r != CHORUS_OK) {
         snprintf(c->err.msg, sizeof(c->err.msg), "%s", s->err.msg);
         comm_free(s);
@@ -281,4 +307,114 @@ chorus_result chorus__comm_fail(chorus_comm *comm, chorus_result r, const char *
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     return chorus__fail(&comm->err, r, "%s", msg);
+}
+
+/* ---- hierarchical ----------------------------------------------------------------------
+ * The communicators behind the hierarchical collectives of a job whose ranks span hosts
+ * (allreduce_hier.c, bcast_hier.c, allgather_hier.c):
+ *
+ *   local     the ranks of this host, over shared memory (a split of the world: traffic);
+ *   leaders   the lowest rank of every host;
+ *   slice[j]  for slice j of an allreduce (nslice = the most ranks on one host), its owner on
+ *             every host: local rank j mod (ranks on that host), in host order.
+ *
+ * Hosts are numbered by their lowest rank, and each host's ranks must be consecutive (as every
+ * launcher places them): allgather then moves each host's blocks as one piece. The cross-host
+ * groups are built by every member from the host layout alone, with identifiers derived from
+ * the world's, so they need no traffic. At the end an allreduce(MIN) over TCP has all ranks
+ * agree that every host's shared memory works; if one does not, no rank uses the hierarchical
+ * path (the rules then choose the flat TCP algorithms on every rank alike).
+ */
+static void hier_free(chorus_hier *h)
+{
+    if (!h) return;
+    comm_free(h->local);
+    comm_free(h->leaders);
+    for (int j = 0; h->slice && j < h->nslice; j++) comm_free(h->slice[j]);
+    free(h->slice);
+    free(h->lo);
+    free(h->n);
+    free(h);
+}
+
+/* Hosts in order of their lowest rank: lo[], n[], and whether each is a consecutive run. */
+static int host_layout(const chorus_comm *c, chorus_hier *h)
+{
+    for (int p = 0; p < c->size; p++) {
+        if (p > 0 && c->host[p] == c->host[p - 1]) {
+            h->n[h->nhosts - 1]++;
+        } else {
+            for (int q = 0; q < p; q++)
+                if (c->host[q] == c->host[p]) return 0; /* host seen before: not consecutive */
+            h->lo[h->nhosts] = p;
+            h->n[h->nhosts++] = 1;
+        }
+        if (p == c->rank) h->me = h->nhosts - 1;
+    }
+    return 1;
+}
+
+/* The cross-host groups (no traffic): leaders and the owners of each slice. */
+static chorus_result cross_groups(chorus_comm *c, chorus_hier *h)
+{
+    int *mem = malloc(sizeof(int) * (size_t)h->nhosts);
+    if (!mem) return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    chorus_result r = CHORUS_OK;
+    uint64_t base = chorus__hash64_seed(c->id, "hier", 4);
+    for (int k = 0; k < h->nhosts; k++) mem[k] = h->lo[k];
+    if (c->rank == h->lo[h->me]) {
+        int tag = -1;
+        r = comm_group(c, mem, h->nhosts, chorus__hash64_seed(base, &tag, sizeof(tag)),
+                       &h->leaders);
+    }
+    int li = c->rank - h->lo[h->me], nme = h->n[h->me];
+    for (int j = 0; j < h->nslice && r == CHORUS_OK; j++) {
+        if (j % nme != li) continue; /* this rank owns no part of slice j */
+        for (int k = 0; k < h->nhosts; k++) mem[k] = h->lo[k] + j % h->n[k];
+        r = comm_group(c, mem, h->nhosts, chorus__hash64_seed(base, &j, sizeof(j)), &h->slice[j]);
+    }
+    free(mem);
+    return r;
+}
+
+chorus_result chorus__comm_hier_setup(chorus_comm *c)
+{
+    if (c->nhosts < 2) return CHORUS_OK;
+    if (!c->cfg.shm) {
+        CHORUS_INFO(CHORUS_LOG_COLL, "no hierarchical collectives: CHORUS_SHM=0");
+        return CHORUS_OK;
+    }
+    chorus_hier *h = calloc(1, sizeof(*h));
+    if (h) {
+        h->lo = calloc((size_t)c->nhosts, sizeof(int));
+        h->n = calloc((size_t)c->nhosts, sizeof(int));
+    }
+    if (!h || !h->lo || !h->n) {
+        hier_free(h);
+        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    if (!host_layout(c, h)) {
+        CHORUS_INFO(CHORUS_LOG_COLL,
+                    "no hierarchical collectives: the ranks of a host are not consecutive");
+        hier_free(h);
+        return CHORUS_OK;
+    }
+    for (int k = 0; k < h->nhosts; k++) h->nslice = h->n[k] > h->nslice ? h->n[k] : h->nslice;
+    h->slice = calloc((size_t)h->nslice, sizeof(chorus_comm *));
+    chorus_result r =
+        h->slice ? CHORUS_OK : chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    if (r == CHORUS_OK) r = chorus_comm_split_type(c, CHORUS_SPLIT_HOST, 0, &h->local);
+    if (r == CHORUS_OK) r = cross_groups(c, h);
+    /* Agree: every host with several ranks has its shared memory (else nobody uses hier). */
+    int32_t ok = r == CHORUS_OK && (h->local->size == 1 || h->local->shm), all = 0;
+    if (r == CHORUS_OK) r = chorus_allreduce(c, &ok, &all, 1, CHORUS_INT32, CHORUS_MIN);
+    if (r != CHORUS_OK || !all) {
+        if (r == CHORUS_OK)
+            CHORUS_INFO(CHORUS_LOG_COLL,
+                        "no hierarchical collectives: shared memory failed on some host");
+        hier_free(h);
+        return r;
+    }
+    c->hier = h;
+    return CHORUS_OK;
 }

@@ -26,9 +26,10 @@ struct chorus_comm {
     chorus_errbuf err;
     void *scratch; /* grow-only, reused by algorithms (page faults cost more than a copy) */
     size_t scratch_cap;
-    struct chorus_shm *shm; /* shared-memory group of all ranks, when they share one host */
-    unsigned select_warned; /* CHORUS_ALGO_* warnings already given (bit per collective) */
-    chorus_config cfg;      /* CHORUS_* variables, parsed at init; split communicators inherit */
+    struct chorus_shm *shm;   /* shared-memory group of all ranks, when they share one host */
+    struct chorus_hier *hier; /* host-local and cross-host communicators (comm.c), or NULL */
+    unsigned select_warned;   /* CHORUS_ALGO_* warnings already given (bit per collective) */
+    chorus_config cfg;        /* CHORUS_* variables, parsed at init; split communicators inherit */
 };
 
 /* Creates the world communicator of a described job (chorus_init is chorus__job_from_env +
@@ -40,6 +41,26 @@ chorus_result chorus__init_job(const chorus_job *job, chorus_comm **out);
  * CHORUS_SHM is not 0; otherwise, or when any rank cannot map the segment, c->shm stays NULL
  * and c uses TCP. A collective over c: every rank calls it. Errors are TCP failures. */
 chorus_result chorus__comm_shm_setup(chorus_comm *c);
+
+/* The communicators of the hierarchical algorithms of a job that spans hosts: the ranks of
+ * each host are consecutive, hosts are numbered by their lowest rank (host order). */
+typedef struct chorus_hier {
+    chorus_comm *local;   /* this host's ranks, over shared memory when more than one */
+    chorus_comm *leaders; /* the lowest rank of every host, in host order (NULL: not one) */
+    int nslice;           /* slices of an allreduce: the most ranks on one host */
+    chorus_comm **slice;  /* [nslice]: slice j's owners, one per host in host order; NULL where
+                             this rank owns no part of slice j */
+    int nhosts;
+    int *lo, *n; /* [nhosts]: first rank and rank count of each host */
+    int me;      /* this rank's host */
+} chorus_hier;
+
+/* Sets up c->hier on a communicator whose ranks span hosts (CHORUS_SHM not 0, each host's
+ * ranks consecutive): splits off the host-local communicator (a collective over
+ * c), builds the cross-host groups (no traffic) and has all ranks agree that every host got
+ * its shared memory. Leaves c->hier NULL, with an INFO line saying why, when it does not
+ * apply; errors are TCP failures. */
+chorus_result chorus__comm_hier_setup(chorus_comm *c);
 
 /* Logs the algorithm rules in force for a new communicator c at INFO (select.c; init and
  * split call it once per communicator). */

@@ -42,6 +42,15 @@
  *   broadcast, pipelined chain:     (p-2+S/s) * (alpha + s*beta)   -> large S (s: segment)
  *   allgather / reduce-scatter / alltoall / barrier over shm: one copy in and one copy out of
  *          each byte, alpha_shm per slot; over TCP: ring / direct / pairwise / dissemination.
+ *   across h hosts of up to m ranks (alpha, beta of a host's link, shared by its ranks):
+ *   allreduce, hier:  max(2 T_shm(S), 2(h-1)/h S beta) + 2R(h-1) alpha   (R pipelined rounds)
+ *          reduce-scatter of m slices over shm, each slice allreduced among its owners on the
+ *          h hosts, allgather over shm, round by round so that shm and the link overlap
+ *          (small slices: once, one-shot across hosts, 2 T_shm(S) + alpha + (h-1) S beta);
+ *          the link carries 2(h-1)/h S each way, where the flat
+ *          direct_ring over p = hm ranks has each of a host's m ranks send 2(p-1)/p S
+ *   broadcast, hier:  2 T_shm(S) + the TCP broadcast among the h hosts' lowest ranks
+ *   allgather, hier:  T_shm(S) + one TCP broadcast per host of its blocks among the leaders
  *
  * Topology: when every rank of the communicator is on one host (comm->nhosts == 1) and
  * CHORUS_SHM is not 0, the communicator has a shared-memory group (comm_shm.c) and shared
@@ -49,7 +58,11 @@
  * the default for all collectives; otherwise TCP, with the size crossovers
  * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce at 2 ranks is single
  * copy from CHORUS_SHM_CMA_MIN to CHORUS_SHM_CMA_MAX bytes (when the kernel allows it); otherwise
- * one-shot up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above.
+ * one-shot up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above. A communicator that spans
+ * hosts with several ranks on some host (and has c->hier: each host's ranks consecutive,
+ * CHORUS_SHM not 0) runs allreduce, broadcast and allgather hierarchically at every size:
+ * shared memory costs less than a TCP step at any size, and the link then carries each byte
+ * once per host rather than once per rank.
  *
  * The table: one row per algorithm {id, collective, name, description, memory type,
  * transport, when the rules pick it, function}. The rules take, for a collective, the first
@@ -109,19 +122,29 @@ static int tree_fits(const chorus_comm *c, size_t bytes)
 {
     return bytes <= c->cfg.bcast_tree_max;
 }
+/* Across hosts with several ranks on some host: shared memory inside the hosts pays for
+ * itself at every size (a host's ranks then cross its link once, not each on its own). */
+static int hier_fits(const chorus_comm *c, size_t bytes)
+{
+    (void)bytes;
+    return c->size > c->nhosts;
+}
 
 enum {
     AR_SHM_CMA,
     AR_SHM_ONESHOT,
     AR_SHM_PIPELINED,
+    AR_HIER,
     AR_ONESHOT,
     AR_DIRECT_RING,
     AR_RD,
     AR_RING,
     BC_SHM,
+    BC_HIER,
     BC_TREE,
     BC_CHAIN,
     AG_SHM,
+    AG_HIER,
     AG_RING,
     RS_SHM,
     RS_DIRECT,
@@ -143,6 +166,7 @@ typedef struct row {
 #define NET  CHORUS_TP_NET
 #define SHM  CHORUS_TP_SHM
 #define CMA  CHORUS_TP_SHM_CMA
+#define HIER CHORUS_TP_HIER
 
 /* In order of preference within a collective: the rules take the first row that fits. */
 static const row table[NALGO] = {
@@ -156,6 +180,10 @@ static const row table[NALGO] = {
     ROW(AR_SHM_PIPELINED, ALLREDUCE, "shm_pipelined", NULL,
         "shared memory, per chunk a reduce-scatter then an allgather through the slots", HOST, SHM,
         ar_shm_pipelined, always),
+    ROW(AR_HIER, ALLREDUCE, "hier", NULL,
+        "across hosts: reduce-scatter over shared memory in each host, allreduce of each slice "
+        "among its owners on every host over TCP, allgather over shared memory",
+        HOST, HIER, chorus__allreduce_hier, hier_fits),
     ROW(AR_ONESHOT, ALLREDUCE, "oneshot", NULL,
         "TCP, every rank sends its buffer to every other and folds all in rank order", HOST, NET,
         chorus__allreduce_oneshot, tcp_oneshot_fits),
@@ -170,12 +198,20 @@ static const row table[NALGO] = {
         HOST, NET, chorus__allreduce_ring, NULL),
     ROW(BC_SHM, BROADCAST, "shm", NULL, "shared memory, the root's slots copied out by all", HOST,
         SHM, chorus__bcast_shm, always),
+    ROW(BC_HIER, BROADCAST, "hier", NULL,
+        "across hosts: shared memory on the root's host, TCP among the hosts' lowest ranks, "
+        "shared memory on the others",
+        HOST, HIER, chorus__bcast_hier, hier_fits),
     ROW(BC_TREE, BROADCAST, "tree", NULL, "TCP, binomial tree", HOST, NET, chorus__bcast_tree,
         tree_fits),
     ROW(BC_CHAIN, BROADCAST, "chain", NULL, "TCP, pipelined chain", HOST, NET, chorus__bcast_chain,
         always),
     ROW(AG_SHM, ALLGATHER, "shm", NULL, "shared memory, through the slots", HOST, SHM,
         chorus__allgather_shm, always),
+    ROW(AG_HIER, ALLGATHER, "hier", NULL,
+        "across hosts: shared memory in each host, TCP among the hosts' lowest ranks, shared "
+        "memory again",
+        HOST, HIER, chorus__allgather_hier, hier_fits),
     ROW(AG_RING, ALLGATHER, "ring", NULL, "TCP, pipelined ring", HOST, NET, chorus__allgather_ring,
         always),
     ROW(RS_SHM, REDUCE_SCATTER, "shm", NULL, "shared memory, through the slots", HOST, SHM,
@@ -199,6 +235,7 @@ static int has_transport(const chorus_comm *c, chorus_transport tp)
     case CHORUS_TP_NET: return 1;
     case CHORUS_TP_SHM: return c->shm != NULL;
     case CHORUS_TP_SHM_CMA: return c->shm != NULL && c->shm->cma;
+    case CHORUS_TP_HIER: return c->hier != NULL;
     }
     return 0;
 }
@@ -215,7 +252,8 @@ static const row *by_rules(const chorus_comm *c, int kind, chorus_mem_type mem, 
     for (int i = 0; i < NALGO; i++) {
         const row *r = &table[i];
         if (r->a.kind == kind && r->fits && usable(c, r, mem) &&
-            (!shm_only || r->a.tp != CHORUS_TP_NET) && r->fits(c, bytes))
+            (!shm_only || r->a.tp == CHORUS_TP_SHM || r->a.tp == CHORUS_TP_SHM_CMA) &&
+            r->fits(c, bytes))
             return r;
     }
     return NULL;
@@ -270,7 +308,15 @@ static void warn_unusable(chorus_comm *c, int kind, const char *v, chorus_transp
     c->select_warned |= 1u << kind;
     char var[64];
     var_name(kind, var, sizeof(var));
-    if (tp == CHORUS_TP_SHM_CMA && c->shm)
+    if (tp == CHORUS_TP_HIER)
+        CHORUS_WARN(CHORUS_LOG_COLL,
+                    "%s=%s but this communicator has no hierarchical path (%s); choosing by the "
+                    "rules",
+                    var, v,
+                    c->nhosts < 2 ? "its ranks are on one host"
+                                  : "CHORUS_SHM=0, a host's ranks not consecutive, or a split "
+                                    "communicator; see CHORUS_DEBUG=INFO");
+    else if (tp == CHORUS_TP_SHM_CMA && c->shm)
         CHORUS_WARN(CHORUS_LOG_COLL,
                     "%s=%s but single-copy transfers are off here (CHORUS_SHM_CMA=0 or refused by "
                     "the kernel, see CHORUS_DEBUG=INFO); choosing by the rules",
@@ -312,6 +358,8 @@ static void rules_reason(const chorus_comm *c, const row *r, size_t bytes, char 
     else if (r->fits == tcp_oneshot_fits)
         snprintf(out, len, "no shared memory (%s), %zu B <= CHORUS_TCP_ONESHOT_MAX (%zu)", no_shm,
                  bytes, c->cfg.tcp_oneshot_max);
+    else if (r->fits == hier_fits)
+        snprintf(out, len, "%d ranks on %d hosts, several on some host", c->size, c->nhosts);
     else if (r->fits == tree_fits)
         snprintf(out, len, "no shared memory (%s), %zu B <= CHORUS_BCAST_TREE_MAX (%zu)", no_shm,
                  bytes, c->cfg.bcast_tree_max);
@@ -406,6 +454,12 @@ void chorus__select_describe(const chorus_comm *c)
                     : c->size == 2 ? "from "
                                    : "only when forced (shm_cma), with more than 2 ranks; from ",
                     c->shm->cma_min, c->shm->cma_max);
+    else if (c->hier && c->size > c->nhosts)
+        CHORUS_INFO(CHORUS_LOG_COLL,
+                    "comm %016llx (%d ranks, %d hosts): hierarchical allreduce, broadcast and "
+                    "allgather (shared memory within each host, TCP between hosts; allreduce in "
+                    "%d slices, one per rank of the fullest host); TCP for the rest",
+                    (unsigned long long)c->id, c->size, c->nhosts, c->hier->nslice);
     else
         CHORUS_INFO(CHORUS_LOG_COLL,
                     "comm %016llx (%d ranks, %d host%s): TCP; allreduce one-shot up to %zu B, "
@@ -414,7 +468,9 @@ void chorus__select_describe(const chorus_comm *c)
                     "reduce-scatter, pairwise alltoall, dissemination barrier%s",
                     (unsigned long long)c->id, c->size, c->nhosts, c->nhosts == 1 ? "" : "s",
                     c->cfg.tcp_oneshot_max, c->cfg.bcast_tree_max,
-                    c->nhosts > 1 && c->size > c->nhosts
+                    c->hier ? "; one rank per host, so the hierarchical path (hier) runs only "
+                              "when forced"
+                    : c->nhosts > 1 && c->size > c->nhosts
                         ? " (chorus_comm_split_type(CHORUS_SPLIT_HOST) gives the ranks of each "
                           "host a communicator over shared memory)"
                         : "");

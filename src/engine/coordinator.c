@@ -271,7 +271,70 @@ static void coord_round_free(coord_round *k)
     free(k->a);
 }
 
-chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, eng_buf *resp)
+/* Every rank is blocked waiting and no pending name is on every rank that has not joined:
+ * nothing can ever run. Each of those names ends on every rank with a mismatch error that
+ * names it, where it is pending and where it is missing; the engine goes on. Returns 1 when
+ * it answered. */
+static int desync_answer(chorus_engine *e, coord_round *k)
+{
+    int n = e->size;
+    if (!k->nsnames) return 0;
+    uint8_t *m = malloc((size_t)n);
+    if (!m) return 0;
+    char list[ENG_MSG_MAX - 400];
+    size_t o = 0;
+    int shown = 0;
+    for (size_t i = 0; i < k->nsnames; i++) {
+        stall_info *si = chorus__map_get(&k->stall, k->snames[i]);
+        int missing = 0;
+        for (int r = 0; r < n; r++) {
+            m[r] = si->have[r] || e->joined[r];
+            missing += !m[r];
+        }
+        if (!missing) {
+            free(m);
+            return 0; /* this one can run */
+        }
+        if (shown < 6 && o + 400 < sizeof(list)) {
+            char have[128], miss[128];
+            chorus__fmt_ranks(si->have, n, 1, have, sizeof(have));
+            chorus__fmt_ranks(m, n, 0, miss, sizeof(miss));
+            o += (size_t)snprintf(list + o, sizeof(list) - o,
+                                  "%s'%.100s' (waited for on %s, never submitted on %s)",
+                                  shown ? "; " : "", k->snames[i], have, miss);
+            shown++;
+        }
+    }
+    free(m);
+    if ((size_t)shown < k->nsnames && o + 40 < sizeof(list))
+        snprintf(list + o, sizeof(list) - o, "; and %zu more", k->nsnames - (size_t)shown);
+    eng_answer *a = k->a;
+    for (size_t i = 0; i < k->nsnames; i++) {
+        memset(a, 0, sizeof(*a));
+        a->type = ENG_ANS_ERROR;
+        a->code = CHORUS_ERR_MISMATCH;
+        snprintf(a->name, sizeof(a->name), "%s", k->snames[i]);
+        snprintf(a->msg, sizeof(a->msg),
+                 "ranks desynchronised: every rank is blocked waiting for an operation that "
+                 "another rank never submitted: %s. The ranks issued different collectives (in "
+                 "another order, with other names, or one rank skipped a call or failed); "
+                 "CHORUS_DESYNC_S=%g",
+                 list, e->o.desync_s);
+        chorus__engmsg_put_answer(&k->body, a);
+        k->nresp++;
+        eng_centry *c = chorus__map_get(&e->coord_map, k->snames[i]);
+        for (size_t j = 0; c && j < e->ncoord; j++)
+            if (e->coord[j] == c) {
+                coord_drop(e, j);
+                break;
+            }
+    }
+    CHORUS_WARN(CHORUS_LOG_ENGINE, "ranks desynchronised: %s", list);
+    return 1;
+}
+
+chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, int all_blocked,
+                                     eng_buf *resp)
 {
     coord_round k;
     memset(&k, 0, sizeof(k));
@@ -280,7 +343,10 @@ chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, 
     for (int r = 0; r < e->size && res == CHORUS_OK; r++)
         res = take_report(e, &k, &in[r], r, report);
     if (res == CHORUS_OK) res = answer_complete(e, &k);
-    if (report && res == CHORUS_OK) stall_warn(e, &k.stall, k.snames, k.nsnames, &k.body, &k.nresp);
+    int desync =
+        report && all_blocked && e->o.desync_s > 0 && res == CHORUS_OK && desync_answer(e, &k);
+    if (report && res == CHORUS_OK && !desync)
+        stall_warn(e, &k.stall, k.snames, k.nsnames, &k.body, &k.nresp);
     chorus__eb_u32(resp, k.nresp);
     chorus__eb_raw(resp, k.body.p, k.body.len);
     if ((k.body.oom || resp->oom) && res == CHORUS_OK)

@@ -56,6 +56,7 @@ void chorus_engine_opts_init(chorus_engine_opts *o)
     o->stall_warn_s = cfg->stall_warn_s;
     o->stall_shutdown_s = cfg->stall_shutdown_s;
     o->idle_ms = cfg->engine_idle_ms;
+    o->desync_s = cfg->desync_s;
     o->timeline = cfg->timeline;
     const char *c = cfg->compression;
     o->compressor = chorus__compressor_by_name(c);
@@ -143,6 +144,7 @@ static chorus_result enqueue(chorus_engine *e, eng_req *r, const chorus_engine_t
         return set_err(e, CHORUS_ERR_NOMEM, "out of memory");
     }
     r->t_enqueue = chorus__now();
+    if (o && r->m.kind != EK_JOIN) r->m.shape = o->shape_tag;
     r->slot = -1;
     r->pidx = (size_t)-1;
     pthread_mutex_lock(&e->mu);

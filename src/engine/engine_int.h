@@ -49,7 +49,8 @@ void chorus__map_del(eng_map *m, const char *key);
 struct chorus_engine_handle {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int refs; /* atomic */
+    int refs;    /* atomic */
+    int waiting; /* atomic: threads blocked in chorus_engine_wait on it */
     int done;
     chorus_result res;
     char *msg;
@@ -169,7 +170,8 @@ struct chorus_engine {
     uint8_t *joined, *prev_joined; /* per rank, from the last cycle */
     int njoined;
     double last_cycle, last_progress, next_stall_report;
-    int all_active; /* every rank had work pending in the last cycle */
+    double blocked_since, next_desync_report; /* a thread waits on a pending op (0: none) */
+    int all_active;                           /* every rank had work pending in the last cycle */
     long long first_div_step;
     void *fbuf, *scratch, *scratch2;
     size_t fbuf_cap, scratch_cap, scratch2_cap;
@@ -212,7 +214,10 @@ int chorus__eng_cycle(chorus_engine *e, int shutdown);
 int chorus__eng_stop(chorus_engine *e, chorus_result r, const char *msg);
 
 /* coordinator.c (rank 0): takes every rank's report (in[r]), appends the answer to resp. */
-chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, eng_buf *resp);
+/* all_blocked: every rank has had a thread waiting on one of its pending ops, without
+ * progress, for CHORUS_DESYNC_S (the desync check). */
+chorus_result chorus__eng_coordinate(chorus_engine *e, eng_buf *in, int report, int all_blocked,
+                                     eng_buf *resp);
 
 /* execute.c: runs the agreed ops in order, round by round, and completes their handles. */
 chorus_result chorus__eng_execute(chorus_engine *e, eng_exec *x, size_t n);

@@ -30,11 +30,17 @@ static int rounds_equal(const eng_meta *a, const eng_meta *b)
     return 1;
 }
 
+/* Shape tags are compared when both ranks gave one. */
+static int shapes_agree(const eng_meta *a, const eng_meta *b)
+{
+    return !a->shape || !b->shape || a->shape == b->shape;
+}
+
 int chorus__meta_equal(const eng_meta *a, const eng_meta *b)
 {
     return a->kind == b->kind && a->dtype == b->dtype && a->op == b->op && a->root == b->root &&
-           a->count == b->count && a->prescale == b->prescale && a->postscale == b->postscale &&
-           !strcmp(a->comp, b->comp) && rounds_equal(a, b);
+           a->count == b->count && shapes_agree(a, b) && a->prescale == b->prescale &&
+           a->postscale == b->postscale && !strcmp(a->comp, b->comp) && rounds_equal(a, b);
 }
 
 /* "2 rounds: reduce sum float64 x 8, gather float32 x 20" */
@@ -62,6 +68,11 @@ void chorus__meta_diff(const eng_meta *a, int ra, const eng_meta *b, int rb, cha
     else if (a->count != b->count)
         DIFF("%llu", a->kind == EK_ALLGATHER ? "row size (elements)" : "count (elements)",
              (unsigned long long)a->count, (unsigned long long)b->count);
+    else if (!shapes_agree(a, b))
+        snprintf(out, len,
+                 "shape differs between rank %d and rank %d (both have %llu elements, in "
+                 "different shapes)",
+                 ra, rb, (unsigned long long)a->count);
     else if (a->op != b->op)
         DIFF("%s", "op", chorus__op_name(a->op), chorus__op_name(b->op));
     else if (a->root != b->root)

@@ -3,11 +3,17 @@
  * named ops are ready everywhere.
  *
  * 1. Every rank contributes a byte vector to one allreduce with CHORUS_MIN on uint8:
- *      [0] reserved  [1] 0 if this rank has names the coordinator has not seen
+ *      [0] 1 if this rank has been blocked (a thread waiting on a pending op) without
+ *          progress for CHORUS_DESYNC_S
+ *      [1] 0 if this rank has names the coordinator has not seen
  *      [2] 0 if this rank asks for a stall report  [3] 1 if this rank has work pending
  *      then two bytes per rank: 0 if that rank has joined / asks for shutdown,
  *      then one byte per response-cache slot: 1 if that cached name is ready here.
- *    MIN makes the slot bytes an AND (ready everywhere) and the flag bytes an OR. In steady
+ *    MIN makes the slot bytes and [0] an AND (ready / blocked everywhere) and the flag bytes
+ *    an OR. A rank blocked for CHORUS_DESYNC_S without progress asks for a stall report; when
+ *    every rank has been blocked that long and no pending name is on every rank, nothing can
+ *    ever run: the coordinator ends those names with a mismatch error on every rank. In
+ *    steady
  *    state (every name cached) this allreduce is the whole negotiation.
  * 2. Only when some rank has new names, asks for a stall report, or the set of joined ranks
  *    changed: the coordinator round. Every rank sends rank 0 its new names with their
@@ -110,6 +116,7 @@ typedef struct cycle {
     double now;
     int shutdown;              /* this rank asks for shutdown */
     int want_report, have_new; /* this rank's flags */
+    int blocked;               /* ... and has for CHORUS_DESYNC_S without progress */
     uint8_t *v, *sv;           /* the byte vector and its slot part */
     int all_joined, coord;     /* every rank joined; a coordinator round is needed */
     eng_exec *x;               /* the agreed list */
@@ -133,9 +140,38 @@ static int push_exec(chorus_engine *e, cycle *c, eng_exec x)
     return 0;
 }
 
+/* Is a thread of this rank blocked waiting on one of its pending ops? Then the rank cannot
+ * submit anything else (unless another thread does) until one of them runs. */
+static int is_blocked(const chorus_engine *e)
+{
+    if (e->my_join && __atomic_load_n(&e->my_join->h->waiting, __ATOMIC_RELAXED)) return 1;
+    for (size_t i = 0; i < e->npend; i++)
+        if (__atomic_load_n(&e->pend[i]->h->waiting, __ATOMIC_RELAXED)) return 1;
+    return 0;
+}
+
+/* A rank blocked without progress for CHORUS_DESYNC_S asks for a stall report (once per
+ * period), in which the coordinator checks whether every rank is blocked for good. */
+static void desync_flag(chorus_engine *e, cycle *c)
+{
+    if (e->o.desync_s <= 0 || !is_blocked(e)) {
+        e->blocked_since = 0;
+        return;
+    }
+    if (e->blocked_since == 0) e->blocked_since = c->now;
+    double since = e->blocked_since > e->last_progress ? e->blocked_since : e->last_progress;
+    if (c->now - since < e->o.desync_s) return;
+    c->blocked = 1;
+    if (c->now >= e->next_desync_report) {
+        c->want_report = 1;
+        e->next_desync_report = c->now + e->o.desync_s;
+    }
+}
+
 /* Phase 0: does this rank have new names, or pending names old enough for a stall report? */
 static void phase_flags(chorus_engine *e, cycle *c)
 {
+    desync_flag(e, c);
     if (e->npend && (e->o.stall_warn_s > 0 || e->o.stall_shutdown_s > 0)) {
         double oldest = c->now;
         for (size_t i = 0; i < e->npend; i++)
@@ -159,7 +195,7 @@ static int phase_vector(chorus_engine *e, cycle *c)
     uint8_t *v = chorus__eng_grow((void **)&e->vec, &e->vec_cap, L);
     if (!v)
         return chorus__eng_stop(e, CHORUS_ERR_NOMEM, "out of memory for the negotiation vector");
-    v[0] = 1;
+    v[0] = (uint8_t)c->blocked;
     v[1] = c->have_new ? 0 : 1;
     v[2] = c->want_report ? 0 : 1;
     v[3] = e->npend > 0 || e->my_join;
@@ -285,7 +321,7 @@ static chorus_result collect_and_answer(chorus_engine *e, cycle *c, eng_buf *min
         }
         res = chorus_recv(e->comm, in[r].p, l, CHORUS_UINT8, r, 2);
     }
-    if (res == CHORUS_OK) res = chorus__eng_coordinate(e, in, !c->v[2], &c->resp);
+    if (res == CHORUS_OK) res = chorus__eng_coordinate(e, in, !c->v[2], c->v[0], &c->resp);
     for (int r = 0; r < n; r++) free(in[r].p);
     free(in);
     return res;

@@ -49,7 +49,12 @@ chorus_result chorus_engine_wait(chorus_engine_handle *h)
 {
     if (!h) return CHORUS_ERR_INVALID_ARG;
     pthread_mutex_lock(&h->mu);
-    while (!h->done) pthread_cond_wait(&h->cv, &h->mu);
+    if (!h->done) {
+        /* the engine thread reads this to tell a rank that is blocked from one that is busy */
+        __atomic_add_fetch(&h->waiting, 1, __ATOMIC_RELAXED);
+        while (!h->done) pthread_cond_wait(&h->cv, &h->mu);
+        __atomic_sub_fetch(&h->waiting, 1, __ATOMIC_RELAXED);
+    }
     chorus_result r = h->res;
     pthread_mutex_unlock(&h->mu);
     return r;

@@ -72,6 +72,7 @@ void chorus__eb_meta(eng_buf *b, const eng_meta *m)
     chorus__eb_u8(b, m->op);
     chorus__eb_u32(b, (uint32_t)m->root);
     chorus__eb_u64(b, m->count);
+    chorus__eb_u64(b, m->shape);
     chorus__eb_f64(b, m->prescale);
     chorus__eb_f64(b, m->postscale);
     chorus__eb_str(b, m->comp);
@@ -151,6 +152,7 @@ void chorus__rd_meta(eng_rd *r, eng_meta *m)
     m->op = chorus__rd_u8(r);
     m->root = (int32_t)chorus__rd_u32(r);
     m->count = chorus__rd_u64(r);
+    m->shape = chorus__rd_u64(r);
     m->prescale = chorus__rd_f64(r);
     m->postscale = chorus__rd_f64(r);
     chorus__rd_str(r, m->comp, ENG_COMP_MAX);

@@ -50,6 +50,7 @@ typedef struct eng_meta {
     uint8_t kind, dtype, op;
     int32_t root;   /* broadcast */
     uint64_t count; /* elements; allgather: elements per row */
+    uint64_t shape; /* the caller's shape tag (chorus_engine_tensor_opts.shape_tag), 0: none */
     double prescale, postscale;
     char comp[ENG_COMP_MAX + 1]; /* compressor name, "" for none */
     uint8_t nrounds;             /* rounds of the compressor's plan (0: not compressed) */

@@ -14,16 +14,23 @@
 
 #include "wire/sock.h"
 
-int chorus__sock_resolve(const char *hostport, struct sockaddr_in *out)
+/* Splits "host:port": the port, with the host copied to host[len]; -1 if malformed. */
+static long split_hostport(const char *hostport, char *host, size_t len)
 {
-    char host[256];
     const char *colon = strrchr(hostport, ':');
-    if (!colon || colon == hostport || (size_t)(colon - hostport) >= sizeof(host)) return -1;
+    if (!colon || colon == hostport || (size_t)(colon - hostport) >= len) return -1;
     memcpy(host, hostport, (size_t)(colon - hostport));
     host[colon - hostport] = 0;
     char *end;
     long port = strtol(colon + 1, &end, 10);
-    if (*end || port <= 0 || port > 65535) return -1;
+    return *end || port <= 0 || port > 65535 ? -1 : port;
+}
+
+int chorus__sock_resolve(const char *hostport, struct sockaddr_in *out)
+{
+    char host[256];
+    long port = split_hostport(hostport, host, sizeof(host));
+    if (port < 0) return -1;
     memset(out, 0, sizeof(*out));
     out->sin_family = AF_INET;
     out->sin_port = htons((uint16_t)port);
@@ -51,10 +58,24 @@ chorus_result chorus__sock_connect_ex(const char *hostport, double deadline, int
                                       int *fdp, chorus_errbuf *e)
 {
     struct sockaddr_in sa;
-    if (chorus__sock_resolve(hostport, &sa))
+    char host[256];
+    double backoff = 0.005;
+    if (split_hostport(hostport, host, sizeof(host)) < 0)
         return chorus__fail(e, CHORUS_ERR_ENV, "cannot resolve address '%s' (expected host:port)",
                             hostport);
-    double backoff = 0.005;
+    /* A name that does not resolve yet may soon (the DNS record of a host or pod that is still
+     * starting): retried until the deadline, like a refused connection. */
+    while (chorus__sock_resolve(hostport, &sa)) {
+        if (!retry_refused || chorus__now() + backoff > deadline)
+            return chorus__fail(e, retry_refused ? CHORUS_ERR_TIMEOUT : CHORUS_ERR_ENV,
+                                "cannot resolve the host name '%s' (of %s)%s", host, hostport,
+                                retry_refused ? " before the timeout: is it right, and is its DNS "
+                                                "record published yet? (CHORUS_TIMEOUT_S)"
+                                              : "");
+        sleep_s(backoff);
+        if (backoff < 0.2) backoff *= 2;
+    }
+    backoff = 0.005;
     int last_err = 0;
     for (;;) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

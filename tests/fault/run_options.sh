@@ -13,8 +13,12 @@ check 2 "--min-np, --max-np and --host-discovery-script need --elastic" -np 2 --
 check 2 "--elastic needs --min-np (3) <= -np (2) <= --max-np (2)" --elastic -np 2 --min-np 3 true
 check 2 "--elastic needs --min-np (1) <= -np (4) <= --max-np (2)" --elastic -np 4 --max-np 2 true
 check 2 "--max-np needs a number from 1 to 4096, not 'x'" --elastic -np 2 --max-np x true
-check 2 "chorus-run starts ranks on this host only; launch across hosts with mpirun or srun" -H a:2,b:2 -np 4 true
-check 2 "the host discovery script gives no local slots" --elastic --host-discovery-script "echo otherhost:4" true
+check 2 "chorus-run: not enough slots: -np 5 needs 5, but the hosts have 4 (a:2,b:2)" -H a:2,b:2 -np 5 true
+check 2 "chorus-run: -H a:x: 'a:x': the slots after ':' must be a number from 0 to 4096" -H a:x true
+check 2 "chorus-run: --elastic takes its hosts from --host-discovery-script, not -H or --hostfile" --elastic -H a:2 -np 2 true
+check 1 "chorus-run: --rsh ' ' names no command" -H 192.0.2.1:1 --rsh ' ' true
+check 2 "chorus-run: --hostfile: /nonexistent/hosts: No such file or directory" --hostfile /nonexistent/hosts true
+check 2 "the host discovery script gives no slots; pass -np N" --elastic --host-discovery-script "echo somehost:0" true
 check 0 "" --elastic -np 2 --max-np 3 true
 chorus-run --help | grep -q -- "--host-discovery-script PATH" || fail "--help does not list the elastic options"
 # workers that keep failing: replaced --max-restarts times, then the job stops

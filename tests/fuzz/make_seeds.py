@@ -54,7 +54,7 @@ def s32(b):
     return struct.pack('<I', len(b)) + b
 
 def meta(kind=0, dtype=6, op=0, count=10, comp=b'', rounds=()):
-    m = struct.pack('<BBBIQdd', kind, dtype, op, 0, count, 1.0, 1.0) + s32(comp)
+    m = struct.pack('<BBBIQQdd', kind, dtype, op, 0, count, 0, 1.0, 1.0) + s32(comp)
     m += bytes([len(rounds)]) + b''.join(struct.pack('<BBBQ', *r) for r in rounds)
     return m
 

@@ -73,20 +73,20 @@ int main(void)
                                   "CHORUS_ALGO_ALLGATHER", "CHORUS_ALGO_REDUCE_SCATTER",
                                   "CHORUS_ALGO_ALLTOALL",  "CHORUS_ALGO_BARRIER"};
     static const char *valid[6] = {
-        "shm_oneshot (or shm_flat), shm_pipelined, oneshot, direct_ring, rd, ring, shm (shared "
-        "memory, by the rules)",
-        "shm, tree, chain",
-        "shm, ring",
+        "shm_oneshot (or shm_flat), shm_pipelined, hier, oneshot, direct_ring, rd, ring, shm "
+        "(shared memory, by the rules)",
+        "shm, hier, tree, chain",
+        "shm, hier, ring",
         "shm, direct",
         "shm, pairwise",
         "shm, dissemination"};
-    static const char *names[6][8] = {
-        {"oneshot", "direct_ring", "rd", "ring", "shm", "shm_oneshot", "shm_flat", "shm_pipelined"},
-        {"tree", "chain", "shm"},
-        {"ring", "shm"},
-        {"direct", "shm"},
-        {"pairwise", "shm"},
-        {"dissemination", "shm"}};
+    static const char *names[6][9] = {{"oneshot", "direct_ring", "rd", "ring", "shm", "shm_oneshot",
+                                       "shm_flat", "shm_pipelined", "hier"},
+                                      {"tree", "chain", "shm", "hier"},
+                                      {"ring", "shm", "hier"},
+                                      {"direct", "shm"},
+                                      {"pairwise", "shm"},
+                                      {"dissemination", "shm"}};
     for (int k = 0; k < 6; k++) {
         /* the old, misleading names are gone: rsag, flat, and ring for reduce-scatter */
         const char *bad = k == 0 ? "rsag" : k == 3 ? "ring" : "nonesuch";
@@ -98,7 +98,7 @@ int main(void)
         ASSERT_STR_CONTAINS(msg, vars[k]);
         ASSERT_STR_CONTAINS(msg, bad);
         ASSERT_STR_CONTAINS(msg, valid[k]);
-        for (int i = 0; i < 8 && names[k][i]; i++) {
+        for (int i = 0; i < 9 && names[k][i]; i++) {
             test_set_config(comm, vars[k], names[k][i]);
             ASSERT_OK(run(k)); /* the communicator is still usable after the refusal */
         }

@@ -18,6 +18,9 @@
  *   compress    fp16 and bf16 on the wire, and a top-k compressor with error feedback that
  *               plugs in as a one-round gather plan
  *   death       a rank is killed while another waits: CHORUS_ERR_PEER_LOST naming it
+ *   desync      every rank waits for a name no other rank submits: CHORUS_ERR_MISMATCH on
+ *               every rank naming each op and the ranks missing it; same count, other shape
+ *               tags: a mismatch; the engine goes on
  */
 #include <math.h>
 #include <signal.h>
@@ -190,6 +193,40 @@ static void case_stall(void)
            CHORUS_ERR_TIMEOUT);
     ASSERT_STR_CONTAINS(chorus_engine_last_error(e), "stall shutdown");
     ASSERT(chorus_engine_shutdown(e) == CHORUS_ERR_TIMEOUT);
+}
+
+/* ---- desync ------------------------------------------------------------------------------- */
+
+static void case_desync(void)
+{
+    chorus_engine_opts o;
+    chorus_engine_opts_init(&o);
+    o.desync_s = 0.5;
+    o.stall_warn_s = 0;
+    chorus_engine *e = start(&o);
+    float x[8] = {1, 1, 1, 1, 1, 1, 1, 1}, y[8];
+    char nm[32];
+    snprintf(nm, sizeof(nm), "desync.rank%d", rank_);
+    chorus_engine_handle *h;
+    ASSERT_OK(chorus_engine_allreduce(e, nm, x, y, 8, CHORUS_FLOAT32, CHORUS_SUM, NULL, &h));
+    const char *s[] = {"desynchronised", "'desync.rank0' (waited for on rank 0, never submitted on",
+                       "'desync.rank1' (waited for on rank 1, never submitted on", NULL};
+    expect_fail(h, CHORUS_ERR_MISMATCH, s);
+    /* the same name with the same count but another shape tag on rank 1 */
+    chorus_engine_tensor_opts t;
+    chorus_engine_tensor_opts_init(&t);
+    t.shape_tag = rank_ == 1 ? 0x20000001u : 0x20000002u;
+    ASSERT_OK(
+        chorus_engine_allreduce(e, "desync.shape", x, y, 8, CHORUS_FLOAT32, CHORUS_SUM, &t, &h));
+    const char *s2[] = {"desync.shape", "shape differs between rank", "8 elements", NULL};
+    expect_fail(h, CHORUS_ERR_MISMATCH, s2);
+    /* the engine goes on */
+    ASSERT_OK(
+        chorus_engine_allreduce(e, "desync.after", x, y, 8, CHORUS_FLOAT32, CHORUS_SUM, NULL, &h));
+    ASSERT_OK(chorus_engine_wait(h));
+    chorus_engine_release(h);
+    ASSERT_EQ(y[0], (float)size_);
+    ASSERT_OK(chorus_engine_shutdown(e));
 }
 
 /* ---- join --------------------------------------------------------------------------------- */
@@ -693,6 +730,8 @@ int main(int argc, char **argv)
         case_compress();
     else if (!strcmp(c, "death"))
         case_death();
+    else if (!strcmp(c, "desync"))
+        case_desync();
     else
         test_fail(__FILE__, __LINE__, "unknown case %s", c);
     ASSERT_OK(chorus_finalize(comm));

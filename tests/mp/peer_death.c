@@ -30,6 +30,7 @@ int main(int argc, char **argv)
             /* a failed communicator fails fast from now on */
             ASSERT(chorus_barrier(c) != CHORUS_OK);
             chorus_finalize(c);
+            free(x);
             return 3; /* the survivors' distinctive status */
         }
         if (chorus__now() - start > 60) test_fail(__FILE__, __LINE__, "no failure seen");

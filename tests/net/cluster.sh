@@ -14,8 +14,10 @@
 # sets $cluster_hosts (the namespace names in order), $cluster_subnet, $tag, $logs (a temporary
 # directory) and $pids (add the pids of what you start: they are killed), and removes it all on
 # every exit path (exit, INT, TERM, HUP). cluster_host I and cluster_addr I print host I's name
-# and address; cluster_link_down I cuts host I's link. Where it cannot (not root, no `ip netns`,
-# no `tc` for a RATE), it prints "SKIP NAME: why" and exits 0.
+# and address; cluster_link_down I cuts host I's link; cluster_alias I NAME... gives host I
+# more names on every host (the first is the canonical one, as in a Kubernetes pod's own
+# /etc/hosts line "IP <pod>.<subdomain>.<namespace>.svc.cluster.local <pod>"). Where it
+# cannot (not root, no `ip netns`, no `tc` for a RATE), it prints "SKIP NAME: why" and exits 0.
 #
 # Run as a command (benchmarks, or by hand):
 #     tests/net/cluster.sh up NAME N [RATE] [SUBNET]   # prints the host namespaces, one a line
@@ -29,6 +31,14 @@ cluster_switch() { echo "chorus-$_cl_name-$tag-sw"; }
 cluster_link_down() {
     ip -n "$(cluster_host "$1")" link set eth0 down
     ip -n "$(cluster_switch)" link set "p$1" down
+}
+
+# cluster_alias I NAME...: one more /etc/hosts line for host I's address on every host. A
+# lookup of any of the NAMEs finds this line, and its first NAME is the canonical name.
+cluster_alias() {
+    _cl_a=$(cluster_addr "$1")
+    shift
+    for _cl_h in $cluster_hosts; do echo "$_cl_a $*" >> "/etc/netns/$_cl_h/hosts"; done
 }
 
 # cluster_make NAME N RATE SUBNET: makes the namespaces; returns non-zero with the reason in

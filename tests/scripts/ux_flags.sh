@@ -46,7 +46,7 @@ echo "$out"
 echo "$out" | grep -q '^\[1\] r 1$' || fail "--nproc_per_node=2"
 out=$(chorus-run --nproc-per-node 3 sh -c 'echo "r $RANK"' 2>&1)
 [ "$(echo "$out" | grep -c '^\[[0-2]\] r [0-2]$')" = 3 ] || fail "--nproc-per-node 3"
-refused "--nnodes 2: multi-host jobs are not supported by this launcher yet; launch across hosts with mpirun or srun" --nnodes 2
+refused "--nnodes 2: chorus-run takes the hosts, not their count; launch across hosts with -H host:slots,... or --hostfile FILE" --nnodes 2
 
 # -x VAR=value sets it for every rank; -x VAR passes it on, and says so when it is unset
 out=$(FROM_HERE=yes chorus-run -np 2 -x GREETING=hello -x FROM_HERE -x NOT_SET_XYZ sh -c 'echo "$GREETING $FROM_HERE"' 2>&1)
@@ -135,7 +135,7 @@ chorus-run -np 1 --timeline-mark-cycles true || fail "--timeline-mark-cycles"
 # flags of other launchers that do not apply, each with what to use instead
 refused "Chorus has no autotuner; set the fusion threshold and cycle time yourself" --autotune
 refused "force one with -x CHORUS_ALGO_ALLREDUCE=name" --hierarchical-allreduce
-refused "chorus-run starts ranks on this host only" --rdzv-endpoint=node1:29400
+refused "chorus-run has no rendezvous service of torchrun's kind; launch across hosts with -H" --rdzv-endpoint=node1:29400
 refused "chorus-run -np N python3 -m MODULE" -m
 refused "use --log-dir DIR" --output-filename out
 out=$(chorus-run -np 2>&1); rc=$?

@@ -34,7 +34,8 @@ static const char *all_vars[] = {"CHORUS_RANK",
                                  "SLURM_STEP_NUM_NODES",
                                  "SLURM_NNODES",
                                  "SLURM_STEP_NODELIST",
-                                 "SLURM_JOB_NODELIST"};
+                                 "SLURM_JOB_NODELIST",
+                                 "JOB_COMPLETION_INDEX"};
 
 static void clear(void)
 {
@@ -51,6 +52,72 @@ static void expect_error(const char *what, const char *needle)
                   chorus_strerror(r));
     printf("%-34s -> %s\n", what, e.msg);
     ASSERT_STR_CONTAINS(e.msg, needle);
+}
+
+/* A pod of a Kubernetes Indexed Job: rank from JOB_COMPLETION_INDEX, world size from
+ * WORLD_SIZE, rank 0's address from MASTER_ADDR and MASTER_PORT or its default port; the
+ * launchers whose variables win over it; the mistakes. Deriving rank 0's name from the pod's
+ * own needs the pod's hostname and /etc/hosts: tests/net/k8s_pods.sh. */
+static void kubernetes_cases(void)
+{
+    chorus_job j;
+    chorus_errbuf e = {{0}};
+    clear();
+    /* The manifest's variables, PyTorchJob style. */
+    setenv("JOB_COMPLETION_INDEX", "3", 1);
+    setenv("WORLD_SIZE", "4", 1);
+    setenv("MASTER_ADDR", "chorus-0.chorus", 1);
+    setenv("MASTER_PORT", "29511", 1);
+    setenv("CHORUS_JOB_ID", "train", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "kubernetes") && j.rank == 3 && j.size == 4);
+    ASSERT(j.local_rank == -1 && j.local_size == -1); /* from host identities */
+    ASSERT(!strcmp(j.store_addr, "chorus-0.chorus:29511") && j.serve_store);
+    ASSERT(!strcmp(j.job, "k8s-train"));
+    unsetenv("MASTER_PORT"); /* the default port */
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.store_addr, "chorus-0.chorus:29500"));
+    setenv("CHORUS_STORE_ADDR", "10.0.0.9:7000", 1); /* named outright: wins */
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "kubernetes") && !strcmp(j.store_addr, "10.0.0.9:7000"));
+    unsetenv("CHORUS_STORE_ADDR");
+    unsetenv("WORLD_SIZE");
+    setenv("CHORUS_SIZE", "4", 1); /* CHORUS_SIZE instead of WORLD_SIZE */
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "kubernetes") && j.size == 4);
+    unsetenv("CHORUS_SIZE");
+
+    /* A pod that runs its own launcher: RANK or CHORUS_RANK say who this process is. */
+    setenv("WORLD_SIZE", "8", 1);
+    setenv("RANK", "5", 1);
+    setenv("MASTER_PORT", "29500", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "torchrun") && j.rank == 5 && j.size == 8);
+    unsetenv("RANK");
+    setenv("CHORUS_RANK", "1", 1);
+    setenv("CHORUS_SIZE", "2", 1);
+    setenv("CHORUS_STORE_ADDR", "127.0.0.1:5000", 1);
+    ASSERT_OK(chorus__job_from_env(&j, &e));
+    ASSERT(!strcmp(j.launcher, "chorus-run") && j.rank == 1 && j.size == 2);
+    clear();
+
+    /* Mistakes. */
+    setenv("JOB_COMPLETION_INDEX", "0", 1);
+    expect_error("JOB_COMPLETION_INDEX without WORLD_SIZE",
+                 "kubernetes: JOB_COMPLETION_INDEX=0 makes this a pod of an Indexed Job, but "
+                 "WORLD_SIZE is not set: set it in the container's env to the Job's completions");
+    setenv("JOB_COMPLETION_INDEX", "2", 1);
+    setenv("WORLD_SIZE", "2", 1);
+    setenv("MASTER_ADDR", "chorus-0.chorus", 1);
+    expect_error("JOB_COMPLETION_INDEX=2 WORLD_SIZE=2",
+                 "kubernetes: JOB_COMPLETION_INDEX=2 is not below WORLD_SIZE=2: the Job's "
+                 "completions and the world size must be equal");
+    setenv("JOB_COMPLETION_INDEX", "x", 1);
+    expect_error("JOB_COMPLETION_INDEX=x", "JOB_COMPLETION_INDEX=x is not a valid non-negative");
+    setenv("JOB_COMPLETION_INDEX", "1", 1);
+    setenv("MASTER_PORT", "0", 1);
+    expect_error("MASTER_PORT=0", "MASTER_PORT=0 is not a valid port");
+    clear();
 }
 
 int main(void)
@@ -135,6 +202,7 @@ int main(void)
     setenv("SLURM_NTASKS", "0", 1);
     expect_error("SLURM_NTASKS=0", "world size must be at least 1");
     clear();
+    kubernetes_cases();
     printf("environment detection ok\n");
     return 0;
 }

@@ -43,11 +43,17 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
             mpi_ops.synchronize(h)
 
 
-def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_set):
+def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes every rank's optimizer state (per-parameter state such as momentum buffers, and
-    the hyper-parameters of each parameter group) equal to root_rank's."""
+    the hyper-parameters of each parameter group) equal to root_rank's. The whole
+    state_dict travels, so parameters without gradients or without state yet (before the
+    first step) need nothing special. model (as horovod.torch's argument) is accepted and,
+    when given, must be a torch.nn.Module; the state does not depend on it."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("chorus broadcast_optimizer_state: LBFGS is not supported")
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise ValueError("chorus broadcast_optimizer_state: model must be a torch.nn.Module, "
+                         "got %s" % type(model).__name__)
     ps = _core.resolve_set(process_set)
     me = ps.comm.rank
     state = optimizer.state_dict() if me == root_rank else None

@@ -18,7 +18,7 @@ import torch
 from .. import _core, _engine, _handles, _np, _timeline
 from .._core import (Average, Sum, Adasum, Min, Max, Product, ProcessSet, global_process_set,
                      add_process_set, remove_process_set, is_initialized)
-from .._lib import DTYPE, HorovodInternalError, ChorusMismatchError
+from .._lib import DTYPE, HorovodInternalError, ChorusMismatchError, ChorusInvalidArgument
 from .compression import Compression
 
 _CODES = {torch.int8: DTYPE["int8"], torch.uint8: DTYPE["uint8"], torch.int32: DTYPE["int32"],
@@ -197,6 +197,52 @@ def _compressor(compression):
     return _engine.COMPRESSORS[name] if name else None
 
 
+# ---- Adasum -------------------------------------------------------------------------------
+
+
+def _adasum_pair(a, b):
+    """Adasum of two gradients (float64, flat): each is scaled down by its projection on the
+    other, halved, so that parallel gradients average and orthogonal ones add."""
+    dot = torch.dot(a, b)
+    na, nb = torch.dot(a, a), torch.dot(b, b)
+    ca = 1.0 - dot / (2.0 * na) if float(na) > 0 else 1.0
+    cb = 1.0 - dot / (2.0 * nb) if float(nb) > 0 else 1.0
+    return ca * a + cb * b
+
+
+def _adasum_tree(rows):
+    """Adasum over the ranks in Horovod's order: neighbours (0,1), (2,3), ... first, then the
+    results pairwise at twice the distance, up to the root."""
+    level = list(rows)
+    while len(level) > 1:
+        level = [_adasum_pair(level[i], level[i + 1]) for i in range(0, len(level), 2)]
+    return level[0]
+
+
+def _adasum(eng, tensors, outputs, name, pre, post, what):
+    """op=Adasum: every rank's tensors are gathered and combined by the same tree on every
+    rank (one tensor at a time: dot products are per tensor, as Horovod's). The Op's result is
+    the list of outputs."""
+    n = eng.size
+    if n & (n - 1):
+        raise NotImplementedError("Running Adasum with non-power of 2 ranks is not supported "
+                                  "yet. (chorus %s: %d ranks)" % (what, n))
+    for t in tensors:
+        if not t.dtype.is_floating_point:
+            raise ChorusInvalidArgument("chorus %s: op=Adasum needs floating point tensors, got "
+                                        "%s" % (what, _dname(t.dtype)))
+    flats = [(_host(t).reshape(1, -1).double() * pre).contiguous() for t in tensors]
+    o = _engine.allgather(A, eng, flats, name, what)
+    o.keep.append((tensors, outputs))
+
+    def combine(gathered):
+        for t, out, g in zip(tensors, outputs, gathered):
+            res = (_adasum_tree(list(g)) * post).reshape(t.shape).to(out.dtype)
+            out.copy_(res)
+        return outputs
+    return o.map(combine)
+
+
 # ---- allreduce ----------------------------------------------------------------------------
 
 
@@ -208,6 +254,9 @@ def _allreduce(tensor, output, name, op, prescale_factor, postscale_factor, proc
     inplace = output is tensor
     if inplace:
         _contiguous(tensor, what)
+    if op is Adasum:
+        return _issue(_adasum(eng, [tensor], [output], name, prescale_factor, postscale_factor,
+                              what).map(lambda outs: outs[0]), sync)
     host = _host(tensor)
     work, wop, back = _reduce_work(host, op, what)
     staged = work is not tensor
@@ -229,9 +278,10 @@ def _finish(tensor, output, work, back):
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
-    """Starts reducing tensor over the ranks (op: Average by default, Sum, Min, Max, Product);
-    the input is not modified. Returns a handle; synchronize(handle) gives the result."""
-    op = _core.as_op(op, average)
+    """Starts reducing tensor over the ranks (op: Average by default, Sum, Min, Max, Product,
+    Adasum); the input is not modified. Returns a handle; synchronize(handle) gives the
+    result."""
+    op = _core.as_op(op, average, adasum=True)
     out = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce(tensor, out, name, op, prescale_factor, postscale_factor, process_set,
                       False, "allreduce_async")
@@ -240,7 +290,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing tensor in place; returns a handle."""
-    op = _core.as_op(op, average)
+    op = _core.as_op(op, average, adasum=True)
     return _allreduce(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set,
                       False, "allreduce_async_")
 
@@ -248,7 +298,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     """Reduces tensor over the ranks in place and returns it."""
-    op = _core.as_op(op, average)
+    op = _core.as_op(op, average, adasum=True)
     return _allreduce(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set,
                       True, "allreduce_")
 
@@ -272,7 +322,7 @@ class _AllreduceFn(torch.autograd.Function):
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Returns the reduction of tensor over the ranks (a new tensor; differentiable)."""
-    op = _core.as_op(op, average)
+    op = _core.as_op(op, average, adasum=True)
     _tensor(tensor, "allreduce")
     comp = _compressor(compression)
     c, ctx = (tensor, None) if comp else compression.compress(tensor)
@@ -292,6 +342,10 @@ def _grouped_allreduce(tensors, outputs, name, op, pre, post, process_set, sync,
     if not tensors:
         return [] if sync else _handles.register(_handles.Done([]))
     ps, eng = _set(process_set)
+    if op is Adasum:
+        for t in tensors:
+            _tensor(t, what)
+        return _issue(_adasum(eng, tensors, list(outputs), name, pre, post, what), sync)
     works = []
     for t, o in zip(tensors, outputs):
         _tensor(t, what)
@@ -317,7 +371,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing a list of tensors as one fused operation; returns a handle whose
     result is the list of reduced tensors (the inputs are not modified)."""
-    op = _core.as_op(op, average)
+    op = _core.as_op(op, average, adasum=True)
     outs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
     return _grouped_allreduce(tensors, outs, name, op, prescale_factor, postscale_factor,
                               process_set, False, "grouped_allreduce_async")
@@ -325,21 +379,44 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    op = _core.as_op(op, average)
+    op = _core.as_op(op, average, adasum=True)
     return _grouped_allreduce(tensors, list(tensors), name, op, prescale_factor,
                               postscale_factor, process_set, False, "grouped_allreduce_async_")
 
 
+class _GroupedAllreduceFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, compressor,
+                *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set, compressor)
+        outs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+        return tuple(_grouped_allreduce(tensors, outs, name, op, prescale_factor,
+                                        postscale_factor, process_set, True,
+                                        "grouped_allreduce", compressor))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        op, pre, post, ps, comp = ctx.args
+        gs = _GroupedAllreduceFn.apply(None, op, pre, post, ps, comp,
+                                       *[g.contiguous() for g in grads])
+        return (None,) * 6 + tuple(gs)
+
+
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
-    """Returns the reductions of a list of tensors, done as one fused operation."""
-    op = _core.as_op(op, average)
+    """Returns the reductions of a list of tensors, done as one fused operation
+    (differentiable)."""
+    op = _core.as_op(op, average, adasum=True)
     engine_comp = _compressor(compression)
     comp = [(t, None) if engine_comp else compression.compress(t) for t in tensors]
     cs = [c for c, _ in comp]
-    outs = [torch.empty_like(c, memory_format=torch.contiguous_format) for c in cs]
-    res = _grouped_allreduce(cs, outs, name, op, prescale_factor, postscale_factor,
-                             process_set, True, "grouped_allreduce", engine_comp)
+    if torch.is_grad_enabled() and any(c.requires_grad for c in cs):
+        res = list(_GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor,
+                                             process_set, engine_comp, *cs))
+    else:
+        outs = [torch.empty_like(c, memory_format=torch.contiguous_format) for c in cs]
+        res = _grouped_allreduce(cs, outs, name, op, prescale_factor, postscale_factor,
+                                 process_set, True, "grouped_allreduce", engine_comp)
     if engine_comp:
         return res
     return [compression.decompress(r, ctx) for r, (_, ctx) in zip(res, comp)]
@@ -347,7 +424,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set):
-    op = _core.as_op(op, average)
+    op = _core.as_op(op, average, adasum=True)
     return _grouped_allreduce(tensors, list(tensors), name, op, prescale_factor,
                               postscale_factor, process_set, True, "grouped_allreduce_")
 
@@ -437,6 +514,17 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _allgather(tensor, name, process_set, False, "allgather_async")
 
 
+def _allgather_grads(grads, dims, process_set):
+    """The gradients of allgathered tensors whose first dimensions on this rank were dims:
+    every rank's gradients of the whole output, summed, then this rank's rows of each."""
+    ps = _set(process_set)[0]
+    gs = grouped_allreduce([g.contiguous() for g in grads], op=Sum, process_set=ps)
+    every = _allgather(torch.tensor([list(dims)], dtype=torch.int64), None, ps, True,
+                       "allgather")
+    offs = every[:ps.comm.rank].sum(0).tolist() if ps.comm.rank else [0] * len(dims)
+    return [g.narrow(0, int(o), d) for g, o, d in zip(gs, offs, dims)]
+
+
 class _AllgatherFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
@@ -445,12 +533,18 @@ class _AllgatherFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        g = allreduce(grad.contiguous(), op=Sum, process_set=ctx.ps)
-        dims = _allgather(torch.tensor([ctx.dim], dtype=torch.int64), None, ctx.ps, True,
-                          "allgather")
-        r = _set(ctx.ps)[0].comm.rank
-        off = int(dims[:r].sum())
-        return g.narrow(0, off, ctx.dim), None, None
+        return _allgather_grads([grad], [ctx.dim], ctx.ps)[0], None, None
+
+
+class _GroupedAllgatherFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.dims, ctx.ps = [t.shape[0] for t in tensors], process_set
+        return tuple(_grouped_allgather_async(tensors, name, process_set).wait())
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None) + tuple(_allgather_grads(grads, ctx.dims, ctx.ps))
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -463,16 +557,23 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Starts allgathering each tensor of a list; the handle's result is the list."""
+    return _handles.register(_grouped_allgather_async(tensors, name, process_set))
+
+
+def _grouped_allgather_async(tensors, name, process_set):
     ps, eng = _set(process_set)
     hosts = [_host(_tensor(t, "grouped_allgather")) for t in tensors]
     devs = [t.device for t in tensors]
     o = _engine.allgather(A, eng, hosts, name, "grouped_allgather")
     o.keep.append(tensors)
-    return _handles.register(o.map(
-        lambda outs: [x if d.type == "cpu" else x.to(d) for x, d in zip(outs, devs)]))
+    return o.map(lambda outs: [x if d.type == "cpu" else x.to(d) for x, d in zip(outs, devs)])
 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """Returns the allgather of each tensor of a list (differentiable)."""
+    tensors = list(tensors)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return list(_GroupedAllgatherFn.apply(name, process_set, *tensors))
     return synchronize(grouped_allgather_async(tensors, name, process_set))
 
 
@@ -534,7 +635,9 @@ def _reducescatter_one(t, op, pre, post, name, process_set, what):
     _tensor(t, what)
     ps, eng = _set(process_set)
     if t.dim() == 0:
-        raise ValueError("chorus %s: the tensor needs at least one dimension" % what)
+        # horovod.torch raises a RuntimeError here; this one is a ValueError as well
+        raise ChorusInvalidArgument("chorus %s: the tensor needs at least one dimension (got a "
+                                    "scalar); use tensor.reshape(1)" % what)
     host = _host(t)
     work, wop, back = _reduce_work(host, op, what)
     dev = t.device
@@ -549,7 +652,36 @@ def _reducescatter_one(t, op, pre, post, name, process_set, what):
     return o.map(fin)
 
 
-def reducescatter_async(tensor, op=Average, name=None, process_set=global_process_set,
+class _ReducescatterFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, name, op, pre, post, process_set):
+        ctx.op, ctx.ps, ctx.scale = op, process_set, pre * post
+        return _reducescatter_one(tensor, op, pre, post, name, process_set,
+                                  "reducescatter").wait()
+
+    @staticmethod
+    def backward(ctx, grad):
+        # Every rank's rows of the gradient, gathered; summed over the ranks for op=Sum
+        # (the gathered gradient is the same on every rank), as horovod.torch.
+        g = _allgather(grad.contiguous(), None, ctx.ps, True, "reducescatter gradient")
+        if ctx.op is Sum:
+            g = g * _set(ctx.ps)[0].comm.size
+        if ctx.scale != 1.0:
+            g = g * ctx.scale
+        return g, None, None, None, None, None
+
+
+def _rs_compressed(tensor, name, compression, op, process_set, pre, post):
+    """The reducescatter of one tensor through a Python compressor, differentiable."""
+    c, cctx = compression.compress(tensor)
+    if c.requires_grad and torch.is_grad_enabled():
+        out = _ReducescatterFn.apply(c, name, op, pre, post, process_set)
+    else:
+        out = _reducescatter_one(c, op, pre, post, name, process_set, "reducescatter").wait()
+    return compression.decompress(out, cctx)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Starts a reduce-scatter over dim 0: rank r gets rows of the reduction (dim0 // size,
     one more for the first dim0 % size ranks). Returns a handle."""
@@ -558,24 +690,23 @@ def reducescatter_async(tensor, op=Average, name=None, process_set=global_proces
                                                 name, process_set, "reducescatter"))
 
 
-def reducescatter(tensor, op=Average, name=None, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
-    """Returns this rank's part of the reduction of tensor (see reducescatter_async)."""
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
+                  process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
+    """Returns this rank's part of the reduction of tensor (see reducescatter_async);
+    differentiable. compression: Compression.none or Compression.fp16 (the tensor travels
+    and is reduced as float16)."""
     op = _core.as_op(op)
-    return _reducescatter_one(tensor, op, prescale_factor, postscale_factor, name, process_set,
-                              "reducescatter").wait()
+    _tensor(tensor, "reducescatter")
+    return _rs_compressed(tensor, name, compression, op, process_set, prescale_factor,
+                          postscale_factor)
 
 
-def grouped_reducescatter_async(tensors, op=Average, name=None, process_set=global_process_set,
-                                prescale_factor=1.0, postscale_factor=1.0):
-    """Starts a reducescatter of each tensor of a list; the handle's result is the list."""
-    op = _core.as_op(op)
+def _grouped_rs_ops(tensors, op, name, process_set, pre, post):
     ops = []
     try:
         for i, t in enumerate(tensors):
-            ops.append(_reducescatter_one(t, op, prescale_factor, postscale_factor,
-                                          name and "%s.%d" % (name, i), process_set,
-                                          "grouped_reducescatter"))
+            ops.append(_reducescatter_one(t, op, pre, post, name and "%s.%d" % (name, i),
+                                          process_set, "grouped_reducescatter"))
     except BaseException:
         # The ops already enqueued end before their buffers go; the argument error is raised.
         for o in ops:
@@ -584,13 +715,78 @@ def grouped_reducescatter_async(tensors, op=Average, name=None, process_set=glob
             except BaseException:  # noqa: B902
                 pass
         raise
-    return _handles.register(_Group(ops))
+    return _Group(ops)
 
 
-def grouped_reducescatter(tensors, op=Average, name=None, process_set=global_process_set,
-                          prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(grouped_reducescatter_async(tensors, op, name, process_set,
-                                                   prescale_factor, postscale_factor))
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Starts a reducescatter of each tensor of a list; the handle's result is the list."""
+    op = _core.as_op(op)
+    return _handles.register(_grouped_rs_ops(list(tensors), op, name, process_set,
+                                             prescale_factor, postscale_factor))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """Returns the reducescatter of each tensor of a list (differentiable)."""
+    op = _core.as_op(op)
+    tensors = list(tensors)
+    if compression is Compression.none and not (
+            torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return _grouped_rs_ops(tensors, op, name, process_set, prescale_factor,
+                               postscale_factor).wait()
+    return [_rs_compressed(t, name and "%s.%d" % (name, i), compression, op, process_set,
+                           prescale_factor, postscale_factor) for i, t in enumerate(tensors)]
+
+
+# ---- sparse allreduce ---------------------------------------------------------------------
+
+
+class _SparseResult:
+    """The handle entry of sparse_allreduce_async: the allgathers of indices and values."""
+
+    def __init__(self, t, idx_op, val_op, op, size):
+        self.t, self.idx_op, self.val_op, self.op, self.size = t, idx_op, val_op, op, size
+
+    def poll(self):
+        return self.idx_op.poll() and self.val_op.poll()
+
+    def wait(self):
+        err = None
+        try:
+            values = self.val_op.wait()[0]
+        except BaseException as e:  # noqa: B902 - both must end before raising
+            err = e
+        try:
+            indices = self.idx_op.wait()[0]
+        except BaseException as e:  # noqa: B902
+            err = err or e
+        if err is not None:
+            raise err
+        if self.op is Average:
+            values = values / self.size
+        return torch.sparse_coo_tensor(indices.t(), values, self.t.shape)
+
+
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
+    """Starts reducing a torch.sparse (COO) tensor: every rank's indices and values are
+    allgathered and form one uncoalesced sparse tensor (duplicate indices add up when it is
+    coalesced or used), divided by the number of ranks for op=Average. Returns a handle."""
+    op = _core.as_op(op)
+    if op not in (Average, Sum):
+        raise ValueError("chorus sparse_allreduce_async: op must be Average or Sum, got %s"
+                         % op)
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise ValueError("chorus sparse_allreduce_async: expected a sparse COO tensor")
+    ps, eng = _set(process_set)
+    name = eng.auto_name(name)
+    idx = tensor._indices().t().contiguous()
+    vals = tensor._values().contiguous()
+    io = _engine.allgather(A, eng, [idx], name + ".indices", "sparse_allreduce")
+    vo = _engine.allgather(A, eng, [_host(vals)], name + ".values", "sparse_allreduce")
+    io.keep.append(tensor)
+    return _handles.register(_SparseResult(tensor, io, vo, op, ps.comm.size))
 
 
 # ---- synchronisation ----------------------------------------------------------------------
@@ -618,7 +814,8 @@ __all__ = [
     "grouped_allreduce_async_", "broadcast", "broadcast_", "broadcast_async",
     "broadcast_async_", "allgather", "allgather_async", "grouped_allgather",
     "grouped_allgather_async", "alltoall", "alltoall_async", "reducescatter",
-    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async", "join",
+    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "sparse_allreduce_async", "join",
     "barrier", "Average", "Sum", "Adasum", "Min", "Max", "Product", "ProcessSet",
     "global_process_set", "add_process_set", "remove_process_set", "Compression",
     "HorovodInternalError", "ChorusMismatchError",

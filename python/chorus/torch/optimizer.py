@@ -59,6 +59,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.process_set = process_set
         self._handles = {}      # parameter -> True once its hook ran this step
         self._inflight = {}     # bucket index -> (handle, [(param, compressed, ctx)])
+        self._issued = set()    # buckets started this step
+        self._sparse_inflight = []  # (param, handle) of sparse gradients
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -127,16 +129,23 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _issue(self, i):
         """Starts the allreduce of bucket i's gradients (one fused operation)."""
-        params = self._buckets[i]
-        for p in params:
+        self._issued.add(i)
+        params, sparse = [], []
+        for p in self._buckets[i]:
             if p.grad is None:
                 # This rank did not use p, others may have: it still takes part, with zeros.
                 p.grad = torch.zeros_like(p)
-            if p.grad.is_sparse:
-                if not self.sparse_as_dense:
-                    raise ValueError("chorus DistributedOptimizer: sparse gradients are not "
-                                     "supported; pass sparse_as_dense=True")
+            if p.grad.is_sparse and self.sparse_as_dense:
                 p.grad = p.grad.to_dense()
+            (sparse if p.grad.is_sparse else params).append(p)
+        # torch.sparse gradients (nn.Embedding(sparse=True)): indices and values are
+        # allgathered (sparse_allreduce_async), as Horovod does without sparse_as_dense.
+        self._sparse_inflight.extend(
+            (p, mpi_ops.sparse_allreduce_async(p.grad, "sparse.allreduce." +
+                                               self._parameter_names.get(p), self.op,
+                                               self.process_set)) for p in sparse)
+        if not params:
+            return
         name = "allreduce." + self._parameter_names.get(params[0])
         if self.op == Average:
             pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
@@ -164,8 +173,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             return
         try:
             for i, b in enumerate(self._buckets):
-                if i not in self._inflight:
+                if i not in self._issued:
                     self._issue(i)
+            for p, h in self._sparse_inflight:
+                p.grad = mpi_ops.synchronize(h).coalesce()
             for i in sorted(self._inflight):
                 h, items = self._inflight[i]
                 mpi_ops.synchronize(h)
@@ -183,6 +194,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Forgets the gradients of the current step (after it was synchronized, or after a
         failure: an elastic job restores the optimizer and goes on from there)."""
         self._inflight.clear()
+        self._issued.clear()
+        self._sparse_inflight = []
         self._handles.clear()
         self._left = [len(b) for b in self._buckets]
         for p in self._allreduce_delay:

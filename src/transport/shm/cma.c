@@ -80,16 +80,19 @@ static chorus_result cma_error(chorus_shm *s, int peer, int wr, int err, size_t 
         return chorus__fail(e, CHORUS_ERR_PEER_LOST,
                             "rank %d (pid %d) was lost: the process exited or was killed while "
                             "rank %d %s its memory in %s over shared memory",
-                            peer, pid, s->rank, wr ? "wrote" : "read", s->what);
+                            chorus__shm_wrank(s, peer), pid, chorus__shm_wrank(s, s->rank),
+                            wr ? "wrote" : "read", s->what);
     }
     if (err == EFAULT)
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
                             "rank %d cannot %s %zu bytes of rank %d's buffer in %s: the range "
                             "is not mapped in rank %d (is its buffer shorter than the count?)",
-                            s->rank, wr ? "write" : "read", n, peer, s->what, peer);
-    return chorus__fail(e, CHORUS_ERR_SYSTEM, "rank %d: %s to rank %d (pid %d) in %s: %s", s->rank,
-                        wr ? "process_vm_writev" : "process_vm_readv", peer, pid, s->what,
-                        strerror(err));
+                            chorus__shm_wrank(s, s->rank), wr ? "write" : "read", n,
+                            chorus__shm_wrank(s, peer), s->what, chorus__shm_wrank(s, peer));
+    return chorus__fail(e, CHORUS_ERR_SYSTEM, "rank %d: %s to rank %d (pid %d) in %s: %s",
+                        chorus__shm_wrank(s, s->rank),
+                        wr ? "process_vm_writev" : "process_vm_readv", chorus__shm_wrank(s, peer),
+                        pid, s->what, strerror(err));
 }
 
 /* n bytes between local and the peer's address remote, in either direction. */

@@ -303,13 +303,15 @@ static chorus_result timed_out(chorus_shm *s, int peer, chorus_errbuf *e)
                                 "rank %d (pid %d) made no progress: its process is stopped "
                                 "(SIGSTOP?); rank %d timed out waiting for rank %d in %s over "
                                 "shared memory (CHORUS_TIMEOUT_S)",
-                                q, (int)s->ctrl[q].pid, s->rank, peer, s->what);
+                                chorus__shm_wrank(s, q), (int)s->ctrl[q].pid,
+                                chorus__shm_wrank(s, s->rank), chorus__shm_wrank(s, peer), s->what);
     }
     return chorus__fail(e, CHORUS_ERR_TIMEOUT,
                         "rank %d timed out waiting for rank %d (pid %d) in %s over shared "
                         "memory; that rank is stuck or not calling the same collectives "
                         "(CHORUS_TIMEOUT_S)",
-                        s->rank, peer, (int)s->ctrl[peer].pid, s->what);
+                        chorus__shm_wrank(s, s->rank), chorus__shm_wrank(s, peer),
+                        (int)s->ctrl[peer].pid, s->what);
 }
 
 chorus_result chorus__shm_wait_slow(chorus_shm *s, int peer, int ch, uint32_t target,
@@ -353,11 +355,13 @@ chorus_result chorus__shm_wait_slow(chorus_shm *s, int peer, int ch, uint32_t ta
                 return chorus__fail(e, CHORUS_ERR_PEER_LOST,
                                     "rank %d (pid %d) has already finalized, but rank %d still "
                                     "expects it in %s over shared memory",
-                                    peer, (int)s->ctrl[peer].pid, s->rank, s->what);
+                                    chorus__shm_wrank(s, peer), (int)s->ctrl[peer].pid,
+                                    chorus__shm_wrank(s, s->rank), s->what);
             return chorus__fail(e, CHORUS_ERR_PEER_LOST,
                                 "rank %d (pid %d) was lost: the process exited or was killed "
                                 "while rank %d waited for it in %s over shared memory",
-                                peer, (int)s->ctrl[peer].pid, s->rank, s->what);
+                                chorus__shm_wrank(s, peer), (int)s->ctrl[peer].pid,
+                                chorus__shm_wrank(s, s->rank), s->what);
         }
         if (chorus__now() > deadline) return timed_out(s, peer, e);
         __atomic_add_fetch(&f->waiters, 1, __ATOMIC_SEQ_CST);
@@ -420,7 +424,8 @@ chorus_result chorus__shm_wait_in1(chorus_shm *s, int q, uint64_t g, uint64_t si
     return chorus__fail(e, CHORUS_ERR_MISMATCH,
                         "mismatched calls over shared memory: %s%srank %d called %s, rank %d "
                         "called %s%s",
-                        diff, diff[0] ? " (" : "", q, theirs, s->rank, mine, diff[0] ? ")" : "");
+                        diff, diff[0] ? " (" : "", chorus__shm_wrank(s, q), theirs,
+                        chorus__shm_wrank(s, s->rank), mine, diff[0] ? ")" : "");
 }
 
 chorus_result chorus__shm_wait_in(chorus_shm *s, uint64_t g, uint64_t sig, uint64_t count,

@@ -99,7 +99,15 @@ typedef struct chorus_shm {
     size_t cma_piece;  /* rank 0's CHORUS_SHM_CMA_PIECE (from the header) */
     size_t cma_max;    /* rank 0's CHORUS_SHM_CMA_MAX (from the header) */
     uint64_t cma_word; /* the private word peers read to probe CMA */
+    const int *world;  /* [size]: the job's rank of each member, for messages (NULL: same) */
 } chorus_shm;
+
+/* The rank messages name for member q: its rank in the job, which every log and launcher
+ * uses, also when the group is a sub-communicator's. */
+static inline int chorus__shm_wrank(const chorus_shm *s, int q)
+{
+    return s->world ? s->world[q] : q;
+}
 
 #define CHORUS_SHM_BLOCK 16384
 

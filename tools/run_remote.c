@@ -1,0 +1,689 @@
+/*
+ * run_remote.c - chorus-run across hosts: host lists, placement by slot, which hosts are this
+ * machine, and the agent that runs one rank on another host (the protocol is described in
+ * run_remote.h).
+ */
+#include "run_remote.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/base.h"
+#include "bootstrap/store.h"
+#include "wire/sock.h"
+
+#define AGENT_MAGIC        "chorus-agent 1"
+#define AGENT_STOP_GRACE_S 2.0  /* launcher gone: SIGTERM, then SIGKILL after this */
+#define AGENT_DRAIN_S      1.0  /* after the rank ended: what its pipes still hold, this long */
+#define WRITE_STALL_S      30.0 /* a reader that takes nothing for this long is given up */
+
+/* ---- host lists ------------------------------------------------------------------------- */
+
+int run_hosts_add(run_hosts *hs, const char *spec, char *err, size_t len)
+{
+    char name[256];
+    long slots = 1;
+    const char *colon = strrchr(spec, ':');
+    size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+    if (n == 0 || n >= sizeof(name)) {
+        snprintf(err, len, "'%s' is not a host name", spec);
+        return -1;
+    }
+    memcpy(name, spec, n);
+    name[n] = 0;
+    for (const char *c = name; *c; c++)
+        if (*c == ' ' || *c == '\t' || *c == '\'' || *c == '"' || *c == ';' || *c == '&' ||
+            *c == '|' || *c == '$' || *c == '`' || *c == '\\') {
+            snprintf(err, len, "'%s' is not a host name", name);
+            return -1;
+        }
+    if (colon && chorus__parse_int(colon + 1, 0, 4096, &slots)) {
+        snprintf(err, len, "'%s': the slots after ':' must be a number from 0 to 4096", spec);
+        return -1;
+    }
+    for (int i = 0; i < hs->n; i++)
+        if (!strcmp(hs->h[i].name, name)) {
+            hs->h[i].slots += (int)slots;
+            return 0;
+        }
+    run_host *nh = realloc(hs->h, (size_t)(hs->n + 1) * sizeof(*nh));
+    if (!nh) {
+        snprintf(err, len, "out of memory");
+        return -1;
+    }
+    hs->h = nh;
+    memset(&hs->h[hs->n], 0, sizeof(run_host));
+    snprintf(hs->h[hs->n].name, sizeof(hs->h[hs->n].name), "%s", name);
+    hs->h[hs->n].slots = (int)slots;
+    hs->n++;
+    return 0;
+}
+
+int run_hosts_parse_list(run_hosts *hs, const char *list, char *err, size_t len)
+{
+    char *copy = strdup(list), *save = NULL;
+    if (!copy) {
+        snprintf(err, len, "out of memory");
+        return -1;
+    }
+    int rc = 0, any = 0;
+    for (char *t = strtok_r(copy, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
+        rc = run_hosts_add(hs, t, err, len);
+        any = 1;
+    }
+    free(copy);
+    if (!rc && !any) {
+        snprintf(err, len, "'%s' names no host", list);
+        rc = -1;
+    }
+    return rc;
+}
+
+int run_hosts_parse_file(run_hosts *hs, const char *path, char *err, size_t len)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(err, len, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[1024], why[512];
+    int lineno = 0, rc = 0;
+    while (!rc && fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *save = NULL, *host = strtok_r(line, " \t\r\n", &save);
+        if (!host) continue;
+        char spec[300];
+        snprintf(spec, sizeof(spec), "%s", host);
+        for (char *t = strtok_r(NULL, " \t\r\n", &save); t && !rc;
+             t = strtok_r(NULL, " \t\r\n", &save)) {
+            if (!strncmp(t, "slots=", 6) && !strchr(host, ':')) {
+                snprintf(spec, sizeof(spec), "%s:%s", host, t + 6);
+            } else if (!strncmp(t, "max_slots=", 10) || !strncmp(t, "max-slots=", 10)) {
+                /* Open MPI's oversubscription limit: chorus-run never oversubscribes */
+            } else {
+                snprintf(err, len, "%s:%d: '%s' is not 'slots=N' (lines are 'host slots=N')", path,
+                         lineno, t);
+                rc = -1;
+            }
+        }
+        if (!rc && run_hosts_add(hs, spec, why, sizeof(why))) {
+            snprintf(err, len, "%s:%d: %s", path, lineno, why);
+            rc = -1;
+        }
+    }
+    fclose(f);
+    if (!rc && hs->n == 0) {
+        snprintf(err, len, "%s names no host", path);
+        rc = -1;
+    }
+    return rc;
+}
+
+int run_hosts_slots(const run_hosts *hs)
+{
+    int n = 0;
+    for (int i = 0; i < hs->n; i++) n += hs->h[i].slots;
+    return n;
+}
+
+int run_hosts_place(run_hosts *hs, int np)
+{
+    if (np > run_hosts_slots(hs)) return -1;
+    int r = 0;
+    for (int i = 0; i < hs->n; i++) {
+        int k = np - r < hs->h[i].slots ? np - r : hs->h[i].slots;
+        hs->h[i].first_rank = r;
+        hs->h[i].nranks = k;
+        r += k;
+    }
+    return 0;
+}
+
+int run_hosts_of_rank(const run_hosts *hs, int r)
+{
+    for (int i = 0; i < hs->n; i++)
+        if (r >= hs->h[i].first_rank && r < hs->h[i].first_rank + hs->h[i].nranks) return i;
+    return -1;
+}
+
+void run_hosts_mark_local(run_hosts *hs)
+{
+    for (int i = 0; i < hs->n; i++) hs->h[i].local = run_host_is_local(hs->h[i].name);
+}
+
+void run_hosts_free(run_hosts *hs)
+{
+    free(hs->h);
+    hs->h = NULL;
+    hs->n = 0;
+}
+
+/* Is a (network order) an address of one of this machine's interfaces? */
+static int is_own_address(struct in_addr a)
+{
+    if ((ntohl(a.s_addr) >> 24) == 127) return 1;
+    struct ifaddrs *ifs, *i;
+    int found = 0;
+    if (getifaddrs(&ifs)) return 0;
+    for (i = ifs; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET)
+            found = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == a.s_addr;
+    freeifaddrs(ifs);
+    return found;
+}
+
+int run_host_is_local(const char *name)
+{
+    char me[256] = "", shortme[256];
+    gethostname(me, sizeof(me) - 1);
+    snprintf(shortme, sizeof(shortme), "%s", me);
+    char *dot = strchr(shortme, '.');
+    if (dot) *dot = 0;
+    if (!strcmp(name, "localhost") || !strcmp(name, me) || !strcmp(name, shortme)) return 1;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL, *r;
+    if (getaddrinfo(name, NULL, &hints, &res) || !res) return 0;
+    int local = 0;
+    for (r = res; r && !local; r = r->ai_next)
+        local = is_own_address(((struct sockaddr_in *)r->ai_addr)->sin_addr);
+    freeaddrinfo(res);
+    return local;
+}
+
+/* ---- the launcher's side ---------------------------------------------------------------- */
+
+/* See run_remote.h: the store's address, checked for what the other hosts can reach. */
+int run_store_address(const run_hosts *hs, const chorus_config *cfg, char *ip, size_t iplen,
+                      char *adv, size_t advlen)
+{
+    char name[256] = "";
+    for (int i = 0; i < hs->n && !name[0]; i++)
+        if (hs->h[i].local && strcmp(hs->h[i].name, "localhost"))
+            snprintf(name, sizeof(name), "%s", hs->h[i].name);
+    if (!name[0]) gethostname(name, sizeof(name) - 1);
+    char hostport[300];
+    snprintf(hostport, sizeof(hostport), "%s:1", name);
+    struct sockaddr_in sa;
+    if (!cfg->iface && !cfg->bind_any && chorus__sock_resolve(hostport, &sa)) {
+        fprintf(stderr,
+                "chorus-run: '%s' (this machine, which runs the rendezvous store) does not "
+                "resolve to an address here, so the other hosts could not be told where the "
+                "store is; set CHORUS_IFACE (or --network-interface) to the interface this "
+                "machine shares with them\n",
+                name);
+        return -1;
+    }
+    chorus_errbuf e;
+    if (chorus__store_bind_ip(cfg, hostport, ip, iplen, &e) != CHORUS_OK) {
+        fprintf(stderr, "chorus-run: where the rendezvous store listens: %s\n", e.msg);
+        return -1;
+    }
+    if (!strncmp(ip, "127.", 4)) {
+        fprintf(stderr,
+                "chorus-run: the rendezvous store would listen on %s (what '%s' resolves to "
+                "here), which the other hosts cannot reach; set CHORUS_IFACE (or "
+                "--network-interface) to the interface this host shares with them\n",
+                ip, name);
+        return -1;
+    }
+    snprintf(adv, advlen, "%s", cfg->iface ? ip : name);
+    if (!ip[0] && cfg->iface) snprintf(adv, advlen, "%s", name);
+    return 0;
+}
+
+char **run_rsh_argv(const char *rsh, const char *host, const char *self, const char *label)
+{
+    size_t words = 0;
+    for (const char *c = rsh; *c; c++)
+        if (*c != ' ' && *c != '\t' && (c == rsh || c[-1] == ' ' || c[-1] == '\t')) words++;
+    if (!words) return NULL;
+    size_t n = words + 5, size = n * sizeof(char *) + strlen(rsh) + 1;
+    char **v = malloc(size);
+    if (!v) return NULL;
+    char *copy = (char *)(v + n), *save = NULL;
+    memcpy(copy, rsh, strlen(rsh) + 1);
+    size_t k = 0;
+    for (char *t = strtok_r(copy, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) v[k++] = t;
+    v[k++] = (char *)host;
+    v[k++] = (char *)self;
+    v[k++] = "--agent";
+    v[k++] = (char *)label;
+    v[k] = NULL;
+    return v;
+}
+
+size_t run_lines(char *buf, size_t len, size_t cap,
+                 void (*line)(void *ctx, const char *s, size_t n), void *ctx)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < len; i++)
+        if (buf[i] == '\n') {
+            line(ctx, buf + start, i - start);
+            start = i + 1;
+        }
+    if (start == 0 && len == cap) { /* a very long line: passed on in pieces */
+        line(ctx, buf, len);
+        start = len;
+    }
+    memmove(buf, buf + start, len - start);
+    return len - start;
+}
+
+/* Writes all of buf; on a non-blocking fd waits at most WRITE_STALL_S without progress (a
+ * remote shell that never reads its stdin), then fails with ETIMEDOUT. */
+static int write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    double last = chorus__now();
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd pf = {.fd = fd, .events = POLLOUT};
+            if (poll(&pf, 1, 1000) < 0 && errno != EINTR) return -1;
+            if (chorus__now() - last > WRITE_STALL_S) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
+            continue;
+        }
+        last = chorus__now();
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int send_str(int fd, const char *s)
+{
+    return write_all(fd, s, strlen(s) + 1);
+}
+
+int run_agent_send(int fd, const char *cwd, char *const *argv, char *const *envp)
+{
+    int argc = 0;
+    while (argv[argc]) argc++;
+    char count[16];
+    snprintf(count, sizeof(count), "%d", argc);
+    if (send_str(fd, AGENT_MAGIC) || send_str(fd, cwd) || send_str(fd, count)) return -1;
+    for (int i = 0; i < argc; i++)
+        if (send_str(fd, argv[i])) return -1;
+    for (int i = 0; envp[i]; i++)
+        if (send_str(fd, envp[i])) return -1;
+    return send_str(fd, "");
+}
+
+void run_agent_signal(int fd, int sig)
+{
+    char line[32];
+    int n = snprintf(line, sizeof(line), "signal %d\n", sig);
+    if (fd >= 0 && write(fd, line, (size_t)n) < 0) { /* gone, or full: the agent is stuck */
+    }
+}
+
+void run_catch_signals(void (*handler)(int))
+{
+    struct sigaction sa = {.sa_handler = handler};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* ---- the agent -------------------------------------------------------------------------- */
+
+static int agent_sig_pipe[2] = {-1, -1};
+
+static void agent_on_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    if (write(agent_sig_pipe[1], &b, 1) < 0) { /* full: a wake-up is pending */
+    }
+    errno = saved;
+}
+
+/* The agent's stdin: the description, then commands; what was read past the description
+ * stays in buf for the commands. */
+typedef struct agent_in {
+    char buf[65536];
+    size_t len, pos;
+    int eof;
+} agent_in;
+
+/* The next NUL-terminated string of the description (NULL at EOF or when too long). */
+static char *next_str(agent_in *in)
+{
+    for (;;) {
+        char *z = memchr(in->buf + in->pos, 0, in->len - in->pos);
+        if (z) {
+            char *s = in->buf + in->pos;
+            in->pos = (size_t)(z - in->buf) + 1;
+            return s;
+        }
+        if (in->eof) return NULL;
+        if (in->pos > 0 && in->len == sizeof(in->buf)) return NULL; /* kept strings fill it */
+        ssize_t r = read(0, in->buf + in->len, sizeof(in->buf) - in->len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) in->eof = 1;
+        if (r > 0) in->len += (size_t)r;
+    }
+}
+
+/* One framed line on stdout: tag, space, the payload, newline. -1 when the launcher is gone. */
+static int frame(char tag, const char *s, size_t n)
+{
+    char head[2] = {tag, ' '};
+    if (write_all(1, head, 2) || write_all(1, s, n) || write_all(1, "\n", 1)) return -1;
+    return 0;
+}
+
+/* A pipe of the rank that the agent splits into lines. */
+typedef struct relay {
+    int fd;
+    char tag;
+    char buf[16384];
+    size_t len;
+} relay;
+
+static void frame_line(void *tag, const char *s, size_t n)
+{
+    frame(*(char *)tag, s, n);
+}
+
+/* Reads what fd has and frames its complete lines; 0 at its end. */
+static int relay_pump(relay *r)
+{
+    ssize_t n = read(r->fd, r->buf + r->len, sizeof(r->buf) - r->len);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
+    if (n <= 0) {
+        if (r->len) frame(r->tag, r->buf, r->len);
+        r->len = 0;
+        close(r->fd);
+        r->fd = -1;
+        return 0;
+    }
+    r->len = run_lines(r->buf, r->len + (size_t)n, sizeof(r->buf), frame_line, &r->tag);
+    return 1;
+}
+
+/* Commands on stdin after the description: "signal N" lines. Returns 0 at its end. The
+ * description's strings, which the rank has been started with, are overwritten here. */
+static int agent_commands(agent_in *in, pid_t rank)
+{
+    if (in->pos > 0) {
+        memmove(in->buf, in->buf + in->pos, in->len - in->pos);
+        in->len -= in->pos;
+        in->pos = 0;
+    }
+    ssize_t r = in->eof ? 0 : read(0, in->buf + in->len, sizeof(in->buf) - 1 - in->len);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
+    if (r <= 0) return 0;
+    in->len += (size_t)r;
+    in->buf[in->len] = 0;
+    char *nl;
+    while ((nl = memchr(in->buf, '\n', in->len))) {
+        *nl = 0;
+        int sig;
+        if (sscanf(in->buf, "signal %d", &sig) == 1 && sig > 0 && sig < 65) {
+            if (kill(-rank, sig)) kill(rank, sig);
+            if (sig == SIGTERM) kill(-rank, SIGCONT);
+        }
+        in->len -= (size_t)(nl + 1 - in->buf);
+        memmove(in->buf, nl + 1, in->len);
+    }
+    if (in->len >= sizeof(in->buf) - 1) in->len = 0; /* a line that never ends: drop it */
+    return 1;
+}
+
+/* The received variables on top of this host's environment. */
+static char **agent_env(char **recv, int nrecv, int status_fd)
+{
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **envp = calloc(n + (size_t)nrecv + 2, sizeof(char *));
+    if (!envp) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t name = eq ? (size_t)(eq - environ[i]) + 1 : strlen(environ[i]);
+        int replaced = !strncmp(environ[i], "CHORUS_STATUS_FD=", 17);
+        for (int r = 0; r < nrecv && !replaced; r++) replaced = !strncmp(recv[r], environ[i], name);
+        if (!replaced) envp[k++] = environ[i];
+    }
+    for (int r = 0; r < nrecv; r++) envp[k++] = recv[r];
+    static char fdvar[40];
+    snprintf(fdvar, sizeof(fdvar), "CHORUS_STATUS_FD=%d", status_fd);
+    envp[k++] = fdvar;
+    return envp;
+}
+
+/* Exits as the rank did: its exit status, or the signal that killed it. */
+static int exit_like(int status)
+{
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) {
+        int sig = WTERMSIG(status);
+        signal(sig, SIG_DFL);
+        sigset_t one;
+        sigemptyset(&one);
+        sigaddset(&one, sig);
+        sigprocmask(SIG_UNBLOCK, &one, NULL);
+        kill(getpid(), sig);
+        return 128 + sig;
+    }
+    return 1;
+}
+
+/* The job an agent received. Its strings live in in->buf. */
+typedef struct agent_job {
+    const char *label;
+    char host[256];
+    agent_in *in;
+    const char *cwd;
+    char **argv; /* the program and its arguments, NULL-terminated */
+    char **env;  /* the rank's variables from the launcher */
+    int nenv;
+} agent_job;
+
+/* Reads the description on stdin into a (see run_remote.h). 0, or 2 with the reason said. */
+static int agent_read_job(agent_job *a)
+{
+    char *s = next_str(a->in);
+    if (!s || strcmp(s, AGENT_MAGIC)) {
+        fprintf(stderr,
+                "chorus-run --agent %s: expected a job description from chorus-run on stdin "
+                "(this mode is started by chorus-run -H over the remote shell)\n",
+                a->label);
+        return 2;
+    }
+    char *count;
+    long nargs = 0;
+    a->cwd = next_str(a->in);
+    count = next_str(a->in);
+    if (!a->cwd || !count || chorus__parse_int(count, 1, 1 << 20, &nargs)) {
+        fprintf(stderr, "chorus-run --agent %s: malformed job description\n", a->label);
+        return 2;
+    }
+    a->argv = calloc((size_t)nargs + 1, sizeof(char *));
+    a->env = calloc(4096, sizeof(char *));
+    if (!a->argv || !a->env) {
+        fprintf(stderr, "chorus-run --agent %s: out of memory\n", a->label);
+        return 2;
+    }
+    for (long i = 0; i < nargs; i++)
+        if (!(a->argv[i] = next_str(a->in))) {
+            fprintf(stderr, "chorus-run --agent %s: malformed job description\n", a->label);
+            return 2;
+        }
+    for (;;) {
+        char *v = next_str(a->in);
+        if (!v) {
+            fprintf(stderr, "chorus-run --agent %s: the job description ended early\n", a->label);
+            return 2;
+        }
+        if (!*v) return 0;
+        if (a->nenv < 4095) a->env[a->nenv++] = v;
+    }
+}
+
+/* Starts the rank with its streams on out, errp and stp (the parent's ends are closed here).
+ * Returns its pid, or -1 with the reason said. */
+static pid_t agent_start_rank(agent_job *a, int out[2], int errp[2], int stp[2])
+{
+    char **envp = agent_env(a->env, a->nenv, stp[1]);
+    if (!envp) return -1;
+    char execfail[300];
+    snprintf(execfail, sizeof(execfail), "chorus-run: cannot run '%s' on %s (exec failed)\n",
+             a->argv[0], a->host);
+    pid_t agent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) perror("chorus-run --agent: fork");
+    if (pid == 0) {
+        /* The rank dies with its agent: nothing is left on this host when the agent is
+         * killed. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != agent) _exit(128 + SIGKILL);
+        int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (devnull >= 0) dup2(devnull, 0); /* the launcher's commands are not the rank's */
+        dup2(out[1], 1);
+        dup2(errp[1], 2);
+        fcntl(stp[1], F_SETFD, 0);
+        setpgid(0, 0);
+        signal(SIGPIPE, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execvpe(a->argv[0], a->argv, envp);
+        if (write(2, execfail, strlen(execfail)) < 0) { /* nothing more to do */
+        }
+        _exit(127);
+    }
+    free(envp);
+    if (pid > 0) setpgid(pid, pid);
+    close(out[1]);
+    close(errp[1]);
+    close(stp[1]);
+    return pid;
+}
+
+/* Relays the rank's pipes (r: stdout, stderr, status) as frames and the launcher's commands
+ * to the rank until the rank has ended and its pipes are drained (or AGENT_DRAIN_S passed).
+ * The end of stdin stops the rank: SIGTERM, SIGKILL after AGENT_STOP_GRACE_S. Returns the
+ * rank's wait status. */
+static int agent_relay(agent_in *in, pid_t pid, relay r[3])
+{
+    int status = 0, running = 1, in_open = 1;
+    double gone_at = 0, ended_at = 0;
+    for (;;) {
+        struct pollfd pf[5];
+        int k = 0, who[5], open_relays = 0;
+        pf[k] = (struct pollfd){.fd = agent_sig_pipe[0], .events = POLLIN};
+        who[k++] = -2;
+        if (in_open) {
+            pf[k] = (struct pollfd){.fd = 0, .events = POLLIN};
+            who[k++] = -1;
+        }
+        for (int i = 0; i < 3; i++)
+            if (r[i].fd >= 0) {
+                pf[k] = (struct pollfd){.fd = r[i].fd, .events = POLLIN};
+                who[k++] = i;
+                open_relays += i < 2;
+            }
+        if (!running && (open_relays == 0 || chorus__now() - ended_at > AGENT_DRAIN_S)) break;
+        if (poll(pf, (nfds_t)k, 100) < 0 && errno != EINTR) break;
+        for (int i = 0; i < k; i++) {
+            if (!pf[i].revents) continue;
+            if (who[i] >= 0) {
+                relay_pump(&r[who[i]]);
+            } else if (who[i] == -1) {
+                if (!agent_commands(in, pid)) {
+                    in_open = 0; /* the launcher, or its connection, is gone: stop the rank */
+                    if (running) kill(-pid, SIGTERM), kill(-pid, SIGCONT);
+                    gone_at = chorus__now();
+                }
+            } else {
+                unsigned char b[64];
+                ssize_t got;
+                while ((got = read(agent_sig_pipe[0], b, sizeof(b))) > 0)
+                    for (ssize_t q = 0; q < got; q++)
+                        if (b[q] != SIGCHLD && running) kill(-pid, b[q]);
+            }
+        }
+        int st;
+        while (running && waitpid(pid, &st, WNOHANG | WUNTRACED | WCONTINUED) == pid) {
+            if (WIFSTOPPED(st) || WIFCONTINUED(st)) { /* the launcher tracks a hung rank */
+                frame(WIFSTOPPED(st) ? 'T' : 'C', "", 0);
+                continue;
+            }
+            status = st;
+            running = 0;
+            ended_at = chorus__now();
+        }
+        if (running && gone_at > 0 && chorus__now() - gone_at > AGENT_STOP_GRACE_S)
+            kill(-pid, SIGKILL);
+    }
+    for (int i = 0; i < 3; i++)
+        if (r[i].fd >= 0) relay_pump(&r[i]);
+    return status;
+}
+
+int run_agent_main(int argc, char **argv)
+{
+    agent_job a = {.label = argc > 2 ? argv[2] : "?", .host = "?"};
+    gethostname(a.host, sizeof(a.host) - 1);
+    int rc = 1, out[2], errp[2], stp[2];
+    a.in = calloc(1, sizeof(*a.in));
+    if (a.in) rc = agent_read_job(&a);
+    if (rc) goto done;
+    if (chdir(a.cwd))
+        fprintf(stderr,
+                "chorus-run --agent %s: cannot enter %s on %s (%s); running where the remote "
+                "shell started\n",
+                a.label, a.cwd, a.host, strerror(errno));
+    rc = 1;
+    if (pipe2(agent_sig_pipe, O_CLOEXEC | O_NONBLOCK) || pipe2(out, O_CLOEXEC) ||
+        pipe2(errp, O_CLOEXEC) || pipe2(stp, O_CLOEXEC | O_NONBLOCK)) {
+        perror("chorus-run --agent: pipe");
+        goto done;
+    }
+    run_catch_signals(agent_on_signal);
+    pid_t pid = agent_start_rank(&a, out, errp, stp);
+    if (pid < 0) goto done;
+    char line[32];
+    int n = snprintf(line, sizeof(line), "%d", (int)pid);
+    frame('P', line, (size_t)n);
+    fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK);
+    relay r[3] = {
+        {.fd = out[0], .tag = '1'}, {.fd = errp[0], .tag = '2'}, {.fd = stp[0], .tag = 'S'}};
+    int status = agent_relay(a.in, pid, r);
+    kill(-pid, SIGKILL); /* what the rank left behind in its process group */
+    n = snprintf(line, sizeof(line), "%d", status);
+    frame('X', line, (size_t)n);
+    free(a.argv);
+    free(a.env);
+    free(a.in);
+    return exit_like(status);
+done:
+    free(a.argv);
+    free(a.env);
+    free(a.in);
+    return rc;
+}

@@ -608,6 +608,23 @@ static void restore_checkpoint(trainer *t)
     }
 }
 
+/* --mode ps-* --resume: worker 0 has the servers load their shards of the step the trainer
+ * resumed from (saved before the trainer's own checkpoint of that step), and every worker
+ * waits for that before its first pull. */
+static void resume_shards(trainer *t)
+{
+    if (!t->o.resume || t->st.global_step == 0) return;
+    if (t->rank == 0) {
+        if (chorus_ps_load(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
+            die("cannot resume: %s", chorus_ps_last_error(t->ps));
+        printf("servers: resumed their shards of step %llu from %s\n",
+               (unsigned long long)t->st.global_step, t->o.ckpt_dir);
+        fflush(stdout);
+    }
+    if (chorus_barrier(t->dist.comm) != CHORUS_OK)
+        die("waiting for the servers' shards: %s", chorus_last_error(t->dist.comm));
+}
+
 /* --mode ps-*: the servers' current parameters into the model. */
 static void pull_params(trainer *t)
 {
@@ -638,22 +655,6 @@ static void register_params(trainer *t)
 {
     if (chorus_ps_register(t->ps, PS_KEY, t->m->nparams, t->m->params) != CHORUS_OK)
         die("registering the parameters: %s", chorus_ps_last_error(t->ps));
-}
-
-/* Step (--mode ps-* --resume, server ranks): this server's newest shard from the checkpoint
- * directory. */
-static void load_shard(trainer *t)
-{
-    uint64_t step;
-    if (chorus_ps_load(t->ps, t->o.ckpt_dir, &step) != CHORUS_OK)
-        die("cannot resume: %s", chorus_ps_last_error(t->ps));
-    if (step)
-        printf("server %d: resumed its shard of step %llu from %s\n", g_rank,
-               (unsigned long long)step, t->o.ckpt_dir);
-    else
-        printf("server %d: no shard in %s yet; starting from the initial parameters\n", g_rank,
-               t->o.ckpt_dir);
-    fflush(stdout);
 }
 
 /* Step (--mode ps-*, server ranks): serve until every worker is done, then report this
@@ -699,9 +700,10 @@ static void serve_params(trainer *t)
 static void prepare_run(trainer *t)
 {
     const opts *o = &t->o;
-    if (t->ps)
+    if (t->ps) {
+        resume_shards(t);
         pull_params(t);
-    else if (nn_dist_broadcast_params(&t->dist, t->m))
+    } else if (nn_dist_broadcast_params(&t->dist, t->m))
         die("%s", nn_last_error());
     t->steps_per_epoch = nn_sampler_steps(&t->sampler);
     if (t->rank == 0 && o->metrics) {
@@ -1019,7 +1021,6 @@ int main(int argc, char **argv)
     build(&t);
     if (t.ps) register_params(&t);
     if (t.ps && chorus_ps_is_server(t.ps)) {
-        if (t.o.resume) load_shard(&t);
         serve_params(&t);
         finish_server(&t);
         return 0;

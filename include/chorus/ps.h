@@ -137,18 +137,18 @@ chorus_result chorus_ps_wait(chorus_ps_handle *h);
 chorus_result chorus_ps_serve(chorus_ps *ps);
 
 /* Worker (any one): asks every server to save its shard (parameters and optimizer state) as
- * checkpoint `step` in dir, crash-safely (include/chorus/checkpoint.h; the newest two are
- * kept), and waits until each has. Errors: CHORUS_ERR_INVALID_ARG (called on a server, NULL
- * or too long dir), a server's failure to write (CHORUS_ERR_SYSTEM, detail in the server's
- * log), peer failures. */
+ * checkpoint `step` in dir, crash-safely (include/chorus/checkpoint.h; each server keeps the
+ * last two steps it saved), and waits until each has. Errors: CHORUS_ERR_INVALID_ARG (called
+ * on a server, NULL or too long dir), a server's failure to write (CHORUS_ERR_SYSTEM, detail
+ * in the server's log), peer failures. */
 chorus_result chorus_ps_save(chorus_ps *ps, const char *dir, uint64_t step);
 
-/* Server, after registering every key and before serving: loads its newest valid shard from
- * dir and sets *step to its step (0, and nothing changed, when dir holds none). Errors:
- * CHORUS_ERR_INVALID_ARG (called on a worker, NULL argument), CHORUS_ERR_MISMATCH when the
- * shard was saved with other keys, sizes, optimizer or number of servers; the checkpoint
- * loader's errors (every file of it damaged). */
-chorus_result chorus_ps_load(chorus_ps *ps, const char *dir, uint64_t *step);
+/* Worker (any one), after every key is registered and before pushing: asks every server to
+ * load its shard of checkpoint `step` from dir and waits until each has. Errors as
+ * chorus_ps_save; a server that has no valid shard of that step, or one saved with other
+ * keys, sizes, optimizer or number of servers, answers CHORUS_ERR_MISMATCH or
+ * CHORUS_ERR_INVALID_ARG and keeps its parameters. */
+chorus_result chorus_ps_load(chorus_ps *ps, const char *dir, uint64_t step);
 
 /* Copies this rank's counters into *s. */
 void chorus_ps_get_stats(const chorus_ps *ps, chorus_ps_stats *s);

@@ -22,7 +22,7 @@
 #define PS_MAX_DIR   4096 /* bytes of a checkpoint directory name, with its NUL */
 
 /* A save's header is followed by the directory name (uint8, NUL-terminated) on TAG_DATA. */
-enum { PS_PUSH = 1, PS_PULL = 2, PS_BYE = 3, PS_SAVE = 4 };
+enum { PS_PUSH = 1, PS_PULL = 2, PS_BYE = 3, PS_SAVE = 4, PS_LOAD = 5 };
 #define PS_HDR_WORDS 4 /* type, key, clock (this worker's pushes of the key), lr (float bits) */
 
 /* The part of a key one server holds: floats [off, off + count) of the key. */
@@ -69,9 +69,10 @@ struct chorus_ps {
     size_t *load;        /* bytes placed on each server so far */
     unsigned char *gone; /* server: workers that said goodbye or died */
     int ngone;
-    int left;        /* worker: chorus_ps_leave was called */
-    void *wire;      /* server: receive buffer for a gradient slice */
-    size_t wire_cap; /* bytes */
+    int left;          /* worker: chorus_ps_leave was called */
+    uint64_t saved[2]; /* server: the last two steps it saved shards of (0: none) */
+    void *wire;        /* server: receive buffer for a gradient slice */
+    size_t wire_cap;   /* bytes */
     chorus_ps_stats st;
     chorus_errbuf err;
 };
@@ -79,7 +80,8 @@ struct chorus_ps {
 /* Index of key in ps->keys, or -1. */
 int chorus__ps_find(const chorus_ps *ps, int key);
 
-/* Server: writes its shard as checkpoint `step` in dir (shard.c). */
+/* Server: writes its shard as checkpoint `step` in dir, or loads it back (shard.c). */
 chorus_result chorus__ps_save_shard(chorus_ps *ps, const char *dir, uint64_t step);
+chorus_result chorus__ps_load_shard(chorus_ps *ps, const char *dir, uint64_t step);
 
 #endif /* CHORUS_PS_INT_H */

@@ -229,9 +229,9 @@ static chorus_result on_gone(chorus_ps *ps, int worker)
     return CHORUS_OK;
 }
 
-/* A worker asks for a checkpoint of every shard: save, and answer how it went. A failed save
- * is the worker's to report; serving goes on. */
-static chorus_result on_save(chorus_ps *ps, int worker, uint64_t step)
+/* A worker asks every server to save its shard of step, or to load it back (type): do it, and
+ * answer how it went. A failure is the worker's to report; serving goes on. */
+static chorus_result on_shard(chorus_ps *ps, int worker, int type, uint64_t step)
 {
     char dir[PS_MAX_DIR];
     int src = ps->nservers + worker;
@@ -240,16 +240,17 @@ static chorus_result on_save(chorus_ps *ps, int worker, uint64_t step)
     chorus_result r = chorus_irecv(ps->comm, dir, sizeof(dir), CHORUS_UINT8, src, PS_TAG_DATA, &rq);
     if (r == CHORUS_OK) r = chorus_wait(rq, &st);
     if (r != CHORUS_OK)
-        return chorus__fail(&ps->err, r, "server %d: receiving worker %d's save request: %s",
+        return chorus__fail(&ps->err, r, "server %d: receiving worker %d's shard request: %s",
                             ps->rank, worker, chorus_last_error(ps->comm));
     int64_t res = CHORUS_ERR_INVALID_ARG;
     if (st.count > 0 && dir[st.count - 1] == '\0') {
-        res = chorus__ps_save_shard(ps, dir, step);
+        res = type == PS_SAVE ? chorus__ps_save_shard(ps, dir, step)
+                              : chorus__ps_load_shard(ps, dir, step);
         if (res != CHORUS_OK) CHORUS_WARN(CHORUS_LOG_ALL, "%s", ps->err.msg);
     }
     r = chorus_send(ps->comm, &res, 1, CHORUS_INT64, src, PS_TAG_SAVED);
     if (r != CHORUS_OK)
-        return chorus__fail(&ps->err, r, "server %d: answering worker %d's save request: %s",
+        return chorus__fail(&ps->err, r, "server %d: answering worker %d's shard request: %s",
                             ps->rank, worker, chorus_last_error(ps->comm));
     return CHORUS_OK;
 }
@@ -258,8 +259,8 @@ static chorus_result on_save(chorus_ps *ps, int worker, uint64_t step)
 static chorus_result dispatch(chorus_ps *ps, int worker, const int64_t *hd)
 {
     if (hd[0] == PS_BYE) return on_gone(ps, worker);
-    if (hd[0] == PS_SAVE)
-        return hd[2] >= 0 ? on_save(ps, worker, (uint64_t)hd[2]) : CHORUS_ERR_MISMATCH;
+    if ((hd[0] == PS_SAVE || hd[0] == PS_LOAD) && hd[2] >= 0)
+        return on_shard(ps, worker, (int)hd[0], (uint64_t)hd[2]);
     int i = hd[1] >= 0 && hd[1] <= INT32_MAX ? chorus__ps_find(ps, (int)hd[1]) : -1;
     if ((hd[0] != PS_PUSH && hd[0] != PS_PULL) || i < 0 || !ps->keys[i].mine || hd[2] < 0)
         return chorus__fail(&ps->err, CHORUS_ERR_MISMATCH,

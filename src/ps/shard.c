@@ -1,9 +1,11 @@
 /*
  * shard.c - a server's shard on disk: its slices of every key with the optimizer state, saved
  * as a crash-safe checkpoint (include/chorus/checkpoint.h: temporary file, fsync, rename) named
- * ps-shard-<server>-of-<servers>, and loaded back on resume. A worker asks every server to save
- * (chorus_ps_save) and waits for each one's answer, so that once it returns every shard of that
- * step is durable.
+ * ps-shard-<server>-of-<servers>-at-<step>, and loaded back on resume. A worker asks every
+ * server to save (chorus_ps_save) or load (chorus_ps_load) a given step and waits for each
+ * one's answer, so that a resume takes the shards of exactly the step the trainer's own
+ * checkpoint is of, even when a crash came between the two saves. Each server keeps the
+ * shards of the last two steps it saved.
  *
  * Payload (little-endian, as the host): "CHPSSHRD", u32 version, u32 servers, u32 keys held,
  * then per key held: i64 key, u64 offset, u64 count, u64 optimizer steps, u32 moments (0, 1 or
@@ -12,17 +14,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chorus/checkpoint.h"
 #include "ps/ps_int.h"
 
 #define SHARD_MAGIC   "CHPSSHRD"
 #define SHARD_VERSION 1u
-#define SHARD_KEEP    2
 
-static void shard_name(const chorus_ps *ps, int server, char *out, size_t len)
+static void shard_name(const chorus_ps *ps, uint64_t step, char *out, size_t len)
 {
-    snprintf(out, len, "ps-shard-%d-of-%d", server, ps->nservers);
+    snprintf(out, len, "ps-shard-%d-of-%d-at-%llu", ps->server, ps->nservers,
+             (unsigned long long)step);
+}
+
+/* Deletes the shard of step (saved by this server earlier; ignored when gone). */
+static void drop_shard(const chorus_ps *ps, const char *dir, uint64_t step)
+{
+    char name[96], path[4200];
+    shard_name(ps, step, name, sizeof(name));
+    if (chorus_checkpoint_path(dir, name, step, path, sizeof(path)) == CHORUS_OK) unlink(path);
 }
 
 static int moments(const ps_key *k)
@@ -71,15 +82,21 @@ chorus_result chorus__ps_save_shard(chorus_ps *ps, const char *dir, uint64_t ste
         if (k->v) memcpy(p, k->v, n * sizeof(float)), p += n * sizeof(float);
     }
 #undef PUT
-    char name[64];
-    shard_name(ps, ps->server, name, sizeof(name));
-    chorus_result r = chorus_checkpoint_save(dir, name, step, buf, len, SHARD_KEEP);
+    char name[96];
+    shard_name(ps, step, name, sizeof(name));
+    chorus_result r = chorus_checkpoint_save(dir, name, step, buf, len, 1);
     free(buf);
     if (r != CHORUS_OK)
         return chorus__fail(&ps->err, r, "server %d: saving its shard in %s: %s", ps->rank, dir,
                             chorus_last_error(NULL));
     CHORUS_INFO(CHORUS_LOG_ALL, "server %d saved its shard of step %llu in %s", ps->rank,
                 (unsigned long long)step, dir);
+    /* keep this step and the one before: drop the one before that */
+    if (ps->saved[0] && ps->saved[0] != step) {
+        if (ps->saved[1] && ps->saved[1] != step) drop_shard(ps, dir, ps->saved[1]);
+        ps->saved[1] = ps->saved[0];
+    }
+    ps->saved[0] = step;
     return CHORUS_OK;
 }
 
@@ -137,46 +154,43 @@ other:
                         ps->rank, what);
 }
 
-chorus_result chorus_ps_load(chorus_ps *ps, const char *dir, uint64_t *step)
+/* Server: loads its shard of checkpoint `step` from dir. */
+chorus_result chorus__ps_load_shard(chorus_ps *ps, const char *dir, uint64_t step)
 {
-    if (!ps || !dir || !step) return CHORUS_ERR_INVALID_ARG;
-    *step = 0;
-    if (ps->server < 0)
-        return chorus__fail(&ps->err, CHORUS_ERR_INVALID_ARG,
-                            "chorus_ps_load: rank %d is a worker; servers load their shards",
-                            ps->rank);
-    char name[64], what[4200];
-    shard_name(ps, ps->server, name, sizeof(name));
-    uint64_t *steps = NULL;
-    size_t count = 0;
-    if (chorus_checkpoint_list(dir, name, &steps, &count) == CHORUS_OK && count == 0)
-        return CHORUS_OK; /* nothing saved yet */
-    free(steps);
+    char name[96], what[4200];
+    shard_name(ps, step, name, sizeof(name));
     void *buf = NULL;
     size_t len = 0;
     uint64_t s = 0;
     chorus_result r = chorus_checkpoint_load(dir, name, &s, &buf, &len);
     if (r != CHORUS_OK)
-        return chorus__fail(&ps->err, r, "server %d: %s", ps->rank, chorus_last_error(NULL));
+        return chorus__fail(&ps->err, r, "server %d: no shard of step %llu: %s", ps->rank,
+                            (unsigned long long)step, chorus_last_error(NULL));
     if (chorus_checkpoint_path(dir, name, s, what, sizeof(what)) != CHORUS_OK)
         snprintf(what, sizeof(what), "%s in %s", name, dir);
-    r = read_shard(ps, buf, len, what);
+    r = s == step ? read_shard(ps, buf, len, what)
+                  : chorus__fail(&ps->err, CHORUS_ERR_MISMATCH, "server %d: %s is of step %llu",
+                                 ps->rank, what, (unsigned long long)s);
     free(buf);
-    if (r == CHORUS_OK) *step = s;
+    if (r == CHORUS_OK)
+        CHORUS_INFO(CHORUS_LOG_ALL, "server %d loaded its shard of step %llu from %s", ps->rank,
+                    (unsigned long long)step, dir);
     return r;
 }
 
-chorus_result chorus_ps_save(chorus_ps *ps, const char *dir, uint64_t step)
+/* Worker: sends request type (PS_SAVE or PS_LOAD) for step with dir to every server and
+ * waits for each one's answer. */
+static chorus_result ask_servers(chorus_ps *ps, int type, const char *dir, uint64_t step,
+                                 const char *call)
 {
     if (!ps || !dir) return CHORUS_ERR_INVALID_ARG;
     size_t dlen = strlen(dir) + 1;
     if (ps->worker < 0 || dlen > PS_MAX_DIR)
         return chorus__fail(&ps->err, CHORUS_ERR_INVALID_ARG,
-                            ps->worker < 0 ? "chorus_ps_save: rank %d is a server; a worker asks"
-                                           : "chorus_ps_save: rank %d: the directory name is "
-                                             "too long",
-                            ps->rank);
-    int64_t hd[PS_HDR_WORDS] = {PS_SAVE, -1, (int64_t)step, 0};
+                            ps->worker < 0 ? "%s: rank %d is a server; a worker asks"
+                                           : "%s: rank %d: the directory name is too long",
+                            call, ps->rank);
+    int64_t hd[PS_HDR_WORDS] = {type, -1, (int64_t)step, 0};
     chorus_result first = CHORUS_OK;
     for (int s = 0; s < ps->nservers && first == CHORUS_OK; s++) {
         int64_t ok = -1;
@@ -184,13 +198,24 @@ chorus_result chorus_ps_save(chorus_ps *ps, const char *dir, uint64_t step)
         if (r == CHORUS_OK) r = chorus_send(ps->comm, dir, dlen, CHORUS_UINT8, s, PS_TAG_DATA);
         if (r == CHORUS_OK) r = chorus_recv(ps->comm, &ok, 1, CHORUS_INT64, s, PS_TAG_SAVED);
         if (r != CHORUS_OK)
-            first = chorus__fail(&ps->err, r, "chorus_ps_save: server %d: %s", s,
+            first = chorus__fail(&ps->err, r, "%s: server %d: %s", call, s,
                                  chorus_last_error(ps->comm));
         else if (ok != CHORUS_OK)
             first = chorus__fail(&ps->err, (chorus_result)ok,
-                                 "chorus_ps_save: server %d could not save its shard in %s "
-                                 "(its log says why)",
-                                 s, dir);
+                                 "%s: server %d could not %s its shard of step %llu in %s (its "
+                                 "log says why)",
+                                 call, s, type == PS_SAVE ? "save" : "load",
+                                 (unsigned long long)step, dir);
     }
     return first;
+}
+
+chorus_result chorus_ps_load(chorus_ps *ps, const char *dir, uint64_t step)
+{
+    return ask_servers(ps, PS_LOAD, dir, step, "chorus_ps_load");
+}
+
+chorus_result chorus_ps_save(chorus_ps *ps, const char *dir, uint64_t step)
+{
+    return ask_servers(ps, PS_SAVE, dir, step, "chorus_ps_save");
 }

@@ -79,7 +79,7 @@ kill_server)
     chorus-run -np 3 chorus-train $common --resume --max-steps 80 --dump-params "$d/resumed" \
         > "$d/resumed.log" 2>&1 || { cat "$d/resumed.log"; exit 1; }
     grep "resumed" "$d/resumed.log"
-    grep -q "server 0: resumed its shard of step [1-9]" "$d/resumed.log" || exit 1
+    grep -q "servers: resumed their shards of step [1-9]" "$d/resumed.log" || exit 1
     chorus-run -np 3 chorus-train --mode ps-sync --servers 1 --no-eval --batch 64 --max-steps 80 \
         --dump-params "$d/straight" > "$d/straight.log" 2>&1 || { cat "$d/straight.log"; exit 1; }
     cmp "$d/resumed.0" "$d/straight.0" || { echo "the resumed run ended elsewhere"; exit 1; }

@@ -712,11 +712,16 @@ static void prepare_run(trainer *t)
     }
     t->tty = isatty(STDOUT_FILENO);
     if (t->rank == 0) {
-        printf("chorus-train: %s, %zu parameters; %d rank%s x %d BLAS thread%s; global batch %d "
-               "(%zu per rank, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
+        char servers[96] = "";
+        if (t->ps)
+            snprintf(servers, sizeof(servers), " and %d server%s (--mode %s)",
+                     chorus_ps_num_servers(t->ps), chorus_ps_num_servers(t->ps) > 1 ? "s" : "",
+                     o->mode);
+        printf("chorus-train: %s, %zu parameters; %d rank%s x %d BLAS thread%s%s; global batch "
+               "%d (%zu per rank, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
                "steps\n",
                o->model, t->m->nparams, t->world, t->world > 1 ? "s" : "", o->threads,
-               o->threads > 1 ? "s" : "", o->batch, t->max_local, o->accum, o->optim,
+               o->threads > 1 ? "s" : "", servers, o->batch, t->max_local, o->accum, o->optim,
                (double)o->lr * (o->scale_lr ? t->world : 1), o->schedule,
                o->scale_lr ? " (scaled by ranks)" : "", (double)o->warmup_epochs, o->epochs,
                t->steps_per_epoch);

@@ -12,7 +12,12 @@
  *   async         the same start in async mode: nothing waits, and worker 0 runs the whole
  *                 way ahead (its lead reaches the number of steps)
  *   errors        bad options, keys, sizes and registrations: clear errors, nothing applied
+ *   stopped       async, 1 server, 3 workers: worker 2 stops itself (SIGSTOP) after 3 steps;
+ *                 workers 0 and 1 still make all their steps; the server then times out
+ *                 waiting for worker 2's goodbye and names it (the list sets
+ *                 CHORUS_TIMEOUT_S=3)
  */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -237,6 +242,33 @@ static void case_errors(void)
     ASSERT_OK(chorus_ps_finalize(ps));
 }
 
+static void case_stopped(void)
+{
+    ASSERT_EQ(size_, 4);
+    chorus_ps *ps = make(CHORUS_PS_ASYNC, 1, 0, CHORUS_FLOAT32);
+    enum { N = 1000 };
+    static float g[N], p[N];
+    ASSERT_OK(chorus_ps_register(ps, 0, N, NULL));
+    int w = chorus_ps_worker_index(ps);
+    if (chorus_ps_is_server(ps)) {
+        chorus_result r = chorus_ps_serve(ps);
+        chorus_ps_stats st;
+        chorus_ps_get_stats(ps, &st);
+        printf("server: %llu updates, then %s: %s\n", (unsigned long long)st.updates,
+               chorus_strerror(r), chorus_ps_last_error(ps));
+        ASSERT(st.updates >= 2 * LEAD_STEPS + 3);
+        exit(r == CHORUS_OK ? 0 : 3);
+    }
+    for (int s = 1; s <= LEAD_STEPS; s++) {
+        if (w == 2 && s == 4) raise(SIGSTOP);
+        push_pull(ps, 0, g, p, N, 0.01f);
+    }
+    printf("worker %d made all its %d steps\n", w, LEAD_STEPS);
+    fflush(stdout);
+    ASSERT_OK(chorus_ps_leave(ps));
+    pause(); /* the job ends with the server's verdict */
+}
+
 int main(int argc, char **argv)
 {
     ASSERT_OK(chorus_init(&comm));
@@ -253,6 +285,8 @@ int main(int argc, char **argv)
         case_lead(CHORUS_PS_SSP, argc > 2 ? atoi(argv[2]) : 2);
     } else if (!strcmp(c, "async")) {
         case_lead(CHORUS_PS_ASYNC, 0);
+    } else if (!strcmp(c, "stopped")) {
+        case_stopped();
     } else if (!strcmp(c, "errors")) {
         case_errors();
     } else {

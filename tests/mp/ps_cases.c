@@ -256,7 +256,10 @@ static void case_stopped(void)
         chorus_ps_get_stats(ps, &st);
         printf("server: %llu updates, then %s: %s\n", (unsigned long long)st.updates,
                chorus_strerror(r), chorus_ps_last_error(ps));
+        fflush(stdout);
         ASSERT(st.updates >= 2 * LEAD_STEPS + 3);
+        chorus_ps_finalize(ps);
+        chorus_finalize(comm);
         exit(r == CHORUS_OK ? 0 : 3);
     }
     for (int s = 1; s <= LEAD_STEPS; s++) {

@@ -76,6 +76,7 @@ typedef struct chorus_ps_stats {
     uint64_t max_staleness;     /* largest lead over the slowest live worker at a pull reply */
     uint64_t server_bytes;      /* memory of parameters, optimizer and buffers (server) */
     int nworkers, workers_gone; /* workers that finished or died (server) */
+    int workers_lost;           /* of those, the ones that died (server; async and SSP) */
     uint64_t worker_bytes_pushed[CHORUS_PS_MAX_WORKERS];
     uint64_t worker_bytes_pulled[CHORUS_PS_MAX_WORKERS];
 } chorus_ps_stats;
@@ -130,10 +131,12 @@ chorus_result chorus_ps_pull(chorus_ps *ps, int key, float *out, size_t count,
 chorus_result chorus_ps_wait(chorus_ps_handle *h);
 
 /* Server: answers pushes and pulls until every worker has left (chorus_ps_leave or
- * chorus_ps_finalize). A worker that dies fails the server with CHORUS_ERR_PEER_LOST naming
- * it, as any peer failure does (include/chorus.h). Returns CHORUS_OK once all have left;
- * CHORUS_ERR_MISMATCH when a worker sent something that does not fit (unknown key, wrong
- * size), naming it (nothing is applied); peer failures. */
+ * chorus_ps_finalize). In async and SSP mode a worker that dies counts as left: the server
+ * logs it (WARN, naming it) and goes on, and so do the other workers (chorus_ps_create marks
+ * the workers' connections as ones the job may lose, on every rank); in sync mode, as any peer
+ * failure (include/chorus.h), it fails the server with CHORUS_ERR_PEER_LOST naming it. Returns
+ * CHORUS_OK once all have left; CHORUS_ERR_MISMATCH when a worker sent something that does not
+ * fit (unknown key, wrong size), naming it (nothing is applied); peer failures. */
 chorus_result chorus_ps_serve(chorus_ps *ps);
 
 /* Worker (any one): asks every server to save its shard (parameters and optimizer state) as

@@ -47,7 +47,7 @@ class _Stats(_c.Structure):
     _fields_ = [(n, _c.c_uint64) for n in (
         "pushes", "pulls", "bytes_pushed", "bytes_pulled", "updates", "pulls_delayed",
         "max_staleness", "server_bytes")] + [
-        ("nworkers", _c.c_int), ("workers_gone", _c.c_int),
+        ("nworkers", _c.c_int), ("workers_gone", _c.c_int), ("workers_lost", _c.c_int),
         ("worker_bytes_pushed", _c.c_uint64 * _MAX_WORKERS),
         ("worker_bytes_pulled", _c.c_uint64 * _MAX_WORKERS)]
 
@@ -177,7 +177,7 @@ class ParameterServer:
         """This rank's counters as a dict (servers: per worker traffic too)."""
         s = _Stats()
         lib.chorus_ps_get_stats(self._ptr, _c.byref(s))
-        d = {f: getattr(s, f) for f, _ in _Stats._fields_[:10]}
+        d = {f: getattr(s, f) for f, _ in _Stats._fields_[:11]}
         d["worker_bytes_pushed"] = list(s.worker_bytes_pushed[:s.nworkers])
         d["worker_bytes_pulled"] = list(s.worker_bytes_pulled[:s.nworkers])
         return d

@@ -7,8 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/comm.h"
+#include "coll/comm.h"
 #include "ps/ps_int.h"
 #include "reduce/reduce.h"
+#include "transport/tcp/net.h"
+#include "transport/tcp/net.h"
 
 /* A key is cut into one slice per server when each slice would hold at least this many
  * floats; smaller keys go whole to one server. */
@@ -120,6 +124,11 @@ chorus_result chorus_ps_create(chorus_comm *c, const chorus_ps_opts *o, chorus_p
         chorus_ps_finalize(ps);
         return r;
     }
+    /* Async and SSP go on without a worker that dies: its connections may be lost without
+     * breaking the job, on every rank (the workers are connected to one another too). */
+    if (o->mode != CHORUS_PS_SYNC)
+        for (int r = ps->nservers; r < ps->size; r++)
+            chorus__net_set_expendable(c->net, c->world[r]);
     CHORUS_INFO(CHORUS_LOG_INIT, "parameter server: %d server%s, %d worker%s, mode %s",
                 ps->nservers, ps->nservers == 1 ? "" : "s", ps->nworkers,
                 ps->nworkers == 1 ? "" : "s", chorus_ps_mode_name((int)o->mode));

@@ -38,6 +38,19 @@ static void widen(const chorus_ps *ps, const void *wire, float *dst, size_t n)
         memcpy(dst, wire, n * sizeof(float));
 }
 
+static chorus_result on_gone(chorus_ps *ps, int worker);
+
+/* Async and SSP: worker died (its connection is gone, the job is not): log it, and go on as
+ * if it had left. */
+static chorus_result worker_lost(chorus_ps *ps, int worker)
+{
+    if (ps->gone[worker]) return CHORUS_OK;
+    CHORUS_WARN(CHORUS_LOG_ALL, "server %d: worker %d (rank %d) is lost (%s); going on without it",
+                ps->rank, worker, ps->nservers + worker, chorus_last_error(ps->comm));
+    ps->st.workers_lost++;
+    return on_gone(ps, worker);
+}
+
 /* The fewest pushes of k among the workers still training (UINT64_MAX when none is). */
 static uint64_t slowest(const chorus_ps *ps, const ps_key *k)
 {
@@ -64,6 +77,7 @@ static chorus_result answer_pull(chorus_ps *ps, ps_key *k, int worker, uint64_t 
     int slot = (int)(k - ps->keys);
     chorus_result r = chorus_send(ps->comm, k->param, k->mcount, CHORUS_FLOAT32,
                                   ps->nservers + worker, PS_TAG_REPLY + slot);
+    if (r == CHORUS_ERR_PEER_LOST && ps->o.mode != CHORUS_PS_SYNC) return worker_lost(ps, worker);
     if (r != CHORUS_OK)
         return chorus__fail(&ps->err, r, "server %d answering worker %d (rank %d): %s", ps->rank,
                             worker, ps->nservers + worker, chorus_last_error(ps->comm));
@@ -175,6 +189,7 @@ static chorus_result on_push(chorus_ps *ps, ps_key *k, int worker, uint64_t cloc
     chorus_request *rq;
     chorus_result r = chorus_irecv(ps->comm, ps->wire, n, ps->o.grad_dtype, src, PS_TAG_DATA, &rq);
     if (r == CHORUS_OK) r = chorus_wait(rq, &st);
+    if (r == CHORUS_ERR_PEER_LOST && ps->o.mode != CHORUS_PS_SYNC) return worker_lost(ps, worker);
     if (r == CHORUS_OK && st.count != n)
         r = chorus__fail(&ps->err, CHORUS_ERR_MISMATCH,
                          "server %d: worker %d (rank %d) pushed %zu values of key %d, whose slice "
@@ -290,6 +305,10 @@ chorus_result chorus_ps_serve(chorus_ps *ps)
         chorus_result r = chorus_irecv(ps->comm, hd, PS_HDR_WORDS, CHORUS_INT64, CHORUS_ANY_SOURCE,
                                        PS_TAG_HDR, &rq);
         if (r == CHORUS_OK) r = chorus_wait(rq, &st);
+        if (r == CHORUS_ERR_PEER_LOST && st.source >= ps->nservers) { /* async/SSP: goes on */
+            CHORUS_CHECK(worker_lost(ps, st.source - ps->nservers));
+            continue;
+        }
         if (r == CHORUS_OK && (st.source < ps->nservers || st.count != PS_HDR_WORDS))
             return chorus__fail(&ps->err, CHORUS_ERR_MISMATCH,
                                 "server %d: rank %d sent a %zu-word request; only workers "

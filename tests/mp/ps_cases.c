@@ -11,6 +11,9 @@
  *                 large enough to be seen in the parameters); the largest lead served is <= S
  *   async         the same start in async mode: nothing waits, and worker 0 runs the whole
  *                 way ahead (its lead reaches the number of steps)
+ *   killed MODE   async or ssp, 1 server, 3 workers: worker 2 is killed (SIGKILL) after 3
+ *                 steps; workers 0 and 1 make all their steps and leave, and the server ends
+ *                 cleanly, having logged the loss (the list gives chorus-run a long --grace)
  *   errors        bad options, keys, sizes and registrations: clear errors, nothing applied
  *   stopped       async, 1 server, 3 workers: worker 2 stops itself (SIGSTOP) after 3 steps;
  *                 workers 0 and 1 still make all their steps; the server then times out
@@ -242,6 +245,32 @@ static void case_errors(void)
     ASSERT_OK(chorus_ps_finalize(ps));
 }
 
+static void case_killed(chorus_ps_mode mode)
+{
+    ASSERT_EQ(size_, 4);
+    chorus_ps *ps = make(mode, 1, 2, CHORUS_FLOAT32);
+    enum { N = 1000 };
+    static float g[N], p[N];
+    ASSERT_OK(chorus_ps_register(ps, 0, N, NULL));
+    int w = chorus_ps_worker_index(ps);
+    if (chorus_ps_is_server(ps)) {
+        chorus_ps_stats st;
+        serve(ps, &st);
+        printf("server: served %llu updates; %d workers gone, %d of them lost\n",
+               (unsigned long long)st.updates, st.workers_gone, st.workers_lost);
+        ASSERT_EQ(st.workers_gone, 3);
+        ASSERT_EQ(st.workers_lost, 1);
+        ASSERT(st.updates >= 2 * LEAD_STEPS + 3);
+    } else {
+        for (int s = 1; s <= LEAD_STEPS; s++) {
+            if (w == 2 && s == 4) raise(SIGKILL);
+            push_pull(ps, 0, g, p, N, 0.01f);
+        }
+        printf("worker %d made all its %d steps\n", w, LEAD_STEPS);
+    }
+    ASSERT_OK(chorus_ps_finalize(ps));
+}
+
 static void case_stopped(void)
 {
     ASSERT_EQ(size_, 4);
@@ -288,6 +317,8 @@ int main(int argc, char **argv)
         case_lead(CHORUS_PS_SSP, argc > 2 ? atoi(argv[2]) : 2);
     } else if (!strcmp(c, "async")) {
         case_lead(CHORUS_PS_ASYNC, 0);
+    } else if (!strcmp(c, "killed")) {
+        case_killed(argc > 2 && !strcmp(argv[2], "ssp") ? CHORUS_PS_SSP : CHORUS_PS_ASYNC);
     } else if (!strcmp(c, "stopped")) {
         case_stopped();
     } else if (!strcmp(c, "errors")) {

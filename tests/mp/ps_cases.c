@@ -245,14 +245,23 @@ static void case_errors(void)
     ASSERT_OK(chorus_ps_finalize(ps));
 }
 
-static void case_killed(chorus_ps_mode mode)
+/* The failure cases' job: 1 server and 3 workers sharing key 0 of FAIL_N floats. */
+#define FAIL_N 1000
+static float fail_g[FAIL_N], fail_p[FAIL_N];
+
+static chorus_ps *failure_job(chorus_ps_mode mode, int *w)
 {
     ASSERT_EQ(size_, 4);
     chorus_ps *ps = make(mode, 1, 2, CHORUS_FLOAT32);
-    enum { N = 1000 };
-    static float g[N], p[N];
-    ASSERT_OK(chorus_ps_register(ps, 0, N, NULL));
-    int w = chorus_ps_worker_index(ps);
+    ASSERT_OK(chorus_ps_register(ps, 0, FAIL_N, NULL));
+    *w = chorus_ps_worker_index(ps);
+    return ps;
+}
+
+static void case_killed(chorus_ps_mode mode)
+{
+    int w;
+    chorus_ps *ps = failure_job(mode, &w);
     if (chorus_ps_is_server(ps)) {
         chorus_ps_stats st;
         serve(ps, &st);
@@ -264,7 +273,7 @@ static void case_killed(chorus_ps_mode mode)
     } else {
         for (int s = 1; s <= LEAD_STEPS; s++) {
             if (w == 2 && s == 4) raise(SIGKILL);
-            push_pull(ps, 0, g, p, N, 0.01f);
+            push_pull(ps, 0, fail_g, fail_p, FAIL_N, 0.01f);
         }
         printf("worker %d made all its %d steps\n", w, LEAD_STEPS);
     }
@@ -273,12 +282,8 @@ static void case_killed(chorus_ps_mode mode)
 
 static void case_stopped(void)
 {
-    ASSERT_EQ(size_, 4);
-    chorus_ps *ps = make(CHORUS_PS_ASYNC, 1, 0, CHORUS_FLOAT32);
-    enum { N = 1000 };
-    static float g[N], p[N];
-    ASSERT_OK(chorus_ps_register(ps, 0, N, NULL));
-    int w = chorus_ps_worker_index(ps);
+    int w;
+    chorus_ps *ps = failure_job(CHORUS_PS_ASYNC, &w);
     if (chorus_ps_is_server(ps)) {
         chorus_result r = chorus_ps_serve(ps);
         chorus_ps_stats st;
@@ -293,7 +298,7 @@ static void case_stopped(void)
     }
     for (int s = 1; s <= LEAD_STEPS; s++) {
         if (w == 2 && s == 4) raise(SIGSTOP);
-        push_pull(ps, 0, g, p, N, 0.01f);
+        push_pull(ps, 0, fail_g, fail_p, FAIL_N, 0.01f);
     }
     printf("worker %d made all its %d steps\n", w, LEAD_STEPS);
     fflush(stdout);

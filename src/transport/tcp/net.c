@@ -114,7 +114,8 @@ typedef struct peer {
     stripe *stripes;                          /* striped messages still arriving */
     uint64_t tx_stripe, rx_stripe;            /* striped messages sent / headers received */
     char host[64];
-    double last_rx; /* when bytes last arrived from this peer, on any lane */
+    double last_rx;       /* when bytes last arrived from this peer, on any lane */
+    int expendable, lost; /* chorus__net_set_expendable; and it was lost */
 } peer;
 
 /* Messages of at least this many bytes are striped over the lanes. A fixed size, so that both
@@ -140,6 +141,9 @@ struct chorus_net {
     chorus_result broken;              /* first error, CHORUS_OK while healthy */
     int broken_rank;                   /* world rank blamed for it, -1 when none */
     char broken_msg[sizeof(((chorus_errbuf *)0)->msg)];
+    int *lost_notice; /* expendable ranks lost whose loss no any-source receive reported yet */
+    int nlost_notice;
+    char loss_msg[sizeof(((chorus_errbuf *)0)->msg)];
     /* watchdog */
     double hb_interval, hb_timeout; /* seconds; interval 0: no watchdog */
     int hb_started, hb_stop;
@@ -292,12 +296,124 @@ int chorus__net_failed_rank(chorus_net *n)
     return r;
 }
 
+static void unlink_req(chorus_req **head, chorus_req **tail, chorus_req *r);
+static void unlink_umsg(peer *pe, umsg *u);
+static void free_umsg(umsg *u);
+
+static void fail_req(chorus_req *r)
+{
+    r->res = CHORUS_ERR_PEER_LOST;
+    r->done = 1;
+}
+
+/* Expendable rank p is lost (mu held): close its connection, fail what involves it, and tell
+ * one any-source receive. The net stays healthy. */
+static void lose_peer(chorus_net *n, int p, const char *why)
+{
+    peer *pe = &n->peers[p];
+    pe->lost = 1;
+    snprintf(n->loss_msg, sizeof(n->loss_msg), "%s", why);
+    CHORUS_WARN(CHORUS_LOG_TCP, "%s; the job goes on without it", why);
+    /* messages cut short: striped ones still arriving, then the one arriving on lane 0; each
+     * is dropped and its taker failed */
+    for (stripe *st = pe->stripes, *nx; st; st = nx) {
+        nx = st->next;
+        if (st->req) fail_req(st->req);
+        if (st->msg) {
+            if (st->msg->waiter) fail_req(st->msg->waiter);
+            unlink_umsg(pe, st->msg);
+            free_umsg(st->msg);
+        }
+        if (st->req && pe->dreq == st->req) pe->dreq = NULL;
+        if (st->msg && pe->dmsg == st->msg) pe->dmsg = NULL;
+        free(st);
+    }
+    pe->stripes = NULL;
+    int cut = pe->lanes[0].in_payload;
+    if (cut && pe->dreq) fail_req(pe->dreq);
+    if (cut && pe->dmsg) {
+        umsg *u = pe->dmsg;
+        if (u->waiter) fail_req(u->waiter);
+        unlink_umsg(pe, u);
+        free_umsg(u);
+    }
+    pe->dreq = NULL;
+    pe->dmsg = NULL;
+    for (int l = 0; l < n->nlanes; l++) {
+        lane *ln = &pe->lanes[l];
+        if (ln->fd >= 0) {
+            epoll_ctl(n->epfd, EPOLL_CTL_DEL, ln->fd, NULL);
+            close(ln->fd);
+            ln->fd = -1;
+        }
+        /* lane 0 queues the callers' sends; the others the slices of striped ones */
+        for (chorus_req *r = ln->sq_head, *nx; r; r = nx) {
+            nx = r->next;
+            if (r == &ln->ping) continue;
+            if (r->parent) {
+                fail_req(r->parent);
+                free(r);
+            } else {
+                fail_req(r);
+            }
+        }
+        ln->sq_head = ln->sq_tail = NULL;
+        for (lchunk *c = ln->cq_head, *nx; c; c = nx) {
+            nx = c->next;
+            free(c->early);
+            free(c);
+        }
+        ln->cq_head = ln->cq_tail = NULL;
+        ln->dchunk = NULL;
+        ln->dstripe = NULL;
+        ln->dst = NULL;
+        ln->in_payload = 0;
+        ln->hoff = 0;
+        ln->spos = ln->slen = 0;
+    }
+    for (chorus_req *r = pe->rq_head, *nx; r; r = nx) {
+        nx = r->next;
+        fail_req(r);
+    }
+    pe->rq_head = pe->rq_tail = NULL;
+    chorus_req *any = n->anyq_head;
+    if (any) {
+        unlink_req(&n->anyq_head, &n->anyq_tail, any);
+        any->src = p;
+        fail_req(any);
+    } else {
+        int *nl = realloc(n->lost_notice, (size_t)(n->nlost_notice + 1) * sizeof(int));
+        if (nl) {
+            n->lost_notice = nl;
+            n->lost_notice[n->nlost_notice++] = p;
+        }
+    }
+}
+
 static void peer_lost(chorus_net *n, int p, const char *what)
 {
     char why[400];
     snprintf(why, sizeof(why), "rank %d (host %s) was lost: %s (seen by rank %d)", p,
              chorus__net_host(n, p), what, n->rank);
+    if (n->peers[p].expendable && n->broken == CHORUS_OK) {
+        if (!n->peers[p].lost) lose_peer(n, p, why);
+        return;
+    }
     break_locked(n, p, CHORUS_ERR_PEER_LOST, why, why);
+}
+
+void chorus__net_set_expendable(chorus_net *n, int p)
+{
+    pthread_mutex_lock(&n->mu);
+    if (p >= 0 && p < n->size && p != n->rank) n->peers[p].expendable = 1;
+    pthread_mutex_unlock(&n->mu);
+}
+
+void chorus__net_loss_detail(chorus_net *n, chorus_errbuf *e)
+{
+    pthread_mutex_lock(&n->mu);
+    if (e) snprintf(e->msg, sizeof(e->msg), "%s", n->loss_msg);
+    pthread_mutex_unlock(&n->mu);
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
@@ -438,6 +554,8 @@ void chorus__net_isend(chorus_net *n, chorus_req *r, int peer_rank, const chorus
     if (n->broken != CHORUS_OK) {
         r->done = 1;
         r->res = n->broken;
+    } else if (n->peers[peer_rank].lost) {
+        fail_req(r);
     } else if (!striped(n, h)) {
         enqueue_send(n, peer_rank, 0, r);
     } else if (stripe_send(n, peer_rank, r)) {
@@ -623,6 +741,16 @@ static void p2p_post_locked(chorus_net *n, chorus_req *r)
         }
         return;
     }
+    if (r->peer == CHORUS__NET_ANY && n->nlost_notice) { /* tell of a loss first */
+        r->src = n->lost_notice[0];
+        memmove(n->lost_notice, n->lost_notice + 1, (size_t)--n->nlost_notice * sizeof(int));
+        fail_req(r);
+        return;
+    }
+    if (r->peer != CHORUS__NET_ANY && n->peers[r->peer].lost) {
+        fail_req(r);
+        return;
+    }
     chorus_req **head = &n->anyq_head, **tail = &n->anyq_tail;
     if (r->peer != CHORUS__NET_ANY) {
         head = &n->peers[r->peer].rq_head;
@@ -673,6 +801,11 @@ void chorus__net_irecv(chorus_net *n, chorus_req *r, int peer_rank, const chorus
         return;
     }
     peer *pe = &n->peers[peer_rank];
+    if (pe->lost) {
+        fail_req(r);
+        pthread_mutex_unlock(&n->mu);
+        return;
+    }
     /* Something of this stream already arrived (or is arriving)? It is ours, unless an earlier
      * receive already claimed it or an earlier receive of the same stream is still waiting. */
     for (chorus_req *x = pe->rq_head; x; x = x->next)
@@ -1176,7 +1309,7 @@ static void check_bye(chorus_net *n, const chorus_req *r)
     char why[300];
     if (r->peer == CHORUS__NET_ANY) {
         for (int p = 0; p < n->size; p++)
-            if (p != n->rank && !n->peers[p].bye) return;
+            if (p != n->rank && !n->peers[p].bye && !n->peers[p].lost) return;
         snprintf(why, sizeof(why),
                  "every other rank has already finalized, but rank %d still waits in a receive "
                  "from any rank",
@@ -1790,5 +1923,6 @@ void chorus__net_release(chorus_net *n)
     pthread_mutex_destroy(&n->mu);
     if (n->peers) free(n->peers[0].lanes);
     free(n->peers);
+    free(n->lost_notice);
     free(n);
 }

@@ -1538,17 +1538,29 @@ static void *watchdog(void *arg)
         double now = chorus__now();
         for (int p = 0; p < n->size && n->broken == CHORUS_OK; p++) {
             if (p == n->rank || n->peers[p].bye) continue;
-            /* every lane is watched on its own: one that fell silent is the peer lost */
-            for (int l = 0; l < n->nlanes && n->broken == CHORUS_OK; l++) {
-                lane *ln = &n->peers[p].lanes[l];
+            peer *pe = &n->peers[p];
+            char what[240];
+            if (pe->lanes[0].fd >= 0 && now - pe->last_rx > n->hb_timeout) {
+                snprintf(what, sizeof(what),
+                         "nothing arrived from it for %.1f s, not even a heartbeat: the process "
+                         "is hung or stopped (SIGSTOP?) or its host is unreachable "
+                         "(CHORUS_HEARTBEAT_TIMEOUT_S)",
+                         now - pe->last_rx);
+                peer_lost(n, p, what);
+                continue;
+            }
+            /* every lane is watched on its own too: one that fell silent while the others
+             * still talk is the peer lost. An idle lane hears a ping only once an interval,
+             * so a lane gets two intervals more than the peer as a whole. */
+            for (int l = 0; l < n->nlanes && n->broken == CHORUS_OK && !pe->lost; l++) {
+                lane *ln = &pe->lanes[l];
                 if (ln->fd < 0 || ln->bye) continue;
-                if (now - ln->last_rx > n->hb_timeout) {
-                    char what[240];
+                if (now - ln->last_rx > n->hb_timeout + 2 * n->hb_interval) {
                     snprintf(what, sizeof(what),
-                             "nothing arrived from it for %.1f s, not even a heartbeat: the "
-                             "process is hung or stopped (SIGSTOP?) or its host is unreachable "
-                             "(CHORUS_HEARTBEAT_TIMEOUT_S)%s",
-                             now - ln->last_rx, n->nlanes > 1 ? " on one of its TCP lanes" : "");
+                             "nothing arrived on its TCP lane %d of %d for %.1f s, not even a "
+                             "heartbeat, while its other lanes still talk: that connection is "
+                             "broken (CHORUS_HEARTBEAT_TIMEOUT_S)",
+                             l, n->nlanes, now - ln->last_rx);
                     peer_lost(n, p, what);
                     break;
                 }

@@ -707,8 +707,14 @@ static void prepare_run(trainer *t)
         die("%s", nn_last_error());
     t->steps_per_epoch = nn_sampler_steps(&t->sampler);
     if (t->rank == 0 && o->metrics) {
-        t->metrics = fopen(o->metrics, o->resume ? "a" : "w");
+        /* Appended to, a line at a time: under --mode ps-* each server adds its own line to
+         * the same file when it finishes, which a buffered writer at its own offset would
+         * overwrite. */
+        t->metrics = o->resume ? NULL : fopen(o->metrics, "w");
+        if (t->metrics) fclose(t->metrics);
+        t->metrics = fopen(o->metrics, "a");
         if (!t->metrics) die("cannot open --metrics %s: %s", o->metrics, strerror(errno));
+        setvbuf(t->metrics, NULL, _IOLBF, 0);
     }
     t->tty = isatty(STDOUT_FILENO);
     if (t->rank == 0) {

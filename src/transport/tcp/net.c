@@ -420,13 +420,30 @@ void chorus__net_loss_detail(chorus_net *n, chorus_errbuf *e)
 
 static void read_lane(chorus_net *n, int p, int l);
 
-/* Writing to p failed (EPIPE, ECONNRESET): p may have closed after an abort that is still
- * unread in our socket (on lane 0), naming the rank that failed first and why. Read what p
- * sent before blaming it. */
-static void send_failed(chorus_net *n, int p, int err)
+/* A connection to p closed or failed (what: how). p may have closed after an abort that is
+ * still unread on lane 0 (the only lane that carries aborts), naming the rank that failed
+ * first and why; on another lane the abort may even still be on its way (lanes are separate
+ * connections). So lane 0 is read until it tells (the abort, or its own closing) or, for
+ * another lane, for at most ABORT_FLUSH_S, before p is blamed. */
+static void conn_failed(chorus_net *n, int p, int l, const char *what)
 {
-    read_lane(n, p, 0);
-    if (n->broken == CHORUS_OK) peer_lost(n, p, strerror(err));
+    peer *pe = &n->peers[p];
+    double deadline = chorus__now() + (l ? ABORT_FLUSH_S : 0);
+    for (;;) {
+        read_lane(n, p, 0);
+        if (n->broken != CHORUS_OK || pe->lost || pe->bye || pe->lanes[0].fd < 0 ||
+            chorus__now() >= deadline)
+            break;
+        struct pollfd pf = {.fd = pe->lanes[0].fd, .events = POLLIN};
+        poll(&pf, 1, 10);
+    }
+    if (n->broken == CHORUS_OK) peer_lost(n, p, what);
+}
+
+/* Writing to lane l of p failed (EPIPE, ECONNRESET). */
+static void send_failed(chorus_net *n, int p, int l, int err)
+{
+    conn_failed(n, p, l, strerror(err));
 }
 
 /* A send request left its lane's queue, all written. A slice of a striped send is freed and
@@ -461,7 +478,7 @@ static void flush_sends(chorus_net *n, int p, int l)
             w = sendmsg(pe->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
             if (w < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-                send_failed(n, p, errno);
+                send_failed(n, p, l, errno);
                 return;
             }
             if (w > 0) pe->last_tx = chorus__now();
@@ -1249,13 +1266,19 @@ static void read_lane(chorus_net *n, int p, int l)
                 epoll_ctl(n->epfd, EPOLL_CTL_DEL, ln->fd, NULL);
                 return;
             }
-            peer_lost(n, p, "its connection closed (process exited or was killed)");
+            if (l)
+                conn_failed(n, p, l, "its connection closed (process exited or was killed)");
+            else
+                peer_lost(n, p, "its connection closed (process exited or was killed)");
             return;
         }
         if (r < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
             if (errno == EINTR) continue;
-            peer_lost(n, p, strerror(errno));
+            if (l)
+                conn_failed(n, p, l, strerror(errno));
+            else
+                peer_lost(n, p, strerror(errno));
             return;
         }
         ln->last_rx = pe->last_rx = chorus__now();

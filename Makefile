@@ -151,10 +151,10 @@ check-structure: $(LIB_OBJS)
 	python3 tools/check_structure.py $(BUILD)
 
 format: deps-format
-	clang-format -i $$(git ls-files '*.c' '*.h')
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
 
 format-check: deps-format
-	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
+	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h' '*.cpp')
 
 clean:
 	rm -rf build build-*

@@ -22,6 +22,8 @@ Children run with OMP_NUM_THREADS=1 and GLOO_SOCKET_IFNAME=lo unless those are a
                                                                     allgather|alltoall]
 Output: '#' header lines, then rows  size count time_us algbw_GBps busbw_GBps.
 Exit status 1 if a result was wrong. Gloo in torch 1.13 has no reduce_scatter.
+--backend chorus measures the same calls on the "chorus" backend (chorus.torch.distributed;
+bench/torchdist.sh puts the two side by side).
 """
 import argparse
 import os
@@ -55,6 +57,8 @@ def parse_args(argv):
     p.add_argument("-k", type=int, default=1, help="0 skips the result check")
     p.add_argument("-d", default="float32", choices=("float32", "float"))
     p.add_argument("-o", default="sum", choices=("sum",))
+    p.add_argument("--backend", default="gloo", choices=("gloo", "chorus"),
+                   help="torch.distributed backend (chorus: chorus.torch.distributed)")
     a = p.parse_args(argv)
     if a.c == "broadcast":
         a.c = "bcast"
@@ -109,7 +113,9 @@ def worker(args):
     import torch.distributed as dist
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group("gloo", init_method="env://")
+    if args.backend == "chorus":
+        import chorus.torch.distributed  # noqa: F401  registers the backend
+    dist.init_process_group(args.backend, init_method="env://")
     rank, n = dist.get_rank(), dist.get_world_size()
     coll = args.c
     blocked = coll in ("allgather", "alltoall")
@@ -160,7 +166,7 @@ def worker(args):
 
     if rank == 0:
         print(f"# gloo_allreduce: {coll}, {n} ranks, float32 sum, torch {torch.__version__} "
-              f"gloo, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
+              f"{args.backend}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")
         print("# time = median over iterations of the max over ranks; barrier before each call;"
               f" GB = 1e9; busbw factor {bus_factor(coll, n):.4f}")
         it = str(args.n) if args.n else (f"clamp(2^30/size, 10, 1000) cut to ~{args.T:g}s per "

@@ -237,6 +237,18 @@ chorus_result chorus_recv(chorus_comm *c, void *buf, size_t count, chorus_dtype 
  * by rank in c). color < 0 gives *out = NULL (the rank joins no group). */
 chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm **out);
 
+/* Collective over the listed ranks of c only (MPI_Comm_create_group): every rank in
+ * ranks[0..n-1] calls it with the same list and tag, and no other rank takes part. *out gets
+ * a communicator of those ranks, rank i of it being ranks[i] of c; it shares c's connections
+ * (a split, usable from another thread than c) and uses shared memory when its ranks share a
+ * host. The tag tells apart two groups of the same ranks (a different tag is a different
+ * communicator). Nothing is exchanged to agree on the group, so ranks that pass different
+ * lists get communicators that cannot hear each other (their calls time out). Errors:
+ * CHORUS_ERR_INVALID_ARG for a NULL argument, a rank out of range or listed twice, or a
+ * calling rank not in the list (*out is NULL, nothing is sent); else as chorus_comm_split. */
+chorus_result chorus_comm_create_group(chorus_comm *c, int n, const int *ranks, uint64_t tag,
+                                       chorus_comm **out);
+
 /* How chorus_comm_split_type groups ranks. Ranks are on one host when they share the host
  * name, the boot and the network namespace. */
 typedef enum {

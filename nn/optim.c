@@ -1,6 +1,7 @@
 /*
  * optim.c - SGD (momentum, Nesterov, L2 weight decay) and AdamW over one flat parameter
- * buffer, with the same update rules as PyTorch's torch.optim.SGD and AdamW.
+ * buffer, with the same update rules as PyTorch's torch.optim.SGD and AdamW (the rules
+ * themselves are in src/reduce/optim.h, shared with the parameter server).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "chorus/nn.h"
 #include "nn_internal.h"
+#include "reduce/optim.h"
 
 chorus_result nn_optim_init_sgd(nn_optim *o, size_t n, float momentum, int nesterov,
                                 float weight_decay)
@@ -55,48 +57,15 @@ size_t nn_optim_state_count(const nn_optim *o)
     return (o->m ? o->n : 0) + (o->v ? o->n : 0);
 }
 
-static void sgd_step(nn_optim *o, float *restrict p, const float *restrict g, float lr)
+static void sgd_step(nn_optim *o, float *params, const float *grads, float lr)
 {
-    size_t n = o->n;
-    float wd = o->weight_decay, mu = o->momentum;
-    if (!o->m) {
-        for (size_t i = 0; i < n; i++) p[i] -= lr * (g[i] + wd * p[i]);
-        return;
-    }
-    float *restrict buf = o->m;
-    if (o->nesterov) {
-        for (size_t i = 0; i < n; i++) {
-            float gi = g[i] + wd * p[i];
-            float b = mu * buf[i] + gi;
-            buf[i] = b;
-            p[i] -= lr * (gi + mu * b);
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            float b = mu * buf[i] + (g[i] + wd * p[i]);
-            buf[i] = b;
-            p[i] -= lr * b;
-        }
-    }
+    chorus__sgd_update(params, grads, o->m, o->n, lr, o->momentum, o->nesterov, o->weight_decay);
 }
 
-static void adamw_step(nn_optim *o, float *restrict p, const float *restrict g, float lr)
+static void adamw_step(nn_optim *o, float *params, const float *grads, float lr)
 {
-    size_t n = o->n;
-    float b1 = o->beta1, b2 = o->beta2, eps = o->eps;
-    float *restrict m = o->m, *restrict v = o->v;
-    double t = (double)o->t;
-    float c1 = (float)(1.0 - pow((double)b1, t));
-    float c2 = (float)(1.0 - pow((double)b2, t));
-    float step = lr / c1, rc2 = 1.0f / sqrtf(c2), decay = 1.0f - lr * o->weight_decay;
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i];
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = p[i] * decay - step * mi / (sqrtf(vi) * rc2 + eps);
-    }
+    chorus__adamw_update(params, grads, o->m, o->v, o->n, lr, o->beta1, o->beta2, o->eps,
+                         o->weight_decay, o->t);
 }
 
 void nn_optim_step(nn_optim *o, float *params, const float *grads, float lr)

@@ -2,7 +2,10 @@
 package is self-contained:
 
   * libchorus.so, copied into the package (chorus/libchorus.so), loaded through ctypes;
-  * the launcher chorus-run, installed as a script (pip puts it in the environment's bin/).
+  * the launcher chorus-run, installed as a script (pip puts it in the environment's bin/);
+  * the torch.distributed backend (chorus/_chorus_torchdist.so, python/csrc/torchdist.cpp):
+    the one `make` built, or built here with the torch this Python imports when its C++
+    headers are there (else skipped, saying why). It ties the wheel to this CPython and torch.
 
 They come from $CHORUS_LIB and $CHORUS_RUN, else from the build tree next to this directory
 (../$BUILD or ../build). Without them the package still installs, as pure Python, and looks for
@@ -47,6 +50,29 @@ def find_built(env, subdir, name):
 
 LIB = find_built("CHORUS_LIB", "lib", "libchorus.so")
 LAUNCHER = find_built("CHORUS_RUN", "bin", "chorus-run")
+TORCHDIST = find_built("CHORUS_TORCHDIST", "lib", "_chorus_torchdist.so")
+TORCHDIST_NAME = "_chorus_torchdist.so"
+
+
+def build_torchdist(dst):
+    """Compiles python/csrc/torchdist.cpp into dst against LIB; False (and why) when torch's
+    headers or the library are missing or the compiler fails."""
+    import subprocess
+    import sys
+    if not LIB:
+        print("chorus: torch.distributed backend skipped: no libchorus.so to link")
+        return False
+    flags = subprocess.run([sys.executable, os.path.join(HERE, "csrc", "torch_flags.py")],
+                           capture_output=True, text=True)
+    if flags.returncode != 0:
+        print("chorus: torch.distributed backend skipped: %s" % flags.stderr.strip().split("\n")[-1])
+        return False
+    libdir = os.path.dirname(os.path.realpath(LIB))
+    cmd = ("g++ -std=c++17 -O2 -fPIC -shared -I%s -o %s %s %s -L%s -lchorus -Wl,-rpath,'$ORIGIN'"
+           % (os.path.join(HERE, "..", "include"), dst, os.path.join(HERE, "csrc", "torchdist.cpp"),
+              flags.stdout.strip(), libdir))
+    print("chorus: building the torch.distributed backend: " + cmd)
+    return subprocess.run(cmd, shell=True).returncode == 0
 # setuptools takes scripts by a path relative to this directory: the launcher is staged here.
 LAUNCHER_STAGED = os.path.join("build", "launcher", "chorus-run")
 
@@ -61,6 +87,12 @@ class BuildPyWithLib(build_py):
         else:
             print("chorus: no libchorus.so found (run make first, or set CHORUS_LIB); the "
                   "package will look for it at run time")
+        dst = os.path.join(self.build_lib, "chorus", TORCHDIST_NAME)
+        if TORCHDIST:
+            shutil.copyfile(TORCHDIST, dst)
+            print("chorus: bundled %s" % os.path.realpath(TORCHDIST))
+        else:
+            build_torchdist(dst)
 
 
 class BuildLauncher(build_scripts):
@@ -102,7 +134,10 @@ if LIB or LAUNCHER:
             """Tags the wheel py3-none-<platform>: machine code, but no CPython extension."""
 
             def get_tag(self):
-                return ("py3", "none") + tuple(super().get_tag()[2:])
+                tag = super().get_tag()
+                if os.path.exists(os.path.join(self.bdist_dir or "", "chorus", TORCHDIST_NAME)):
+                    return tag  # a CPython extension: this interpreter's tag
+                return ("py3", "none") + tuple(tag[2:])
 
         cmdclass["bdist_wheel"] = PlatformWheel
 

@@ -8,7 +8,7 @@
      on B when A's object uses a symbol B's object defines (an algorithm calling up into the
      file that dispatches to it is such a cycle even when no header shows it).
   3. No layer calls upward: the objects of a lower folder of src/ use no symbol defined in a
-     higher one (base < wire < bootstrap < transport < reduce < coll < engine, elastic).
+     higher one (base < wire < bootstrap < transport < reduce < coll < engine, elastic, ps).
   4. No import cycles among the modules of python/chorus/ (a package's __init__ included).
   5. Every function declared in include/ has a contract comment directly above it (or above
      the group of declarations it belongs to, with no blank line between).
@@ -26,7 +26,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 C_DIRS = ["src/coll", "src/engine"]
 LAYERS = [["base"], ["wire"], ["bootstrap"], ["transport"], ["reduce"], ["coll"],
-          ["engine", "elastic"]]
+          ["engine", "elastic", "ps"]]
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 

@@ -169,6 +169,8 @@ static void usage(FILE *f)
         "  --timeout S      stop the whole job after S seconds (exit status 124)\n"
         "  --bind-to core|none  pin each rank to its own block of the CPUs this launcher may use\n"
         "                   (default core when there are at least as many CPUs as ranks)\n"
+        "  --servers K      parameter server: ranks 0..K-1 serve, the others work\n"
+        "                   (CHORUS_PS_SERVERS; chorus-train --mode ps-*, chorus.ps)\n"
         "  --grace S        after a rank fails, give the others S seconds to exit on their own\n"
         "                   before stopping them (default 5)\n"
         "  --verbose        say what is started; the ranks log at CHORUS_DEBUG=INFO\n"
@@ -1245,6 +1247,7 @@ static const struct {
     {"--stall-check-warning-time-seconds", "CHORUS_STALL_WARN_S", ""},
     {"--stall-check-shutdown-time-seconds", "CHORUS_STALL_SHUTDOWN_S", ""},
     {"--master-port", "MASTER_PORT", ""},
+    {"--servers", "CHORUS_PS_SERVERS", ""},
 };
 
 #define ACROSS_HOSTS                                                                               \

@@ -24,6 +24,7 @@
 #include "chorus.h"
 #include "chorus/checkpoint.h"
 #include "chorus/nn.h"
+#include "chorus/ps.h"
 
 typedef struct opts {
     const char *model;
@@ -50,6 +51,10 @@ typedef struct opts {
     long bucket_kb;
     int no_eval;
     int log_every;
+    const char *mode; /* allreduce, ps-sync, ps-async, ps-ssp */
+    int servers, staleness;
+    const char *ps_grad; /* float32, float16, bfloat16 */
+    double time_limit;   /* seconds of training, 0: none */
 } opts;
 
 static int g_rank;
@@ -113,6 +118,19 @@ static void usage(FILE *f)
             "  --log-every N          progress line every N steps when not on a terminal "
             "(50)\n"
             "  --no-eval              skip the test-set evaluation (for timing runs)\n"
+            "  --mode M               allreduce: every rank trains and gradients are averaged;\n"
+            "                         ps-sync|ps-async|ps-ssp: the first --servers ranks hold\n"
+            "                         the parameters and apply the optimizer, the others push\n"
+            "                         gradients and pull parameters: every step in step\n"
+            "                         (sync), never waiting (async) or at most --staleness\n"
+            "                         steps ahead of the slowest worker (ssp) (allreduce)\n"
+            "  --servers K            parameter servers (chorus-run --servers K, else 1)\n"
+            "  --staleness S          ps-ssp: steps a worker may run ahead (2)\n"
+            "  --ps-grad-dtype T      ps: gradients travel as float32, float16 or bfloat16\n"
+            "                         (float32)\n"
+            "  --time-limit S         every rank stops training after S seconds; one test-set\n"
+            "                         evaluation at the end instead of one per epoch (for\n"
+            "                         comparing modes at equal time)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -134,6 +152,10 @@ static void parse(int argc, char **argv, opts *o)
     o->nesterov = 1;
     o->sync = "fused";
     o->log_every = 50;
+    o->mode = "allreduce";
+    o->servers = 0; /* chorus-run --servers K, else 1 */
+    o->staleness = 2;
+    o->ps_grad = "float32";
     enum {
         O_MODEL = 256,
         O_EPOCHS,
@@ -161,6 +183,11 @@ static void parse(int argc, char **argv, opts *o)
         O_BUCKET,
         O_LOGEVERY,
         O_NOEVAL,
+        O_MODE,
+        O_SERVERS,
+        O_STALE,
+        O_PSGRAD,
+        O_TIME,
         O_HELP
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -189,6 +216,11 @@ static void parse(int argc, char **argv, opts *o)
                                        {"bucket-kb", 1, 0, O_BUCKET},
                                        {"log-every", 1, 0, O_LOGEVERY},
                                        {"no-eval", 0, 0, O_NOEVAL},
+                                       {"mode", 1, 0, O_MODE},
+                                       {"servers", 1, 0, O_SERVERS},
+                                       {"staleness", 1, 0, O_STALE},
+                                       {"ps-grad-dtype", 1, 0, O_PSGRAD},
+                                       {"time-limit", 1, 0, O_TIME},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int c;
@@ -233,6 +265,11 @@ static void parse(int argc, char **argv, opts *o)
         case O_BUCKET: NUM(o->bucket_kb, strtol(optarg, &end, 10), o->bucket_kb >= 0); break;
         case O_LOGEVERY: NUM(o->log_every, (int)strtol(optarg, &end, 10), o->log_every > 0); break;
         case O_NOEVAL: o->no_eval = 1; break;
+        case O_MODE: o->mode = optarg; break;
+        case O_SERVERS: NUM(o->servers, (int)strtol(optarg, &end, 10), o->servers > 0); break;
+        case O_STALE: NUM(o->staleness, (int)strtol(optarg, &end, 10), o->staleness >= 0); break;
+        case O_PSGRAD: o->ps_grad = optarg; break;
+        case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -249,6 +286,12 @@ static void parse(int argc, char **argv, opts *o)
         die("--lr-schedule must be cosine, step or const, not '%s'", o->schedule);
     if (strcmp(o->sync, "layer") && strcmp(o->sync, "fused") && strcmp(o->sync, "engine"))
         die("--grad-sync must be fused, layer or engine, not '%s'", o->sync);
+    if (strcmp(o->mode, "allreduce") && strcmp(o->mode, "ps-sync") && strcmp(o->mode, "ps-async") &&
+        strcmp(o->mode, "ps-ssp"))
+        die("--mode must be allreduce, ps-sync, ps-async or ps-ssp, not '%s'", o->mode);
+    if (strcmp(o->ps_grad, "float32") && strcmp(o->ps_grad, "float16") &&
+        strcmp(o->ps_grad, "bfloat16"))
+        die("--ps-grad-dtype must be float32, float16 or bfloat16, not '%s'", o->ps_grad);
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
@@ -365,12 +408,42 @@ typedef struct trainer {
     double t_start, train_time, step_wait, samples_done;
     uint64_t steps_done;
     double last_test_acc; /* -1 until evaluated */
+    chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
 } trainer;
+
+#define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
 
 /* Sums of one epoch so far, over all ranks. */
 typedef struct epoch_stats {
     double loss, hits, n, last_print;
 } epoch_stats;
+
+/* Step (--mode ps-*): split the job into parameter servers and workers. The servers apply
+ * this run's optimizer; a worker's rank and world below are among the workers only. */
+static void start_ps(trainer *t)
+{
+    const opts *o = &t->o;
+    chorus_ps_opts po;
+    chorus_ps_opts_default(&po);
+    if (o->servers > 0) po.nservers = o->servers;
+    po.mode = !strcmp(o->mode, "ps-sync")    ? CHORUS_PS_SYNC
+              : !strcmp(o->mode, "ps-async") ? CHORUS_PS_ASYNC
+                                             : CHORUS_PS_SSP;
+    po.staleness = o->staleness;
+    po.optim = !strcmp(o->optim, "adamw") ? CHORUS_PS_ADAMW : CHORUS_PS_SGD;
+    po.momentum = o->momentum;
+    po.nesterov = o->nesterov;
+    po.weight_decay = o->wd;
+    po.grad_dtype = !strcmp(o->ps_grad, "float16")    ? CHORUS_FLOAT16
+                    : !strcmp(o->ps_grad, "bfloat16") ? CHORUS_BFLOAT16
+                                                      : CHORUS_FLOAT32;
+    chorus_result r = chorus_ps_create(t->comm, &po, &t->ps);
+    if (r != CHORUS_OK) die("--mode %s: %s", o->mode, chorus_ps_last_error(NULL));
+    if (chorus_ps_is_server(t->ps)) {
+        t->rank = 0; /* builds the model like worker 0; trains nothing */
+        t->world = chorus_ps_num_workers(t->ps);
+    }
+}
 
 /* Step: join the job (chorus_init), set up gradient synchronisation and BLAS threads. */
 static void start_job(trainer *t)
@@ -378,15 +451,21 @@ static void start_job(trainer *t)
     chorus_result cr = chorus_init(&t->comm);
     if (cr != CHORUS_OK)
         die("chorus_init failed: %s (%s)", chorus_strerror(cr), chorus_last_error(NULL));
+    g_rank = chorus_rank(t->comm);
+    openblas_set_num_threads(t->o.threads);
+    chorus_comm *train_comm = t->comm;
+    if (strncmp(t->o.mode, "ps-", 3) == 0) {
+        start_ps(t);
+        if (chorus_ps_is_server(t->ps)) return;
+        train_comm = chorus_ps_worker_comm(t->ps);
+    }
     nn_sync_mode mode = !strcmp(t->o.sync, "fused")   ? NN_SYNC_FUSED
                         : !strcmp(t->o.sync, "layer") ? NN_SYNC_LAYER
                                                       : NN_SYNC_ENGINE;
-    if (nn_dist_init(&t->dist, t->comm, mode)) die("%s", nn_last_error());
+    if (nn_dist_init(&t->dist, train_comm, mode)) die("%s", nn_last_error());
     t->dist.bucket_bytes = (size_t)t->o.bucket_kb * 1024;
     t->rank = t->dist.rank;
     t->world = t->dist.size;
-    g_rank = t->rank;
-    openblas_set_num_threads(t->o.threads);
 }
 
 /* Step: read the train and test splits of Fashion-MNIST. */
@@ -529,12 +608,103 @@ static void restore_checkpoint(trainer *t)
     }
 }
 
+/* --mode ps-* --resume: worker 0 has the servers load their shards of the step the trainer
+ * resumed from (saved before the trainer's own checkpoint of that step), and every worker
+ * waits for that before its first pull. */
+static void resume_shards(trainer *t)
+{
+    if (!t->o.resume || t->st.global_step == 0) return;
+    if (t->rank == 0) {
+        if (chorus_ps_load(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
+            die("cannot resume: %s", chorus_ps_last_error(t->ps));
+        printf("servers: resumed their shards of step %llu from %s\n",
+               (unsigned long long)t->st.global_step, t->o.ckpt_dir);
+        fflush(stdout);
+    }
+    if (chorus_barrier(t->dist.comm) != CHORUS_OK)
+        die("waiting for the servers' shards: %s", chorus_last_error(t->dist.comm));
+}
+
+/* --mode ps-*: the servers' current parameters into the model. */
+static void pull_params(trainer *t)
+{
+    chorus_ps_handle *h;
+    if (chorus_ps_pull(t->ps, PS_KEY, t->m->params, t->m->nparams, &h) != CHORUS_OK ||
+        chorus_ps_wait(h) != CHORUS_OK)
+        die("pulling the parameters: %s", chorus_ps_last_error(t->ps));
+}
+
+/* --mode ps-*: pushes this step's gradients and pulls the parameters the servers made of
+ * them (sync: after every worker's push; ssp: once no more than --staleness steps ahead). */
+static void ps_step(trainer *t, float lr)
+{
+    chorus_ps_handle *h[2];
+    double t0 = now_s();
+    if (chorus_ps_push(t->ps, PS_KEY, t->m->grads, t->m->nparams, lr, &h[0]) != CHORUS_OK)
+        die("pushing the gradients: %s", chorus_ps_last_error(t->ps));
+    if (chorus_ps_pull(t->ps, PS_KEY, t->m->params, t->m->nparams, &h[1]) != CHORUS_OK ||
+        chorus_ps_wait(h[0]) != CHORUS_OK || chorus_ps_wait(h[1]) != CHORUS_OK)
+        die("exchanging with the parameter servers: %s", chorus_ps_last_error(t->ps));
+    t->dist.wait_s += now_s() - t0;
+    t->dist.comm_s += now_s() - t0;
+}
+
+/* Step (--mode ps-*): every rank registers the parameters (the servers' initial values are
+ * the seed's, as the workers'). */
+static void register_params(trainer *t)
+{
+    if (chorus_ps_register(t->ps, PS_KEY, t->m->nparams, t->m->params) != CHORUS_OK)
+        die("registering the parameters: %s", chorus_ps_last_error(t->ps));
+}
+
+/* Step (--mode ps-*, server ranks): serve until every worker is done, then report this
+ * server's memory and each worker's traffic (stdout, and a line of --metrics). */
+static void serve_params(trainer *t)
+{
+    if (chorus_ps_serve(t->ps) != CHORUS_OK)
+        die("parameter server: %s", chorus_ps_last_error(t->ps));
+    chorus_ps_stats st;
+    chorus_ps_get_stats(t->ps, &st);
+    char per[2048] = "";
+    size_t len = 0;
+    for (int w = 0; w < st.nworkers && len < sizeof(per) - 64; w++)
+        len += (size_t)snprintf(per + len, sizeof(per) - len, "%s%.1f/%.1f", w ? ", " : "",
+                                (double)st.worker_bytes_pushed[w] / 1048576.0,
+                                (double)st.worker_bytes_pulled[w] / 1048576.0);
+    printf("server %d (%s): %.2f MiB of parameters and optimizer state; %llu updates; %llu pulls "
+           "delayed, largest lead %llu steps; MiB pushed/pulled per worker: %s\n",
+           g_rank, t->o.mode, (double)st.server_bytes / 1048576.0, (unsigned long long)st.updates,
+           (unsigned long long)st.pulls_delayed, (unsigned long long)st.max_staleness, per);
+    fflush(stdout);
+    if (t->o.metrics) {
+        FILE *f = fopen(t->o.metrics, "a");
+        if (!f) die("cannot open --metrics %s: %s", t->o.metrics, strerror(errno));
+        fprintf(f,
+                "{\"server\":%d,\"mode\":\"%s\",\"server_bytes\":%llu,\"updates\":%llu,"
+                "\"pulls_delayed\":%llu,\"max_staleness\":%llu,\"worker_bytes_pushed\":[",
+                g_rank, t->o.mode, (unsigned long long)st.server_bytes,
+                (unsigned long long)st.updates, (unsigned long long)st.pulls_delayed,
+                (unsigned long long)st.max_staleness);
+        for (int w = 0; w < st.nworkers; w++)
+            fprintf(f, "%s%llu", w ? "," : "", (unsigned long long)st.worker_bytes_pushed[w]);
+        fprintf(f, "],\"worker_bytes_pulled\":[");
+        for (int w = 0; w < st.nworkers; w++)
+            fprintf(f, "%s%llu", w ? "," : "", (unsigned long long)st.worker_bytes_pulled[w]);
+        fprintf(f, "]}\n");
+        fclose(f);
+    }
+}
+
 /* Step: rank 0's parameters to everyone, the metrics file, the header line, the batch
  * buffers and the step budget. */
 static void prepare_run(trainer *t)
 {
     const opts *o = &t->o;
-    if (nn_dist_broadcast_params(&t->dist, t->m)) die("%s", nn_last_error());
+    if (t->ps) {
+        resume_shards(t);
+        pull_params(t);
+    } else if (nn_dist_broadcast_params(&t->dist, t->m))
+        die("%s", nn_last_error());
     t->steps_per_epoch = nn_sampler_steps(&t->sampler);
     if (t->rank == 0 && o->metrics) {
         t->metrics = fopen(o->metrics, o->resume ? "a" : "w");
@@ -542,11 +712,16 @@ static void prepare_run(trainer *t)
     }
     t->tty = isatty(STDOUT_FILENO);
     if (t->rank == 0) {
-        printf("chorus-train: %s, %zu parameters; %d rank%s x %d BLAS thread%s; global batch %d "
-               "(%zu per rank, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
+        char servers[96] = "";
+        if (t->ps)
+            snprintf(servers, sizeof(servers), " and %d server%s (--mode %s)",
+                     chorus_ps_num_servers(t->ps), chorus_ps_num_servers(t->ps) > 1 ? "s" : "",
+                     o->mode);
+        printf("chorus-train: %s, %zu parameters; %d rank%s x %d BLAS thread%s%s; global batch "
+               "%d (%zu per rank, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
                "steps\n",
                o->model, t->m->nparams, t->world, t->world > 1 ? "s" : "", o->threads,
-               o->threads > 1 ? "s" : "", o->batch, t->max_local, o->accum, o->optim,
+               o->threads > 1 ? "s" : "", servers, o->batch, t->max_local, o->accum, o->optim,
                (double)o->lr * (o->scale_lr ? t->world : 1), o->schedule,
                o->scale_lr ? " (scaled by ranks)" : "", (double)o->warmup_epochs, o->epochs,
                t->steps_per_epoch);
@@ -567,6 +742,10 @@ static void prepare_run(trainer *t)
 /* Step: rank 0 saves a checkpoint of the current state. */
 static void save_checkpoint(trainer *t)
 {
+    /* --mode ps-*: every server's shard first, so that a step the trainer's checkpoint names
+     * always has its shards on disk */
+    if (t->ps && chorus_ps_save(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
+        die("%s", chorus_ps_last_error(t->ps));
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
 }
 
@@ -605,8 +784,17 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         off += nb;
     }
     stats[2] = (double)nloc;
-    if (nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
-    if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
+    if (t->ps) { /* loss and accuracy stay this worker's own: the workers do not meet */
+        if (!isfinite(stats[0]) || !isfinite(lr))
+            die("step %llu: the loss is %s: training diverged (learning rate %g). Lower --lr",
+                (unsigned long long)st->global_step + 1, isnan(stats[0]) ? "NaN" : "infinite",
+                (double)lr);
+        ps_step(t, lr);
+        gcount = nloc;
+    } else {
+        if (nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
+        if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
+    }
     if (!isfinite(stats[0]) || !isfinite(lr)) { /* every rank has the same sum: all stop */
         if (t->rank) { /* rank 0 says why and exits first: wait for that (the barrier fails) */
             chorus_barrier(t->comm);
@@ -617,7 +805,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             (unsigned long long)st->global_step + 1, isnan(stats[0]) ? "NaN" : "infinite",
             (double)lr);
     }
-    nn_optim_step(&t->opt, m->params, m->grads, lr);
+    if (!t->ps) nn_optim_step(&t->opt, m->params, m->grads, lr);
     st->global_step++;
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
     st->step_in_epoch = step + 1 == t->steps_per_epoch ? 0 : step + 1;
@@ -630,6 +818,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     ep->hits += stats[1];
     ep->n += stats[2];
     double sps = t->samples_done / t->train_time;
+    chorus_ps_stats ps_st = {0};
+    if (t->ps) chorus_ps_get_stats(t->ps, &ps_st); /* this worker's totals */
     if (t->rank == 0) {
         if (t->metrics)
             fprintf(t->metrics,
@@ -637,11 +827,13 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
                     "4f,\"lr\":%.6g,"
                     "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f,"
                     "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f,"
-                    "\"grad_tensors_in_backward\":%llu}\n",
+                    "\"grad_tensors_in_backward\":%llu,\"mode\":\"%s\",\"ps_bytes_pushed\":%llu,"
+                    "\"ps_bytes_pulled\":%llu}\n",
                     (unsigned long long)st->global_step, o->sync, (unsigned long long)epoch + 1,
                     stats[0] / stats[2], stats[1] / stats[2], (double)lr, (double)gcount / dt, dt,
                     d->wait_s - w0, d->comm_s - gc0, d->hidden_s - gh0, d->grad_wait_s - gw0,
-                    (unsigned long long)(d->in_backward - ib0));
+                    (unsigned long long)(d->in_backward - ib0), o->mode,
+                    (unsigned long long)ps_st.bytes_pushed, (unsigned long long)ps_st.bytes_pulled);
         int last = step + 1 == t->steps_per_epoch || st->global_step >= t->total_steps;
         int due = t->tty ? (t1 - ep->last_print > 0.2 || last)
                          : (st->global_step % (uint64_t)o->log_every == 0);
@@ -668,8 +860,10 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     const opts *o = &t->o;
     nn_dist *d = &t->dist;
     double test_loss = 0;
-    if (!o->no_eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
-    if (t->rank == 0 && !o->no_eval) {
+    int eval = !o->no_eval && o->time_limit <= 0; /* --time-limit: once, at the end */
+    if (t->ps && eval) pull_params(t);            /* async workers may hold older ones */
+    if (eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
+    if (t->rank == 0 && eval) {
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
             snprintf(hid, sizeof(hid), ", %.0f%% of gradient comm hidden", 100.0 * hidden_share(d));
@@ -682,6 +876,36 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     }
 }
 
+/* --time-limit: whether training stops now. Each worker of a parameter server decides alone
+ * (it leaves the servers after, so nobody waits for it); allreduce ranks agree, since they
+ * must all stop at the same step. */
+static int out_of_time(trainer *t)
+{
+    if (t->o.time_limit <= 0) return 0;
+    double over = now_s() - t->t_start >= t->o.time_limit;
+    if (!t->ps && nn_dist_sum(&t->dist, &over, 1)) die("%s", nn_last_error());
+    return over > 0;
+}
+
+/* Step (after training): a parameter-server worker takes the final parameters and leaves, so
+ * that the others' rounds and staleness bound no longer count it; with --time-limit, the one
+ * evaluation. */
+static void end_training(trainer *t)
+{
+    if (t->ps) {
+        pull_params(t);
+        if (chorus_ps_leave(t->ps) != CHORUS_OK) die("%s", chorus_ps_last_error(t->ps));
+        /* the summary's samples/s counts every worker, as allreduce's does */
+        if (nn_dist_sum(&t->dist, &t->samples_done, 1)) die("%s", nn_last_error());
+    }
+    if (t->o.time_limit <= 0 || t->o.no_eval) return;
+    double test_loss = 0;
+    t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss);
+    if (t->rank == 0)
+        printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
+               t->last_test_acc);
+}
+
 /* Step: one epoch from where the state stands (the sampler position after a resume), then
  * evaluation and the end-of-epoch checkpoint. Returns 1 when the step budget ran out. */
 static int train_epoch(trainer *t, uint64_t epoch)
@@ -692,7 +916,7 @@ static int train_epoch(trainer *t, uint64_t epoch)
     int stop = 0;
     for (size_t step = (epoch == t->st.epoch ? t->st.step_in_epoch : 0); step < t->steps_per_epoch;
          step++) {
-        if (t->st.global_step >= t->total_steps) {
+        if (t->st.global_step >= t->total_steps || out_of_time(t)) {
             stop = 1;
             break;
         }
@@ -713,7 +937,15 @@ static void report(trainer *t)
 {
     const opts *o = &t->o;
     nn_dist *d = &t->dist;
-    if (t->rank == 0 && t->world > 1 && t->steps_done > 0) {
+    if (t->rank == 0 && t->ps && t->steps_done > 0) {
+        chorus_ps_stats st;
+        chorus_ps_get_stats(t->ps, &st);
+        printf("communication (--mode %s, %d server%s, %d workers): this worker pushed %.1f MiB "
+               "and pulled %.1f MiB; exchanging with the servers took %.2f ms per step\n",
+               o->mode, chorus_ps_num_servers(t->ps), chorus_ps_num_servers(t->ps) > 1 ? "s" : "",
+               t->world, (double)st.bytes_pushed / 1048576.0, (double)st.bytes_pulled / 1048576.0,
+               1e3 * d->comm_s / (double)t->steps_done);
+    } else if (t->rank == 0 && t->world > 1 && t->steps_done > 0) {
         double steps = (double)t->steps_done, hid = d->hidden_s;
         char overlap[160];
         if (hid > 0)
@@ -758,9 +990,23 @@ static void finish(trainer *t)
 {
     if (t->metrics) fclose(t->metrics);
     nn_dist_finalize(&t->dist);
+    if (t->ps && chorus_ps_finalize(t->ps) != CHORUS_OK)
+        die("leaving the parameter server: %s", chorus_ps_last_error(NULL));
     free(t->x);
     free(t->y);
     free(t->dl);
+    nn_optim_free(&t->opt);
+    nn_sampler_free(&t->sampler);
+    nn_model_destroy(t->m);
+    nn_dataset_free(&t->train);
+    nn_dataset_free(&t->test);
+    chorus_finalize(t->comm);
+}
+
+/* Step (server ranks): release everything and leave the job. */
+static void finish_server(trainer *t)
+{
+    chorus_ps_finalize(t->ps);
     nn_optim_free(&t->opt);
     nn_sampler_free(&t->sampler);
     nn_model_destroy(t->m);
@@ -778,11 +1024,18 @@ int main(int argc, char **argv)
     start_job(&t);
     load_data(&t);
     build(&t);
+    if (t.ps) register_params(&t);
+    if (t.ps && chorus_ps_is_server(t.ps)) {
+        serve_params(&t);
+        finish_server(&t);
+        return 0;
+    }
     if (t.o.resume) restore_checkpoint(&t);
     if (t.o.ckpt_dir) claim_checkpoint_dir(&t);
     prepare_run(&t);
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)
         if (train_epoch(&t, epoch)) break;
+    end_training(&t);
     report(&t);
     finish(&t);
     return 0;

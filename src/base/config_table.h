@@ -67,4 +67,5 @@ CHORUS_CFG(CHORUS_TIMELINE, timeline, STR, NULL, "Engine: write a Chrome trace (
 CHORUS_CFG(CHORUS_ENGINE_IDLE_MS, engine_idle_ms, POSNUM, "200", "Engine: heartbeat of an idle engine thread in milliseconds; bounds how long a rank waits for an idle peer to notice a shutdown or stall.")
 CHORUS_CFG(CHORUS_COMPRESSION, compression, ENUM("none,fp16,bf16"), "none", "Engine: default wire compression of float allreduces: none, fp16 or bf16.")
 CHORUS_CFG(CHORUS_STATUS_FD, status_fd, INT, NULL, "Set by chorus-run: a pipe on which the library reports the first failure of this rank's communication and the peer it blames, so that the launcher names the rank that failed first.")
+CHORUS_CFG(CHORUS_PS_SERVERS, ps_servers, INT, NULL, "Parameter server: how many of the first ranks serve (set by chorus-run --servers K); the default of chorus_ps_opts_default, which a program may override. Unset: 1.")
 /* clang-format on */

@@ -1,8 +1,8 @@
 /*
  * comm.c - communicator life cycle: chorus_init (environment -> rendezvous -> communicator,
- * with its shared-memory group when its ranks share a host), chorus_comm_split and
- * chorus_comm_split_type, chorus_finalize, chorus_comm_abort; and the communicators behind the
- * hierarchical collectives of a job that spans hosts.
+ * with its shared-memory group when its ranks share a host), chorus_comm_split,
+ * chorus_comm_split_type and chorus_comm_create_group, chorus_finalize, chorus_comm_abort; and
+ * the communicators behind the hierarchical collectives of a job that spans hosts.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -221,6 +221,24 @@ static chorus_result comm_group(chorus_comm *c, const int *mem, int n, uint64_t 
     return CHORUS_OK;
 }
 
+/* The transports of s, a new communicator of some of c's ranks, set up over s's own traffic
+ * (only its ranks take part): a communicator whose ranks share a host gets its own
+ * shared-memory group; one spanning hosts uses TCP, and the hierarchical collectives where it
+ * has several ranks on some host. *out = s on success; s is freed on failure. */
+static chorus_result group_setup(chorus_comm *c, chorus_comm *s, chorus_comm **out)
+{
+    chorus_result r = chorus__comm_shm_setup(s);
+    if (r == CHORUS_OK) r = chorus__comm_hier_setup(s);
+    if (r != CHORUS_OK) {
+        snprintf(c->err.msg, sizeof(c->err.msg), "%s", s->err.msg);
+        comm_free(s);
+        return r;
+    }
+    chorus__select_describe(s);
+    *out = s;
+    return CHORUS_OK;
+}
+
 chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm **out)
 {
     if (!c || !out)
@@ -259,19 +277,7 @@ chorus_result chorus_comm_split(chorus_comm *c, int color, int key, chorus_comm 
     r = comm_group(c, mem, n, chorus__hash64_seed(h, &color, sizeof(color)), &s);
     free(mem);
     if (r != CHORUS_OK) return r;
-    /* A communicator whose ranks share a host gets its own shared-memory group (set up over
-     * its own TCP traffic); one spanning hosts uses TCP, and the hierarchical collectives
-     * where it has several ranks on some host. */
-    r = chorus__comm_shm_setup(s);
-    if (r == CHORUS_OK) r = chorus__comm_hier_setup(s);
-    if (r != CHORUS_OK) {
-        snprintf(c->err.msg, sizeof(c->err.msg), "%s", s->err.msg);
-        comm_free(s);
-        return r;
-    }
-    chorus__select_describe(s);
-    *out = s;
-    return CHORUS_OK;
+    return group_setup(c, s, out);
 }
 
 chorus_result chorus_comm_split_type(chorus_comm *c, chorus_split_type type, int key,
@@ -297,6 +303,44 @@ chorus_result chorus_comm_split_type(chorus_comm *c, chorus_split_type type, int
                             (int)type);
     }
     return chorus_comm_split(c, color, key, out);
+}
+
+chorus_result chorus_comm_create_group(chorus_comm *c, int n, const int *ranks, uint64_t tag,
+                                       chorus_comm **out)
+{
+    if (!c || !out || !ranks)
+        return chorus__fail(c ? &c->err : chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_comm_create_group: %s is NULL",
+                            !c     ? "comm"
+                            : !out ? "out"
+                                   : "ranks");
+    *out = NULL;
+    int me = -1;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= c->size)
+            return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                                "chorus_comm_create_group: rank %d is out of range for a "
+                                "communicator of %d",
+                                ranks[i], c->size);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i])
+                return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                                    "chorus_comm_create_group: rank %d is listed twice", ranks[i]);
+        if (ranks[i] == c->rank) me = i;
+    }
+    if (me < 0)
+        return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                            "chorus_comm_create_group: this rank (%d) is not among the %d ranks "
+                            "listed",
+                            c->rank, n);
+    /* The identity depends only on what every member passes, so all of them agree on it
+     * without a word; the tag keeps apart groups of the same ranks. */
+    uint64_t id = chorus__hash64_seed(chorus__hash64_seed(c->id, "group", 5), &tag, sizeof(tag));
+    id = chorus__hash64_seed(id, ranks, sizeof(int) * (size_t)n);
+    chorus_comm *s;
+    chorus_result r = comm_group(c, ranks, n, id, &s);
+    if (r != CHORUS_OK) return r;
+    return group_setup(c, s, out);
 }
 
 chorus_result chorus__comm_fail(chorus_comm *comm, chorus_result r, const char *fmt, ...)

@@ -135,8 +135,12 @@ static chorus_result finish(chorus_request *rq, int done, chorus_result net_res,
     chorus_comm *c = rq->c;
     const chorus_req *r = &rq->r;
     chorus_result res = done ? r->res : net_res;
+    int lost = 0;
     if (res == CHORUS_ERR_MISMATCH) {
         mismatch(rq);
+    } else if (res == CHORUS_ERR_PEER_LOST && chorus__net_error(c->net, NULL) == CHORUS_OK) {
+        chorus__net_loss_detail(c->net, &c->err); /* an expendable rank: c goes on */
+        lost = 1;
     } else if (res != CHORUS_OK) {
         chorus__net_error(c->net, &c->err); /* what broke the communicator */
         broke(c, res);
@@ -145,7 +149,8 @@ static chorus_result finish(chorus_request *rq, int done, chorus_result net_res,
         /* a message matched (and arrived, or was refused): its source, tag, count, dtype */
         int got = !r->is_send && r->got.type == CHORUS_MSG_P2P &&
                   (res == CHORUS_OK || res == CHORUS_ERR_MISMATCH);
-        status->source = got ? comm_rank_of(c, r->src) : rq->peer;
+        status->source =
+            got || (lost && rq->peer == CHORUS_ANY_SOURCE) ? comm_rank_of(c, r->src) : rq->peer;
         status->tag = got ? r->got.tag : rq->tag;
         status->count = got ? (size_t)r->got.count : r->is_send && res == CHORUS_OK ? rq->count : 0;
         status->dtype = got ? (chorus_dtype)((r->got.coll >> 8) & 0xff) : rq->t;

@@ -68,6 +68,7 @@ typedef struct peer {
     char host[64];
     double last_rx, last_tx; /* when bytes last arrived from / left for this peer */
     chorus_req ping;         /* keep-alive, queued like any send so it never splits one */
+    int expendable, lost;    /* chorus__net_set_expendable; and it was lost */
 } peer;
 
 struct chorus_net {
@@ -87,6 +88,9 @@ struct chorus_net {
     chorus_result broken;              /* first error, CHORUS_OK while healthy */
     int broken_rank;                   /* world rank blamed for it, -1 when none */
     char broken_msg[sizeof(((chorus_errbuf *)0)->msg)];
+    int *lost_notice; /* expendable ranks lost whose loss no any-source receive reported yet */
+    int nlost_notice;
+    char loss_msg[sizeof(((chorus_errbuf *)0)->msg)];
     /* watchdog */
     double hb_interval, hb_timeout; /* seconds; interval 0: no watchdog */
     int hb_started, hb_stop;
@@ -232,12 +236,88 @@ int chorus__net_failed_rank(chorus_net *n)
     return r;
 }
 
+static void unlink_req(chorus_req **head, chorus_req **tail, chorus_req *r);
+static void unlink_umsg(peer *pe, umsg *u);
+static void free_umsg(umsg *u);
+
+static void fail_req(chorus_req *r)
+{
+    r->res = CHORUS_ERR_PEER_LOST;
+    r->done = 1;
+}
+
+/* Expendable rank p is lost (mu held): close its connection, fail what involves it, and tell
+ * one any-source receive. The net stays healthy. */
+static void lose_peer(chorus_net *n, int p, const char *why)
+{
+    peer *pe = &n->peers[p];
+    pe->lost = 1;
+    snprintf(n->loss_msg, sizeof(n->loss_msg), "%s", why);
+    CHORUS_WARN(CHORUS_LOG_TCP, "%s; the job goes on without it", why);
+    if (pe->fd >= 0) {
+        epoll_ctl(n->epfd, EPOLL_CTL_DEL, pe->fd, NULL);
+        close(pe->fd);
+        pe->fd = -1;
+    }
+    for (chorus_req *r = pe->sq_head, *nx; r; r = nx) {
+        nx = r->next;
+        if (r != &pe->ping) fail_req(r);
+    }
+    pe->sq_head = pe->sq_tail = NULL;
+    for (chorus_req *r = pe->rq_head, *nx; r; r = nx) {
+        nx = r->next;
+        fail_req(r);
+    }
+    pe->rq_head = pe->rq_tail = NULL;
+    if (pe->in_payload && pe->dreq) fail_req(pe->dreq);
+    if (pe->in_payload && pe->dmsg) { /* a message cut short: drop it, fail its taker */
+        umsg *u = pe->dmsg;
+        if (u->waiter) fail_req(u->waiter);
+        unlink_umsg(pe, u);
+        free_umsg(u);
+    }
+    pe->in_payload = 0;
+    pe->dreq = NULL;
+    pe->dmsg = NULL;
+    pe->hoff = 0;
+    chorus_req *any = n->anyq_head;
+    if (any) {
+        unlink_req(&n->anyq_head, &n->anyq_tail, any);
+        any->src = p;
+        fail_req(any);
+    } else {
+        int *nl = realloc(n->lost_notice, (size_t)(n->nlost_notice + 1) * sizeof(int));
+        if (nl) {
+            n->lost_notice = nl;
+            n->lost_notice[n->nlost_notice++] = p;
+        }
+    }
+}
+
 static void peer_lost(chorus_net *n, int p, const char *what)
 {
     char why[400];
     snprintf(why, sizeof(why), "rank %d (host %s) was lost: %s (seen by rank %d)", p,
              chorus__net_host(n, p), what, n->rank);
+    if (n->peers[p].expendable && n->broken == CHORUS_OK) {
+        if (!n->peers[p].lost) lose_peer(n, p, why);
+        return;
+    }
     break_locked(n, p, CHORUS_ERR_PEER_LOST, why, why);
+}
+
+void chorus__net_set_expendable(chorus_net *n, int p)
+{
+    pthread_mutex_lock(&n->mu);
+    if (p >= 0 && p < n->size && p != n->rank) n->peers[p].expendable = 1;
+    pthread_mutex_unlock(&n->mu);
+}
+
+void chorus__net_loss_detail(chorus_net *n, chorus_errbuf *e)
+{
+    pthread_mutex_lock(&n->mu);
+    if (e) snprintf(e->msg, sizeof(e->msg), "%s", n->loss_msg);
+    pthread_mutex_unlock(&n->mu);
 }
 
 /* ---- sending ---------------------------------------------------------------------------- */
@@ -308,6 +388,8 @@ void chorus__net_isend(chorus_net *n, chorus_req *r, int peer_rank, const chorus
     if (n->broken != CHORUS_OK) {
         r->done = 1;
         r->res = n->broken;
+    } else if (pe->lost) {
+        fail_req(r);
     } else {
         if (pe->sq_tail)
             pe->sq_tail->next = r;
@@ -493,6 +575,16 @@ static void p2p_post_locked(chorus_net *n, chorus_req *r)
         }
         return;
     }
+    if (r->peer == CHORUS__NET_ANY && n->nlost_notice) { /* tell of a loss first */
+        r->src = n->lost_notice[0];
+        memmove(n->lost_notice, n->lost_notice + 1, (size_t)--n->nlost_notice * sizeof(int));
+        fail_req(r);
+        return;
+    }
+    if (r->peer != CHORUS__NET_ANY && n->peers[r->peer].lost) {
+        fail_req(r);
+        return;
+    }
     chorus_req **head = &n->anyq_head, **tail = &n->anyq_tail;
     if (r->peer != CHORUS__NET_ANY) {
         head = &n->peers[r->peer].rq_head;
@@ -543,6 +635,11 @@ void chorus__net_irecv(chorus_net *n, chorus_req *r, int peer_rank, const chorus
         return;
     }
     peer *pe = &n->peers[peer_rank];
+    if (pe->lost) {
+        fail_req(r);
+        pthread_mutex_unlock(&n->mu);
+        return;
+    }
     /* Something of this stream already arrived (or is arriving)? It is ours, unless an earlier
      * receive already claimed it or an earlier receive of the same stream is still waiting. */
     for (chorus_req *x = pe->rq_head; x; x = x->next)
@@ -834,7 +931,7 @@ static void check_bye(chorus_net *n, const chorus_req *r)
     char why[300];
     if (r->peer == CHORUS__NET_ANY) {
         for (int p = 0; p < n->size; p++)
-            if (p != n->rank && !n->peers[p].bye) return;
+            if (p != n->rank && !n->peers[p].bye && !n->peers[p].lost) return;
         snprintf(why, sizeof(why),
                  "every other rank has already finalized, but rank %d still waits in a receive "
                  "from any rank",
@@ -1373,5 +1470,6 @@ void chorus__net_release(chorus_net *n)
     if (n->epfd >= 0) close(n->epfd);
     pthread_mutex_destroy(&n->mu);
     free(n->peers);
+    free(n->lost_notice);
     free(n);
 }

@@ -104,6 +104,16 @@ int chorus__net_failed_rank(chorus_net *n);
 /* The error that broke the net, or CHORUS_OK. */
 chorus_result chorus__net_error(chorus_net *n, chorus_errbuf *e);
 
+/* Marks world rank p as one the job can lose (a parameter server's worker in async and SSP
+ * mode): when p dies (or is stopped past the heartbeat timeout) the net does not break. Its
+ * connection is closed, every request to or from p fails with CHORUS_ERR_PEER_LOST, later ones
+ * at once, and one receive from any source (pending, or the next one posted) ends with
+ * CHORUS_ERR_PEER_LOST and p as its source, so that a program waiting on everyone learns it. */
+void chorus__net_set_expendable(chorus_net *n, int p);
+
+/* The detail of the last loss of an expendable rank (empty when none). */
+void chorus__net_loss_detail(chorus_net *n, chorus_errbuf *e);
+
 const char *chorus__net_host(const chorus_net *n, int rank);
 
 #endif

@@ -1,0 +1,89 @@
+#!/bin/sh
+# ps_train.sh - chorus-train's parameter-server modes with real ranks.
+#   equal W K OPTIM  W workers and K servers in ps-sync end with the same parameters, to the
+#                    bit, as W ranks of allreduce data parallelism on the same data and seed:
+#                    the servers sum the workers' gradients in worker order as the allreduce
+#                    folds in rank order, and apply the same update code (src/reduce/optim.h)
+#   accuracy         chorus-run -np 3 chorus-train --model mlp --epochs 3 --mode ps-async
+#                    --servers 1 reaches a test accuracy of at least 0.85 (under a sanitizer,
+#                    where every step is slower and CI time is short: 120 steps, at least 0.75)
+#   bad              bad --mode and --servers values get clear messages
+#   kill_server      ps-sync with checkpoints every 10 steps; the server is killed mid-run:
+#                    the job fails naming it; --resume continues from the shards' last
+#                    checkpoint and ends with the parameters of a run never interrupted
+set -u
+BUILD=${BUILD:-build}
+PATH=$BUILD/bin:$PATH
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT INT TERM
+case "$1" in
+equal)
+    W=$2 K=$3 OPT=$4
+    common="--max-steps 12 --no-eval --batch 96 --optim $OPT --seed 7"
+    chorus-run -np "$W" chorus-train $common --dump-params "$d/ar" > "$d/ar.log" 2>&1 ||
+        { cat "$d/ar.log"; exit 1; }
+    chorus-run -np $((W + K)) chorus-train $common --mode ps-sync --servers "$K" \
+        --dump-params "$d/ps" > "$d/ps.log" 2>&1 || { cat "$d/ps.log"; exit 1; }
+    tail -3 "$d/ps.log"
+    w=0
+    while [ $w -lt "$W" ]; do
+        cmp "$d/ar.$w" "$d/ps.$w" || { echo "worker $w: parameters differ from allreduce"; exit 1; }
+        w=$((w + 1))
+    done
+    echo "ps-sync with $W workers and $K servers ($OPT): parameters identical to allreduce on $W ranks"
+    ;;
+accuracy)
+    epochs=3 target=0.85 short=""
+    [ -n "${SANITIZE:-}" ] && epochs=1 target=0.75 short="--max-steps 120"
+    chorus-run -np 3 chorus-train --model mlp --epochs $epochs $short --mode ps-async --servers 1 \
+        --metrics "$d/m.jsonl" > "$d/log" 2>&1
+    rc=$?
+    cat "$d/log"
+    [ $rc = 0 ] || exit 1
+    grep -q '"server":0,"mode":"ps-async","server_bytes":[1-9]' "$d/m.jsonl" ||
+        { echo "no server line in the metrics"; exit 1; }
+    acc=$(sed -n 's/.*done: .* test accuracy \([0-9.]*\).*/\1/p' "$d/log")
+    echo "test accuracy $acc after $epochs epochs (target $target)"
+    awk -v a="$acc" -v t=$target 'BEGIN { exit !(a >= t) }'
+    ;;
+bad)
+    out=$(chorus-train --mode ps-fast 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "mode must be allreduce, ps-sync, ps-async or ps-ssp, not 'ps-fast'" || exit 1
+    out=$(chorus-run -np 2 chorus-train --mode ps-async --servers 2 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "2 servers in a job of 2 ranks leaves no worker; use 1..1 servers" || exit 1
+    ;;
+kill_server)
+    common="--mode ps-sync --servers 1 --no-eval --batch 64 --checkpoint-dir $d/ck --checkpoint-every 10"
+    chorus-run -np 3 chorus-train $common --log-every 1 > "$d/killed.log" 2>&1 &
+    run=$!
+    i=0
+    until grep -q "step 2[2-9]/" "$d/killed.log" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 1200 ] || { kill $run; cat "$d/killed.log"; echo "the run never got to step 22"; exit 1; }
+        sleep 0.05
+    done
+    server=""
+    for c in $(pgrep -P $run); do
+        tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -qx CHORUS_RANK=0 && server=$c
+    done
+    [ -n "$server" ] || { kill $run; echo "no rank 0 under chorus-run $run"; exit 1; }
+    kill -9 "$server"
+    wait $run
+    rc=$?
+    tail -6 "$d/killed.log"
+    [ $rc != 0 ] || { echo "the job went on without its server"; exit 1; }
+    grep -q "exchanging with the parameter servers: .*rank 0" "$d/killed.log" ||
+        { echo "no worker named the dead server"; exit 1; }
+    chorus-run -np 3 chorus-train $common --resume --max-steps 50 --dump-params "$d/resumed" \
+        > "$d/resumed.log" 2>&1 || { cat "$d/resumed.log"; exit 1; }
+    grep "resumed" "$d/resumed.log"
+    grep -q "servers: resumed their shards of step [1-9]" "$d/resumed.log" || exit 1
+    chorus-run -np 3 chorus-train --mode ps-sync --servers 1 --no-eval --batch 64 --max-steps 50 \
+        --dump-params "$d/straight" > "$d/straight.log" 2>&1 || { cat "$d/straight.log"; exit 1; }
+    cmp "$d/resumed.0" "$d/straight.0" || { echo "the resumed run ended elsewhere"; exit 1; }
+    echo "resumed after the server was killed: parameters identical to an uninterrupted run"
+    ;;
+*) echo "usage: ps_train.sh equal W K OPTIM | accuracy | bad"; exit 2 ;;
+esac

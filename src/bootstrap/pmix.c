@@ -95,6 +95,57 @@ static chorus_result pmix_failed(const char *call, pmix_status_t st, const char 
                         px.error_string(st), st, hint);
 }
 
+/* The process's one PMIx session: opened at its first rendezvous through PMIx and finalized at
+ * exit, never in between. A process that finalized PMIx and initialized it again (chorus_init
+ * after chorus_finalize) is a client the launcher saw finalize coming back under the same name
+ * (namespace and rank): with Open MPI 4.1's mpirun the fence of the second rendezvous then now
+ * and then never completed (about 1 in 20, a pause between the two changed nothing), every rank
+ * waiting in it until the timeout. One session has no second PMIx_Init. Guarded by mu. */
+static struct {
+    pthread_mutex_t mu;
+    int open;       /* PMIx_Init succeeded */
+    int exit_hook;  /* session_close registered with atexit */
+    int fence_left; /* a fence timed out and may still be pending at the server */
+    pmix_proc_t me; /* this process's name, from PMIx_Init */
+} session = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* At exit: PMIx_Finalize, which the launcher expects from every client that initialized (Open
+ * MPI's mpirun reports a process that exits without it as an abnormal termination) - unless a
+ * fence was left behind, which the server may still be waiting to complete. */
+static void session_close(void)
+{
+    pthread_mutex_lock(&session.mu);
+    if (session.open && !session.fence_left) px.finalize(NULL, 0);
+    session.open = 0;
+    pthread_mutex_unlock(&session.mu);
+}
+
+/* The session, opened if it is not yet; me receives this process's name. */
+static chorus_result session_open(pmix_proc_t *me, chorus_errbuf *e)
+{
+    pmix_status_t st = 0;
+    pthread_mutex_lock(&session.mu);
+    if (!session.open) {
+        memset(&session.me, 0, sizeof(session.me));
+        st = px.init(&session.me, NULL, 0);
+        session.open = st == 0;
+        if (session.open && !session.exit_hook) session.exit_hook = atexit(session_close) == 0;
+        if (session.open)
+            CHORUS_INFO(CHORUS_LOG_INIT,
+                        "PMIx session opened (namespace %.64s, rank %u); it stays open for "
+                        "every world this process forms and is finalized at exit",
+                        session.me.nspace, (unsigned)session.me.rank);
+    }
+    memcpy(me, &session.me, sizeof(*me));
+    pthread_mutex_unlock(&session.mu);
+    if (st != 0)
+        return pmix_failed("PMIx_Init", st,
+                           ": PMIX_NAMESPACE is set but no PMIx server answered (start the job "
+                           "with mpirun, or pass MASTER_ADDR and MASTER_PORT)",
+                           e);
+    return CHORUS_OK;
+}
+
 /* A fence in flight, with its info array, which PMIx may read until the callback. Heap-allocated:
  * when the wait times out the callback may still come, and finds it there (it is then never
  * freed). */
@@ -195,14 +246,9 @@ chorus_result chorus__pmix_share(int rank, char *addr, size_t len, double deadli
              __atomic_fetch_add(&rounds, 1, __ATOMIC_RELAXED));
     CHORUS_CHECK(pmix_load(e));
     pmix_proc_t me;
-    memset(&me, 0, sizeof(me));
-    pmix_status_t st = px.init(&me, NULL, 0);
-    if (st != 0)
-        return pmix_failed("PMIx_Init", st,
-                           ": PMIX_NAMESPACE is set but no PMIx server answered (start the job "
-                           "with mpirun, or pass MASTER_ADDR and MASTER_PORT)",
-                           e);
+    CHORUS_CHECK(session_open(&me, e));
     chorus_result r = CHORUS_OK;
+    pmix_status_t st;
     if (rank == 0) {
         pmix_value_t v;
         memset(&v, 0, sizeof(v));
@@ -216,9 +262,13 @@ chorus_result chorus__pmix_share(int rank, char *addr, size_t len, double deadli
      * instead of waiting for it. */
     chorus_errbuf ignored;
     chorus_result rf = fence(deadline, r == CHORUS_OK ? e : &ignored);
-    if (rf == CHORUS_ERR_TIMEOUT) return r != CHORUS_OK ? r : rf; /* in flight: no finalize */
+    if (rf == CHORUS_ERR_TIMEOUT) {
+        pthread_mutex_lock(&session.mu);
+        session.fence_left = 1; /* in flight: no finalize at exit */
+        pthread_mutex_unlock(&session.mu);
+        return r != CHORUS_OK ? r : rf;
+    }
     if (r == CHORUS_OK) r = rf;
     if (r == CHORUS_OK && rank != 0) r = get_store(&me, key, addr, len, e);
-    px.finalize(NULL, 0);
     return r;
 }

@@ -90,6 +90,12 @@ grep "reinit: world" "$logs/reinit.log"
 [ "$(grep -c "rank 1: store .*, from the launcher's PMIx server" "$logs/reinit.log")" = 2 ] &&
     [ "$(grep "rank 1: store" "$logs/reinit.log" | sed 's/.*store \([^,]*\),.*/\1/' | sort -u | wc -l)" = 2 ] ||
     { cat "$logs/reinit.log"; echo "mpirun: the second world did not meet at a store of its own"; exit 1; }
+# ... through the PMIx session of the first: a process that finalized PMIx and initialized it
+# again could find the next fence never completing at the launcher's server.
+for r in 0 1; do
+    [ "$(grep -c "^\[1,$r\].*PMIx session opened" "$logs/reinit.log")" = 1 ] ||
+        { cat "$logs/reinit.log"; echo "mpirun: rank $r did not keep one PMIx session for both worlds"; exit 1; }
+done
 
 # A rank that never reaches chorus_init: the others fail at the PMIx fence by the deadline
 # (CHORUS_TIMEOUT_S=1), saying why, and mpirun ends the job.

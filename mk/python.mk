@@ -6,7 +6,7 @@
 #   make python-install [PREFIX=dir]   pip install (offline) of python/ with the library and
 #                                      the chorus-run launcher bundled
 #   make wheel [DIST=dir]              the same as a wheel, tagged for this platform
-#                                      (chorus-<version>-py3-none-linux_<arch>.whl), in DIST
+#                                      (chorus-<version>-py3-none-linux_<arch>.whl; cpXY-cpXY with the torch backend), in DIST
 #                                      (default $(BUILD)/dist)
 #   make python-check                  byte-compiles the package (syntax check)
 

@@ -11,10 +11,11 @@ They come from $CHORUS_LIB and $CHORUS_RUN, else from the build tree next to thi
 (../$BUILD or ../build). Without them the package still installs, as pure Python, and looks for
 the library at run time (see chorus/_lib.py). With them the wheel is tagged for this platform
 (py3-none-linux_x86_64, say): the native code is not tied to a Python ABI, since ctypes loads
-it, but it is tied to the machine. Both link the system's libsodium (Debian: libsodium23).
+it, but it is tied to the machine; with the torch.distributed backend inside, also to this
+CPython (cp311-cp311-linux_x86_64, say). Both link the system's libsodium (Debian: libsodium23).
 
     make && pip install --no-build-isolation --no-index ./python
-    make wheel          # build/dist/chorus-<version>-py3-none-<platform>.whl
+    make wheel          # build/dist/chorus-<version>-<tags>-<platform>.whl
 """
 
 import os

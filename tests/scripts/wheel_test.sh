@@ -14,13 +14,22 @@ whl=$(ls "$tmp"/dist/*.whl) || fail "no wheel in $tmp/dist"
 name=$(basename "$whl")
 echo "wheel: $name"
 arch=$(uname -m)
-[ "$name" = "chorus-$version-py3-none-linux_$arch.whl" ] ||
-    fail "$name is not chorus-$version-py3-none-linux_$arch.whl (a platform wheel)"
+# Tagged for this platform (machine code, no Python ABI) unless the torch.distributed backend,
+# a CPython extension, was built: then for this interpreter too, and the wheel carries it.
+if [ -f "$BUILD/lib/_chorus_torchdist.so" ]; then
+    py=$(/usr/bin/python3 -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+    want="chorus-$version-$py-$py-linux_$arch.whl"
+else
+    want="chorus-$version-py3-none-linux_$arch.whl"
+fi
+[ "$name" = "$want" ] || fail "$name is not $want (a platform wheel)"
 unzip -p "$whl" "chorus-$version.dist-info/WHEEL" > "$tmp/WHEEL"
 cat "$tmp/WHEEL"
 grep -qx "Root-Is-Purelib: false" "$tmp/WHEEL" || fail "the wheel says it is pure Python"
 zipinfo "$whl" > "$tmp/list"
 grep -q " chorus/libchorus.so$" "$tmp/list" || fail "libchorus.so is not in the wheel"
+[ ! -f "$BUILD/lib/_chorus_torchdist.so" ] || grep -q " chorus/_chorus_torchdist.so$" "$tmp/list" ||
+    fail "the torch.distributed backend was built but is not in the wheel"
 grep -q "^-rwxr-xr-x .* chorus-$version.data/scripts/chorus-run$" "$tmp/list" ||
     fail "the executable chorus-run is not in the wheel's scripts"
 

@@ -10,7 +10,7 @@
 # mean something only on a quiet machine: the load average is printed before and after. Every
 # run is stopped after 300 s.
 #
-#   bench/torchdist.sh                  REPEAT=5 NP=2 STEPS=60 bench/torchdist.sh
+#   bench/torchdist.sh                  REPEAT=5 NP=2 STEPS=60 BATCH=32 bench/torchdist.sh
 set -e
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-build}
@@ -18,6 +18,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 REPEAT=${REPEAT:-3}
 NP=${NP:-2}
 STEPS=${STEPS:-40}
+BATCH=${BATCH:-32}  # samples per rank per step of the DDP script
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
 export CHORUS_LIB="${CHORUS_LIB:-$ROOT/$BUILD/lib/libchorus.so}"
 [ -f "$ROOT/$BUILD/lib/_chorus_torchdist.so" ] || {
@@ -34,7 +35,7 @@ echo "# torch $($PYTHON -c 'import torch; print(torch.__version__)' 2>/dev/null)
 i=0
 while [ $i -lt "$REPEAT" ]; do
     for b in gloo chorus; do
-        timeout -k 5 300 "$PYTHON" "$ROOT/bench/torchdist_train.py" --backend $b -np "$NP" --steps "$STEPS" |
+        timeout -k 5 300 "$PYTHON" "$ROOT/bench/torchdist_train.py" --backend $b -np "$NP" --steps "$STEPS" --batch "$BATCH" |
             sed -n 's/.*samples_per_s //p' >> "$out/train.$b"
         timeout -k 5 300 "$PYTHON" "$ROOT/bench/gloo_allreduce.py" --backend $b -np "$NP" -b 1M -e 64M -f 64 -T 1 |
             awk '!/^#/ {print $1, $5}' >> "$out/ar.$b"
@@ -42,7 +43,7 @@ while [ $i -lt "$REPEAT" ]; do
     i=$((i + 1))
 done
 
-printf '\n| np=%s, %s runs, median | gloo | chorus | chorus / gloo |\n|---|---|---|---|\n' "$NP" "$REPEAT"
+printf '\n| np=%s, %s runs, median (DDP: %s samples per rank per step) | gloo | chorus | chorus / gloo |\n|---|---|---|---|\n' "$NP" "$REPEAT" "$BATCH"
 g=$(median < "$out/train.gloo"); c=$(median < "$out/train.chorus")
 printf '| DDP training, samples/s | %s | %s | %.2fx |\n' "$g" "$c" "$(echo "$c $g" | awk '{print $1 / $2}')"
 for size in 1048576 67108864; do

@@ -996,23 +996,13 @@ static void finish(trainer *t)
 {
     if (t->metrics) fclose(t->metrics);
     nn_dist_finalize(&t->dist);
-    if (t->ps && chorus_ps_finalize(t->ps) != CHORUS_OK)
+    /* A server has served its last worker; only a worker's failure to leave is an error. */
+    int worker = t->ps && !chorus_ps_is_server(t->ps);
+    if (t->ps && chorus_ps_finalize(t->ps) != CHORUS_OK && worker)
         die("leaving the parameter server: %s", chorus_ps_last_error(NULL));
     free(t->x);
     free(t->y);
     free(t->dl);
-    nn_optim_free(&t->opt);
-    nn_sampler_free(&t->sampler);
-    nn_model_destroy(t->m);
-    nn_dataset_free(&t->train);
-    nn_dataset_free(&t->test);
-    chorus_finalize(t->comm);
-}
-
-/* Step (server ranks): release everything and leave the job. */
-static void finish_server(trainer *t)
-{
-    chorus_ps_finalize(t->ps);
     nn_optim_free(&t->opt);
     nn_sampler_free(&t->sampler);
     nn_model_destroy(t->m);
@@ -1033,7 +1023,7 @@ int main(int argc, char **argv)
     if (t.ps) register_params(&t);
     if (t.ps && chorus_ps_is_server(t.ps)) {
         serve_params(&t);
-        finish_server(&t);
+        finish(&t);
         return 0;
     }
     if (t.o.resume) restore_checkpoint(&t);

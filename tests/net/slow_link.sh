@@ -1,15 +1,16 @@
 #!/bin/sh
 # slow_link.sh - the timeout means "without progress": two ranks in two network namespaces
-# joined by a veth pair throttled to RATE (tc tbf), CHORUS_TIMEOUT_S=2, one allreduce that
+# joined through the namespace cluster's bridge, each link throttled to RATE (tc tbf), CHORUS_TIMEOUT_S=2, one allreduce that
 # needs several times that to cross the link (tests/mp/slow_link). It must complete with exact
 # results on both ranks. Needs root, `ip netns` and `tc`; prints SKIP and exits 0 otherwise.
-# The namespaces (and the veth pair with them) are removed on every exit path.
+# tests/net/cluster.sh removes the namespaces on every exit path.
 BUILD=${BUILD:-build}
 prog=$BUILD/tests/mp/slow_link
 rate=${1:-8mbit}
 count=${2:-1000000}
-. tests/net/netpair.sh
-netpair_up slow_link 10.214.0 "$rate"
+. tests/net/cluster.sh
+cluster_up slow_link 2 "$rate" 10.214.0
+ns1=$(cluster_host 1) ns2=$(cluster_host 2)
 for r in 0 1; do
     ns=$ns1
     [ $r = 1 ] && ns=$ns2

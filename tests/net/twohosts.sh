@@ -1,17 +1,18 @@
 #!/bin/sh
-# twohosts.sh - a job over two hosts on one machine: two network namespaces joined by a veth
-# pair (10.213.0.1 and 10.213.0.2, addresses that exist only inside them) count as two hosts,
+# twohosts.sh - a job over two hosts on one machine: two network namespaces of the namespace
+# cluster (tests/net/cluster.sh; 10.213.0.1 and 10.213.0.2, addresses that exist only inside them) count as two hosts,
 # since a host's identity includes its network namespace. Two ranks run in each, started the
 # torchrun way (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); tests/mp/coll_select then checks
 # that world collectives are correct over TCP and that the communicator of each host's ranks
-# uses shared memory, and the ranks' INFO logs must say so too. The namespaces (and the veth
-# pair with them) are removed on every exit path. Needs root and `ip netns`; prints SKIP with
+# uses shared memory, and the ranks' INFO logs must say so too. The cluster is removed on every exit
+# path. Needs root and `ip netns`; prints SKIP with
 # the reason and exits 0 otherwise.
 BUILD=${BUILD:-build}
 prog=$BUILD/tests/mp/coll_select
 [ -x "$prog" ] || { echo "twohosts: $prog is not built"; exit 1; }
-. tests/net/netpair.sh
-netpair_up twohosts 10.213.0
+. tests/net/cluster.sh
+cluster_up twohosts 2 "" 10.213.0
+ns1=$(cluster_host 1) ns2=$(cluster_host 2)
 
 # Ranks 0 and 1 on the first host (rank 0 serves the store at MASTER_ADDR), 2 and 3 on the
 # second. Variables a launcher of the test runner may have set are removed.

@@ -25,6 +25,7 @@
 #include "chorus/checkpoint.h"
 #include "chorus/nn.h"
 #include "chorus/ps.h"
+#include "train_parallel.h"
 
 typedef struct opts {
     const char *model;
@@ -55,12 +56,12 @@ typedef struct opts {
     int servers, staleness;
     const char *ps_grad; /* float32, float16, bfloat16 */
     double time_limit;   /* seconds of training, 0: none */
+    train_par par;       /* --tensor-parallel, --zero, --recompute, --max-memory-mb */
 } opts;
 
 static int g_rank;
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
+void die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -131,6 +132,14 @@ static void usage(FILE *f)
             "  --time-limit S         every rank stops training after S seconds; one test-set\n"
             "                         evaluation at the end instead of one per epoch (for\n"
             "                         comparing modes at equal time)\n"
+            "  --model large          784-1024x8-10 MLP (8.2M parameters), for the options below\n"
+            "  --tensor-parallel T    split the MLP's hidden layers over T ranks in column/row\n"
+            "                         pairs; the world is data replicas x T (1)\n"
+            "  --zero 1|2             shard the optimizer state (1) and the summed gradients (2)\n"
+            "                         over the data-parallel ranks (0)\n"
+            "  --recompute[=K]        keep only every K-th layer's activations and recompute\n"
+            "                         the rest in backward (K: about sqrt(layers))\n"
+            "  --max-memory-mb N      refuse to start when a rank's planned memory exceeds N MiB\n"
             "  --version              print the version and exit\n");
 }
 
@@ -188,7 +197,11 @@ static void parse(int argc, char **argv, opts *o)
         O_STALE,
         O_PSGRAD,
         O_TIME,
-        O_HELP
+        O_HELP,
+        O_TP,
+        O_ZERO,
+        O_RECOMP,
+        O_MAXMEM
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
                                        {"epochs", 1, 0, O_EPOCHS},
@@ -222,6 +235,10 @@ static void parse(int argc, char **argv, opts *o)
                                        {"ps-grad-dtype", 1, 0, O_PSGRAD},
                                        {"time-limit", 1, 0, O_TIME},
                                        {"help", 0, 0, O_HELP},
+                                       {"tensor-parallel", 1, 0, O_TP},
+                                       {"zero", 1, 0, O_ZERO},
+                                       {"recompute", 2, 0, O_RECOMP},
+                                       {"max-memory-mb", 1, 0, O_MAXMEM},
                                        {0, 0, 0, 0}};
     int c;
     char *end;
@@ -272,13 +289,23 @@ static void parse(int argc, char **argv, opts *o)
         case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
+        case O_TP: NUM(o->par.tp, (int)strtol(optarg, &end, 10), o->par.tp > 0); break;
+        case O_ZERO:
+            NUM(o->par.zero, (int)strtol(optarg, &end, 10), o->par.zero >= 0 && o->par.zero <= 2);
+            break;
+        case O_RECOMP:
+            o->par.recompute = -1;
+            if (optarg) NUM(o->par.recompute, (int)strtol(optarg, &end, 10), o->par.recompute > 0);
+            break;
+        case O_MAXMEM: NUM(o->par.max_mb, strtol(optarg, &end, 10), o->par.max_mb > 0); break;
         default: usage(stderr); exit(2);
         }
     }
 #undef NUM
     if (optind < argc) die("unexpected argument '%s' (see --help)", argv[optind]);
     int cnn = !strcmp(o->model, "cnn");
-    if (!cnn && strcmp(o->model, "mlp")) die("--model must be mlp or cnn, not '%s'", o->model);
+    if (!cnn && strcmp(o->model, "mlp") && strcmp(o->model, "large"))
+        die("--model must be mlp, cnn or large, not '%s'", o->model);
     if (strcmp(o->optim, "sgd") && strcmp(o->optim, "adamw"))
         die("--optim must be sgd or adamw, not '%s'", o->optim);
     if (strcmp(o->schedule, "cosine") && strcmp(o->schedule, "step") &&
@@ -299,14 +326,16 @@ static void parse(int argc, char **argv, opts *o)
     if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : 0.1f;
     if (o->wd < 0) o->wd = adam ? 1e-2f : 5e-4f;
     if (o->dropout < 0) o->dropout = cnn ? 0.25f : 0.0f;
+    par_check_opts(&o->par, o->model, o->mode, o->sync, o->dropout, o->accum, o->ckpt_dir);
 }
 
-static nn_model *build_model(const opts *o, const nn_dataset *ds, int max_batch)
+static nn_model *build_model(opts *o, const nn_dataset *ds, int max_batch)
 {
     nn_model *m = nn_model_create(ds->c, ds->h, ds->w);
     if (!m) die("out of memory");
     int bad = 0;
-    if (!strcmp(o->model, "mlp")) {
+    if (par_add_layers(&o->par, m, o->model, ds->nclasses, &bad)) {
+    } else if (!strcmp(o->model, "mlp")) {
         /* (B,784) -> 512 -> 256 -> 10 */
         bad |= nn_add_linear(m, 512) | nn_add_relu(m);
         bad |= nn_add_linear(m, 256) | nn_add_relu(m);
@@ -322,6 +351,7 @@ static nn_model *build_model(const opts *o, const nn_dataset *ds, int max_batch)
         bad |= nn_add_linear(m, ds->nclasses);
     }
     if (bad) die("internal error: model shapes do not fit (%s)", nn_last_error());
+    par_before_finalize(&o->par, m);
     if (nn_model_finalize(m, max_batch)) die("out of memory for the model (%s)", nn_last_error());
     return m;
 }
@@ -453,7 +483,7 @@ static void start_job(trainer *t)
         die("chorus_init failed: %s (%s)", chorus_strerror(cr), chorus_last_error(NULL));
     g_rank = chorus_rank(t->comm);
     openblas_set_num_threads(t->o.threads);
-    chorus_comm *train_comm = t->comm;
+    chorus_comm *train_comm = par_grid(&t->o.par, t->comm, &t->o.metrics, &t->o.dump);
     if (strncmp(t->o.mode, "ps-", 3) == 0) {
         start_ps(t);
         if (chorus_ps_is_server(t->ps)) return;
@@ -479,7 +509,7 @@ static void load_data(trainer *t)
  * training state. */
 static void build(trainer *t)
 {
-    const opts *o = &t->o;
+    opts *o = &t->o;
     if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank, t->world,
                         o->seed))
         die("cannot set up the sampler (batch %d, %d rank%s)", o->batch, t->world,
@@ -492,11 +522,13 @@ static void build(trainer *t)
     t->m = build_model(o, &t->train, t->max_batch);
     nn_model_init_params(t->m, o->seed);
     t->m->rank = t->rank;
-    chorus_result orc =
-        !strcmp(o->optim, "adamw")
-            ? nn_optim_init_adamw(&t->opt, t->m->nparams, 0.9f, 0.999f, 1e-8f, o->wd)
-            : nn_optim_init_sgd(&t->opt, t->m->nparams, o->momentum, o->nesterov, o->wd);
+    chorus_result orc = !strcmp(o->optim, "adamw")
+                            ? nn_optim_init_adamw(&t->opt, par_optim_count(&o->par, t->m), 0.9f,
+                                                  0.999f, 1e-8f, o->wd)
+                            : nn_optim_init_sgd(&t->opt, par_optim_count(&o->par, t->m),
+                                                o->momentum, o->nesterov, o->wd);
     if (orc) die("out of memory for the optimizer");
+    if (!t->ps) par_setup(&o->par, t->m, &t->opt);
     memset(&t->st, 0, sizeof(t->st));
     t->st.seed = o->seed;
     t->st.rng = o->seed;
@@ -786,6 +818,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         /* The last pass completes the gradients: in engine mode each layer's goes to
          * the other ranks the moment it is done; earlier passes only accumulate. */
         if (k + 1 == o->accum) nn_dist_begin_backward(d, m);
+        if (k + 1 == o->accum) par_begin_backward(&t->o.par, m);
         nn_backward(m, t->dl, (int)nb);
         off += nb;
     }
@@ -798,7 +831,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         ps_step(t, lr);
         gcount = nloc;
     } else {
-        if (nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
+        if (!o->par.zero && nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
         if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
     }
     if (!isfinite(stats[0]) || !isfinite(lr)) { /* every rank has the same sum: all stop */
@@ -811,7 +844,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             (unsigned long long)st->global_step + 1, isnan(stats[0]) ? "NaN" : "infinite",
             (double)lr);
     }
-    if (!t->ps) nn_optim_step(&t->opt, m->params, m->grads, lr);
+    if (!t->ps) par_optim_step(&t->o.par, m, &t->opt, lr);
     st->global_step++;
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
     st->step_in_epoch = step + 1 == t->steps_per_epoch ? 0 : step + 1;
@@ -1033,6 +1066,8 @@ int main(int argc, char **argv)
         if (train_epoch(&t, epoch)) break;
     end_training(&t);
     report(&t);
+    if (!t.ps) par_report(&t.o.par, t.metrics);
+    par_free(&t.o.par);
     finish(&t);
     return 0;
 }

@@ -95,9 +95,9 @@ chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage
         nn_layer *L = &m->layers[i];
         int ns = layer_segments(L, z->size, z->seg + k);
         /* stage 2: the layer's gradient, padded so its last segment is whole chunks */
-        size_t padded = ns ? z->seg[k + ns - 1].off - L->param_off +
-                                 z->seg[k + ns - 1].chunk * (size_t)z->size
-                           : 0;
+        size_t padded =
+            ns ? z->seg[k + ns - 1].off - L->param_off + z->seg[k + ns - 1].chunk * (size_t)z->size
+               : 0;
         if (padded > maxlayer) maxlayer = padded;
         for (int s = k; s < k + ns; s++) {
             z->seg[s].shard_off = z->shard_n;
@@ -147,9 +147,8 @@ static void reduce_layer(nn_model *m, int layer, void *arg)
         nn_zero_seg *g = &z->seg[s];
         if (g->off < L->param_off || g->off >= L->param_off + L->nparams) continue;
         float *src = z->gbuf + (g->off - L->param_off);
-        chorus_result r =
-            chorus_reduce_scatter(z->comm, src, z->gshard + g->shard_off, g->chunk, CHORUS_FLOAT32,
-                                  CHORUS_SUM);
+        chorus_result r = chorus_reduce_scatter(z->comm, src, z->gshard + g->shard_off, g->chunk,
+                                                CHORUS_FLOAT32, CHORUS_SUM);
         if (r)
             z->err = nn__fail(r, "ZeRO-2 gradient reduce-scatter of layer %d (%s): %s", layer,
                               nn_kind_name(L->kind), chorus_last_error(z->comm));
@@ -192,8 +191,7 @@ static chorus_result gather_segment(nn_zero *z, const nn_zero_seg *s, nn_model *
     memcpy(send, m->params + at, n * sizeof(float));
     memset(send + n, 0, (s->chunk - n) * sizeof(float));
     chorus_result r = chorus_allgather(z->comm, send, recv, s->chunk, CHORUS_FLOAT32);
-    if (r)
-        return nn__fail(r, "ZeRO parameter all-gather: %s", chorus_last_error(z->comm));
+    if (r) return nn__fail(r, "ZeRO parameter all-gather: %s", chorus_last_error(z->comm));
     memcpy(m->params + s->off, recv, s->len * sizeof(float));
     return CHORUS_OK;
 }
@@ -205,8 +203,8 @@ chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
     if (z->err) return z->err;
     double t0 = now_s();
     if (z->stage == 1 && z->size > 1) {
-        chorus_result r = chorus_allreduce(z->comm, m->grads, m->grads, m->nparams,
-                                           CHORUS_FLOAT32, CHORUS_SUM);
+        chorus_result r =
+            chorus_allreduce(z->comm, m->grads, m->grads, m->nparams, CHORUS_FLOAT32, CHORUS_SUM);
         if (r) return nn__fail(r, "ZeRO-1 gradient allreduce: %s", chorus_last_error(z->comm));
     }
     if (z->stage == 2 && z->size == 1) /* no hook ran: the gradient is the layer's own */

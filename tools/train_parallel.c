@@ -61,8 +61,8 @@ chorus_comm *par_grid(train_par *p, chorus_comm *world, const char **metrics, co
         *dump = d; /* lives as long as the process */
     }
     if (w == 0)
-        printf("chorus-train: %d ranks = %d data-parallel replicas x %d tensor-parallel shards\n", n,
-               n / T, T);
+        printf("chorus-train: %d ranks = %d data-parallel replicas x %d tensor-parallel shards\n",
+               n, n / T, T);
     if (p->tp_rank > 0) {
         *metrics = NULL;
         if (!freopen("/dev/null", "w", stdout)) die("cannot quiet the output of rank %d", w);

@@ -22,10 +22,10 @@
 #include "chorus/nn.h"
 #include "harness.h"
 
-#define B 5
-#define FIN 24
-#define H0 16
-#define H1 48
+#define B    5
+#define FIN  24
+#define H0   16
+#define H1   48
 #define FOUT 8
 
 static chorus_comm *g_world;

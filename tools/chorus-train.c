@@ -93,7 +93,8 @@ static void usage(FILE *f)
             "  --accum K              split each rank's share into K micro-batches whose\n"
             "                         gradients accumulate (same result, less memory) (1)\n"
             "  --optim sgd|adamw      (sgd: momentum 0.9, Nesterov)\n"
-            "  --lr X                 peak learning rate (sgd: mlp 0.1, cnn 0.05; adamw 0.001)\n"
+            "  --lr X                 peak learning rate (sgd: mlp 0.1, cnn 0.05, large 0.01;\n"
+            "                         adamw 0.001)\n"
             "  --scale-lr             multiply --lr by the number of ranks (linear scaling, for\n"
             "                         when --batch grows with the ranks)\n"
             "  --lr-schedule S        cosine|step|const after warm-up (cosine); step: x0.1 at\n"
@@ -323,7 +324,7 @@ static void parse(int argc, char **argv, opts *o)
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
     if (o->epochs < 0) o->epochs = cnn ? 8 : 10;
-    if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : 0.1f;
+    if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : !strcmp(o->model, "large") ? 0.01f : 0.1f;
     if (o->wd < 0) o->wd = adam ? 1e-2f : 5e-4f;
     if (o->dropout < 0) o->dropout = cnn ? 0.25f : 0.0f;
     par_check_opts(&o->par, o->model, o->mode, o->sync, o->dropout, o->accum, o->ckpt_dir);

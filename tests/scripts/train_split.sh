@@ -14,6 +14,7 @@
 #                    with the message naming the parts and the options that split; --zero 1
 #                    fits and trains
 #   bad              option combinations that cannot work get clear messages
+#   kill             a tensor-parallel shard killed mid-run: its partner stops naming it
 set -u
 BUILD=${BUILD:-build}
 PATH=$BUILD/bin:$PATH
@@ -100,5 +101,24 @@ bad)
     echo "$out" | grep -q "tensor-parallel 2 does not divide the 3 ranks" || { echo "$out"; fail "grid message"; }
     echo "$out" | grep "does not divide"
     ;;
-*) echo "usage: $0 zero OPTIM NP | grid | recompute | budget | bad"; exit 2 ;;
+kill)
+    # a tensor-parallel shard that dies stops its partner with an error naming it, no hang
+    chorus-run -np 2 chorus-train --model mlp --tensor-parallel 2 --max-steps 1000000 --no-eval \
+        --batch 64 --log-every 1 --metrics "$d/m.jsonl" > "$d/log" 2>&1 &
+    job=$!
+    victim=""
+    for i in $(seq 100); do
+        victim=$(ps -e -o pid=,args= | grep "chorus-train .*$d/m.jsonl" | grep -v "chorus-run\|grep" |
+            awk 'NR == 2 {print $1}')
+        [ -n "$victim" ] && [ -s "$d/m.jsonl" ] && break
+        sleep 0.1
+    done
+    [ -n "$victim" ] || { kill "$job"; fail "rank 1 did not start"; }
+    kill -9 "$victim"
+    wait "$job" && fail "the job succeeded after a shard was killed"
+    cat "$d/log"
+    grep -q "chorus-train\[0\]: tensor parallel .*linear .*(2 ranks): rank 1 (pid $victim) was lost" "$d/log" ||
+        fail "rank 0 does not name the lost shard"
+    ;;
+*) echo "usage: $0 zero OPTIM NP | grid | recompute | budget | bad | kill"; exit 2 ;;
 esac

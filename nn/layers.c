@@ -356,7 +356,10 @@ const float *nn_forward(nn_model *m, const float *x, int B)
 {
     const float *cur = x;
     int owned = 0; /* whether cur is a model buffer that may be overwritten */
-    for (int i = 0; i < m->nlayers; i++) cur = nn__layer_forward(m, i, cur, &owned, B);
+    for (int i = 0; i < m->nlayers; i++) {
+        if (m->fwd_hook && m->layers[i].nparams) m->fwd_hook(m, i, m->fwd_hook_arg);
+        cur = nn__layer_forward(m, i, cur, &owned, B);
+    }
     return cur;
 }
 

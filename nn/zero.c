@@ -9,7 +9,12 @@
  * each segment is cut into p chunks of ceil(len/p) floats. The reduce-scatter and the
  * allreduce of libchorus both fold in rank order, and the updates (src/reduce/optim.h) are
  * element-wise, so every parameter gets the bits plain data parallelism would give it.
+ *
+ * With nn_zero_overlap a thread all-gathers the segments in layer order while the next
+ * forward pass runs; the forward hook makes each layer wait only for its own segments.
  */
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -125,8 +130,11 @@ nomem:
     return nn__fail(CHORUS_ERR_NOMEM, "nn_zero_init: out of memory");
 }
 
+static void stop_gather(nn_zero *z);
+
 void nn_zero_free(nn_zero *z)
 {
+    stop_gather(z);
     free(z->seg);
     free(z->gshard);
     free(z->gbuf);
@@ -184,16 +192,159 @@ static void update_chunk(const nn_zero *z, const nn_zero_seg *s, nn_model *m, nn
 }
 
 /* Every rank's chunks of segment s into every rank's parameters. */
-static chorus_result gather_segment(nn_zero *z, const nn_zero_seg *s, nn_model *m)
+static chorus_result gather_segment(nn_zero *z, chorus_comm *comm, const nn_zero_seg *s,
+                                    nn_model *m)
 {
     size_t n, at = own_range(s, z->rank, &n);
     float *send = z->scratch + s->chunk * (size_t)z->size, *recv = z->scratch;
     memcpy(send, m->params + at, n * sizeof(float));
     memset(send + n, 0, (s->chunk - n) * sizeof(float));
-    chorus_result r = chorus_allgather(z->comm, send, recv, s->chunk, CHORUS_FLOAT32);
-    if (r) return nn__fail(r, "ZeRO parameter all-gather: %s", chorus_last_error(z->comm));
+    chorus_result r = chorus_allgather(comm, send, recv, s->chunk, CHORUS_FLOAT32);
+    if (r) return nn__fail(r, "ZeRO parameter all-gather: %s", chorus_last_error(comm));
     memcpy(m->params + s->off, recv, s->len * sizeof(float));
     return CHORUS_OK;
+}
+
+/* The all-gather thread and what it shares with the caller (under mu). */
+struct nn_zero_gather {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    chorus_comm *comm; /* split from z->comm: the caller's collectives may run meanwhile */
+    nn_zero *z;
+    nn_model *m;
+    int *need;      /* per layer: segments gathered before its forward may run */
+    int done;       /* segments of the current round gathered */
+    uint64_t round; /* rounds asked for */
+    uint64_t taken; /* rounds the thread has started */
+    int quit;
+    double busy_s; /* time in all-gathers not yet added to z->comm_s */
+    chorus_result err;
+    char msg[1024];
+};
+
+static void *gather_main(void *arg)
+{
+    struct nn_zero_gather *g = arg;
+    nn_zero *z = g->z;
+    pthread_mutex_lock(&g->mu);
+    for (;;) {
+        while (!g->quit && g->taken == g->round) pthread_cond_wait(&g->cv, &g->mu);
+        if (g->taken == g->round) break; /* quit, and no round pending */
+        g->taken = g->round;
+        pthread_mutex_unlock(&g->mu);
+        for (int s = 0; s < z->nseg; s++) {
+            double t0 = now_s();
+            chorus_result r = gather_segment(z, g->comm, &z->seg[s], g->m);
+            pthread_mutex_lock(&g->mu);
+            g->busy_s += now_s() - t0;
+            if (r && !g->err) {
+                g->err = r;
+                snprintf(g->msg, sizeof(g->msg), "%s", nn_last_error());
+            }
+            g->done = r ? z->nseg : s + 1; /* a failure releases every waiter */
+            pthread_cond_broadcast(&g->cv);
+            pthread_mutex_unlock(&g->mu);
+            if (r) break;
+        }
+        pthread_mutex_lock(&g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+    return NULL;
+}
+
+/* Waits, with the thread's mutex held, until `need` segments of the round are gathered; the
+ * time spent waiting goes to z->wait_s. Returns the thread's error, if any. */
+static chorus_result wait_done(nn_zero *z, int need)
+{
+    struct nn_zero_gather *g = z->bg;
+    double t0 = now_s();
+    int waited = 0;
+    while (g->done < need && !g->err) {
+        pthread_cond_wait(&g->cv, &g->mu);
+        waited = 1;
+    }
+    if (waited) z->wait_s += now_s() - t0;
+    z->comm_s += g->busy_s;
+    z->gather_s += g->busy_s;
+    g->busy_s = 0;
+    return g->err;
+}
+
+/* nn_forward's hook: layer `layer` runs once its segments are here. */
+static void wait_layer(nn_model *m, int layer, void *arg)
+{
+    nn_zero *z = arg;
+    pthread_mutex_lock(&z->bg->mu);
+    chorus_result r = wait_done(z, z->bg->need[layer]);
+    if (r && !m->comm_err) m->comm_err = nn__fail(r, "%s", z->bg->msg);
+    pthread_mutex_unlock(&z->bg->mu);
+}
+
+chorus_result nn_zero_overlap(nn_zero *z, nn_model *m)
+{
+    if (z->bg || z->size == 1) return CHORUS_OK;
+    struct nn_zero_gather *g = calloc(1, sizeof(*g));
+    if (!g || !(g->need = calloc((size_t)m->nlayers, sizeof(int)))) {
+        free(g);
+        return nn__fail(CHORUS_ERR_NOMEM, "nn_zero_overlap: out of memory");
+    }
+    for (int s = 0; s < z->nseg; s++)
+        for (int i = 0; i < m->nlayers; i++) {
+            const nn_layer *L = &m->layers[i];
+            if (z->seg[s].off >= L->param_off && z->seg[s].off < L->param_off + L->nparams)
+                g->need[i] = s + 1;
+        }
+    chorus_result r = chorus_comm_split(z->comm, 0, z->rank, &g->comm);
+    if (r) {
+        free(g->need);
+        free(g);
+        return nn__fail(r, "nn_zero_overlap: %s", chorus_last_error(z->comm));
+    }
+    g->z = z;
+    g->m = m;
+    g->done = z->nseg; /* the parameters are whole until the first step */
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    if (pthread_create(&g->th, NULL, gather_main, g)) {
+        chorus_finalize(g->comm);
+        free(g->need);
+        free(g);
+        return nn__fail(CHORUS_ERR_SYSTEM, "nn_zero_overlap: cannot start a thread");
+    }
+    z->bg = g;
+    m->fwd_hook = wait_layer;
+    m->fwd_hook_arg = z;
+    return CHORUS_OK;
+}
+
+chorus_result nn_zero_wait(nn_zero *z, nn_model *m)
+{
+    if (!z->bg) return CHORUS_OK;
+    pthread_mutex_lock(&z->bg->mu);
+    chorus_result r = wait_done(z, z->nseg);
+    if (r) nn__fail(r, "%s", z->bg->msg);
+    pthread_mutex_unlock(&z->bg->mu);
+    if (r && !m->comm_err) m->comm_err = r;
+    return r;
+}
+
+/* Ends the all-gather thread after its current round. */
+static void stop_gather(nn_zero *z)
+{
+    struct nn_zero_gather *g = z->bg;
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    g->quit = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    pthread_join(g->th, NULL);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    chorus_finalize(g->comm);
+    free(g->need);
+    free(g);
+    z->bg = NULL;
 }
 
 chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
@@ -201,6 +352,8 @@ chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
     m->grad_hook = NULL;
     m->grad_hook_arg = NULL;
     if (z->err) return z->err;
+    if (nn_zero_wait(z, m)) return m->comm_err; /* the last round is whole: forward waited */
+    z->steps++;
     double t0 = now_s();
     if (z->stage == 1 && z->size > 1) {
         chorus_result r =
@@ -217,11 +370,20 @@ chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
         const float *grad = z->stage == 2 ? z->gshard + g->shard_off : m->grads + at;
         update_chunk(z, g, m, o, grad, lr);
     }
+    if (z->bg) { /* the thread gathers; the next forward waits per layer */
+        pthread_mutex_lock(&z->bg->mu);
+        z->bg->done = 0;
+        z->bg->round++;
+        pthread_cond_broadcast(&z->bg->cv);
+        pthread_mutex_unlock(&z->bg->mu);
+        return CHORUS_OK;
+    }
     t0 = now_s();
     for (int s = 0; s < z->nseg; s++) {
-        chorus_result r = gather_segment(z, &z->seg[s], m);
+        chorus_result r = gather_segment(z, z->comm, &z->seg[s], m);
         if (r) return r;
     }
     z->comm_s += now_s() - t0;
+    z->gather_s += now_s() - t0;
     return CHORUS_OK;
 }

@@ -1066,6 +1066,7 @@ int main(int argc, char **argv)
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)
         if (train_epoch(&t, epoch)) break;
     end_training(&t);
+    par_sync(&t.o.par, t.m);
     report(&t);
     if (!t.ps) par_report(&t.o.par, t.metrics);
     par_free(&t.o.par);

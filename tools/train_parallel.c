@@ -136,7 +136,8 @@ void par_setup(train_par *p, nn_model *m, const nn_optim *o)
     nn_mem_add(&p->mem, NN_MEM_OPTIMIZER, nn_optim_state_count(o) * sizeof(float));
     if (p->zero) {
         chorus_comm *c = p->dp_comm ? p->dp_comm : p->world;
-        if (nn_zero_init(&p->zs, m, c, p->zero, &p->mem)) die("--zero: %s", nn_last_error());
+        if (nn_zero_init(&p->zs, m, c, p->zero, &p->mem) || nn_zero_overlap(&p->zs, m))
+            die("--zero: %s", nn_last_error());
     }
     if (p->max_mb <= 0) return;
     /* the buffers exist but their pages are untouched: a refused run never used them */
@@ -174,10 +175,26 @@ void par_optim_step(train_par *p, nn_model *m, nn_optim *o, float lr)
     if (nn_zero_step(&p->zs, m, o, lr)) die("%s", nn_last_error());
 }
 
+void par_sync(train_par *p, nn_model *m)
+{
+    if (p->zero && nn_zero_wait(&p->zs, m)) die("%s", nn_last_error());
+}
+
 void par_report(train_par *p, FILE *metrics)
 {
     double *all = gather_mem(p);
     int n = chorus_size(p->world);
+    if (chorus_rank(p->world) == 0 && p->zero && p->zs.steps) {
+        double k = 1e3 / (double)p->zs.steps;
+        if (p->zs.bg)
+            printf("ZeRO-%d: the parameter all-gather took %.2f ms per step; the next forward "
+                   "pass waited %.2f ms of it, the rest ran behind it\n",
+                   p->zero, k * p->zs.gather_s, k * p->zs.wait_s);
+        else
+            printf("ZeRO-%d: the parameter all-gather took %.2f ms per step (one data-parallel "
+                   "rank: nothing to overlap)\n",
+                   p->zero, k * p->zs.gather_s);
+    }
     if (chorus_rank(p->world) == 0) {
         for (int r = 0; r < n; r++) {
             char parts[256];

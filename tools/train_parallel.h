@@ -52,6 +52,9 @@ void par_begin_backward(train_par *p, nn_model *m);
 /* After the backward pass: a failed tensor-parallel collective stops the run; then the
  * update (ZeRO's sharded one, or the plain optimizer step). */
 void par_optim_step(train_par *p, nn_model *m, nn_optim *o, float lr);
+/* After training: the parameters whole on every rank (--zero all-gathers them behind the
+ * next forward pass; the last step's must land before they are read). */
+void par_sync(train_par *p, nn_model *m);
 /* At the end, collective over the world: rank 0 prints every rank's memory line and writes
  * the {"memory":[...]} line to metrics (may be NULL). */
 void par_report(train_par *p, FILE *metrics);

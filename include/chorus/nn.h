@@ -124,6 +124,9 @@ typedef struct nn_model {
     float *act_pool; /* recomputation: the activation buffers one segment reuses */
     chorus_result comm_err; /* first failed collective in forward/backward (tensor parallel) */
     struct nn_mem *mem;     /* when set, finalize records its buffers there (nn_mem_*) */
+    nn_grad_hook fwd_hook;  /* when set, called by nn_forward before each layer with
+                               parameters (it may wait for them: nn_zero's all-gather) */
+    void *fwd_hook_arg;
 } nn_model;
 
 /* Starts an empty model taking inputs of per-sample shape (c,h,w); features are (F,1,1).
@@ -503,6 +506,8 @@ typedef struct nn_zero_seg {
     size_t shard_off; /* of this rank's chunk in the optimizer state and gradient shard */
 } nn_zero_seg;
 
+struct nn_zero_gather; /* the all-gather thread (nn/zero.c) */
+
 typedef struct nn_zero {
     int stage, rank, size;
     chorus_comm *comm;
@@ -515,8 +520,12 @@ typedef struct nn_zero {
     float *scratch; /* (size+1) * largest chunk: all-gather landing and send */
     size_t scratch_n;
     chorus_result err; /* first failure in the backward hook */
-    double comm_s;     /* seconds in the collectives */
+    double comm_s;     /* seconds in the collectives (the all-gather thread's included) */
+    double gather_s;   /* seconds the parameter all-gathers took (part of comm_s) */
+    double wait_s;     /* seconds forward waited for parameters still being all-gathered */
+    uint64_t steps;    /* nn_zero_step calls */
     nn_mem *mem;
+    struct nn_zero_gather *bg; /* nn_zero_overlap: the all-gather thread */
 } nn_zero;
 
 /* Floats of optimizer state per state vector that rank `rank` of `size` needs for m (the
@@ -528,6 +537,16 @@ size_t nn_zero_shard_count(const nn_model *m, int rank, int size);
 chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage, nn_mem *mem);
 /* Frees z's buffers. */
 void nn_zero_free(nn_zero *z);
+/* Collective over z's communicator: from now on nn_zero_step leaves the all-gather to a thread
+ * of its own (on a communicator split from z's, so the caller's collectives may run meanwhile),
+ * segment by segment in layer order, and installs m->fwd_hook: the next forward waits before
+ * each layer only for that layer's segments, so the all-gather of the later layers overlaps
+ * the forward pass of the earlier ones. A failed all-gather is latched in m->comm_err
+ * (nn_model_comm_status). Errors: the split's, CHORUS_ERR_SYSTEM (no thread). */
+chorus_result nn_zero_overlap(nn_zero *z, nn_model *m);
+/* Waits until the parameters are whole (before reading them outside forward: a dump, a
+ * checkpoint). Errors: the all-gather's. */
+chorus_result nn_zero_wait(nn_zero *z, nn_model *m);
 /* Call before the backward pass of a step (one backward pass per step at stage 2): stage 2
  * installs the hook that reduce-scatters each layer's gradient. */
 void nn_zero_begin_backward(nn_zero *z, nn_model *m);

@@ -12,7 +12,8 @@
  *   - activation recomputation gives bitwise the gradients of a model that stores its
  *     activations, with fewer activation bytes (counted by the memory accounting);
  *   - ZeRO stage 1 and 2 steps give bitwise the parameters of an allreduce and a plain
- *     optimizer step (SGD with momentum, then AdamW).
+ *     optimizer step (SGD with momentum, then AdamW), with the all-gather inline and on its
+ *     thread behind the next forward pass.
  */
 #include <math.h>
 #include <stdio.h>
@@ -154,7 +155,7 @@ static void test_recompute_same_gradients(void)
 }
 
 /* One step of each ZeRO stage against allreduce + nn_optim_step, from the same gradients. */
-static void zero_case(int stage, int adam)
+static void zero_case(int stage, int adam, int overlap)
 {
     int p = chorus_size(g_world), r = chorus_rank(g_world);
     nn_model *ref = nn_model_create(FIN, 1, 1), *z = nn_model_create(FIN, 1, 1);
@@ -182,6 +183,7 @@ static void zero_case(int stage, int adam)
     }
     nn_zero zs;
     ASSERT_NN_OK(nn_zero_init(&zs, z, g_world, stage, NULL));
+    if (overlap) ASSERT_NN_OK(nn_zero_overlap(&zs, z));
     float x[B * FIN], dout[B * 7];
     for (int step = 0; step < 3; step++) {
         fill(x, B * FIN, 100 + (uint64_t)(r * 10 + step)); /* each rank its own data */
@@ -197,6 +199,8 @@ static void zero_case(int stage, int adam)
         nn_zero_begin_backward(&zs, z);
         nn_backward(z, dout, B);
         ASSERT_NN_OK(nn_zero_step(&zs, z, &oz, 0.05f));
+        if (step == 1) continue; /* the next forward waits for the all-gather itself */
+        ASSERT_NN_OK(nn_zero_wait(&zs, z));
         ASSERT(!memcmp(ref->params, z->params, ref->nparams * sizeof(float)));
     }
     nn_zero_free(&zs);
@@ -209,7 +213,8 @@ static void zero_case(int stage, int adam)
 static void test_zero_equals_data_parallel(void)
 {
     for (int stage = 1; stage <= 2; stage++)
-        for (int adam = 0; adam <= 1; adam++) zero_case(stage, adam);
+        for (int adam = 0; adam <= 1; adam++)
+            for (int overlap = 0; overlap <= 1; overlap++) zero_case(stage, adam, overlap);
 }
 
 int main(void)

@@ -3,7 +3,8 @@
 #   zero OPTIM NP    --zero 1 and --zero 2 on NP ranks end with the same parameters, to the
 #                    bit, as plain data parallelism (the reduce-scatter and the allreduce both
 #                    fold in rank order; the update is element-wise); ZeRO-1's optimizer
-#                    memory per rank is at most 1/NP of data parallel's plus 64 KiB
+#                    memory per rank is at most 1/NP of data parallel's plus 64 KiB; the
+#                    line on the all-gather behind the forward pass is printed
 #   grid             4 ranks = 2 data replicas x 2 tensor shards: the replicas of each shard
 #                    end bitwise identical, the losses of 30 steps follow those of plain data
 #                    parallelism on the same samples (within 1e-3: the row-parallel layers sum
@@ -47,6 +48,8 @@ zero)
         echo "--zero $z ($OPT, $NP ranks): parameters identical to data parallelism"
     done
     grep "memory rank 0" "$d/dp.log" "$d/z1.log" "$d/z2.log"
+    grep -q "ZeRO-2: the parameter all-gather took .* ms per step; the next forward pass waited .* ms of it, the rest ran behind it" "$d/z2.log" ||
+        fail "no all-gather line"
     dp=$(membytes "$d/dp.jsonl" optimizer 0) z1=$(membytes "$d/z1.jsonl" optimizer 0)
     [ "$z1" -le $((dp / NP + 65536)) ] || fail "ZeRO-1 optimizer bytes $z1 > $dp / $NP + 64 KiB"
     echo "ZeRO-1 optimizer memory per rank: $z1 bytes, data parallel: $dp bytes"

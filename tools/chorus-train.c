@@ -327,7 +327,8 @@ static void parse(int argc, char **argv, opts *o)
     if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : !strcmp(o->model, "large") ? 0.01f : 0.1f;
     if (o->wd < 0) o->wd = adam ? 1e-2f : 5e-4f;
     if (o->dropout < 0) o->dropout = cnn ? 0.25f : 0.0f;
-    par_check_opts(&o->par, o->model, o->mode, o->sync, o->dropout, o->accum, o->ckpt_dir);
+    par_check_opts(&o->par, o->model, o->mode, o->sync, o->dropout, o->accum, o->ckpt_dir,
+                   o->time_limit);
 }
 
 static nn_model *build_model(opts *o, const nn_dataset *ds, int max_batch)

@@ -17,9 +17,14 @@
 #include "train_parallel.h"
 
 void par_check_opts(const train_par *p, const char *model, const char *mode, const char *sync,
-                    float dropout, int accum, const char *ckpt_dir)
+                    float dropout, int accum, const char *ckpt_dir, double time_limit)
 {
     int split = p->tp > 1 || p->zero;
+    if (p->max_mb && strcmp(mode, "allreduce"))
+        die("--max-memory-mb works with --mode allreduce, not --mode %s", mode);
+    if (p->tp > 1 && time_limit > 0)
+        die("--tensor-parallel does not support --time-limit (the shards of a replica must stop "
+            "at the same step); use --max-steps");
     if (split && strcmp(mode, "allreduce"))
         die("--tensor-parallel and --zero work with --mode allreduce, not --mode %s", mode);
     if (split && ckpt_dir)

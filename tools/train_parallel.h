@@ -30,7 +30,7 @@ void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 /* Refuses option combinations the splits do not support, with the reason. */
 void par_check_opts(const train_par *p, const char *model, const char *mode, const char *sync,
-                    float dropout, int accum, const char *ckpt_dir);
+                    float dropout, int accum, const char *ckpt_dir, double time_limit);
 /* Splits world into the grid and returns the communicator of the data-parallel replicas of this
  * rank's shard (world itself without --tensor-parallel). Only the first shard of each replica
  * writes: the others' stdout goes to /dev/null, their --metrics is dropped, and their

@@ -95,11 +95,21 @@ budget)
     grep "memory rank" "$d/z1.log"
     ;;
 bad)
-    for args in "--tensor-parallel 2 --model cnn" "--zero 2 --accum 2" "--zero 1 --grad-sync engine" \
-        "--zero 3" "--tensor-parallel 2 --dropout 0.1" "--zero 1 --checkpoint-dir $d/ck"; do
-        out=$(chorus-train $args 2>&1) && fail "accepted: $args"
-        echo "$args -> $out"
-    done
+    check() { # expected-text args...
+        want=$1
+        shift
+        out=$(chorus-train "$@" 2>&1) && fail "accepted: $*"
+        echo "$* -> $out"
+        echo "$out" | grep -qF -- "$want" || fail "$*: the message does not say '$want'"
+    }
+    check "splits the linear layers of --model mlp or large, not cnn" --tensor-parallel 2 --model cnn
+    check "use --accum 1 (or --zero 1)" --zero 2 --accum 2
+    check "leave --grad-sync at fused, not engine" --zero 1 --grad-sync engine
+    check "bad value '3' for --zero" --zero 3
+    check "does not support --dropout" --tensor-parallel 2 --dropout 0.1
+    check "do not write checkpoints yet" --zero 1 --checkpoint-dir "$d/ck"
+    check "does not support --time-limit" --tensor-parallel 2 --time-limit 5
+    check "--max-memory-mb works with --mode allreduce" --max-memory-mb 100 --mode ps-sync
     out=$(chorus-run -np 3 chorus-train --tensor-parallel 2 --max-steps 1 2>&1) && fail "3 ranks, T=2"
     echo "$out" | grep -q "tensor-parallel 2 does not divide the 3 ranks" || { echo "$out"; fail "grid message"; }
     echo "$out" | grep "does not divide"

@@ -1,7 +1,9 @@
 /*
  * nn.h - the Chorus C neural-network library (libchorus_nn): f32 layers with forward and
  * backward passes, softmax cross-entropy, SGD and AdamW, the IDX (MNIST-format) data reader,
- * the distributed sampler, checkpoints and data-parallel gradient synchronisation.
+ * the distributed sampler, checkpoints and data-parallel gradient synchronisation; for models
+ * that outgrow one rank, tensor-parallel linear layers, sharded optimizer state and gradients
+ * (ZeRO), activation recomputation, and the accounting of the memory all of it takes.
  *
  * A model is a sequence of layers built with nn_model_create() and nn_add_*(), then
  * nn_model_finalize(). All parameters of a model live in ONE contiguous buffer

@@ -30,7 +30,8 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Segments of layer L: calls f for each (off, len) in model->params; returns their count. */
+/* The segments of layer L (in model->params) into out[] when out is not NULL; returns their
+ * count. */
 static int layer_segments(const nn_layer *L, int size, nn_zero_seg *out)
 {
     size_t max_len = (NN_ZERO_BUCKET / (size_t)size) * (size_t)size;

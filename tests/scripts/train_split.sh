@@ -8,7 +8,8 @@
 #   grid             4 ranks = 2 data replicas x 2 tensor shards: the replicas of each shard
 #                    end bitwise identical, the losses of 30 steps follow those of plain data
 #                    parallelism on the same samples (within 1e-3: the row-parallel layers sum
-#                    in a different order), and the run reaches test accuracy 0.7
+#                    in a different order), and the run reaches test accuracy 0.7; with
+#                    --zero 2 the grid ends with the same parameters, to the bit
 #   recompute        --model large --recompute: the same parameters, to the bit, with fewer
 #                    activation bytes in the memory report
 #   budget           --model large --max-memory-mb 120 on 2 ranks: data parallelism is refused
@@ -73,6 +74,14 @@ assert worst < 1e-3, worst' "$d/dp.jsonl" "$d/grid.jsonl" || fail "losses"
     acc=$(sed -n 's/.*test accuracy \([0-9.]*\).*/\1/p' "$d/grid.log")
     python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.7 else 1)" || fail "accuracy $acc < 0.7"
     [ "$(grep -c 'memory rank' "$d/grid.log")" = 4 ] || fail "one memory line per rank"
+    # ZeRO inside the grid shards each shard's optimizer state over its replicas: the same bits
+    short="--model mlp --max-steps 6 --batch 64 --seed 3 --no-eval --optim adamw --tensor-parallel 2"
+    run g6 4 $short --dump-params "$d/g6"
+    run g6z 4 $short --zero 2 --dump-params "$d/g6z"
+    for f in tp0.0 tp0.1 tp1.0 tp1.1; do
+        cmp "$d/g6.$f" "$d/g6z.$f" || fail "--zero 2 in the grid changed the parameters ($f)"
+    done
+    echo "2x2 grid with --zero 2: parameters identical to the grid without it"
     ;;
 recompute)
     common="--model large --max-steps 2 --batch 32 --no-eval --seed 9 --optim adamw"

@@ -11,6 +11,8 @@
 #   kill_server      ps-sync with checkpoints every 10 steps; the server is killed mid-run:
 #                    the job fails naming it; --resume continues from the shards' last
 #                    checkpoint and ends with the parameters of a run never interrupted
+#   time_limit       with --time-limit the learning-rate schedule spans the time budget (in
+#                    allreduce mode and in a parameter-server mode); allreduce ranks agree
 set -u
 BUILD=${BUILD:-build}
 PATH=$BUILD/bin:$PATH
@@ -85,5 +87,23 @@ kill_server)
     cmp "$d/resumed.0" "$d/straight.0" || { echo "the resumed run ended elsewhere"; exit 1; }
     echo "resumed after the server was killed: parameters identical to an uninterrupted run"
     ;;
-*) echo "usage: ps_train.sh equal W K OPTIM | accuracy | bad"; exit 2 ;;
+time_limit)
+    # the schedule spans the budget: the rate starts at --lr and has nearly vanished at the end;
+    # the allreduce ranks take the same rate every step (identical parameters)
+    for mode in allreduce ps-async; do
+        np=2
+        [ $mode = allreduce ] || np=3
+        chorus-run -np $np chorus-train --mode $mode --servers 1 --batch 64 --time-limit 1.5 \
+            --metrics "$d/$mode.jsonl" --dump-params "$d/$mode" > "$d/$mode.log" 2>&1 ||
+            { cat "$d/$mode.log"; exit 1; }
+        grep "after .* s: test loss" "$d/$mode.log" || { cat "$d/$mode.log"; exit 1; }
+        first=$(head -1 "$d/$mode.jsonl" | sed 's/.*"lr":\([0-9.e-]*\).*/\1/')
+        last=$(grep '"lr"' "$d/$mode.jsonl" | tail -1 | sed 's/.*"lr":\([0-9.e-]*\).*/\1/')
+        echo "$mode: learning rate $first at the first step, $last at the last"
+        awk -v f="$first" -v l="$last" 'BEGIN { exit !(f > 0.099 && l < 0.1 * f) }' ||
+            { echo "$mode: the schedule does not span the time budget"; exit 1; }
+    done
+    cmp "$d/allreduce.0" "$d/allreduce.1" || { echo "allreduce ranks differ"; exit 1; }
+    ;;
+*) echo "usage: ps_train.sh equal W K OPTIM | accuracy | bad | kill_server | time_limit"; exit 2 ;;
 esac

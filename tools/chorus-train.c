@@ -356,14 +356,16 @@ static float lr_at(const opts *o, uint64_t step, uint64_t steps_per_epoch, int w
     return (float)base;
 }
 
-/* Test accuracy: each rank evaluates its slice of the test set; counts are summed. */
+/* Test accuracy: each rank evaluates its slice of the test set; counts are summed. Alone, this
+ * rank evaluates the whole set and meets nobody. */
 static double evaluate(nn_model *m, nn_dist *d, const nn_dataset *test, float *x, int32_t *y,
-                       double *loss_out)
+                       double *loss_out, int alone)
 {
     int was = m->training;
     m->training = 0;
-    size_t n = (size_t)test->n, per = (n + (size_t)d->size - 1) / (size_t)d->size;
-    size_t lo = per * (size_t)d->rank, hi = lo + per < n ? lo + per : n;
+    size_t parts = alone ? 1 : (size_t)d->size, part = alone ? 0 : (size_t)d->rank;
+    size_t n = (size_t)test->n, per = (n + parts - 1) / parts;
+    size_t lo = per * part, hi = lo + per < n ? lo + per : n;
     double acc[3] = {0, 0, 0};
     uint32_t *idx = malloc((size_t)m->max_batch * sizeof(uint32_t));
     if (!idx) die("out of memory");
@@ -378,7 +380,7 @@ static double evaluate(nn_model *m, nn_dist *d, const nn_dataset *test, float *x
         acc[2] += B;
     }
     free(idx);
-    if (nn_dist_sum(d, acc, 3)) die("%s", nn_last_error());
+    if (!alone && nn_dist_sum(d, acc, 3)) die("%s", nn_last_error());
     m->training = was;
     if (loss_out) *loss_out = acc[0] / acc[2];
     return acc[1] / acc[2];
@@ -433,6 +435,13 @@ typedef struct trainer {
 typedef struct epoch_stats {
     double loss, hits, n, last_print;
 } epoch_stats;
+
+/* Whether the workers never meet once training has started (ps-async, ps-ssp): a worker that
+ * dies or stops then costs the others nothing. Worker 0 alone evaluates and reports. */
+static int workers_apart(const trainer *t)
+{
+    return t->ps && strcmp(t->o.mode, "ps-sync") != 0;
+}
 
 /* Step (--mode ps-*): split the job into parameter servers and workers. The servers apply
  * this run's optimizer; a worker's rank and world below are among the workers only. */
@@ -882,9 +891,11 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     const opts *o = &t->o;
     nn_dist *d = &t->dist;
     double test_loss = 0;
-    int eval = !o->no_eval && o->time_limit <= 0; /* --time-limit: once, at the end */
-    if (t->ps && eval) pull_params(t);            /* async workers may hold older ones */
-    if (eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
+    int eval = !o->no_eval && o->time_limit <= 0;   /* --time-limit: once, at the end */
+    if (workers_apart(t) && t->rank != 0) eval = 0; /* worker 0 reports */
+    if (t->ps && eval) pull_params(t);              /* async workers may hold older ones */
+    if (eval)
+        t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss, workers_apart(t));
     if (t->rank == 0 && eval) {
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
@@ -922,12 +933,19 @@ static void end_training(trainer *t)
     if (t->ps) {
         pull_params(t);
         if (chorus_ps_leave(t->ps) != CHORUS_OK) die("%s", chorus_ps_last_error(t->ps));
-        /* the summary's samples/s counts every worker, as allreduce's does */
-        if (nn_dist_sum(&t->dist, &t->samples_done, 1)) die("%s", nn_last_error());
+        /* the summary's samples/s counts every worker, as allreduce's does; apart, a worker
+         * that was lost leaves the survivors' own counts */
+        double mine = t->samples_done;
+        if (nn_dist_sum(&t->dist, &t->samples_done, 1)) {
+            if (!workers_apart(t)) die("%s", nn_last_error());
+            t->samples_done = mine;
+            if (t->rank == 0)
+                printf("note: %s; samples/s below counts worker 0 alone\n", nn_last_error());
+        }
     }
-    if (t->o.time_limit <= 0 || t->o.no_eval) return;
+    if (t->o.time_limit <= 0 || t->o.no_eval || (workers_apart(t) && t->rank != 0)) return;
     double test_loss = 0;
-    t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss);
+    t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss, workers_apart(t));
     if (t->rank == 0)
         printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
                t->last_test_acc);

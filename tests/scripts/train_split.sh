@@ -75,11 +75,9 @@ assert worst < 1e-4, worst' "$d/dp.jsonl" "$d/grid.jsonl" || fail "losses"
     python3 -c "import sys; sys.exit(0 if float('$acc') >= 0.7 else 1)" || fail "accuracy $acc < 0.7"
     [ "$(grep -c 'memory rank' "$d/grid.log")" = 4 ] || fail "one memory line per rank"
     # ZeRO inside the grid shards each shard's optimizer state over its replicas: the same bits
-    short="--model mlp --max-steps 6 --batch 64 --seed 3 --no-eval --optim adamw --tensor-parallel 2"
-    run g6 4 $short --dump-params "$d/g6"
-    run g6z 4 $short --zero 2 --dump-params "$d/g6z"
+    run gz 4 $common --tensor-parallel 2 --zero 2 --no-eval --dump-params "$d/gz"
     for f in tp0.0 tp0.1 tp1.0 tp1.1; do
-        cmp "$d/g6.$f" "$d/g6z.$f" || fail "--zero 2 in the grid changed the parameters ($f)"
+        cmp "$d/g.$f" "$d/gz.$f" || fail "--zero 2 in the grid changed the parameters ($f)"
     done
     echo "2x2 grid with --zero 2: parameters identical to the grid without it"
     ;;

@@ -37,7 +37,8 @@ $(NN_LIB): $(NN_OBJS)
 
 $(BUILD)/bin/chorus-train: $(BUILD)/obj/tools/chorus-train.o $(NN_LIB) $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
+$(BUILD)/bin/chorus-train: $(BUILD)/obj/tools/train_tb.o
 
 # libchorus_nn uses only the public API of libchorus: the shared library is linked against
 # libchorus.so (whose version script exports chorus_* and hides the internal chorus__*) with

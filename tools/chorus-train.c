@@ -25,6 +25,7 @@
 #include "chorus/checkpoint.h"
 #include "chorus/nn.h"
 #include "chorus/ps.h"
+#include "train_tb.h"
 
 typedef struct opts {
     const char *model;
@@ -55,6 +56,7 @@ typedef struct opts {
     int servers, staleness;
     const char *ps_grad; /* float32, float16, bfloat16 */
     double time_limit;   /* seconds of training, 0: none */
+    const char *tensorboard; /* TensorBoard event files go there, or NULL */
 } opts;
 
 static int g_rank;
@@ -131,6 +133,8 @@ static void usage(FILE *f)
             "  --time-limit S         every rank stops training after S seconds; one test-set\n"
             "                         evaluation at the end instead of one per epoch (for\n"
             "                         comparing modes at equal time)\n"
+            "  --tensorboard DIR      TensorBoard event files: the job's curves in DIR, each\n"
+            "                         rank's own in DIR/rank<k> (tensorboard --logdir DIR)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -188,6 +192,7 @@ static void parse(int argc, char **argv, opts *o)
         O_STALE,
         O_PSGRAD,
         O_TIME,
+        O_TB,
         O_HELP
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -221,6 +226,7 @@ static void parse(int argc, char **argv, opts *o)
                                        {"staleness", 1, 0, O_STALE},
                                        {"ps-grad-dtype", 1, 0, O_PSGRAD},
                                        {"time-limit", 1, 0, O_TIME},
+                                       {"tensorboard", 1, 0, O_TB},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int c;
@@ -270,6 +276,7 @@ static void parse(int argc, char **argv, opts *o)
         case O_STALE: NUM(o->staleness, (int)strtol(optarg, &end, 10), o->staleness >= 0); break;
         case O_PSGRAD: o->ps_grad = optarg; break;
         case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
+        case O_TB: o->tensorboard = optarg; break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -409,6 +416,8 @@ typedef struct trainer {
     uint64_t steps_done;
     double last_test_acc; /* -1 until evaluated */
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
+    train_tb tb;          /* TensorBoard scalars (train_tb.c) */
+    uint64_t tb_pushed;   /* ps: bytes pushed before this step */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -716,6 +725,8 @@ static void prepare_run(trainer *t)
         if (!t->metrics) die("cannot open --metrics %s: %s", o->metrics, strerror(errno));
         setvbuf(t->metrics, NULL, _IOLBF, 0);
     }
+    char tb_why[600];
+    if (train_tb_open(&t->tb, o->tensorboard, t->comm, tb_why, sizeof(tb_why))) die("%s", tb_why);
     t->tty = isatty(STDOUT_FILENO);
     if (t->rank == 0) {
         char servers[96] = "";
@@ -856,6 +867,16 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             ep->last_print = t1;
         }
     }
+    /* the gradient as handed to the exchange: float32, or --ps-grad-dtype's pushes */
+    double dense = (double)m->nparams * sizeof(float);
+    double sent = t->ps ? (double)(ps_st.bytes_pushed - t->tb_pushed) : dense;
+    t->tb_pushed = ps_st.bytes_pushed;
+    train_tb_step ts = {.step = (int64_t)st->global_step, .loss = stats[0] / stats[2],
+                        .acc = stats[1] / stats[2], .lr = lr, .samples_s = (double)gcount / dt,
+                        .rank_samples_s = (double)nloc / dt, .comm_s = d->comm_s - gc0,
+                        .bytes_sent = sent, .bytes_dense = dense};
+    char tb_why[600];
+    if (train_tb_log_step(&t->tb, &ts, tb_why, sizeof(tb_why))) die("%s", tb_why);
     if (t->rank == 0 && o->ckpt_every && st->global_step % (uint64_t)o->ckpt_every == 0)
         save_checkpoint(t);
 }
@@ -869,6 +890,12 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     int eval = !o->no_eval && o->time_limit <= 0; /* --time-limit: once, at the end */
     if (t->ps && eval) pull_params(t);            /* async workers may hold older ones */
     if (eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
+    char tb_why[600];
+    if (eval && (train_tb_job(&t->tb, "test/accuracy", (int64_t)t->st.global_step,
+                              t->last_test_acc, tb_why, sizeof(tb_why)) ||
+                 train_tb_job(&t->tb, "test/loss", (int64_t)t->st.global_step, test_loss, tb_why,
+                              sizeof(tb_why))))
+        die("%s", tb_why);
     if (t->rank == 0 && eval) {
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
@@ -995,6 +1022,7 @@ static void report(trainer *t)
 static void finish(trainer *t)
 {
     if (t->metrics) fclose(t->metrics);
+    train_tb_close(&t->tb);
     nn_dist_finalize(&t->dist);
     /* A server has served its last worker; only a worker's failure to leave is an error. */
     int worker = t->ps && !chorus_ps_is_server(t->ps);

@@ -54,8 +54,8 @@ typedef struct opts {
     int log_every;
     const char *mode; /* allreduce, ps-sync, ps-async, ps-ssp */
     int servers, staleness;
-    const char *ps_grad; /* float32, float16, bfloat16 */
-    double time_limit;   /* seconds of training, 0: none */
+    const char *ps_grad;     /* float32, float16, bfloat16 */
+    double time_limit;       /* seconds of training, 0: none */
     const char *tensorboard; /* TensorBoard event files go there, or NULL */
 } opts;
 
@@ -871,10 +871,15 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     double dense = (double)m->nparams * sizeof(float);
     double sent = t->ps ? (double)(ps_st.bytes_pushed - t->tb_pushed) : dense;
     t->tb_pushed = ps_st.bytes_pushed;
-    train_tb_step ts = {.step = (int64_t)st->global_step, .loss = stats[0] / stats[2],
-                        .acc = stats[1] / stats[2], .lr = lr, .samples_s = (double)gcount / dt,
-                        .rank_samples_s = (double)nloc / dt, .comm_s = d->comm_s - gc0,
-                        .bytes_sent = sent, .bytes_dense = dense};
+    train_tb_step ts = {.step = (int64_t)st->global_step,
+                        .loss = stats[0] / stats[2],
+                        .acc = stats[1] / stats[2],
+                        .lr = lr,
+                        .samples_s = (double)gcount / dt,
+                        .rank_samples_s = (double)nloc / dt,
+                        .comm_s = d->comm_s - gc0,
+                        .bytes_sent = sent,
+                        .bytes_dense = dense};
     char tb_why[600];
     if (train_tb_log_step(&t->tb, &ts, tb_why, sizeof(tb_why))) die("%s", tb_why);
     if (t->rank == 0 && o->ckpt_every && st->global_step % (uint64_t)o->ckpt_every == 0)
@@ -891,8 +896,8 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     if (t->ps && eval) pull_params(t);            /* async workers may hold older ones */
     if (eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
     char tb_why[600];
-    if (eval && (train_tb_job(&t->tb, "test/accuracy", (int64_t)t->st.global_step,
-                              t->last_test_acc, tb_why, sizeof(tb_why)) ||
+    if (eval && (train_tb_job(&t->tb, "test/accuracy", (int64_t)t->st.global_step, t->last_test_acc,
+                              tb_why, sizeof(tb_why)) ||
                  train_tb_job(&t->tb, "test/loss", (int64_t)t->st.global_step, test_loss, tb_why,
                               sizeof(tb_why))))
         die("%s", tb_why);

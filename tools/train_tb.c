@@ -30,8 +30,7 @@ static int failed(const char *what, const char *detail, char *why, size_t len)
     return -1;
 }
 
-int train_tb_job(train_tb *tb, const char *tag, int64_t step, double value, char *why,
-                 size_t len)
+int train_tb_job(train_tb *tb, const char *tag, int64_t step, double value, char *why, size_t len)
 {
     if (tb->rank != 0) return 0;
     if (tb->job) {
@@ -42,8 +41,7 @@ int train_tb_job(train_tb *tb, const char *tag, int64_t step, double value, char
     return train_tb_rank(tb, tag, step, value, why, len);
 }
 
-int train_tb_rank(train_tb *tb, const char *tag, int64_t step, double value, char *why,
-                  size_t len)
+int train_tb_rank(train_tb *tb, const char *tag, int64_t step, double value, char *why, size_t len)
 {
     if (tb->mine) {
         if (chorus_tb_scalar(tb->mine, tag, step, value) != CHORUS_OK)

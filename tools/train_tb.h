@@ -22,10 +22,10 @@ typedef struct train_tb {
 
 /* What one optimizer step did, as the step's scalars show it. */
 typedef struct train_tb_step {
-    int64_t step;       /* optimizer steps done, from 1 */
-    double loss, acc;   /* the job's, over the global batch */
-    double lr;          /* learning rate of the step */
-    double samples_s;   /* the job's samples per second in the step */
+    int64_t step;     /* optimizer steps done, from 1 */
+    double loss, acc; /* the job's, over the global batch */
+    double lr;        /* learning rate of the step */
+    double samples_s; /* the job's samples per second in the step */
     double rank_samples_s;
     double comm_s;      /* this rank's seconds in gradient communication */
     double bytes_sent;  /* gradient bytes this rank gave to the step's exchange */
@@ -36,11 +36,9 @@ typedef struct train_tb_step {
  * -1 with the reason in why. */
 int train_tb_open(train_tb *tb, const char *dir, chorus_comm *comm, char *why, size_t len);
 /* The job's scalar (rank 0 writes it; other ranks return at once). 0, or -1 with why. */
-int train_tb_job(train_tb *tb, const char *tag, int64_t step, double value, char *why,
-                 size_t len);
+int train_tb_job(train_tb *tb, const char *tag, int64_t step, double value, char *why, size_t len);
 /* This rank's scalar. 0, or -1 with why. */
-int train_tb_rank(train_tb *tb, const char *tag, int64_t step, double value, char *why,
-                  size_t len);
+int train_tb_rank(train_tb *tb, const char *tag, int64_t step, double value, char *why, size_t len);
 /* The scalars of one step (train/..., rank/..., comm/...). 0, or -1 with why. */
 int train_tb_log_step(train_tb *tb, const train_tb_step *s, char *why, size_t len);
 void train_tb_close(train_tb *tb);

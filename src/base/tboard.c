@@ -133,8 +133,9 @@ static int write_record(chorus_tb *w, const pb *data)
 chorus_result chorus_tb_open(const char *dir, chorus_tb **out)
 {
     chorus_errbuf *e = chorus__init_errbuf();
-    if (!dir || !out) return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_tb_open: %s is NULL",
-                                          dir ? "out" : "dir");
+    if (!dir || !out)
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_tb_open: %s is NULL",
+                            dir ? "out" : "dir");
     *out = NULL;
     if (chorus__mkdir_p(dir))
         return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot create the TensorBoard directory %s: %s",
@@ -174,8 +175,9 @@ chorus_result chorus_tb_open(const char *dir, chorus_tb **out)
 chorus_result chorus_tb_scalar(chorus_tb *w, const char *tag, int64_t step, double value)
 {
     chorus_errbuf *e = chorus__init_errbuf();
-    if (!w || !tag) return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_tb_scalar: %s is NULL",
-                                        w ? "tag" : "the writer");
+    if (!w || !tag)
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_tb_scalar: %s is NULL",
+                            w ? "tag" : "the writer");
     size_t tl = strlen(tag);
     if (tl == 0 || tl > 255)
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG,

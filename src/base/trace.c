@@ -18,11 +18,11 @@
 struct chorus_trace {
     struct chorus_trace *next;
     char path[512];
-    FILE *f;        /* NULL when the file could not be opened */
-    char why[700];  /* why it could not */
+    FILE *f;       /* NULL when the file could not be opened */
+    char why[700]; /* why it could not */
     int refs;
-    int first;      /* no event written yet */
-    int closed;     /* the bracket is written at offset end */
+    int first;  /* no event written yet */
+    int closed; /* the bracket is written at offset end */
     long end;
     int rank, nrows;
     double t0;
@@ -105,8 +105,7 @@ static chorus_trace *open_trace(const char *path, int rank)
     return t;
 }
 
-int chorus__trace_acquire(const char *pattern, int rank, chorus_trace **out, char *why,
-                          size_t len)
+int chorus__trace_acquire(const char *pattern, int rank, chorus_trace **out, char *why, size_t len)
 {
     *out = NULL;
     if (!pattern || !*pattern || (!strstr(pattern, "%r") && rank != 0)) return 0;

@@ -19,8 +19,7 @@ typedef struct chorus_trace chorus_trace;
  * reference-counted) trace of the expanded name, opened on first use, and 0; -1 with the
  * reason in why when the file cannot be written; every later acquire of the same name fails
  * alike without trying again, returning -2 (the failure was already reported). */
-int chorus__trace_acquire(const char *pattern, int rank, chorus_trace **out, char *why,
-                          size_t len);
+int chorus__trace_acquire(const char *pattern, int rank, chorus_trace **out, char *why, size_t len);
 /* Drops a reference; the last one writes the closing bracket (a later acquire goes on after
  * the last event). NULL is ignored. */
 void chorus__trace_release(chorus_trace *t);

@@ -35,10 +35,11 @@ $(NN_LIB): $(NN_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/chorus-train: $(BUILD)/obj/tools/chorus-train.o $(NN_LIB) $(BUILD)/lib/libchorus.a
+# chorus-train is tools/chorus-train.c and its parts, tools/train_*.c.
+TRAIN_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,tools/chorus-train.c $(wildcard tools/train_*.c))
+$(BUILD)/bin/chorus-train: $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
-$(BUILD)/bin/chorus-train: $(BUILD)/obj/tools/train_tb.o
+	$(CC) $(LDFLAGS) -o $@ $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
 
 # libchorus_nn uses only the public API of libchorus: the shared library is linked against
 # libchorus.so (whose version script exports chorus_* and hides the internal chorus__*) with
@@ -73,9 +74,9 @@ uninstall-nn:
 
 # The trainer linked against the two shared libraries, found next to it through its rpath
 # (libchorus.so.0 is libchorus.so's soname), for the nn_shared test.
-$(BUILD)/tests/nn/chorus-train-shared: $(BUILD)/obj/tools/chorus-train.o $(NN_SO) $(BUILD)/lib/libchorus.so
+$(BUILD)/tests/nn/chorus-train-shared: $(TRAIN_OBJS) $(NN_SO) $(BUILD)/lib/libchorus.so
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../../lib' -o $@ $< -L$(BUILD)/lib -lchorus_nn -lchorus \
+	$(CC) $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../../lib' -o $@ $(TRAIN_OBJS) -L$(BUILD)/lib -lchorus_nn -lchorus \
 	    $(NN_LDLIBS) $(LIB_LDLIBS)
 TEST_BINS += $(BUILD)/tests/nn/chorus-train-shared
 

@@ -4,7 +4,7 @@
  * thread write events into the same file from different threads, each event whole. The
  * closing bracket is written when the last holder releases the file and again at exit; a
  * holder that comes later seeks back over it and goes on, so the file is valid JSON whenever
- * nobody holds it.
+ * nobody holds it. Events are flushed at most every half second.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -25,7 +25,7 @@ struct chorus_trace {
     int closed; /* the bracket is written at offset end */
     long end;
     int rank, nrows;
-    double t0;
+    double t0, last_flush;
 };
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -164,6 +164,11 @@ void chorus__trace_event(chorus_trace *t, int tid, const char *fmt, ...)
     fprintf(t->f, "{\"pid\":%d,\"tid\":%d,", t->rank, tid);
     vfprintf(t->f, fmt, ap);
     fputc('}', t->f);
+    double now = chorus__now();
+    if (now - t->last_flush >= 0.5) { /* a run that hangs or dies still leaves its events */
+        fflush(t->f);
+        t->last_flush = now;
+    }
     pthread_mutex_unlock(&g_mu);
     va_end(ap);
 }

@@ -47,7 +47,8 @@ int train_tb_rank(train_tb *tb, const char *tag, int64_t step, double value, cha
         if (chorus_tb_scalar(tb->mine, tag, step, value) != CHORUS_OK)
             return failed("TensorBoard", chorus_last_error(NULL), why, len);
     } else if (chorus_log_scalar(tb->comm, tag, step, value) != CHORUS_OK) {
-        return failed("TensorBoard", chorus_last_error(tb->comm), why, len);
+        snprintf(why, len, "%s", chorus_last_error(tb->comm)); /* names CHORUS_TENSORBOARD */
+        return -1;
     }
     return 0;
 }

@@ -82,7 +82,7 @@ def event(body):
         if (num, wire) == (1, 1):
             ev["wall_time"] = struct.unpack("<d", v)[0]
         elif (num, wire) == (2, 0):
-            ev["step"] = v
+            ev["step"] = v - (1 << 64) if v >= 1 << 63 else v  # int64
         elif (num, wire) == (3, 2):
             ev["file_version"] = v.decode()
         elif (num, wire) == (5, 2):

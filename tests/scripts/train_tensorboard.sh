@@ -3,8 +3,8 @@
 # DIR/rank<k>, every record read back byte by byte by tests/scripts/tb_read.py (both masked
 # CRC32Cs, the protobuf Event/Summary decode, the tags, one value per step), the loss equal to
 # the --metrics file's; CHORUS_TENSORBOARD=DIR without the option writes the same scalars
-# through the runtime's per-rank files; a directory that cannot be created stops the run before
-# training, naming it.
+# through the runtime's per-rank files; a directory that cannot be created stops the run,
+# naming it (--tensorboard before training, CHORUS_TENSORBOARD at its first scalar).
 set -u
 fail() { echo "FAILED: $*"; exit 1; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/train_tensorboard.XXXXXX")
@@ -64,4 +64,8 @@ echo "$out"
 [ $rc = 1 ] && echo "$out" | grep -q "chorus-train\[0\]: --tensorboard $dir/file/tb: cannot create the TensorBoard directory $dir/file/tb: Not a directory$" ||
     fail "unwritable --tensorboard directory"
 echo "$out" | grep -q "done:" && fail "it trained without its TensorBoard files"
+out=$(CHORUS_TENSORBOARD="$dir/file/env" chorus-train $common 2>&1); rc=$?
+echo "$out"
+[ $rc = 1 ] && echo "$out" | grep -q "chorus-train\[0\]: CHORUS_TENSORBOARD: cannot create the TensorBoard directory $dir/file/env/rank0: Not a directory$" ||
+    fail "unwritable CHORUS_TENSORBOARD directory"
 echo "train_tensorboard: ok"

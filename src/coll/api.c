@@ -3,7 +3,7 @@
  * wrong), pick the algorithm's row (select.c), have the ranks agree on the calls whose data
  * would not tell every rank of a mismatch (count 0, broadcast over TCP), run the algorithm,
  * and make any failure break the communicator so that no later call works on a
- * half-finished state.
+ * half-finished state. Every public call is one event of the timeline (coll_trace.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +81,7 @@ static chorus_result pick(chorus_comm *c, int kind, size_t bytes, const chorus_a
     return r;
 }
 
-/* The public call: the checked call (name##_call) between the two ends of its timeline event. */
+/* The public call: the checked call (fn_call) between the two ends of its timeline event. */
 #define TRACED(fn, t, ...)                                                                         \
     do {                                                                                           \
         NULL_COMM("chorus_" #fn);                                                                  \

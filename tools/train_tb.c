@@ -7,15 +7,17 @@
 
 #include "train_tb.h"
 
-int train_tb_open(train_tb *tb, const char *dir, chorus_comm *comm, char *why, size_t len)
+int train_tb_open(train_tb *tb, const char *dir, chorus_comm *comm, int reporter, char *why,
+                  size_t len)
 {
     memset(tb, 0, sizeof(*tb));
     tb->comm = comm;
     tb->rank = chorus_rank(comm);
+    tb->reporter = reporter;
     if (!dir) return 0;
     char sub[4096];
     snprintf(sub, sizeof(sub), "%s/rank%d", dir, tb->rank);
-    if ((tb->rank == 0 && chorus_tb_open(dir, &tb->job) != CHORUS_OK) ||
+    if ((reporter && chorus_tb_open(dir, &tb->job) != CHORUS_OK) ||
         chorus_tb_open(sub, &tb->mine) != CHORUS_OK) {
         snprintf(why, len, "--tensorboard %s: %s", dir, chorus_last_error(NULL));
         train_tb_close(tb);
@@ -32,7 +34,7 @@ static int failed(const char *what, const char *detail, char *why, size_t len)
 
 int train_tb_job(train_tb *tb, const char *tag, int64_t step, double value, char *why, size_t len)
 {
-    if (tb->rank != 0) return 0;
+    if (!tb->reporter) return 0;
     if (tb->job) {
         if (chorus_tb_scalar(tb->job, tag, step, value) != CHORUS_OK)
             return failed("TensorBoard", chorus_last_error(NULL), why, len);

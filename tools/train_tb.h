@@ -15,8 +15,9 @@
 
 typedef struct train_tb {
     chorus_comm *comm;
-    int rank;
-    chorus_tb *job;  /* rank 0 with --tensorboard: DIR */
+    int rank;        /* in comm: names DIR/rank<k> */
+    int reporter;    /* writes the job's curves (worker 0) */
+    chorus_tb *job;  /* the reporter with --tensorboard: DIR */
     chorus_tb *mine; /* with --tensorboard: DIR/rank<k>; NULL: chorus_log_scalar */
 } train_tb;
 
@@ -32,10 +33,12 @@ typedef struct train_tb_step {
     double bytes_dense; /* the same gradient uncompressed (ratio = dense / sent) */
 } train_tb_step;
 
-/* Opens the writers for dir (NULL: the runtime's, CHORUS_TENSORBOARD, if set). Returns 0, or
- * -1 with the reason in why. */
-int train_tb_open(train_tb *tb, const char *dir, chorus_comm *comm, char *why, size_t len);
-/* The job's scalar (rank 0 writes it; other ranks return at once). 0, or -1 with why. */
+/* Opens the writers for dir (NULL: the runtime's, CHORUS_TENSORBOARD, if set) of this rank of
+ * comm (the job); reporter: this rank writes the job's curves (the trainer's rank 0, worker 0
+ * under a parameter server). Returns 0, or -1 with the reason in why. */
+int train_tb_open(train_tb *tb, const char *dir, chorus_comm *comm, int reporter, char *why,
+                  size_t len);
+/* The job's scalar (the reporter writes it; other ranks return at once). 0, or -1 with why. */
 int train_tb_job(train_tb *tb, const char *tag, int64_t step, double value, char *why, size_t len);
 /* This rank's scalar. 0, or -1 with why. */
 int train_tb_rank(train_tb *tb, const char *tag, int64_t step, double value, char *why, size_t len);

@@ -50,6 +50,18 @@ assert sorted(tb) == sorted(m) and all(abs(tb[s] - m[s]) < 1e-5 * max(1, abs(m[s
 print("train/loss matches --metrics at steps", sorted(m))
 PY
 
+# a parameter server with float16 pushes: worker 0 (rank 1) writes the job's curves, each
+# worker's file has the bytes it pushed, half the float32 gradient (compression ratio 2)
+out=$(chorus-run -np 3 --servers 1 chorus-train $common --mode ps-sync --ps-grad-dtype float16 \
+    --tensorboard "$dir/ps" 2>&1) || { echo "$out"; fail "ps run"; }
+$read_tb "$(one "$dir/ps")" --tags $job_tags --steps $steps || fail "ps job file"
+for r in 1 2; do
+    mine=$($read_tb "$(one "$dir/ps/rank$r")" --tags $rank_tags --steps $steps) || fail "ps rank $r file"
+    echo "$mine" | grep -q "comm/bytes_sent 1:1.07164e+06 2:1.07164e+06 3:1.07164e+06 4:1.07164e+06$" &&
+        echo "$mine" | grep -q "comm/compression_ratio 1:2 2:2 3:2 4:2$" || { echo "$mine"; fail "ps rank $r bytes"; }
+done
+[ -e "$dir/ps/rank0" ] && fail "the server wrote training scalars"
+
 # through the runtime: rank 0's file has the job's and its own scalars, rank 1's its own
 out=$(CHORUS_TENSORBOARD="$dir/env" chorus-run -np 2 chorus-train $common 2>&1) ||
     { echo "$out"; fail "run with CHORUS_TENSORBOARD"; }

@@ -1,10 +1,9 @@
 /*
  * train_tb.h - chorus-train's TensorBoard scalars (--tensorboard DIR, or CHORUS_TENSORBOARD):
  * the job's curves in DIR (rank 0, or worker 0 under a parameter server: loss, accuracy,
- * learning rate, samples/s, test accuracy)
- * and each rank's own in DIR/rank<k> (its samples/s, communication time, bytes sent,
- * compression ratio). Any part of the trainer logs a scalar of its own with train_tb_job or
- * train_tb_rank.
+ * learning rate, samples/s, test accuracy) and each rank's own in DIR/rank<k> (its samples/s,
+ * communication time, bytes sent, compression ratio). Any part of the trainer logs a scalar of
+ * its own with train_tb_job or train_tb_rank.
  */
 #ifndef CHORUS_TRAIN_TB_H
 #define CHORUS_TRAIN_TB_H

@@ -54,9 +54,10 @@ typedef struct opts {
     int log_every;
     const char *mode; /* allreduce, ps-sync, ps-async, ps-ssp */
     int servers, staleness;
-    const char *ps_grad;     /* float32, float16, bfloat16 */
-    double time_limit;       /* seconds of training, 0: none */
-    const char *tensorboard; /* TensorBoard event files go there, or NULL */
+    const char *ps_grad; /* float32, float16, bfloat16 */
+    double time_limit;   /* seconds of training, 0: none */
+    /* TensorBoard event files go there, or NULL */
+    const char *tensorboard;
 } opts;
 
 static int g_rank;

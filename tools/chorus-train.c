@@ -925,10 +925,8 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     if (eval)
         t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss, workers_apart(t));
     char tb_why[600];
-    if (eval && (train_tb_job(&t->tb, "test/accuracy", (int64_t)t->st.global_step, t->last_test_acc,
-                              tb_why, sizeof(tb_why)) ||
-                 train_tb_job(&t->tb, "test/loss", (int64_t)t->st.global_step, test_loss, tb_why,
-                              sizeof(tb_why))))
+    if (eval && train_tb_test(&t->tb, (int64_t)t->st.global_step, t->last_test_acc, test_loss,
+                              tb_why, sizeof(tb_why)))
         die("%s", tb_why);
     if (t->rank == 0 && eval) {
         char hid[64] = "";
@@ -983,6 +981,10 @@ static void end_training(trainer *t)
     if (t->rank == 0)
         printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
                t->last_test_acc);
+    char tb_why[600];
+    if (train_tb_test(&t->tb, (int64_t)t->st.global_step, t->last_test_acc, test_loss, tb_why,
+                      sizeof(tb_why)))
+        die("%s", tb_why);
 }
 
 /* Step: one epoch from where the state stands (the sampler position after a resume), then

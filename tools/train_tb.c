@@ -79,6 +79,12 @@ int train_tb_log_step(train_tb *tb, const train_tb_step *s, char *why, size_t le
     return 0;
 }
 
+int train_tb_test(train_tb *tb, int64_t step, double acc, double loss, char *why, size_t len)
+{
+    if (train_tb_job(tb, "test/accuracy", step, acc, why, len)) return -1;
+    return train_tb_job(tb, "test/loss", step, loss, why, len);
+}
+
 void train_tb_close(train_tb *tb)
 {
     chorus_tb_close(tb->job);

@@ -44,6 +44,8 @@ int train_tb_job(train_tb *tb, const char *tag, int64_t step, double value, char
 int train_tb_rank(train_tb *tb, const char *tag, int64_t step, double value, char *why, size_t len);
 /* The scalars of one step (train/..., rank/..., comm/...). 0, or -1 with why. */
 int train_tb_log_step(train_tb *tb, const train_tb_step *s, char *why, size_t len);
+/* The test-set evaluation's test/accuracy and test/loss at step. 0, or -1 with why. */
+int train_tb_test(train_tb *tb, int64_t step, double acc, double loss, char *why, size_t len);
 void train_tb_close(train_tb *tb);
 
 #endif

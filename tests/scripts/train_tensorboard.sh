@@ -12,7 +12,7 @@ trap 'rm -rf "$dir"' EXIT INT TERM
 py=/usr/bin/python3
 read_tb="$py tests/scripts/tb_read.py"
 steps=4
-common="--model mlp --batch 400 --max-steps $steps --no-eval --log-every 1000 --seed 3"
+common="--model mlp --batch 400 --max-steps $steps --log-every 1000 --seed 3"
 job_tags=train/loss,train/accuracy,train/learning_rate,train/samples_per_s
 rank_tags=rank/samples_per_s,comm/time_s,comm/bytes_sent,comm/compression_ratio
 one() { # the one event file in $1
@@ -21,7 +21,7 @@ one() { # the one event file in $1
     echo "$1"
 }
 
-out=$(chorus-run -np 2 chorus-train $common --tensorboard "$dir/tb" --metrics "$dir/m.json" 2>&1) ||
+out=$(chorus-run -np 2 chorus-train $common --no-eval --tensorboard "$dir/tb" --metrics "$dir/m.json" 2>&1) ||
     { echo "$out"; fail "run with --tensorboard"; }
 case $(basename "$(one "$dir/tb")") in
 events.out.tfevents.[0-9]*.*.[0-9]*) ;;
@@ -52,7 +52,7 @@ PY
 
 # a parameter server with float16 pushes: worker 0 (rank 1) writes the job's curves, each
 # worker's file has the bytes it pushed, half the float32 gradient (compression ratio 2)
-out=$(chorus-run -np 3 --servers 1 chorus-train $common --mode ps-sync --ps-grad-dtype float16 \
+out=$(chorus-run -np 3 --servers 1 chorus-train $common --no-eval --mode ps-sync --ps-grad-dtype float16 \
     --tensorboard "$dir/ps" 2>&1) || { echo "$out"; fail "ps run"; }
 $read_tb "$(one "$dir/ps")" --tags $job_tags --steps $steps || fail "ps job file"
 for r in 1 2; do
@@ -62,21 +62,26 @@ for r in 1 2; do
 done
 [ -e "$dir/ps/rank0" ] && fail "the server wrote training scalars"
 
-# through the runtime: rank 0's file has the job's and its own scalars, rank 1's its own
-out=$(CHORUS_TENSORBOARD="$dir/env" chorus-run -np 2 chorus-train $common 2>&1) ||
+# through the runtime: rank 0's file has the job's and its own scalars, rank 1's its own; with
+# --time-limit (not reached) the one evaluation at the end adds test/accuracy and test/loss
+out=$(CHORUS_TENSORBOARD="$dir/env" chorus-run -np 2 chorus-train $common --time-limit 600 2>&1) ||
     { echo "$out"; fail "run with CHORUS_TENSORBOARD"; }
-$read_tb "$(one "$dir/env/rank0")" --tags $job_tags,$rank_tags --steps $steps || fail "runtime file of rank 0"
+got=$($read_tb "$(one "$dir/env/rank0")" --tags $job_tags,$rank_tags,test/accuracy,test/loss) ||
+    { echo "$got"; fail "runtime file of rank 0"; }
+echo "$got"
+echo "$got" | grep -q "train/loss 1:[0-9.]* 2:[0-9.]* 3:[0-9.]* 4:[0-9.]*$" && echo "$got" | grep -q "test/accuracy 4:0\.[0-9]*$" ||
+    fail "runtime file of rank 0: steps"
 $read_tb "$(one "$dir/env/rank1")" --tags $rank_tags --steps $steps || fail "runtime file of rank 1"
 [ -z "$(ls "$dir/env" | grep -v '^rank[01]$')" ] || fail "unexpected files in $dir/env: $(ls "$dir/env")"
 
 # a directory that cannot be created
 : >"$dir/file"
-out=$(chorus-train $common --tensorboard "$dir/file/tb" 2>&1); rc=$?
+out=$(chorus-train $common --no-eval --tensorboard "$dir/file/tb" 2>&1); rc=$?
 echo "$out"
 [ $rc = 1 ] && echo "$out" | grep -q "chorus-train\[0\]: --tensorboard $dir/file/tb: cannot create the TensorBoard directory $dir/file/tb: Not a directory$" ||
     fail "unwritable --tensorboard directory"
 echo "$out" | grep -q "done:" && fail "it trained without its TensorBoard files"
-out=$(CHORUS_TENSORBOARD="$dir/file/env" chorus-train $common 2>&1); rc=$?
+out=$(CHORUS_TENSORBOARD="$dir/file/env" chorus-train $common --no-eval 2>&1); rc=$?
 echo "$out"
 [ $rc = 1 ] && echo "$out" | grep -q "chorus-train\[0\]: CHORUS_TENSORBOARD: cannot create the TensorBoard directory $dir/file/env/rank0: Not a directory$" ||
     fail "unwritable CHORUS_TENSORBOARD directory"

@@ -26,6 +26,7 @@
 #include "chorus/nn.h"
 #include "chorus/ps.h"
 #include "train_parallel.h"
+#include "train_tb.h"
 
 typedef struct opts {
     const char *model;
@@ -57,6 +58,8 @@ typedef struct opts {
     const char *ps_grad; /* float32, float16, bfloat16 */
     double time_limit;   /* seconds of training, 0: none */
     train_par par;       /* --tensor-parallel, --zero, --recompute, --max-memory-mb */
+    /* TensorBoard event files go there, or NULL */
+    const char *tensorboard;
 } opts;
 
 static int g_rank;
@@ -143,6 +146,8 @@ static void usage(FILE *f)
             "  --recompute[=K]        keep only every K-th layer's activations and recompute\n"
             "                         the rest in backward (K: about sqrt(layers))\n"
             "  --max-memory-mb N      refuse to start when a rank's planned memory exceeds N MiB\n"
+            "  --tensorboard DIR      TensorBoard event files: the job's curves in DIR, each\n"
+            "                         rank's own in DIR/rank<k> (tensorboard --logdir DIR)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -204,7 +209,8 @@ static void parse(int argc, char **argv, opts *o)
         O_TP,
         O_ZERO,
         O_RECOMP,
-        O_MAXMEM
+        O_MAXMEM,
+        O_TB
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
                                        {"epochs", 1, 0, O_EPOCHS},
@@ -237,6 +243,7 @@ static void parse(int argc, char **argv, opts *o)
                                        {"staleness", 1, 0, O_STALE},
                                        {"ps-grad-dtype", 1, 0, O_PSGRAD},
                                        {"time-limit", 1, 0, O_TIME},
+                                       {"tensorboard", 1, 0, O_TB},
                                        {"help", 0, 0, O_HELP},
                                        {"tensor-parallel", 1, 0, O_TP},
                                        {"zero", 1, 0, O_ZERO},
@@ -290,6 +297,7 @@ static void parse(int argc, char **argv, opts *o)
         case O_STALE: NUM(o->staleness, (int)strtol(optarg, &end, 10), o->staleness >= 0); break;
         case O_PSGRAD: o->ps_grad = optarg; break;
         case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
+        case O_TB: o->tensorboard = optarg; break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         case O_TP: NUM(o->par.tp, (int)strtol(optarg, &end, 10), o->par.tp > 0); break;
@@ -459,6 +467,8 @@ typedef struct trainer {
     uint64_t steps_done;
     double last_test_acc; /* -1 until evaluated */
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
+    train_tb tb;          /* TensorBoard scalars (train_tb.c) */
+    uint64_t tb_pushed;   /* ps: bytes pushed before this step */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -775,6 +785,9 @@ static void prepare_run(trainer *t)
         if (!t->metrics) die("cannot open --metrics %s: %s", o->metrics, strerror(errno));
         setvbuf(t->metrics, NULL, _IOLBF, 0);
     }
+    char tb_why[600];
+    if (train_tb_open(&t->tb, o->tensorboard, t->comm, t->rank == 0, tb_why, sizeof(tb_why)))
+        die("%s", tb_why);
     t->tty = isatty(STDOUT_FILENO);
     if (t->rank == 0) {
         char servers[96] = "";
@@ -916,6 +929,21 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             ep->last_print = t1;
         }
     }
+    /* the gradient as handed to the exchange: float32, or --ps-grad-dtype's pushes */
+    double dense = (double)m->nparams * sizeof(float);
+    double sent = t->ps ? (double)(ps_st.bytes_pushed - t->tb_pushed) : dense;
+    t->tb_pushed = ps_st.bytes_pushed;
+    train_tb_step ts = {.step = (int64_t)st->global_step,
+                        .loss = stats[0] / stats[2],
+                        .acc = stats[1] / stats[2],
+                        .lr = lr,
+                        .samples_s = (double)gcount / dt,
+                        .rank_samples_s = (double)nloc / dt,
+                        .comm_s = d->comm_s - gc0,
+                        .bytes_sent = sent,
+                        .bytes_dense = dense};
+    char tb_why[600];
+    if (train_tb_log_step(&t->tb, &ts, tb_why, sizeof(tb_why))) die("%s", tb_why);
     if (t->rank == 0 && o->ckpt_every && st->global_step % (uint64_t)o->ckpt_every == 0)
         save_checkpoint(t);
 }
@@ -931,6 +959,10 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     if (t->ps && eval) pull_params(t);              /* async workers may hold older ones */
     if (eval)
         t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss, workers_apart(t));
+    char tb_why[600];
+    if (eval && train_tb_test(&t->tb, (int64_t)t->st.global_step, t->last_test_acc, test_loss,
+                              tb_why, sizeof(tb_why)))
+        die("%s", tb_why);
     if (t->rank == 0 && eval) {
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
@@ -984,6 +1016,10 @@ static void end_training(trainer *t)
     if (t->rank == 0)
         printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
                t->last_test_acc);
+    char tb_why[600];
+    if (train_tb_test(&t->tb, (int64_t)t->st.global_step, t->last_test_acc, test_loss, tb_why,
+                      sizeof(tb_why)))
+        die("%s", tb_why);
 }
 
 /* Step: one epoch from where the state stands (the sampler position after a resume), then
@@ -1069,6 +1105,7 @@ static void report(trainer *t)
 static void finish(trainer *t)
 {
     if (t->metrics) fclose(t->metrics);
+    train_tb_close(&t->tb);
     nn_dist_finalize(&t->dist);
     /* A server has served its last worker; only a worker's failure to leave is an error. */
     int worker = t->ps && !chorus_ps_is_server(t->ps);

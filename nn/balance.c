@@ -119,8 +119,8 @@ chorus_result nn_balance_shares(const double *sec_per_sample, int n, size_t glob
         double s = sec_per_sample[i];
         speed[i] = s > 0 && isfinite(s) ? 1.0 / s : 0.0; /* unmeasured: smallest share */
     }
-    chorus_result r = nn_balance_apportion(speed, n, global_batch,
-                                           nn_balance_min_share(global_batch, n), out);
+    chorus_result r =
+        nn_balance_apportion(speed, n, global_batch, nn_balance_min_share(global_batch, n), out);
     free(speed);
     return r;
 }

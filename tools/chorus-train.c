@@ -25,6 +25,7 @@
 #include "chorus/checkpoint.h"
 #include "chorus/nn.h"
 #include "chorus/ps.h"
+#include "train_balance.h"
 
 typedef struct opts {
     const char *model;
@@ -53,8 +54,11 @@ typedef struct opts {
     int log_every;
     const char *mode; /* allreduce, ps-sync, ps-async, ps-ssp */
     int servers, staleness;
-    const char *ps_grad; /* float32, float16, bfloat16 */
-    double time_limit;   /* seconds of training, 0: none */
+    const char *ps_grad;        /* float32, float16, bfloat16 */
+    double time_limit;          /* seconds of training, 0: none */
+    const char *balance;        /* static, dynamic */
+    int balance_every;          /* steps between re-balancings */
+    const char *balance_shares; /* fixed uneven shares (tests of the weighting), or NULL */
 } opts;
 
 static int g_rank;
@@ -131,6 +135,10 @@ static void usage(FILE *f)
             "  --time-limit S         every rank stops training after S seconds; one test-set\n"
             "                         evaluation at the end instead of one per epoch (for\n"
             "                         comparing modes at equal time)\n"
+            "  --balance static|dynamic  split each global batch evenly (static) or in\n"
+            "                         proportion to each rank's measured speed (dynamic)\n"
+            "                         (static)\n"
+            "  --balance-every N      dynamic: re-balance every N steps (10)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -156,6 +164,8 @@ static void parse(int argc, char **argv, opts *o)
     o->servers = 0; /* chorus-run --servers K, else 1 */
     o->staleness = 2;
     o->ps_grad = "float32";
+    o->balance = "static";
+    o->balance_every = 10;
     enum {
         O_MODEL = 256,
         O_EPOCHS,
@@ -188,6 +198,9 @@ static void parse(int argc, char **argv, opts *o)
         O_STALE,
         O_PSGRAD,
         O_TIME,
+        O_BALANCE,
+        O_BALEVERY,
+        O_BALSHARES,
         O_HELP
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -221,6 +234,9 @@ static void parse(int argc, char **argv, opts *o)
                                        {"staleness", 1, 0, O_STALE},
                                        {"ps-grad-dtype", 1, 0, O_PSGRAD},
                                        {"time-limit", 1, 0, O_TIME},
+                                       {"balance", 1, 0, O_BALANCE},
+                                       {"balance-every", 1, 0, O_BALEVERY},
+                                       {"balance-shares", 1, 0, O_BALSHARES},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int c;
@@ -270,6 +286,11 @@ static void parse(int argc, char **argv, opts *o)
         case O_STALE: NUM(o->staleness, (int)strtol(optarg, &end, 10), o->staleness >= 0); break;
         case O_PSGRAD: o->ps_grad = optarg; break;
         case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
+        case O_BALANCE: o->balance = optarg; break;
+        case O_BALEVERY:
+            NUM(o->balance_every, (int)strtol(optarg, &end, 10), o->balance_every > 0);
+            break;
+        case O_BALSHARES: o->balance_shares = optarg; break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -292,6 +313,11 @@ static void parse(int argc, char **argv, opts *o)
     if (strcmp(o->ps_grad, "float32") && strcmp(o->ps_grad, "float16") &&
         strcmp(o->ps_grad, "bfloat16"))
         die("--ps-grad-dtype must be float32, float16 or bfloat16, not '%s'", o->ps_grad);
+    if (strcmp(o->balance, "static") && strcmp(o->balance, "dynamic"))
+        die("--balance must be static or dynamic, not '%s'", o->balance);
+    if ((!strcmp(o->balance, "dynamic") || o->balance_shares) && strcmp(o->mode, "allreduce"))
+        die("--balance dynamic works with --mode allreduce only: parameter-server workers do "
+            "not share a global batch");
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
@@ -409,6 +435,7 @@ typedef struct trainer {
     uint64_t steps_done;
     double last_test_acc; /* -1 until evaluated */
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
+    train_balance *bal;   /* --mode allreduce: per-rank monitoring and load balancing */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -475,6 +502,23 @@ static void load_data(trainer *t)
     if (nn_fashion_load(t->o.data, 0, &t->test)) die("%s", nn_last_error());
 }
 
+/* Step (--mode allreduce): per-rank monitoring and the load balancer over the sampler; the
+ * batch buffers are sized for the largest share it may give. */
+static void start_balance(trainer *t)
+{
+    balance_opts bo = {.dynamic = !strcmp(t->o.balance, "dynamic"),
+                       .every = t->o.balance_every,
+                       .monitor_every = t->o.log_every,
+                       .fixed = t->o.balance_shares,
+                       .global_batch = (size_t)t->o.batch,
+                       .rank = t->rank,
+                       .world = t->world};
+    char why[512];
+    t->bal = balance_create(&bo, &t->dist, &t->sampler, why, sizeof(why));
+    if (!t->bal) die("%s", why);
+    t->max_local = balance_capacity(t->bal);
+}
+
 /* Step: the sampler, the model (initialised from the seed), the optimizer and the initial
  * training state. */
 static void build(trainer *t)
@@ -485,6 +529,7 @@ static void build(trainer *t)
         die("cannot set up the sampler (batch %d, %d rank%s)", o->batch, t->world,
             t->world == 1 ? "" : "s");
     t->max_local = nn_sampler_max_local(&t->sampler);
+    if (!t->ps) start_balance(t);
     int max_micro = (int)((t->max_local + (size_t)o->accum - 1) / (size_t)o->accum);
     if (max_micro < 1) max_micro = 1;
     /* Evaluation runs in chunks of max_batch; keep them reasonably large. */
@@ -736,6 +781,7 @@ static void prepare_run(trainer *t)
     size_t F = nn_model_in_features(t->m);
     t->x = malloc((size_t)t->max_batch * F * sizeof(float));
     t->y = malloc((size_t)t->max_batch * sizeof(int32_t));
+    if (t->bal) balance_describe(t->bal);
     t->dl = malloc((size_t)t->max_batch * (size_t)t->train.nclasses * sizeof(float));
     if (!t->x || !t->y || !t->dl) die("out of memory");
     t->total_steps = (uint64_t)o->epochs * t->steps_per_epoch;
@@ -752,6 +798,9 @@ static void save_checkpoint(trainer *t)
      * always has its shards on disk */
     if (t->ps && chorus_ps_save(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
         die("%s", chorus_ps_last_error(t->ps));
+    char why[1024];
+    if (t->bal && balance_save(t->bal, t->o.ckpt_dir, t->st.global_step, why, sizeof(why)))
+        die("saving the load balancer's shares: %s", why);
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
 }
 
@@ -790,6 +839,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         off += nb;
     }
     stats[2] = (double)nloc;
+    double t_fb = now_s() - t0; /* forward and backward of this rank's share */
     if (t->ps) { /* loss and accuracy stay this worker's own: the workers do not meet */
         if (!isfinite(stats[0]) || !isfinite(lr))
             die("step %llu: the loss is %s: training diverged (learning rate %g). Lower --lr",
@@ -820,6 +870,11 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     t->step_wait += d->wait_s - w0;
     t->steps_done++;
     t->samples_done += (double)gcount;
+    if (t->bal) {
+        balance_record(t->bal, t_fb, d->wait_s - w0, nloc);
+        if (balance_after_step(t->bal, st->global_step)) die("%s", nn_last_error());
+        t->train_time += now_s() - t1; /* the gather counts as training time */
+    }
     ep->loss += stats[0];
     ep->hits += stats[1];
     ep->n += stats[2];
@@ -834,12 +889,16 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
                     "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f,"
                     "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f,"
                     "\"grad_tensors_in_backward\":%llu,\"mode\":\"%s\",\"ps_bytes_pushed\":%llu,"
-                    "\"ps_bytes_pulled\":%llu}\n",
+                    "\"ps_bytes_pulled\":%llu",
                     (unsigned long long)st->global_step, o->sync, (unsigned long long)epoch + 1,
                     stats[0] / stats[2], stats[1] / stats[2], (double)lr, (double)gcount / dt, dt,
                     d->wait_s - w0, d->comm_s - gc0, d->hidden_s - gh0, d->grad_wait_s - gw0,
                     (unsigned long long)(d->in_backward - ib0), o->mode,
                     (unsigned long long)ps_st.bytes_pushed, (unsigned long long)ps_st.bytes_pulled);
+        if (t->metrics) {
+            if (t->bal) balance_write_metrics(t->bal, t->metrics);
+            fprintf(t->metrics, "}\n");
+        }
         int last = step + 1 == t->steps_per_epoch || st->global_step >= t->total_steps;
         int due = t->tty ? (t1 - ep->last_print > 0.2 || last)
                          : (st->global_step % (uint64_t)o->log_every == 0);
@@ -848,10 +907,10 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             uint64_t left = t->total_steps - st->global_step;
             fmt_eta(eta, sizeof(eta), (double)left * t->train_time / (double)t->steps_done);
             printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s ETA "
-                   "%s%s",
+                   "%s%s%s",
                    t->tty ? "\r" : "", (unsigned long long)epoch + 1, o->epochs, step + 1,
                    t->steps_per_epoch, ep->loss / ep->n, ep->hits / ep->n, sps, eta,
-                   t->tty ? "\033[K" : "\n");
+                   t->bal ? balance_note(t->bal) : "", t->tty ? "\033[K" : "\n");
             fflush(stdout);
             ep->last_print = t1;
         }
@@ -967,6 +1026,7 @@ static void report(trainer *t)
                o->sync, t->world, 1e3 * d->comm_s / steps, 1e3 * d->grad_wait_s / steps, overlap,
                t->train_time > 0 ? 100.0 * t->step_wait / t->train_time : 0.0);
     }
+    if (t->bal) balance_report(t->bal);
     if (t->rank == 0) {
         if (t->last_test_acc >= 0)
             printf("done: %llu steps, test accuracy %.4f, %.0f samples/s over %.1f s of "
@@ -1004,6 +1064,7 @@ static void finish(trainer *t)
     free(t->y);
     free(t->dl);
     nn_optim_free(&t->opt);
+    balance_destroy(t->bal);
     nn_sampler_free(&t->sampler);
     nn_model_destroy(t->m);
     nn_dataset_free(&t->train);
@@ -1027,6 +1088,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (t.o.resume) restore_checkpoint(&t);
+    if (t.o.resume && t.bal && balance_resume(t.bal, t.o.ckpt_dir, t.st.global_step))
+        die("%s", nn_last_error());
     if (t.o.ckpt_dir) claim_checkpoint_dir(&t);
     prepare_run(&t);
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)

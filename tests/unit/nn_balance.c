@@ -113,8 +113,7 @@ static void test_sampler_once_per_epoch_with_shares(void)
         size_t G = (size_t)world + nn_rng_below(&r, 300);
         epoch_with_shares(N, G, world, &r, seen);
         for (int i = 0; i < N; i++)
-            if (seen[i] != 1)
-                ASSERT_EQ(seen[i], 1); /* names the count when it fails */
+            if (seen[i] != 1) ASSERT_EQ(seen[i], 1); /* names the count when it fails */
     }
     /* shares that do not sum to G are refused and change nothing; NULL restores the even split */
     nn_sampler s;

@@ -24,9 +24,9 @@
 
 #include "chorus/checkpoint.h"
 
-#define SLOW_RATIO   1.5  /* a rank this many times the others' median is named */
-#define EMA_NEW      0.5  /* weight of the newest window in the smoothed time per sample */
-#define NCOLS        4    /* per rank: compute s, wait s, samples, steps */
+#define SLOW_RATIO   1.5 /* a rank this many times the others' median is named */
+#define EMA_NEW      0.5 /* weight of the newest window in the smoothed time per sample */
+#define NCOLS        4   /* per rank: compute s, wait s, samples, steps */
 #define CKPT_NAME    "balance"
 #define CKPT_VERSION 1
 
@@ -34,14 +34,14 @@ struct train_balance {
     balance_opts o;
     nn_dist *d;
     nn_sampler *s;
-    int fixed;        /* --balance-shares: shares set once, never re-balanced */
-    size_t *shares;   /* (world) current shares of a full global step */
-    double *ema;      /* (world) smoothed compute seconds per sample; 0: not yet measured */
-    double win[NCOLS];  /* this rank's current window */
-    double *all;      /* (world, NCOLS) the last gathered windows */
-    double *run;      /* (world, NCOLS) sums of all gathered windows */
-    int fresh;        /* the last step gathered */
-    char note[192];   /* progress-line suffix (rank 0) */
+    int fixed;         /* --balance-shares: shares set once, never re-balanced */
+    size_t *shares;    /* (world) current shares of a full global step */
+    double *ema;       /* (world) smoothed compute seconds per sample; 0: not yet measured */
+    double win[NCOLS]; /* this rank's current window */
+    double *all;       /* (world, NCOLS) the last gathered windows */
+    double *run;       /* (world, NCOLS) sums of all gathered windows */
+    int fresh;         /* the last step gathered */
+    char note[192];    /* progress-line suffix (rank 0) */
     char verdict[160]; /* the last window's slow rank, "" when none */
     int slow_rank;
     double slow_factor;
@@ -123,8 +123,9 @@ static int parse_fixed(train_balance *b, const char *text, char *why, size_t len
         p = end + 1;
     }
     if (sum != b->o.global_batch) {
-        snprintf(why, len, "--balance-shares %s: the shares sum to %zu, not to the global batch %zu",
-                 text, sum, b->o.global_batch);
+        snprintf(why, len,
+                 "--balance-shares %s: the shares sum to %zu, not to the global batch %zu", text,
+                 sum, b->o.global_batch);
         return -1;
     }
     return 0;
@@ -270,8 +271,7 @@ void balance_write_metrics(const train_balance *b, FILE *f)
     }
     fprintf(f, "],\"slow_rank\":%d", b->slow_rank);
     if (b->slow_rank >= 0)
-        fprintf(f, ",\"slow_factor\":%.2f,\"slow_reason\":\"%s\"", b->slow_factor,
-                b->slow_reason);
+        fprintf(f, ",\"slow_factor\":%.2f,\"slow_reason\":\"%s\"", b->slow_factor, b->slow_reason);
 }
 
 void balance_describe(const train_balance *b)
@@ -284,8 +284,7 @@ void balance_describe(const train_balance *b)
     } else if (b->o.dynamic) {
         printf("load balancing: dynamic, each rank's share of the global batch of %zu follows "
                "its measured speed (re-balanced every %d steps, at least %zu samples each)\n",
-               b->o.global_batch, b->o.every,
-               nn_balance_min_share(b->o.global_batch, b->o.world));
+               b->o.global_batch, b->o.every, nn_balance_min_share(b->o.global_batch, b->o.world));
     }
     fflush(stdout);
 }
@@ -293,13 +292,13 @@ void balance_describe(const train_balance *b)
 void balance_report(const train_balance *b)
 {
     if (b->o.rank != 0 || b->o.world < 2 || b->run[3] <= 0) return;
-    printf("per rank over the run (forward/backward ms per step, waiting in collectives ms per "
-           "step, samples/s, share):");
+    printf("per rank over the run:");
     for (int i = 0; i < b->o.world; i++) {
         const double *r = b->run + (size_t)i * NCOLS;
         double steps = r[3] > 0 ? r[3] : 1, busy = r[0] + r[1];
-        printf("%s rank %d %.2f/%.2f/%.0f/%zu", i ? ";" : "", i, 1e3 * r[0] / steps,
-               1e3 * r[1] / steps, busy > 0 ? r[2] / busy : 0.0, b->shares[i]);
+        printf("%s rank %d %.2f ms compute + %.2f ms waiting per step, %.0f samples/s, share %zu",
+               i ? ";" : "", i, 1e3 * r[0] / steps, 1e3 * r[1] / steps,
+               busy > 0 ? r[2] / busy : 0.0, b->shares[i]);
     }
     printf("\n");
     double f = 0;
@@ -384,8 +383,9 @@ static int load_saved(const train_balance *b, const char *dir, uint64_t step, ui
     }
     free(text);
     if (ok == 1 && sum != b->o.global_batch) ok = -2;
-    if (ok == 0) snprintf(why, len, "the saved shares of step %llu cannot be read",
-                          (unsigned long long)step);
+    if (ok == 0)
+        snprintf(why, len, "the saved shares of step %llu cannot be read",
+                 (unsigned long long)step);
     if (ok == -1)
         snprintf(why, len, "the shares of step %llu are for %d ranks, this job has %d",
                  (unsigned long long)step, world, b->o.world);

@@ -16,12 +16,12 @@ typedef struct train_balance train_balance;
 
 /* What the trainer asks for. */
 typedef struct balance_opts {
-    int dynamic;          /* --balance dynamic: shares follow the measured speeds */
-    int every;            /* --balance-every: steps between re-balancings (and gathers) */
-    int monitor_every;    /* gathers also every this many steps (the progress line's cadence) */
-    const char *fixed;    /* --balance-shares "a,b,...": fixed uneven shares (tests), or NULL */
-    size_t global_batch;  /* G */
-    int rank, world;      /* among the training ranks */
+    int dynamic;         /* --balance dynamic: shares follow the measured speeds */
+    int every;           /* --balance-every: steps between re-balancings (and gathers) */
+    int monitor_every;   /* gathers also every this many steps (the progress line's cadence) */
+    const char *fixed;   /* --balance-shares "a,b,...": fixed uneven shares (tests), or NULL */
+    size_t global_batch; /* G */
+    int rank, world;     /* among the training ranks */
 } balance_opts;
 
 /* Sets up monitoring (always) and balancing over d for sampler s (both must outlive it; s's

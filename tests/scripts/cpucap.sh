@@ -3,7 +3,8 @@
 # benchmark. Sourced, not run:
 #
 #   cpucap_up NAME          a CPU cgroup NAME-<pid> (v2 cpu.max, else v1 cfs quota) holding a
-#                           group per rank r0, r1, ...; sets CPUCAP_HOW ("cgroup v2" ...) or,
+#                           group per rank r0, r1, ..., with a large CPU weight so that other
+#                           load on a shared machine does not decide the ranks' speeds; sets CPUCAP_HOW ("cgroup v2" ...) or,
 #                           without cgroups (not root), "pinned": see cpucap_rank
 #   cpucap_rank R US        rank R may use US microseconds of CPU per 100 ms (100000: a whole
 #                           core); "pinned": a rank below 100000 shares CPU 1 with a busy loop
@@ -19,8 +20,10 @@ cpucap_up() {
         mkdir "/sys/fs/cgroup/$1-$$" 2>/dev/null; then
         CPUCAP_DIR=/sys/fs/cgroup/$1-$$ CPUCAP_V=2
         echo "+cpu" > "$CPUCAP_DIR/cgroup.subtree_control" 2>/dev/null
+        echo 10000 > "$CPUCAP_DIR/cpu.weight"
     elif mkdir "/sys/fs/cgroup/cpu/$1-$$" 2>/dev/null; then
         CPUCAP_DIR=/sys/fs/cgroup/cpu/$1-$$ CPUCAP_V=1
+        echo 10240 > "$CPUCAP_DIR/cpu.shares"
     fi
     if [ -n "$CPUCAP_DIR" ]; then
         CPUCAP_HOW="cgroup v$CPUCAP_V CPU quota"
@@ -37,9 +40,9 @@ cpucap_rank() {
         g=$CPUCAP_DIR/r$1
         mkdir -p "$g" || return 1
         if [ "$CPUCAP_V" = 2 ]; then
-            echo "$(($2 / 10)) 10000" > "$g/cpu.max"
+            echo "$(($2 / 25)) 4000" > "$g/cpu.max"
         else
-            echo 10000 > "$g/cpu.cfs_period_us" && echo "$(($2 / 10))" > "$g/cpu.cfs_quota_us"
+            echo 4000 > "$g/cpu.cfs_period_us" && echo "$(($2 / 25))" > "$g/cpu.cfs_quota_us"
         fi
         return
     fi

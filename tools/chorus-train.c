@@ -59,6 +59,7 @@ typedef struct opts {
     const char *balance;        /* static, dynamic */
     int balance_every;          /* steps between re-balancings */
     const char *balance_shares; /* fixed uneven shares (tests of the weighting), or NULL */
+    double straggler_timeout;   /* ps-*: report exchanges longer than this (s), 0: never */
 } opts;
 
 static int g_rank;
@@ -139,6 +140,9 @@ static void usage(FILE *f)
             "                         proportion to each rank's measured speed (dynamic)\n"
             "                         (static)\n"
             "  --balance-every N      dynamic: re-balance every N steps (10)\n"
+            "  --straggler-timeout S  ps-*: a worker reports each exchange with the servers\n"
+            "                         that took longer than S seconds, and why (allreduce\n"
+            "                         names slow ranks in the progress line by itself)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -201,6 +205,7 @@ static void parse(int argc, char **argv, opts *o)
         O_BALANCE,
         O_BALEVERY,
         O_BALSHARES,
+        O_STRAGGLER,
         O_HELP
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -237,6 +242,7 @@ static void parse(int argc, char **argv, opts *o)
                                        {"balance", 1, 0, O_BALANCE},
                                        {"balance-every", 1, 0, O_BALEVERY},
                                        {"balance-shares", 1, 0, O_BALSHARES},
+                                       {"straggler-timeout", 1, 0, O_STRAGGLER},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int c;
@@ -291,6 +297,9 @@ static void parse(int argc, char **argv, opts *o)
             NUM(o->balance_every, (int)strtol(optarg, &end, 10), o->balance_every > 0);
             break;
         case O_BALSHARES: o->balance_shares = optarg; break;
+        case O_STRAGGLER:
+            NUM(o->straggler_timeout, strtod(optarg, &end), o->straggler_timeout > 0);
+            break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -318,6 +327,9 @@ static void parse(int argc, char **argv, opts *o)
     if ((!strcmp(o->balance, "dynamic") || o->balance_shares) && strcmp(o->mode, "allreduce"))
         die("--balance dynamic works with --mode allreduce only: parameter-server workers do "
             "not share a global batch");
+    if (o->straggler_timeout > 0 && !strcmp(o->mode, "allreduce"))
+        die("--straggler-timeout is for --mode ps-sync, ps-async and ps-ssp; with allreduce a "
+            "rank far slower than the others is named in the progress line");
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
@@ -692,6 +704,9 @@ static void ps_step(trainer *t, float lr)
         die("exchanging with the parameter servers: %s", chorus_ps_last_error(t->ps));
     t->dist.wait_s += now_s() - t0;
     t->dist.comm_s += now_s() - t0;
+    static uint64_t last_report, missed;
+    balance_ps_wait_report(t->rank, t->o.mode, t->o.staleness, t->st.global_step + 1, now_s() - t0,
+                           t->o.straggler_timeout, (uint64_t)t->o.log_every, &last_report, &missed);
 }
 
 /* Step (--mode ps-*): every rank registers the parameters (the servers' initial values are

@@ -426,3 +426,38 @@ out:
     free(ema);
     return rc;
 }
+
+void balance_ps_wait_report(int worker, const char *mode, int staleness, uint64_t step,
+                            double waited, double timeout, uint64_t quiet_steps, uint64_t *last,
+                            uint64_t *missed)
+{
+    if (timeout <= 0 || waited <= timeout) return;
+    if (*last && step < *last + quiet_steps) {
+        (*missed)++;
+        return;
+    }
+    char why[160];
+    if (!strcmp(mode, "ps-sync"))
+        snprintf(why, sizeof(why),
+                 "the servers apply a step once every worker has pushed it: a "
+                 "slower worker, a slow server or the network held this one "
+                 "back");
+    else if (!strcmp(mode, "ps-ssp"))
+        snprintf(why, sizeof(why),
+                 "a worker more than --staleness %d steps behind, a slow server or the network "
+                 "held this one back",
+                 staleness);
+    else
+        snprintf(why, sizeof(why),
+                 "workers never wait for each other here: a slow server or "
+                 "the network held this one back");
+    char more[64] = "";
+    if (*missed)
+        snprintf(more, sizeof(more), " (and %llu more such steps)", (unsigned long long)*missed);
+    fprintf(stderr,
+            "chorus-train: worker %d: step %llu: waited %.2f s for the parameter servers, over "
+            "--straggler-timeout %g%s; --mode %s: %s\n",
+            worker, (unsigned long long)step, waited, timeout, more, mode, why);
+    *last = step;
+    *missed = 0;
+}

@@ -69,4 +69,13 @@ chorus_result balance_resume(train_balance *b, const char *dir, uint64_t step);
 /* Current shares (world entries), for tests and messages. */
 const size_t *balance_shares(const train_balance *b);
 
+/* --straggler-timeout S under --mode ps-*: a worker whose exchange with the servers (push of
+ * its gradient, pull of the parameters) took more than S seconds reports it on stderr, saying
+ * what held it back in that mode; at most one line per `quiet_steps` steps (the rest are
+ * counted into the next line). *last and *missed carry that state between calls. A report,
+ * not a bound: docs/LOAD_BALANCING.md says why the servers do not stop waiting. */
+void balance_ps_wait_report(int worker, const char *mode, int staleness, uint64_t step,
+                            double waited, double timeout, uint64_t quiet_steps, uint64_t *last,
+                            uint64_t *missed);
+
 #endif

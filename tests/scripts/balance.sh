@@ -10,6 +10,9 @@
 #             to 0.43), and the ranks stay bitwise identical
 #   resume    the shares are saved with the checkpoints and a resume takes them back; a job of
 #             another size starts from even shares and says why
+#   straggler --mode ps-sync with 2 workers, worker 1 at a tenth of worker 0's CPU: worker 0
+#             reports the exchanges that took longer than --straggler-timeout and why; the
+#             option is refused with allreduce, whose progress line names slow ranks
 #   bad       bad --balance values get clear messages
 set -u
 BUILD=${BUILD:-build}
@@ -78,6 +81,21 @@ resume)
     grep -q "load balancing: the shares of step [0-9]* are for 2 ranks, this job has 3: starting from even shares" "$d/3.log" ||
         exit 1
     ;;
+straggler)
+    cpucap_up chorus-balance-test || { echo "cannot slow a rank here (no cgroup, no taskset)"; exit 1; }
+    cpucap_rank 1 50000 && cpucap_rank 2 5000 || exit 1
+    echo "slowing worker 1 (rank 2): $CPUCAP_HOW"
+    chorus-run -np 3 sh tests/scripts/cpucap_exec.sh chorus-train --mode ps-sync --servers 1 \
+        --straggler-timeout 0.08 --log-every 5 --max-steps 12 --no-eval --batch 256 > "$d/log" 2>&1
+    rc=$?
+    cat "$d/log"
+    [ $rc = 0 ] || exit 1
+    grep -q "worker 0: step [0-9]*: waited [0-9.]* s for the parameter servers, over --straggler-timeout 0.08.*--mode ps-sync: the servers apply a step once every worker has pushed it: a slower worker" "$d/log" ||
+        { echo "the fast worker did not report waiting for the slow one"; exit 1; }
+    out=$(chorus-train --straggler-timeout 1 2>&1)
+    echo "$out"
+    echo "$out" | grep -q "straggler-timeout is for --mode ps-sync, ps-async and ps-ssp" || exit 1
+    ;;
 bad)
     out=$(chorus-train --balance fast 2>&1)
     echo "$out"
@@ -93,7 +111,7 @@ bad)
     echo "$out" | grep -q "needs a global batch of at least one sample per rank" || exit 1
     ;;
 *)
-    echo "usage: balance.sh converge|equal|resume|bad" >&2
+    echo "usage: balance.sh converge|equal|resume|straggler|bad" >&2
     exit 2
     ;;
 esac

@@ -39,10 +39,14 @@ cpucap_rank() {
     if [ -n "$CPUCAP_DIR" ]; then
         g=$CPUCAP_DIR/r$1
         mkdir -p "$g" || return 1
+        # a short period (4 ms) spreads the cap evenly over a step; the kernel wants a quota of
+        # at least 1 ms, so small caps get a longer one
+        p=4000
+        [ $(($2 * p / 100000)) -ge 1000 ] || p=$((100000000 / $2))
         if [ "$CPUCAP_V" = 2 ]; then
-            echo "$(($2 / 25)) 4000" > "$g/cpu.max"
+            echo "$(($2 * p / 100000)) $p" > "$g/cpu.max"
         else
-            echo 4000 > "$g/cpu.cfs_period_us" && echo "$(($2 / 25))" > "$g/cpu.cfs_quota_us"
+            echo "$p" > "$g/cpu.cfs_period_us" && echo "$(($2 * p / 100000))" > "$g/cpu.cfs_quota_us"
         fi
         return
     fi

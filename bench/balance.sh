@@ -1,6 +1,6 @@
 #!/bin/sh
 # balance.sh - static against dynamic load balancing in chorus-train, in one invocation:
-# --model mlp on Fashion-MNIST, 2 ranks, global batch 256, EPOCHS epochs with a test-set
+# --model mlp on Fashion-MNIST, 2 ranks, global batch BATCH, EPOCHS epochs with a test-set
 # evaluation after each. Three cases, each run with --balance static and --balance dynamic:
 #   equal      both ranks capped at half a core
 #   half       rank 1 capped at a quarter of a core, half rank 0's speed
@@ -13,10 +13,11 @@
 # excluded), final test accuracy, and the training time until the first evaluation at or above
 # TARGET; then dynamic's speed-up over static per epoch.
 #
-#   sudo sh bench/balance.sh        BUILD=build EPOCHS=2 TARGET=0.84 LINK_RATE=200mbit
+#   sudo sh bench/balance.sh        BUILD=build EPOCHS=2 BATCH=512 TARGET=0.84 LINK_RATE=200mbit
 set -u
 BUILD=${BUILD:-build}
 EPOCHS=${EPOCHS:-2}
+BATCH=${BATCH:-512}
 TARGET=${TARGET:-0.84}
 LINK_RATE=${LINK_RATE:-200mbit}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +31,7 @@ CLUSTER=""
 trap 'cpucap_down; [ -z "$CLUSTER" ] || tests/net/cluster.sh down "$CLUSTER"; rm -rf "$OUT"' EXIT
 trap 'exit 1' INT TERM HUP
 cpucap_up chorus-balance-bench || { echo "balance.sh: cannot slow a rank (no cgroup, no taskset)" >&2; exit 1; }
-COMMON="--model mlp --batch 256 --epochs $EPOCHS --log-every 1000000"
+COMMON="--model mlp --batch $BATCH --epochs $EPOCHS --log-every 1000000"
 
 # summary LOG METRICS: "s/epoch acc time-to-target" from a run's output and metrics.
 summary() {
@@ -107,7 +108,7 @@ speedup() { # CASE
         echo "$1: dynamic is $(echo "$s $d" | awk '{printf "%.2f", $1 / $2}')x static per epoch"
 }
 
-echo "chorus-train --model mlp, 2 ranks, global batch 256, $EPOCHS epochs; slowing: $CPUCAP_HOW"
+echo "chorus-train --model mlp, 2 ranks, global batch $BATCH, $EPOCHS epochs; slowing: $CPUCAP_HOW"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "| case | --balance | s per epoch | test acc | s to $TARGET |"

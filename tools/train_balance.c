@@ -153,9 +153,12 @@ train_balance *balance_create(const balance_opts *o, nn_dist *d, nn_sampler *s, 
     b->slow_rank = -1;
     if (o->fixed) {
         b->fixed = 1;
-        if (parse_fixed(b, o->fixed, why, whylen) ||
-            (nn_sampler_set_shares(s, b->shares) &&
-             snprintf(why, whylen, "%s", nn_last_error()) >= 0)) {
+        int bad = parse_fixed(b, o->fixed, why, whylen);
+        if (!bad && nn_sampler_set_shares(s, b->shares)) {
+            snprintf(why, whylen, "%s", nn_last_error());
+            bad = 1;
+        }
+        if (bad) {
             balance_destroy(b);
             return NULL;
         }

@@ -514,8 +514,8 @@ static void load_data(trainer *t)
     if (nn_fashion_load(t->o.data, 0, &t->test)) die("%s", nn_last_error());
 }
 
-/* Step (--mode allreduce): per-rank monitoring and the load balancer over the sampler; the
- * batch buffers are sized for the largest share it may give. */
+/* Step (--mode allreduce): per-rank monitoring and the load balancer over the sampler (the
+ * batch buffers are then sized for the largest share it may give, balance_capacity). */
 static void start_balance(trainer *t)
 {
     balance_opts bo = {.dynamic = !strcmp(t->o.balance, "dynamic"),
@@ -528,7 +528,6 @@ static void start_balance(trainer *t)
     char why[512];
     t->bal = balance_create(&bo, &t->dist, &t->sampler, why, sizeof(why));
     if (!t->bal) die("%s", why);
-    t->max_local = balance_capacity(t->bal);
 }
 
 /* Step: the sampler, the model (initialised from the seed), the optimizer and the initial
@@ -542,7 +541,8 @@ static void build(trainer *t)
             t->world == 1 ? "" : "s");
     t->max_local = nn_sampler_max_local(&t->sampler);
     if (!t->ps) start_balance(t);
-    int max_micro = (int)((t->max_local + (size_t)o->accum - 1) / (size_t)o->accum);
+    size_t cap = t->bal ? balance_capacity(t->bal) : t->max_local; /* largest share */
+    int max_micro = (int)((cap + (size_t)o->accum - 1) / (size_t)o->accum);
     if (max_micro < 1) max_micro = 1;
     /* Evaluation runs in chunks of max_batch; keep them reasonably large. */
     t->max_batch = max_micro < 256 ? 256 : max_micro;

@@ -318,6 +318,7 @@ void balance_report(const train_balance *b)
 
 int balance_save(const train_balance *b, const char *dir, uint64_t step, char *why, size_t len)
 {
+    if (!b->o.dynamic || b->fixed) return 0; /* even or given shares: nothing to keep */
     char text[8192];
     size_t n = (size_t)snprintf(text, sizeof(text), "chorus-train balance %d\nworld %d\nshares",
                                 CKPT_VERSION, b->o.world);

@@ -57,8 +57,9 @@ void balance_write_metrics(const train_balance *b, FILE *f);
 void balance_describe(const train_balance *b);
 void balance_report(const train_balance *b);
 
-/* Rank 0: saves the shares and the smoothed speeds beside the trainer's checkpoint of
- * `step` in dir. Returns 0, or -1 with the reason in why. */
+/* Rank 0, --balance dynamic: saves the shares and the smoothed speeds beside the trainer's
+ * checkpoint of `step` in dir (other runs save nothing). Returns 0, or -1 with the reason in
+ * why. */
 int balance_save(const train_balance *b, const char *dir, uint64_t step, char *why, size_t len);
 
 /* --resume (collective): rank 0 reads the shares saved with checkpoint `step` and every rank

@@ -54,8 +54,10 @@ typedef struct opts {
     int log_every;
     const char *mode; /* allreduce, ps-sync, ps-async, ps-ssp */
     int servers, staleness;
-    const char *ps_grad;        /* float32, float16, bfloat16 */
-    double time_limit;          /* seconds of training, 0: none */
+    const char *ps_grad; /* float32, float16, bfloat16 */
+    double time_limit;   /* seconds of training, 0: none */
+
+    /* per-rank monitoring and load balancing (tools/train_balance.c) */
     const char *balance;        /* static, dynamic */
     int balance_every;          /* steps between re-balancings */
     const char *balance_shares; /* fixed uneven shares (tests of the weighting), or NULL */
@@ -821,9 +823,9 @@ static void prepare_run(trainer *t)
     size_t F = nn_model_in_features(t->m);
     t->x = malloc((size_t)t->max_batch * F * sizeof(float));
     t->y = malloc((size_t)t->max_batch * sizeof(int32_t));
-    if (t->bal) balance_describe(t->bal);
     t->dl = malloc((size_t)t->max_batch * (size_t)t->train.nclasses * sizeof(float));
     if (!t->x || !t->y || !t->dl) die("out of memory");
+    if (t->bal) balance_describe(t->bal);
     t->total_steps = (uint64_t)o->epochs * t->steps_per_epoch;
     if (o->max_steps > 0 && (uint64_t)o->max_steps < t->total_steps)
         t->total_steps = (uint64_t)o->max_steps;

@@ -237,7 +237,8 @@ void nn_dataset_batch(const nn_dataset *ds, const uint32_t *idx, int B, float *x
 
 /* Every epoch the n sample indices are shuffled from (seed, epoch) with the same result on
  * every rank. Global step s covers positions [s*G, min((s+1)*G, n)) of that order; rank r
- * takes a contiguous slice of them whose size differs by at most one between ranks. So each
+ * takes a contiguous slice of them whose size differs by at most one between ranks (or, after
+ * nn_sampler_set_shares, of the sizes given there). So each
  * epoch every sample is seen exactly once across all ranks, the shards are disjoint, and
  * the samples of a global step do not depend on the world size. The last step of an epoch
  * may be short (uneven shards; some ranks may get none). */
@@ -264,7 +265,7 @@ void nn_sampler_set_epoch(nn_sampler *s, uint64_t epoch);
 /* Steps per epoch: ceil(n / G). */
 size_t nn_sampler_steps(const nn_sampler *s);
 /* This rank's indices for global step `step` of the current epoch: returns their count
- * (<= ceil(G / world)) and sets *idx to point into the permutation. *global_count (when not
+ * (<= nn_sampler_max_local) and sets *idx to point into the permutation. *global_count (when not
  * NULL) gets the number of samples of the step over all ranks. */
 size_t nn_sampler_batch(const nn_sampler *s, size_t step, const uint32_t **idx,
                         size_t *global_count);

@@ -124,3 +124,24 @@ chorus_result nn_balance_shares(const double *sec_per_sample, int n, size_t glob
     free(speed);
     return r;
 }
+
+/* The slowest rank's compute time of a step under shares (max of share * time per sample). */
+static double step_time(const size_t *shares, const double *sec_per_sample, int n)
+{
+    double most = 0;
+    for (int i = 0; i < n; i++) {
+        double t = (double)shares[i] * sec_per_sample[i];
+        if (t > most) most = t;
+    }
+    return most;
+}
+
+int nn_balance_worth_moving(const size_t *current, const size_t *next, const double *sec_per_sample,
+                            int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!(sec_per_sample[i] > 0) || !isfinite(sec_per_sample[i])) return 1; /* unmeasured */
+    double now = step_time(current, sec_per_sample, n);
+    double then = step_time(next, sec_per_sample, n);
+    return then < now * (1.0 - NN_BALANCE_MIN_GAIN);
+}

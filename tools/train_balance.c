@@ -14,7 +14,8 @@
  *     SLOW_RATIO or more names it;
  *   - with --balance dynamic, smooths each rank's compute time per sample (exponential moving
  *     average, weight EMA_NEW for the new window) and sets the shares nn_balance_shares makes
- *     of it, in the sampler, from the next step on.
+ *     of it, in the sampler, from the next step on, when nn_balance_worth_moving says they
+ *     save enough.
  */
 #include "train_balance.h"
 
@@ -221,9 +222,14 @@ static chorus_result rebalance(train_balance *b)
         }
         sec[i] = b->ema[i];
     }
-    chorus_result rc = nn_balance_shares(sec, w, b->o.global_batch, b->shares);
+    size_t *next = malloc((size_t)w * sizeof(size_t));
+    chorus_result rc = next ? nn_balance_shares(sec, w, b->o.global_batch, next) : CHORUS_ERR_NOMEM;
+    if (rc == CHORUS_OK && nn_balance_worth_moving(b->shares, next, sec, w)) {
+        memcpy(b->shares, next, (size_t)w * sizeof(size_t));
+        rc = nn_sampler_set_shares(b->s, b->shares);
+    }
+    free(next);
     free(sec);
-    if (rc == CHORUS_OK) rc = nn_sampler_set_shares(b->s, b->shares);
     return rc;
 }
 

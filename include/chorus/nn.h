@@ -444,6 +444,17 @@ chorus_result nn_balance_apportion(const double *w, int n, size_t total, size_t 
 chorus_result nn_balance_shares(const double *sec_per_sample, int n, size_t global_batch,
                                 size_t *out);
 
+/* Fraction of a step's compute time that new shares must be predicted to save before they
+ * replace the current ones: below it the measured differences are mostly noise, and chasing
+ * them would make equal ranks unequal. */
+#define NN_BALANCE_MIN_GAIN 0.05
+/* Whether shares `next` should replace `current` for n ranks with the given times per
+ * sample: 1 when the predicted compute time of a step, max_i(share_i * sec_per_sample_i),
+ * falls below (1 - NN_BALANCE_MIN_GAIN) times the current one's, or when a rank's time is not
+ * yet a positive finite number; else 0. */
+int nn_balance_worth_moving(const size_t *current, const size_t *next, const double *sec_per_sample,
+                            int n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -73,6 +73,18 @@ static void test_shares_follow_speed(void)
     ASSERT_STR_CONTAINS(nn_last_error(), "at least one sample per rank");
 }
 
+static void test_move_only_for_a_real_gain(void)
+{
+    size_t even[2] = {128, 128}, near[2] = {130, 126}, third[2] = {171, 85};
+    double equal[2] = {1e-3, 1.03e-3}, slow[2] = {1e-3, 2e-3}, unknown[2] = {1e-3, 0};
+    /* 3% apart: the predicted saving (under 2%) is noise, the even split stays */
+    ASSERT_EQ(nn_balance_worth_moving(even, near, equal, 2), 0);
+    /* half speed: 256 ms -> 171 ms per 1000 samples' worth, a real gain */
+    ASSERT_EQ(nn_balance_worth_moving(even, third, slow, 2), 1);
+    ASSERT_EQ(nn_balance_worth_moving(third, even, slow, 2), 0);
+    ASSERT_EQ(nn_balance_worth_moving(even, third, unknown, 2), 1);
+}
+
 /* One epoch over `world` samplers whose shares are redrawn before every step (the trainer
  * changes them only every N steps; any step is the harder case). */
 static void epoch_with_shares(size_t n, size_t G, int world, nn_rng *r, int *seen)
@@ -136,6 +148,7 @@ int main(void)
 {
     TEST_RUN(test_apportion_exact_and_proportional);
     TEST_RUN(test_shares_follow_speed);
+    TEST_RUN(test_move_only_for_a_real_gain);
     TEST_RUN(test_sampler_once_per_epoch_with_shares);
     return 0;
 }

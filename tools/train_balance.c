@@ -42,6 +42,7 @@ struct train_balance {
     double *all;       /* (world, NCOLS) the last gathered windows */
     double *run;       /* (world, NCOLS) sums of all gathered windows */
     int fresh;         /* the last step gathered */
+    uint64_t gathers;  /* windows gathered so far */
     char note[192];    /* progress-line suffix (rank 0) */
     char verdict[160]; /* the last window's slow rank, "" when none */
     int slow_rank;
@@ -247,6 +248,7 @@ chorus_result balance_after_step(train_balance *b, uint64_t global_step)
     memset(b->win, 0, sizeof(b->win));
     for (size_t i = 0; i < n; i++) b->run[i] += b->all[i];
     b->fresh = 1;
+    b->gathers++;
     const char *reason = "";
     double f = 0;
     b->slow_rank = judge(b->all, b->o.world, &f, &reason);
@@ -256,7 +258,9 @@ chorus_result balance_after_step(train_balance *b, uint64_t global_step)
     if (b->slow_rank >= 0)
         snprintf(b->note, sizeof(b->note), " | rank %d is %.1fx slower than the median: %s",
                  b->slow_rank, f, reason);
-    if (b->o.dynamic && !b->fixed) return rebalance(b);
+    /* The first window holds the warm-up (first touches of the buffers, cold caches, rank 0's
+     * header): it would mislead the balance, so balancing starts from the second. */
+    if (b->o.dynamic && !b->fixed && b->gathers > 1) return rebalance(b);
     return CHORUS_OK;
 }
 

@@ -29,6 +29,7 @@ import torch
 from ... import _core, _lib
 from ..._lib import HorovodInternalError, HostsUpdatedInterrupt, lib
 from .. import mpi_ops
+from ..balance import BalancedDistributedSampler
 from ..functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
 __all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler", "runtime_available",
@@ -172,9 +173,18 @@ class _SamplerHandler(_Handler):
         self.value.load_state_dict(st)
 
 
+class _BalancedSamplerHandler(_SamplerHandler):
+    """A BalancedDistributedSampler: its position is global (every rank hands out its range of
+    the same global batches), so the root's state is everyone's; loading it under another
+    number of ranks starts the shares even for them."""
+
+    def sync(self, root):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict(), root))
+
+
 class TorchState(ObjectState):
-    """State of a PyTorch training job: model, optimizer, ElasticSamplers (any keyword whose
-    value is one) and plain attributes."""
+    """State of a PyTorch training job: model, optimizer, ElasticSamplers and
+    BalancedDistributedSamplers (any keyword whose value is one) and plain attributes."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         self._handlers = {}
@@ -186,6 +196,8 @@ class TorchState(ObjectState):
         for k, v in kwargs.items():
             if isinstance(v, ElasticSampler):
                 self._handlers[k] = _SamplerHandler(v)
+            elif isinstance(v, BalancedDistributedSampler):
+                self._handlers[k] = _BalancedSamplerHandler(v)
             else:
                 plain[k] = v
         self.model, self.optimizer = model, optimizer

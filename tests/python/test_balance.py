@@ -58,7 +58,7 @@ def test_every_sample_once_per_epoch(drop_last, extra):
     rng = random.Random(11)
     for epoch in range(3):
         s.set_epoch(epoch)
-        mine, step = [], 0
+        mine, step, steps = [], 0, len(s)
         for batch in s:
             total = s.last_batch[1]
             if total == G:
@@ -67,7 +67,7 @@ def test_every_sample_once_per_epoch(drop_last, extra):
             step += 1
             if step % rng.randint(1, 3) == 0:
                 s.update(random_shares(rng, G, N))
-        assert step == len(s)
+        assert step == steps and len(s) == 0 and list(s) == []
         everyone = [i for part in hvd.allgather_object(mine) for i in part]
         assert len(everyone) == len(set(everyone)), "an index was served twice"
         if drop_last:
@@ -219,10 +219,12 @@ def test_state_dict_round_trip():
     assert b.epoch == 4 and list(b) == rest
     c = hvd.BalancedDistributedSampler(data, G, num_replicas=N + 1, rank=N, rebalance_every=0)
     buf.seek(0)
-    c.load_state_dict(torch.load(buf))
+    saved = torch.load(buf)
+    assert saved["cursor"] == 4 * G
+    c.load_state_dict(saved)
     assert sorted(c.shares) == sorted([G // (N + 1) + (1 if i < G % (N + 1) else 0)
                                        for i in range(N + 1)])
-    assert c.seconds_per_sample is None and c.cursor == b.cursor
+    assert c.seconds_per_sample is None and c.cursor == 4 * G
     d = hvd.BalancedDistributedSampler(data, G + 1, rebalance_every=0)
     with pytest.raises(ValueError, match="the checkpoint's global batch size is %d" % G):
         buf.seek(0)

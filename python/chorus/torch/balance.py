@@ -87,7 +87,9 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
     torch's DistributedSampler), and cut into global batches of global_batch_size samples in
     that order; rank r takes the range of a global batch that starts after the shares of ranks
     0..r-1 and holds shares[r] samples. Every index of an epoch is thus served exactly once,
-    to one rank, whatever the shares and however often they change. The last global batch
+    to one rank, whatever the shares and however often they change. An iteration goes on
+    from where the last one stopped (the position is in state_dict()), so once an epoch is
+    done, iterating again gives nothing until set_epoch() (as horovod's ElasticSampler). The last global batch
     holds what is left: with drop_last it is dropped when short; otherwise it is split by the
     same rule in proportion to the current shares, and a remainder too small to give every
     rank one sample joins the batch before it.
@@ -101,7 +103,8 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
 
     dataset: anything with len(). global_batch_size: samples per step over all ranks (>= the
     number of ranks). num_replicas, rank: default chorus.torch's size() and rank(), read
-    afresh each epoch (so an elastic job that changes size re-balances). shuffle, seed,
+    afresh each time (so an elastic job that changes size re-balances; under
+    `chorus-run --elastic` the sampler can be made before the job forms). shuffle, seed,
     drop_last: as DistributedSampler. rebalance_every: steps between re-balances (0: only when
     rebalance() is called). alpha: the smoothing weight of a new measurement. clock: what
     measure() reads, wall time by default (a rank slowed by a competing process is slow);
@@ -113,7 +116,7 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
                  clock=time.perf_counter):
         if (num_replicas is None) != (rank is None):
             raise ValueError("%s: give both num_replicas and rank, or neither" % _WHO)
-        if num_replicas is None and not _core.is_initialized():
+        if num_replicas is None and not (_core.is_initialized() or _core.elastic_pending()):
             raise ValueError("%s: call chorus.torch.init() first, or pass num_replicas and "
                              "rank" % _WHO)
         if num_replicas is not None and not 0 <= rank < num_replicas:
@@ -133,11 +136,8 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
         self.rebalances = 0
         self.last_batch = None    # (this rank's samples, the global batch's) of the last batch
         self._spent, self._samples, self._steps = 0.0, 0, 0
-        self._check_world()
-        n = self.num_replicas
-        if not drop_last and len(dataset) < n:
-            raise ValueError("%s: the dataset has %d samples, fewer than the %d ranks"
-                             % (_WHO, len(dataset), n))
+        if self._fixed or _core.is_initialized():  # else in an elastic job, once it forms
+            self._check_world()
 
     # ---- who we are ---------------------------------------------------------------------
     @property
@@ -153,6 +153,9 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
         (first use, or an elastic membership change): the measured times belong to a
         numbering of ranks that no longer exists, so measuring starts again."""
         n = self.num_replicas
+        if not self.drop_last and len(self.dataset) < n:
+            raise ValueError("%s: the dataset has %d samples, fewer than the %d ranks"
+                             % (_WHO, len(self.dataset), n))
         if self.global_batch_size < n:
             raise ValueError("%s: global_batch_size %d is smaller than the %d ranks; every "
                              "rank needs at least one sample per step"
@@ -188,8 +191,6 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
     def __iter__(self):
         self._check_world()
         order = self._order()
-        if self._step_size(len(order) - self.cursor) == 0:
-            self.cursor = 0  # iterating a finished epoch again repeats it, as DistributedSampler
         while True:
             take = self._step_size(len(order) - self.cursor)
             if take == 0:
@@ -204,11 +205,8 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
             yield batch
 
     def __len__(self):
-        """Batches (steps) left in this epoch; all of them before its first and after its
-        last (a new iteration repeats it)."""
+        """Batches (steps) left in this epoch."""
         rest = len(self.dataset) - self.cursor
-        if self._step_size(rest) == 0:
-            rest = len(self.dataset)
         steps = 0
         while True:
             take = self._step_size(rest)

@@ -229,3 +229,26 @@ def test_state_dict_round_trip():
     with pytest.raises(ValueError, match="the checkpoint's global batch size is %d" % G):
         buf.seek(0)
         d.load_state_dict(torch.load(buf))
+
+
+@pytest.mark.parametrize("comp", ["none", "fp16"])
+def test_weighted_gradient_with_compression(comp):
+    """One weighted gradient (shares 1, ..., G-N+1) against the gradient of the global batch;
+    fp16 on the wire rounds to about 3 decimal digits, hence its looser tolerance."""
+    G = 4 * N
+    g = torch.Generator().manual_seed(8)
+    X, Y = torch.randn(G, 10, generator=g), torch.randint(0, 3, (G,), generator=g)
+    ref = make_model()
+    torch.nn.functional.cross_entropy(ref(X), Y).backward()
+    model = make_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(),
+                                   compression=getattr(hvd.Compression, comp))
+    shares = [1] * (N - 1) + [G - N + 1]
+    a = sum(shares[:R])
+    opt.set_local_samples(shares[R], G)
+    torch.nn.functional.cross_entropy(model(X[a:a + shares[R]]), Y[a:a + shares[R]]).backward()
+    opt.synchronize()
+    tol = 1e-6 if comp == "none" else 1e-3
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=tol), (p.grad - q.grad).abs().max()

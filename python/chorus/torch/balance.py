@@ -98,8 +98,14 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
     measure() / record() take this rank's compute time, and rebalance() (a collective,
     called by record() every rebalance_every steps) allgathers the times per sample, smooths
     them and recomputes the shares (balanced_shares). New shares apply from the next batch
-    the sampler hands out: with DataLoader workers, batches already queued keep their ranges
-    on every rank alike, since every rank queues the same number.
+    the sampler hands out.
+
+    The sampler assumes each batch is trained as soon as it is handed out: a DataLoader
+    without workers (num_workers=0, the default), or iterating the sampler directly. Workers
+    fetch batches ahead, and then the weight DistributedOptimizer(sampler=) reads, the
+    default samples of record() and the position in state_dict() would be those of a later
+    batch: with workers, weight with set_local_samples(len(x), total) and checkpoint at
+    epoch ends.
 
     dataset: anything with len(). global_batch_size: samples per step over all ranks (>= the
     number of ranks). num_replicas, rank: default chorus.torch's size() and rank(), read

@@ -89,10 +89,10 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
     0..r-1 and holds shares[r] samples. Every index of an epoch is thus served exactly once,
     to one rank, whatever the shares and however often they change. An iteration goes on
     from where the last one stopped (the position is in state_dict()), so once an epoch is
-    done, iterating again gives nothing until set_epoch() (as horovod's ElasticSampler). The last global batch
-    holds what is left: with drop_last it is dropped when short; otherwise it is split by the
-    same rule in proportion to the current shares, and a remainder too small to give every
-    rank one sample joins the batch before it.
+    done, iterating again gives nothing until set_epoch() (as horovod's ElasticSampler).
+    The last global batch holds what is left: with drop_last it is dropped when short;
+    otherwise it is split by the same rule in proportion to the current shares, and a
+    remainder too small to give every rank one sample joins the batch before it.
 
     The shares start even. update(shares) sets them (identically on every rank);
     measure() / record() take this rank's compute time, and rebalance() (a collective,

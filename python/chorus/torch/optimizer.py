@@ -94,9 +94,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def set_local_samples(self, samples, total=None):
         """Weights this rank's gradient by samples / total in the steps that follow (until
-        called again; call it before backward, which starts the allreduces): the gradients are summed over the ranks after each was multiplied by
-        its weight, so with a loss that is the mean over the local batch the result is the
-        gradient of the mean over all `total` samples, whatever each rank took. samples=None
+        called again; call it before backward, which starts the allreduces): the gradients
+        are summed over the ranks after each was multiplied by its weight, so with a loss
+        that is the mean over the local batch the result is the gradient of the mean over
+        all `total` samples, whatever each rank took. samples=None
         goes back to the plain average (Horovod's op=Average). total: the samples of the step
         over all ranks (the same on every rank); omitted, it is allreduced each time this is
         called (a collective then)."""

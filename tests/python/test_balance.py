@@ -81,7 +81,7 @@ def test_every_sample_once_per_epoch(drop_last, extra):
 def test_shares_follow_measured_time():
     """The last rank does 8 extra forward passes of its batch (real work, per sample): about
     3.5x the time per sample of the others (a forward is about a third of forward and
-    backward). The shares come from the times measure() took, nothing else. A small CNN: its
+    backward). The shares come from the measured times (record()), nothing else. A small CNN: its
     work per sample outweighs the fixed cost of a step (the rule assumes time proportional
     to samples; with a large fixed cost the shares would wander). The clock is
     each rank's CPU time, so that the load of other jobs on the test machine (which changes
@@ -95,21 +95,31 @@ def test_shares_follow_measured_time():
                                           torch.randint(0, 10, (G * 24,)))
     s = hvd.BalancedDistributedSampler(data, G, rebalance_every=4, clock=time.thread_time)
     loader = torch.utils.data.DataLoader(data, batch_sampler=s)
+
+    def compute(x, y):
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if R == N - 1:
+            with torch.no_grad():
+                for _ in range(8):
+                    model(x)
+
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                    named_parameters=model.named_parameters(), sampler=s)
-    history = []
+    history, spent = [], []
     for x, y in loader:
         opt.zero_grad()
-        with s.measure():
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            if R == N - 1:
-                with torch.no_grad():
-                    for _ in range(8):
-                        model(x)
+        t0 = time.thread_time()
+        compute(x, y)
+        spent.append(time.thread_time() - t0)
+        s.record(spent[-1])  # as measure() does
         opt.step()
         history.append(list(s.shares))
     even = G / N
-    print("shares, every 4 steps:", history[::4], "smoothed s/sample:", s.seconds_per_sample)
+    # Each rank's compute per step, over the first 4 steps (even shares) and the last 4.
+    first = hvd.allgather_object(sum(spent[:4]))
+    last = hvd.allgather_object(sum(spent[-4:]))
+    print("shares, every 4 steps:", history[::4], "smoothed s/sample:", s.seconds_per_sample,
+          "compute in the first 4 steps:", first, "in the last 4:", last)
     assert s.rebalances == 6
     assert s.shares == hvd.balanced_shares(s.seconds_per_sample, G)
     assert hvd.allgather_object(s.shares) == [s.shares] * N
@@ -117,6 +127,11 @@ def test_shares_follow_measured_time():
     assert t[N - 1] > 1.5 * max(t[:N - 1]), t
     assert s.shares[N - 1] < 0.75 * even, s.shares
     assert all(x > even for x in s.shares[:N - 1]), s.shares
+    # Converged: the slow rank's compute took about 3.5x the others' with even shares, and
+    # about as long as theirs at the end (within 1.5x: a step's fixed cost weighs more on the
+    # smaller share, and shares are whole samples).
+    assert first[N - 1] > 2 * max(first[:N - 1]), first
+    assert max(last) < 1.5 * min(last), last
 
 
 def make_model():

@@ -81,9 +81,9 @@ def test_every_sample_once_per_epoch(drop_last, extra):
 def test_shares_follow_measured_time():
     """The last rank does 8 extra forward passes of its batch (real work, per sample): about
     3.5x the time per sample of the others (a forward is about a third of forward and
-    backward). The shares come from the measured times (record()), nothing else. A small CNN: its
-    work per sample outweighs the fixed cost of a step (the rule assumes time proportional
-    to samples; with a large fixed cost the shares would wander). The clock is
+    backward). The shares come from the measured times (record()), nothing else. A small
+    CNN: its work per sample outweighs the fixed cost of a step (the rule assumes time
+    proportional to samples; with a large fixed cost the shares would wander). The clock is
     each rank's CPU time, so that the load of other jobs on the test machine (which changes
     wall time at random) does not hide the extra work."""
     torch.manual_seed(0)

@@ -1,8 +1,9 @@
 """A chorus.torch job with a BalancedDistributedSampler under `chorus-run --elastic`, run by
 tests/list/python.list (py_balance_elastic). Worker 0 does four times the work per sample
 of the others; worker CHORUS_TEST_DIE_WORKER dies at step 5 of the first generation, and the
-survivors go on from the last commit with fewer ranks. Rank 0 prints the shares after every
-re-balance and, after every epoch, whether the ranks' batches held every sample once."""
+survivors go on from the last commit with fewer ranks, their shares at once from the times
+measured for them. Rank 0 prints the shares after every re-balance and, after every epoch,
+whether the ranks' batches held every sample once."""
 import os
 import time
 
@@ -41,9 +42,16 @@ def say(*what):
         print(*what, flush=True)
 
 
+def slow_share():
+    ids = hvd.allgather_object(me)
+    return sampler.shares[ids.index("0")] if "0" in ids else None
+
+
 def on_reset():
-    say("reset: generation %d size %d shares %s at step %d"
-        % (hvd.elastic.generation(), hvd.size(), sampler.shares, state.step))
+    slow = slow_share()
+    say("reset: generation %d size %d shares %s at step %d; slow worker below even: %s"
+        % (hvd.elastic.generation(), hvd.size(), sampler.shares, state.step,
+           slow is not None and slow < G / hvd.size()))
 
 
 state.register_reset_callbacks([on_reset])
@@ -74,8 +82,7 @@ def train(state):
         state.seen = []
         sampler.set_epoch(state.epoch)
         state.commit()
-    ids = hvd.allgather_object(me)
-    return hvd.size(), sampler.shares[ids.index("0")] if "0" in ids else None
+    return hvd.size(), slow_share()
 
 
 size, slow = train(state)

@@ -267,3 +267,26 @@ def test_weighted_gradient_with_compression(comp):
     tol = 1e-6 if comp == "none" else 1e-3
     for p, q in zip(model.parameters(), ref.parameters()):
         assert torch.allclose(p.grad, q.grad, atol=tol), (p.grad - q.grad).abs().max()
+
+
+def test_torch_state_syncs_samplers():
+    """TorchState with a BalancedDistributedSampler and an ElasticSampler: sync() gives every
+    rank rank 0's position and shares (and the union of processed indices), and restore()
+    returns to the commit."""
+    G = 3 * N
+    data = list(range(G * 4))
+    s = hvd.BalancedDistributedSampler(data, G, rebalance_every=0)
+    e = hvd.elastic.ElasticSampler(data, shuffle=False)
+    state = hvd.elastic.TorchState(balanced=s, elastic=e, step=0)
+    it = iter(s)
+    for _ in range(R + 1):  # the ranks disagree before the sync
+        next(it)
+    e.record_indices([R])
+    s.update([G - N + 1] + [1] * (N - 1) if R == 0 else [1] * (N - 1) + [G - N + 1])
+    state.sync()
+    assert s.cursor == G and s.shares == [G - N + 1] + [1] * (N - 1)
+    assert e.state_dict()["processed_indices"] == list(range(N))
+    state.commit()
+    next(iter(s))
+    state.restore()
+    assert s.cursor == G

@@ -139,6 +139,8 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
         self.cursor = 0           # samples of this epoch's order already handed out (all ranks)
         self.shares = []
         self.seconds_per_sample = None  # the smoothed T_i, once measured
+        self.seconds_by_worker = {}     # the same by worker (rank, or elastic worker id)
+        self.worker_id = None           # () -> this rank's worker id; None: the rank
         self.rebalances = 0
         self.last_batch = None    # (this rank's samples, the global batch's) of the last batch
         self._spent, self._samples, self._steps = 0.0, 0, 0
@@ -156,8 +158,9 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
 
     def _check_world(self):
         """Even shares when the number of ranks is not the one the shares were made for
-        (first use, or an elastic membership change): the measured times belong to a
-        numbering of ranks that no longer exists, so measuring starts again."""
+        (first use, a checkpoint of another size, an elastic membership change): the times
+        by rank belong to a numbering that no longer exists (those by worker stay, for
+        adopt_workers())."""
         n = self.num_replicas
         if not self.drop_last and len(self.dataset) < n:
             raise ValueError("%s: the dataset has %d samples, fewer than the %d ranks"
@@ -269,36 +272,57 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
         rank has one. Returns the shares."""
         self._check_world()
         mine = self._spent / self._samples if self._samples > 0 and self._spent > 0 else 0.0
-        got = mpi_ops.allgather(torch.tensor([mine], dtype=torch.float64)).tolist()
+        me = self.rank if self.worker_id is None else self.worker_id()
+        got = mpi_ops.allgather(torch.tensor([[mine, me]], dtype=torch.float64)).tolist()
         self.rebalances += 1
         self._spent, self._samples = 0.0, 0
-        old = self.seconds_per_sample or [None] * len(got)
         smooth = []
-        for t, prev in zip(got, old):
+        for t, w in got:
+            prev = self.seconds_by_worker.get(int(w))
             if not (math.isfinite(t) and t > 0):
                 smooth.append(prev)
             elif prev is None:
                 smooth.append(t)
             else:
                 smooth.append(self.alpha * t + (1.0 - self.alpha) * prev)
+            if smooth[-1] is not None:
+                self.seconds_by_worker[int(w)] = smooth[-1]
         self.seconds_per_sample = smooth
         if all(x is not None for x in smooth):
             self.shares = balanced_shares(smooth, self.global_batch_size)
         return list(self.shares)
 
+    def adopt_workers(self, workers):
+        """Shares for these workers (one id per rank, in rank order, the same list on every
+        rank) from the times measured for them so far, so that a new set of ranks starts
+        balanced: a worker not measured yet counts at the mean time of the others; with
+        none measured the shares stay even. Used by chorus.torch.elastic after a membership
+        change."""
+        self._check_world()
+        known = [self.seconds_by_worker.get(int(w)) for w in workers]
+        got = [t for t in known if t is not None]
+        if len(workers) != self.num_replicas or not got:
+            return list(self.shares)
+        mean = sum(got) / len(got)
+        self.seconds_per_sample = [mean if t is None else t for t in known]
+        self.shares = balanced_shares(self.seconds_per_sample, self.global_batch_size)
+        return list(self.shares)
+
     # ---- checkpoints ----------------------------------------------------------------------
     def state_dict(self):
-        """The epoch, the position in it, the shares and the smoothed times (plain Python
-        values: torch.save or json can write them)."""
+        """The epoch, the position in it, the shares and the smoothed times, by rank and by
+        worker (plain Python values: torch.save or json can write them)."""
         return {"epoch": self.epoch, "cursor": self.cursor, "seed": self.seed,
                 "global_batch_size": self.global_batch_size, "shares": list(self.shares),
                 "seconds_per_sample": (None if self.seconds_per_sample is None
                                        else list(self.seconds_per_sample)),
+                "seconds_by_worker": sorted([w, t] for w, t in self.seconds_by_worker.items()),
                 "rebalances": self.rebalances}
 
     def load_state_dict(self, state):
         """Resumes from state_dict(): the same epoch, position and shares. With another
-        number of ranks the shares start even for the new ranks (see _check_world)."""
+        number of ranks the shares start even for the new ranks (see _check_world; an
+        elastic job then calls adopt_workers())."""
         if int(state["global_batch_size"]) != self.global_batch_size:
             raise ValueError("%s: the checkpoint's global batch size is %d, this sampler's %d; "
                              "the position in the epoch would not mean the same samples"
@@ -308,6 +332,7 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
         self.shares = list(state["shares"])
         t = state["seconds_per_sample"]
         self.seconds_per_sample = None if t is None else list(t)
+        self.seconds_by_worker = {int(w): float(t) for w, t in state["seconds_by_worker"]}
         self.rebalances = int(state["rebalances"])
         self._spent, self._samples, self._steps = 0.0, 0, 0
         self.last_batch = None

@@ -231,6 +231,7 @@ def test_state_dict_round_trip():
     buf.seek(0)
     b.load_state_dict(torch.load(buf))
     assert b.shares == a.shares and b.seconds_per_sample == a.seconds_per_sample
+    assert b.seconds_by_worker == {r: t for r, t in enumerate(a.seconds_per_sample)}
     assert b.epoch == 4 and list(b) == rest
     c = hvd.BalancedDistributedSampler(data, G, num_replicas=N + 1, rank=N, rebalance_every=0)
     buf.seek(0)
@@ -239,7 +240,7 @@ def test_state_dict_round_trip():
     c.load_state_dict(saved)
     assert sorted(c.shares) == sorted([G // (N + 1) + (1 if i < G % (N + 1) else 0)
                                        for i in range(N + 1)])
-    assert c.seconds_per_sample is None and c.cursor == 4 * G
+    assert c.seconds_per_sample is None and c.seconds_by_worker == {} and c.cursor == 4 * G
     d = hvd.BalancedDistributedSampler(data, G + 1, rebalance_every=0)
     with pytest.raises(ValueError, match="the checkpoint's global batch size is %d" % G):
         buf.seek(0)

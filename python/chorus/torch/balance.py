@@ -172,6 +172,8 @@ class BalancedDistributedSampler(torch.utils.data.Sampler):
         if len(self.shares) != n:
             self.shares = _even(self.global_batch_size, n)
             self.seconds_per_sample = None
+            if self.worker_id is None:  # keyed by rank: as stale as the rest
+                self.seconds_by_worker = {}
             self._spent, self._samples, self._steps = 0.0, 0, 0
 
     # ---- the data -------------------------------------------------------------------------

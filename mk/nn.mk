@@ -35,9 +35,14 @@ $(NN_LIB): $(NN_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/chorus-train: $(BUILD)/obj/tools/chorus-train.o $(NN_LIB) $(BUILD)/lib/libchorus.a
+# The trainer's parts beside tools/chorus-train.c: tools/train_*.c.
+TRAIN_PART_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/train_*.c))
+$(TRAIN_PART_OBJS): | deps-nn
+$(TRAIN_PART_OBJS): OPT = -O3
+
+$(BUILD)/bin/chorus-train: $(BUILD)/obj/tools/chorus-train.o $(TRAIN_PART_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(TRAIN_PART_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
 
 # libchorus_nn uses only the public API of libchorus: the shared library is linked against
 # libchorus.so (whose version script exports chorus_* and hides the internal chorus__*) with
@@ -72,9 +77,9 @@ uninstall-nn:
 
 # The trainer linked against the two shared libraries, found next to it through its rpath
 # (libchorus.so.0 is libchorus.so's soname), for the nn_shared test.
-$(BUILD)/tests/nn/chorus-train-shared: $(BUILD)/obj/tools/chorus-train.o $(NN_SO) $(BUILD)/lib/libchorus.so
+$(BUILD)/tests/nn/chorus-train-shared: $(BUILD)/obj/tools/chorus-train.o $(TRAIN_PART_OBJS) $(NN_SO) $(BUILD)/lib/libchorus.so
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../../lib' -o $@ $< -L$(BUILD)/lib -lchorus_nn -lchorus \
+	$(CC) $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../../lib' -o $@ $< $(TRAIN_PART_OBJS) -L$(BUILD)/lib -lchorus_nn -lchorus \
 	    $(NN_LDLIBS) $(LIB_LDLIBS)
 TEST_BINS += $(BUILD)/tests/nn/chorus-train-shared
 

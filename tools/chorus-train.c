@@ -25,6 +25,7 @@
 #include "chorus/checkpoint.h"
 #include "chorus/nn.h"
 #include "chorus/ps.h"
+#include "train_pipe.h"
 
 typedef struct opts {
     const char *model;
@@ -53,8 +54,11 @@ typedef struct opts {
     int log_every;
     const char *mode; /* allreduce, ps-sync, ps-async, ps-ssp */
     int servers, staleness;
-    const char *ps_grad; /* float32, float16, bfloat16 */
-    double time_limit;   /* seconds of training, 0: none */
+    const char *ps_grad;       /* float32, float16, bfloat16 */
+    double time_limit;         /* seconds of training, 0: none */
+    int pipe_stages;           /* --pipeline-stages P, 0: no pipeline */
+    int microbatches;          /* --microbatches M per step and pipeline */
+    const char *pipe_schedule; /* --schedule gpipe|1f1b */
 } opts;
 
 static int g_rank;
@@ -131,7 +135,32 @@ static void usage(FILE *f)
             "  --time-limit S         every rank stops training after S seconds; one test-set\n"
             "                         evaluation at the end instead of one per epoch (for\n"
             "                         comparing modes at equal time)\n"
+            "  --pipeline-stages P    cut the model's layers into P stages on consecutive\n"
+            "                         ranks (balanced by forward compute); the world is\n"
+            "                         (data-parallel replicas) x P ranks\n"
+            "  --microbatches M       pipeline: micro-batches per step (4)\n"
+            "  --schedule S           pipeline: gpipe (all forwards, then all backwards) or\n"
+            "                         1f1b (bounded activation memory) (1f1b)\n"
             "  --version              print the version and exit\n");
+}
+
+/* --pipeline-stages and its companions: what they combine with. */
+static void check_pipeline_opts(opts *o)
+{
+    if (!o->pipe_stages) {
+        if (o->microbatches || o->pipe_schedule)
+            die("--microbatches and --schedule need --pipeline-stages");
+        return;
+    }
+    chorus_pipe_kind k;
+    if (!o->pipe_schedule) o->pipe_schedule = "1f1b";
+    if (chorus_pipe_kind_parse(o->pipe_schedule, &k) != CHORUS_OK)
+        die("--schedule must be gpipe or 1f1b, not '%s'", o->pipe_schedule);
+    if (!o->microbatches) o->microbatches = 4;
+    if (o->accum > 1) die("--pipeline-stages cuts each step into --microbatches; drop --accum");
+    if (strcmp(o->mode, "allreduce"))
+        die("--pipeline-stages works with --mode allreduce only, not '%s'", o->mode);
+    if (o->ckpt_dir) die("--pipeline-stages does not write checkpoints yet: drop --checkpoint-dir");
 }
 
 static void parse(int argc, char **argv, opts *o)
@@ -188,6 +217,9 @@ static void parse(int argc, char **argv, opts *o)
         O_STALE,
         O_PSGRAD,
         O_TIME,
+        O_PSTAGES,
+        O_MICRO,
+        O_PSCHED,
         O_HELP
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -221,6 +253,9 @@ static void parse(int argc, char **argv, opts *o)
                                        {"staleness", 1, 0, O_STALE},
                                        {"ps-grad-dtype", 1, 0, O_PSGRAD},
                                        {"time-limit", 1, 0, O_TIME},
+                                       {"pipeline-stages", 1, 0, O_PSTAGES},
+                                       {"microbatches", 1, 0, O_MICRO},
+                                       {"schedule", 1, 0, O_PSCHED},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int c;
@@ -270,6 +305,13 @@ static void parse(int argc, char **argv, opts *o)
         case O_STALE: NUM(o->staleness, (int)strtol(optarg, &end, 10), o->staleness >= 0); break;
         case O_PSGRAD: o->ps_grad = optarg; break;
         case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
+        case O_PSTAGES:
+            NUM(o->pipe_stages, (int)strtol(optarg, &end, 10), o->pipe_stages > 0);
+            break;
+        case O_MICRO:
+            NUM(o->microbatches, (int)strtol(optarg, &end, 10), o->microbatches > 0);
+            break;
+        case O_PSCHED: o->pipe_schedule = optarg; break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -293,6 +335,7 @@ static void parse(int argc, char **argv, opts *o)
         strcmp(o->ps_grad, "bfloat16"))
         die("--ps-grad-dtype must be float32, float16 or bfloat16, not '%s'", o->ps_grad);
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
+    check_pipeline_opts(o);
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
     if (o->epochs < 0) o->epochs = cnn ? 8 : 10;
@@ -409,6 +452,9 @@ typedef struct trainer {
     uint64_t steps_done;
     double last_test_acc; /* -1 until evaluated */
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
+    nn_pipe *pipe;        /* --pipeline-stages: this rank's stage; t->m then only evaluates */
+    float *pipe_x;        /* (max_local, features) the step's samples on stage 0 */
+    int32_t *pipe_y;      /* (max_local) their labels */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -755,6 +801,77 @@ static void save_checkpoint(trainer *t)
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
 }
 
+/* Step (--pipeline-stages): this rank becomes one stage of a pipeline of consecutive ranks;
+ * the sampler is redone over the data-parallel replicas (each pipeline takes a replica's
+ * share of a step) and the optimizer over the stage's parameters. */
+static void start_pipeline(trainer *t)
+{
+    const opts *o = &t->o;
+    int P = o->pipe_stages, M = o->microbatches, size = chorus_size(t->comm);
+    int D = size % P ? 0 : size / P;
+    if (!D)
+        die("--pipeline-stages %d does not divide the %d ranks: the world must be "
+            "(data-parallel replicas) x (stages)",
+            P, size);
+    nn_sampler_free(&t->sampler);
+    if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank / P, D, o->seed))
+        die("cannot set up the sampler (batch %d, %d replicas)", o->batch, D);
+    t->max_local = nn_sampler_max_local(&t->sampler);
+    int max_micro = (int)((t->max_local + (size_t)M - 1) / (size_t)M);
+    chorus_pipe_kind kind;
+    chorus_pipe_kind_parse(o->pipe_schedule, &kind);
+    if (nn_pipe_create(t->m, t->comm, P, M, kind, max_micro < 1 ? 1 : max_micro, &t->pipe))
+        die("%s", nn_last_error());
+    nn_model *sm = nn_pipe_model(t->pipe);
+    nn_optim_free(&t->opt);
+    chorus_result orc =
+        !strcmp(o->optim, "adamw")
+            ? nn_optim_init_adamw(&t->opt, sm->nparams, 0.9f, 0.999f, 1e-8f, o->wd)
+            : nn_optim_init_sgd(&t->opt, sm->nparams, o->momentum, o->nesterov, o->wd);
+    if (orc) die("out of memory for the optimizer");
+    t->world = D; /* the learning rate scales with the data-parallel replicas (--scale-lr) */
+    t->pipe_x =
+        malloc((t->max_local ? t->max_local : 1) * nn_model_in_features(t->m) * sizeof(float));
+    t->pipe_y = malloc((t->max_local ? t->max_local : 1) * sizeof(int32_t));
+    if (!t->pipe_x || !t->pipe_y) die("out of memory");
+    if (t->rank == 0)
+        printf("pipeline: %d stages x %d replica%s (%d ranks), %d micro-batches of up to %d "
+               "samples per step, schedule %s; layers cut by forward compute\n",
+               P, D, D > 1 ? "s" : "", size, M, max_micro, o->pipe_schedule);
+}
+
+/* --pipeline-stages: this stage's forwards and backwards of the step's micro-batches (loss
+ * and hits in stats on the last stage). */
+static void pipeline_forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float scale,
+                                      double *stats)
+{
+    nn_dataset_batch(&t->train, idx, (int)nloc, t->pipe_x, t->pipe_y);
+    if (nn_pipe_step(t->pipe, t->pipe_x, t->pipe_y, (int)nloc, scale, t->st.global_step, stats))
+        die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: whether this rank counts the step's samples (the last stage does). */
+static int pipeline_counts(trainer *t)
+{
+    nn_pipe_stats st;
+    nn_pipe_get_stats(t->pipe, &st);
+    return st.stage == st.stages - 1;
+}
+
+/* --pipeline-stages: every stage's parameters into t->m (for evaluation and --dump-params). */
+static void pipeline_gather(trainer *t)
+{
+    if (nn_pipe_gather_params(t->pipe, t->m->params)) die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: rank 0's memory and bubble lines for every rank. */
+static void pipeline_report(trainer *t)
+{
+    if (train_pipe_report(t->pipe, t->comm, &t->opt, t->rank == 0, t->o.pipe_schedule,
+                          t->o.microbatches, t->metrics))
+        die("gathering the pipeline report: %s", chorus_last_error(t->comm));
+}
+
 /* One optimizer step: forward and backward over this rank's share of global step `step`
  * (in --accum micro-batches), gradient sum over the ranks, update; then rank 0's metrics
  * line, progress line and step checkpoint. */
@@ -775,7 +892,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     double stats[3] = {0, 0, 0};
     nn_zero_grad(m);
     size_t off = 0;
-    for (int k = 0; k < o->accum; k++) {
+    if (t->pipe) pipeline_forward_backward(t, idx, nloc, scale, stats);
+    for (int k = 0; !t->pipe && k < o->accum; k++) {
         size_t nb = nloc / (size_t)o->accum + ((size_t)k < nloc % (size_t)o->accum);
         m->step = st->global_step * (uint64_t)o->accum + (uint64_t)k;
         nn_dataset_batch(&t->train, idx + off, (int)nb, t->x, t->y);
@@ -790,6 +908,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         off += nb;
     }
     stats[2] = (double)nloc;
+    if (t->pipe && !pipeline_counts(t)) stats[2] = 0;
     if (t->ps) { /* loss and accuracy stay this worker's own: the workers do not meet */
         if (!isfinite(stats[0]) || !isfinite(lr))
             die("step %llu: the loss is %s: training diverged (learning rate %g). Lower --lr",
@@ -798,7 +917,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         ps_step(t, lr);
         gcount = nloc;
     } else {
-        if (nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
+        if (t->pipe ? nn_pipe_sync_grads(t->pipe) : nn_dist_sync_grads(d, m))
+            die("%s", nn_last_error());
         if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
     }
     if (!isfinite(stats[0]) || !isfinite(lr)) { /* every rank has the same sum: all stop */
@@ -811,7 +931,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             (unsigned long long)st->global_step + 1, isnan(stats[0]) ? "NaN" : "infinite",
             (double)lr);
     }
-    if (!t->ps) nn_optim_step(&t->opt, m->params, m->grads, lr);
+    nn_model *um = t->pipe ? nn_pipe_model(t->pipe) : m; /* the parameters this rank updates */
+    if (!t->ps) nn_optim_step(&t->opt, um->params, um->grads, lr);
     st->global_step++;
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
     st->step_in_epoch = step + 1 == t->steps_per_epoch ? 0 : step + 1;
@@ -868,6 +989,7 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     double test_loss = 0;
     int eval = !o->no_eval && o->time_limit <= 0; /* --time-limit: once, at the end */
     if (t->ps && eval) pull_params(t);            /* async workers may hold older ones */
+    if (t->pipe && eval) pipeline_gather(t);
     if (eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
     if (t->rank == 0 && eval) {
         char hid[64] = "";
@@ -905,6 +1027,7 @@ static void end_training(trainer *t)
         if (nn_dist_sum(&t->dist, &t->samples_done, 1)) die("%s", nn_last_error());
     }
     if (t->o.time_limit <= 0 || t->o.no_eval) return;
+    if (t->pipe) pipeline_gather(t);
     double test_loss = 0;
     t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss);
     if (t->rank == 0)
@@ -981,7 +1104,9 @@ static void report(trainer *t)
             printf("done: %llu steps (nothing left to train)\n",
                    (unsigned long long)t->st.global_step);
     }
+    if (t->pipe) pipeline_report(t);
     if (o->dump) {
+        if (t->pipe) pipeline_gather(t);
         char path[4096];
         snprintf(path, sizeof(path), "%s.%d", o->dump, t->rank);
         FILE *f = fopen(path, "wb");
@@ -1006,6 +1131,9 @@ static void finish(trainer *t)
     nn_optim_free(&t->opt);
     nn_sampler_free(&t->sampler);
     nn_model_destroy(t->m);
+    nn_pipe_destroy(t->pipe);
+    free(t->pipe_x);
+    free(t->pipe_y);
     nn_dataset_free(&t->train);
     nn_dataset_free(&t->test);
     chorus_finalize(t->comm);
@@ -1020,6 +1148,7 @@ int main(int argc, char **argv)
     start_job(&t);
     load_data(&t);
     build(&t);
+    if (t.o.pipe_stages) start_pipeline(&t);
     if (t.ps) register_params(&t);
     if (t.ps && chorus_ps_is_server(t.ps)) {
         serve_params(&t);

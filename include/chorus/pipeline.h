@@ -66,8 +66,8 @@ chorus_result chorus_pipe_kind_parse(const char *name, chorus_pipe_kind *k);
 /* Builds the schedule of kind for stages >= 1 and micro >= 1 into *s (free with
  * chorus_pipe_schedule_free). Errors: CHORUS_ERR_INVALID_ARG (a count below 1 or a product
  * too large, an unknown kind; *s is then zeroed), CHORUS_ERR_NOMEM. */
-chorus_result chorus_pipe_schedule_init(chorus_pipe_schedule *s, chorus_pipe_kind kind,
-                                        int stages, int micro);
+chorus_result chorus_pipe_schedule_init(chorus_pipe_schedule *s, chorus_pipe_kind kind, int stages,
+                                        int micro);
 /* Frees what chorus_pipe_schedule_init allocated; a zeroed schedule is ignored. */
 void chorus_pipe_schedule_free(chorus_pipe_schedule *s);
 

@@ -51,8 +51,8 @@ static void fill_1f1b(chorus_pipe_step *st, int p, int s, int m)
     for (int j = m - w; j < m; j++) st[n++] = (chorus_pipe_step){CHORUS_PIPE_BWD, j};
 }
 
-chorus_result chorus_pipe_schedule_init(chorus_pipe_schedule *s, chorus_pipe_kind kind,
-                                        int stages, int micro)
+chorus_result chorus_pipe_schedule_init(chorus_pipe_schedule *s, chorus_pipe_kind kind, int stages,
+                                        int micro)
 {
     if (!s) return CHORUS_ERR_INVALID_ARG;
     memset(s, 0, sizeof(*s));
@@ -166,7 +166,8 @@ chorus_result chorus_pipe_simulate(const chorus_pipe_schedule *s, chorus_pipe_si
     sim->max_inflight = calloc((size_t)p, sizeof(int));
     sim->bubble = calloc((size_t)p, sizeof(double));
     chorus_result r = CHORUS_OK;
-    if (!fend || !bend || !next || !live || !seen || !sim->busy || !sim->max_inflight || !sim->bubble) {
+    if (!fend || !bend || !next || !live || !seen || !sim->busy || !sim->max_inflight ||
+        !sim->bubble) {
         r = CHORUS_ERR_NOMEM;
         goto out;
     }
@@ -202,8 +203,7 @@ chorus_result chorus_pipe_simulate(const chorus_pipe_schedule *s, chorus_pipe_si
         }
     }
     sim->makespan = t;
-    for (int st = 0; st < p; st++)
-        sim->bubble[st] = (double)(t - sim->busy[st]) / (double)t;
+    for (int st = 0; st < p; st++) sim->bubble[st] = (double)(t - sim->busy[st]) / (double)t;
 out:
     free(fend);
     free(bend);

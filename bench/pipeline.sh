@@ -26,7 +26,7 @@ RUN=$BUILD/bin/chorus-run
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/pipeline.XXXXXX")
 trap 'rm -rf "$OUT"' EXIT INT TERM
 [ -x "$TRAIN" ] || { echo "pipeline: build first (make trainer): $TRAIN is missing" >&2; exit 1; }
-if [ "$MODEL" = large ] && "$TRAIN" --model large --help 2>&1 | grep -q "model must be"; then
+if [ "$MODEL" = large ] && ! "$TRAIN" --help 2>&1 | grep -q -- "--model large"; then
     echo "pipeline: this chorus-train has no --model large; using --model mlp"
     MODEL=mlp
 fi

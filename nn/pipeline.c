@@ -33,7 +33,7 @@ typedef struct pipe_slot {
 struct nn_pipe {
     chorus_comm *pipe, *dp; /* this pipeline's stages; this stage's replicas */
     int stage, stages, replica, replicas, world_base;
-    int lo, hi;               /* layers [lo, hi) of the full model */
+    int lo, hi;                  /* layers [lo, hi) of the full model */
     size_t *stage_off, *stage_n; /* (stages) each stage's slice of the full parameters */
     chorus_pipe_schedule sched;
     int max_micro;
@@ -41,8 +41,8 @@ struct nn_pipe {
     nn_model *layout; /* unfinalized-shape source: the full model's layers lo..hi-1 */
     pipe_slot *slots;
     int nslots;
-    int *slot_of;           /* (micro) slot of a micro-batch in flight, -1 */
-    chorus_request **recv;  /* (micro) posted receive of its input or output gradient */
+    int *slot_of;          /* (micro) slot of a micro-batch in flight, -1 */
+    chorus_request **recv; /* (micro) posted receive of its input or output gradient */
     int inflight, peak_inflight;
     double step_s, wait_s;
     uint64_t steps;
@@ -60,8 +60,7 @@ static double layer_cost(const nn_layer *L)
 {
     switch (L->kind) {
     case NN_LINEAR: return (double)nn__in_features(L) * (double)L->out_c;
-    case NN_CONV2D:
-        return (double)L->in_c * L->k * L->k * (double)nn__out_features(L);
+    case NN_CONV2D: return (double)L->in_c * L->k * L->k * (double)nn__out_features(L);
     default: return (double)nn__out_features(L);
     }
 }
@@ -227,8 +226,7 @@ static chorus_result slot_drain(nn_pipe *p, pipe_slot *s)
         s->send[k] = NULL;
         if (r != CHORUS_OK)
             return peer_fail(p, r, k == 0 ? p->stage + 1 : p->stage - 1,
-                             k == 0 ? "sending the activations" : "sending the gradient",
-                             s->micro);
+                             k == 0 ? "sending the activations" : "sending the gradient", s->micro);
     }
     return CHORUS_OK;
 }
@@ -348,8 +346,8 @@ chorus_result nn_pipe_create(const nn_model *full, chorus_comm *world, int stage
     for (int j = 0; j < micro; j++) p->slot_of[j] = -1;
     if ((r = chorus_pipe_schedule_init(&p->sched, kind, stages, micro)) != CHORUS_OK) {
         r = nn__fail(r, "pipeline: cannot build the %s schedule of %d stages and %d micro-batches",
-                     chorus_pipe_kind_name(kind) ? chorus_pipe_kind_name(kind) : "unknown",
-                     stages, micro);
+                     chorus_pipe_kind_name(kind) ? chorus_pipe_kind_name(kind) : "unknown", stages,
+                     micro);
         goto fail;
     }
     /* the grid: pipelines of consecutive ranks, and the replicas of each stage */
@@ -426,8 +424,7 @@ static chorus_result run_forward(nn_pipe *p, int j, const step_args *a)
         if ((r = slot_take(p, j)) != CHORUS_OK) return r;
         in = a->x + (size_t)off * p->in_f;
     } else {
-        if ((r = wait_recv(p, j, p->stage - 1, "receiving the activations")) != CHORUS_OK)
-            return r;
+        if ((r = wait_recv(p, j, p->stage - 1, "receiving the activations")) != CHORUS_OK) return r;
         in = p->slots[p->slot_of[j]].xin;
     }
     pipe_slot *s = &p->slots[p->slot_of[j]];
@@ -485,8 +482,8 @@ static chorus_result prefetch(nn_pipe *p, const chorus_pipe_step *l, int k, int 
     return CHORUS_OK;
 }
 
-chorus_result nn_pipe_step(nn_pipe *p, const float *x, const int32_t *y, int nloc,
-                           float grad_scale, uint64_t step, double stats[2])
+chorus_result nn_pipe_step(nn_pipe *p, const float *x, const int32_t *y, int nloc, float grad_scale,
+                           uint64_t step, double stats[2])
 {
     if (nloc < 0 || (nloc + p->sched.micro - 1) / p->sched.micro > p->max_micro)
         return nn__fail(CHORUS_ERR_INVALID_ARG,
@@ -531,8 +528,9 @@ chorus_result nn_pipe_sync_grads(nn_pipe *p)
     chorus_result r =
         chorus_allreduce(p->dp, own->grads, own->grads, own->nparams, CHORUS_FLOAT32, CHORUS_SUM);
     if (r != CHORUS_OK)
-        return nn__fail(r, "pipeline stage %d (rank %d): summing the gradients over its %d "
-                           "replicas: %s",
+        return nn__fail(r,
+                        "pipeline stage %d (rank %d): summing the gradients over its %d "
+                        "replicas: %s",
                         p->stage, p->world_base + p->stage, p->replicas, chorus_last_error(p->dp));
     return CHORUS_OK;
 }
@@ -542,8 +540,8 @@ chorus_result nn_pipe_gather_params(nn_pipe *p, float *params)
     memcpy(params + p->stage_off[p->stage], p->slots[0].m->params,
            p->stage_n[p->stage] * sizeof(float));
     for (int s = 0; s < p->stages; s++) {
-        chorus_result r = chorus_broadcast(p->pipe, params + p->stage_off[s], p->stage_n[s],
-                                           CHORUS_FLOAT32, s);
+        chorus_result r =
+            chorus_broadcast(p->pipe, params + p->stage_off[s], p->stage_n[s], CHORUS_FLOAT32, s);
         if (r != CHORUS_OK)
             return nn__fail(r, "pipeline stage %d (rank %d): gathering the parameters: %s",
                             p->stage, p->world_base + p->stage, chorus_last_error(p->pipe));

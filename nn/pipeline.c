@@ -521,6 +521,40 @@ chorus_result nn_pipe_step(nn_pipe *p, const float *x, const int32_t *y, int nlo
     return CHORUS_OK;
 }
 
+chorus_result nn_pipe_evaluate(nn_pipe *p, const float *x, const int32_t *y, int n, double stats[2])
+{
+    nn_model *m = p->slots[0].m; /* between steps every slot is free */
+    int was = m->training, last = p->stage == p->stages - 1, tag = 2 * p->sched.micro;
+    chorus_result r = CHORUS_OK;
+    m->training = 0;
+    for (int off = 0; off < n && r == CHORUS_OK; off += p->max_micro) {
+        int nb = n - off < p->max_micro ? n - off : p->max_micro;
+        const float *in = x + (size_t)off * p->in_f;
+        if (p->stage > 0) {
+            double t0 = now_s();
+            r = chorus_recv(p->pipe, p->slots[0].xin, (size_t)nb * p->in_f, CHORUS_FLOAT32,
+                            p->stage - 1, tag);
+            p->wait_s += now_s() - t0;
+            if (r != CHORUS_OK) {
+                r = peer_fail(p, r, p->stage - 1, "receiving the evaluation activations", off);
+                break;
+            }
+            in = p->slots[0].xin;
+        }
+        const float *z = nn_forward(m, in, nb);
+        if (last) {
+            int hits = 0;
+            stats[0] += nn_xent(z, y + off, nb, (int)p->out_f, 0.0f, NULL, &hits);
+            stats[1] += hits;
+        } else if ((r = chorus_send(p->pipe, z, (size_t)nb * p->out_f, CHORUS_FLOAT32, p->stage + 1,
+                                    tag)) != CHORUS_OK) {
+            r = peer_fail(p, r, p->stage + 1, "sending the evaluation activations", off);
+        }
+    }
+    m->training = was;
+    return r;
+}
+
 chorus_result nn_pipe_sync_grads(nn_pipe *p)
 {
     if (p->replicas == 1) return CHORUS_OK;

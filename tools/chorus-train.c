@@ -850,6 +850,19 @@ static void pipeline_forward_backward(trainer *t, const uint32_t *idx, size_t nl
         die("%s", nn_last_error());
 }
 
+/* --pipeline-stages: sums the stage's gradients over its replicas, timed as the blocking
+ * --grad-sync modes time theirs (for the communication line). */
+static chorus_result pipeline_sync_grads(trainer *t)
+{
+    double t0 = now_s();
+    chorus_result r = nn_pipe_sync_grads(t->pipe);
+    double dt = now_s() - t0;
+    t->dist.comm_s += dt;
+    t->dist.wait_s += dt;
+    t->dist.grad_wait_s += dt;
+    return r;
+}
+
 /* --pipeline-stages: whether this rank counts the step's samples (the last stage does). */
 static int pipeline_counts(trainer *t)
 {
@@ -862,6 +875,31 @@ static int pipeline_counts(trainer *t)
 static void pipeline_gather(trainer *t)
 {
     if (nn_pipe_gather_params(t->pipe, t->m->params)) die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: test accuracy through the pipeline (no rank holds the whole model):
+ * each pipeline takes a slice of the test set, as evaluate() gives each rank one. */
+static double pipeline_evaluate(trainer *t, double *loss_out)
+{
+    nn_pipe_stats st;
+    nn_pipe_get_stats(t->pipe, &st);
+    size_t n = (size_t)t->test.n, per = (n + (size_t)st.replicas - 1) / (size_t)st.replicas;
+    size_t lo = per * (size_t)st.replica, hi = lo + per < n ? lo + per : n;
+    size_t chunk = t->max_local ? t->max_local : 1;
+    double acc[3] = {0, 0, 0};
+    uint32_t *idx = malloc(chunk * sizeof(uint32_t));
+    if (!idx) die("out of memory");
+    for (size_t s = lo; s < hi; s += chunk) {
+        int B = (int)(hi - s < chunk ? hi - s : chunk);
+        for (int i = 0; i < B; i++) idx[i] = (uint32_t)(s + (size_t)i);
+        nn_dataset_batch(&t->test, idx, B, t->pipe_x, t->pipe_y);
+        if (nn_pipe_evaluate(t->pipe, t->pipe_x, t->pipe_y, B, acc)) die("%s", nn_last_error());
+        if (st.stage == st.stages - 1) acc[2] += B;
+    }
+    free(idx);
+    if (nn_dist_sum(&t->dist, acc, 3)) die("%s", nn_last_error());
+    *loss_out = acc[0] / acc[2];
+    return acc[1] / acc[2];
 }
 
 /* --pipeline-stages: rank 0's memory and bubble lines for every rank. */
@@ -917,8 +955,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         ps_step(t, lr);
         gcount = nloc;
     } else {
-        if (t->pipe ? nn_pipe_sync_grads(t->pipe) : nn_dist_sync_grads(d, m))
-            die("%s", nn_last_error());
+        if (t->pipe ? pipeline_sync_grads(t) : nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
         if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
     }
     if (!isfinite(stats[0]) || !isfinite(lr)) { /* every rank has the same sum: all stop */
@@ -989,8 +1026,9 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     double test_loss = 0;
     int eval = !o->no_eval && o->time_limit <= 0; /* --time-limit: once, at the end */
     if (t->ps && eval) pull_params(t);            /* async workers may hold older ones */
-    if (t->pipe && eval) pipeline_gather(t);
-    if (eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
+    if (eval)
+        t->last_test_acc = t->pipe ? pipeline_evaluate(t, &test_loss)
+                                   : evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
     if (t->rank == 0 && eval) {
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
@@ -1027,9 +1065,9 @@ static void end_training(trainer *t)
         if (nn_dist_sum(&t->dist, &t->samples_done, 1)) die("%s", nn_last_error());
     }
     if (t->o.time_limit <= 0 || t->o.no_eval) return;
-    if (t->pipe) pipeline_gather(t);
     double test_loss = 0;
-    t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss);
+    t->last_test_acc = t->pipe ? pipeline_evaluate(t, &test_loss)
+                               : evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss);
     if (t->rank == 0)
         printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
                t->last_test_acc);

@@ -464,6 +464,13 @@ nn_model *nn_pipe_model(nn_pipe *p);
 chorus_result nn_pipe_step(nn_pipe *p, const float *x, const int32_t *y, int nloc, float grad_scale,
                            uint64_t step, double stats[2]);
 
+/* Collective over the pipeline: forward only (dropout off) over n samples, in chunks of up
+ * to max_micro; x (n, in features) is read on stage 0, y (n) on the last stage, which adds
+ * the summed loss and hit count to stats[0] and stats[1]. Call between steps. Errors as
+ * nn_pipe_step (the message gives the chunk's first sample in place of a micro-batch). */
+chorus_result nn_pipe_evaluate(nn_pipe *p, const float *x, const int32_t *y, int n,
+                               double stats[2]);
+
 /* Sums the stage's gradients over the replicas of this stage (collective over them).
  * Errors: the allreduce's, with the message naming the stage. */
 chorus_result nn_pipe_sync_grads(nn_pipe *p);

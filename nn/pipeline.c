@@ -215,6 +215,24 @@ static chorus_result peer_fail(nn_pipe *p, chorus_result r, int peer, const char
                     chorus_strerror(r), chorus_last_error(p->pipe));
 }
 
+/* Sets the message for a failed collective over the pipeline (whose rank i is stage i) or,
+ * with dp set, over the replicas of this stage (whose rank i is replica i): the library's
+ * detail numbers ranks within that communicator, so the message says how they map. */
+static chorus_result group_fail(nn_pipe *p, chorus_result r, int dp, const char *what)
+{
+    if (dp)
+        return nn__fail(r,
+                        "pipeline stage %d (rank %d): %s: %s (there, rank i is replica i of "
+                        "stage %d: world rank i*%d+%d)",
+                        p->stage, p->world_base + p->stage, what, chorus_last_error(p->dp),
+                        p->stage, p->stages, p->stage);
+    return nn__fail(r,
+                    "pipeline stage %d (rank %d): %s: %s (there, rank i is stage i: world rank "
+                    "%d+i)",
+                    p->stage, p->world_base + p->stage, what, chorus_last_error(p->pipe),
+                    p->world_base);
+}
+
 /* Completes a slot's earlier sends (its buffers are then free to overwrite). */
 static chorus_result slot_drain(nn_pipe *p, pipe_slot *s)
 {
@@ -493,9 +511,7 @@ chorus_result nn_pipe_step(nn_pipe *p, const float *x, const int32_t *y, int nlo
     nn_model *own = p->slots[0].m;
     nn_zero_grad(own);
     chorus_result r = chorus_barrier(p->pipe); /* the step starts together on every stage */
-    if (r != CHORUS_OK)
-        return nn__fail(r, "pipeline stage %d (rank %d): starting a step: %s", p->stage,
-                        p->world_base + p->stage, chorus_last_error(p->pipe));
+    if (r != CHORUS_OK) return group_fail(p, r, 0, "starting a step");
     double t0 = now_s();
     const chorus_pipe_step *l = chorus_pipe_stage_steps(&p->sched, p->stage);
     for (int k = 0; k < p->sched.nsteps; k++) {
@@ -511,9 +527,7 @@ chorus_result nn_pipe_step(nn_pipe *p, const float *x, const int32_t *y, int nlo
     /* the stage idles until the whole pipeline is done: that is bubble too */
     double t1 = now_s();
     r = chorus_barrier(p->pipe);
-    if (r != CHORUS_OK)
-        return nn__fail(r, "pipeline stage %d (rank %d): ending a step: %s", p->stage,
-                        p->world_base + p->stage, chorus_last_error(p->pipe));
+    if (r != CHORUS_OK) return group_fail(p, r, 0, "ending a step");
     double t2 = now_s();
     p->wait_s += t2 - t1;
     p->step_s += t2 - t0;
@@ -561,12 +575,7 @@ chorus_result nn_pipe_sync_grads(nn_pipe *p)
     nn_model *own = p->slots[0].m;
     chorus_result r =
         chorus_allreduce(p->dp, own->grads, own->grads, own->nparams, CHORUS_FLOAT32, CHORUS_SUM);
-    if (r != CHORUS_OK)
-        return nn__fail(r,
-                        "pipeline stage %d (rank %d): summing the gradients over its %d "
-                        "replicas: %s",
-                        p->stage, p->world_base + p->stage, p->replicas, chorus_last_error(p->dp));
-    return CHORUS_OK;
+    return r == CHORUS_OK ? r : group_fail(p, r, 1, "summing the gradients over its replicas");
 }
 
 chorus_result nn_pipe_gather_params(nn_pipe *p, float *params)
@@ -576,9 +585,7 @@ chorus_result nn_pipe_gather_params(nn_pipe *p, float *params)
     for (int s = 0; s < p->stages; s++) {
         chorus_result r =
             chorus_broadcast(p->pipe, params + p->stage_off[s], p->stage_n[s], CHORUS_FLOAT32, s);
-        if (r != CHORUS_OK)
-            return nn__fail(r, "pipeline stage %d (rank %d): gathering the parameters: %s",
-                            p->stage, p->world_base + p->stage, chorus_last_error(p->pipe));
+        if (r != CHORUS_OK) return group_fail(p, r, 0, "gathering the parameters");
     }
     return CHORUS_OK;
 }

@@ -2,7 +2,8 @@
 # pipeline_train.sh - chorus-train --pipeline-stages with real ranks.
 #   equal SCHED   2 stages x 4 micro-batches (gpipe or 1f1b) end with the same parameters,
 #                 to the bit, as one rank with --accum 4: every stage adds its micro-batch
-#                 gradients in micro-batch order, as the unsplit run does
+#                 gradients in micro-batch order, as the unsplit run does; gpipe holds 4
+#                 micro-batches in flight on each stage, 1f1b 2 on stage 0 and 1 on stage 1
 #   grid          4 ranks = 2 pipelines x 2 stages end, to the bit, as 2 ranks of data
 #                 parallelism with --accum 4 (a stage's gradients are summed over its 2
 #                 replicas only); rank 0 prints every rank's memory and bubble lines and the
@@ -37,6 +38,11 @@ equal)
         --dump-params "$d/pp" > "$d/pp.log" 2>&1 || { cat "$d/pp.log"; exit 1; }
     cat "$d/pp.log"
     same "$d/ref.0" "$d/pp" 0 1
+    # activations held: gpipe all 4 micro-batches on both stages; 1f1b p - stage
+    if [ "$2" = gpipe ]; then in0=4 in1=4; else in0=2 in1=1; fi
+    grep -q "bubble rank 0 (stage 0, .*at most $in0 micro-batches in flight" "$d/pp.log" &&
+        grep -q "bubble rank 1 (stage 1, .*at most $in1 micro-batches in flight" "$d/pp.log" ||
+        { echo "not $in0 and $in1 micro-batches in flight"; exit 1; }
     echo "$2, 2 stages x 4 micro-batches: parameters identical to one rank with --accum 4"
     ;;
 grid)

@@ -17,6 +17,7 @@
 set -u
 BUILD=${BUILD:-build}
 PATH=$BUILD/bin:$PATH
+. tests/scripts/ranks.sh
 d=$(mktemp -d)
 run=""
 trap '[ -n "$run" ] && kill "$run" 2>/dev/null; rm -rf "$d"' EXIT INT TERM
@@ -68,16 +69,8 @@ kill)
     chorus-run -np 3 chorus-train --no-eval --batch 64 --pipeline-stages 3 --microbatches 4 \
         --log-every 1 > "$d/k.log" 2>&1 &
     run=$!
-    i=0
-    until grep -q "step [5-9]/" "$d/k.log" 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -lt 1200 ] || { cat "$d/k.log"; echo "the run never got to step 5"; exit 1; }
-        sleep 0.05
-    done
-    victim=""
-    for c in $(pgrep -P $run); do
-        tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -qx CHORUS_RANK=1 && victim=$c
-    done
+    wait_line "$d/k.log" "step [5-9]/" || { cat "$d/k.log"; echo "the run never got to step 5"; exit 1; }
+    victim=$(rank_pid $run 1)
     [ -n "$victim" ] || { echo "no rank 1 under chorus-run $run"; exit 1; }
     kill -9 "$victim"
     wait $run

@@ -38,7 +38,7 @@ struct nn_pipe {
     chorus_pipe_schedule sched;
     int max_micro;
     size_t in_f, out_f;
-    nn_model *layout; /* unfinalized-shape source: the full model's layers lo..hi-1 */
+    nn_model *layout; /* the full model's layer shapes (no buffers), for new slots */
     pipe_slot *slots;
     int nslots;
     int *slot_of;          /* (micro) slot of a micro-batch in flight, -1 */
@@ -288,7 +288,8 @@ void nn_pipe_destroy(nn_pipe *p)
     free(p);
 }
 
-/* The full model's shapes of layers [lo, hi), kept to make replicas (parameters unused). */
+/* The full model's layer shapes without any buffer, kept to make the stash replicas of
+ * layers [lo, hi) on demand. */
 static chorus_result keep_layout(nn_pipe *p, const nn_model *full)
 {
     nn_model *m = nn_model_create(full->in_c, full->in_h, full->in_w);

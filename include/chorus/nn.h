@@ -446,7 +446,9 @@ typedef struct nn_pipe_stats {
  * than layers, counts below 1), the split's errors, CHORUS_ERR_NOMEM. */
 chorus_result nn_pipe_create(const nn_model *full, chorus_comm *world, int stages, int micro,
                              chorus_pipe_kind kind, int max_micro, nn_pipe **out);
-/* Frees the stage and its communicators (not world). NULL is ignored. */
+/* Frees the stage and its communicators (not world). Requests a failed step left pending are
+ * completed first: at once when the failure broke the pipeline's communicator, else within
+ * CHORUS_TIMEOUT_S. NULL is ignored. */
 void nn_pipe_destroy(nn_pipe *p);
 
 /* The stage's own model: its params and grads are the ones to update (optimizer) and to

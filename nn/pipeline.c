@@ -324,15 +324,15 @@ chorus_result nn_pipe_create(const nn_model *full, chorus_comm *world, int stage
                         "nn_pipe_create: needs a finalized model, a communicator, and stages, "
                         "micro-batches and micro-batch size of at least 1");
     int size = chorus_size(world), rank = chorus_rank(world);
+    if (stages > full->nlayers)
+        return nn__fail(CHORUS_ERR_INVALID_ARG,
+                        "the model has %d layers: it cannot be cut into %d pipeline stages",
+                        full->nlayers, stages);
     if (size % stages)
         return nn__fail(CHORUS_ERR_INVALID_ARG,
                         "%d pipeline stages do not divide the %d ranks: the world must be "
                         "(data-parallel replicas) x (stages)",
                         stages, size);
-    if (stages > full->nlayers)
-        return nn__fail(CHORUS_ERR_INVALID_ARG,
-                        "the model has %d layers: it cannot be cut into %d pipeline stages",
-                        full->nlayers, stages);
     nn_pipe *p = calloc(1, sizeof(*p));
     if (!p) return nn__fail(CHORUS_ERR_NOMEM, "pipeline: out of memory");
     p->stages = stages;

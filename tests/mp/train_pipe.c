@@ -124,6 +124,8 @@ int main(void)
         ASSERT(p == NULL);
     }
     ASSERT_EQ(nn_pipe_create(m, world, 9, 2, CHORUS_PIPE_1F1B, 4, &p), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(nn_last_error(), "the model has 8 layers: it cannot be cut into 9 pipeline "
+                                         "stages");
     nn_model_destroy(m);
     if (chorus_rank(world) == 0) printf("train_pipe: ok\n");
     chorus_finalize(world);

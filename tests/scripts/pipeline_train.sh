@@ -96,6 +96,10 @@ accuracy)
     rc=$?
     grep -v "step [0-9]*/" "$d/log"
     [ $rc = 0 ] || exit 1
+    # the measured bubble is a share of the training steps (evaluation waits are not in it)
+    sed -n 's/.*waited for neighbours \([0-9.]*\)% of the pipeline step.*/\1/p' "$d/log" |
+        awk '{ n++; if ($1 >= 100) bad = 1 } END { exit bad || n != 2 }' ||
+        { echo "bubble lines missing or above 100%"; exit 1; }
     acc=$(sed -n 's/.*done: .* test accuracy \([0-9.]*\).*/\1/p' "$d/log")
     echo "test accuracy $acc after $epochs epochs (target $target)"
     awk -v a="$acc" -v t=$target 'BEGIN { exit !(a >= t) }'

@@ -377,8 +377,7 @@ chorus_result nn_pipe_create(const nn_model *full, chorus_comm *world, int stage
         goto fail;
     }
     if ((r = keep_layout(p, full)) != CHORUS_OK || (r = slot_add(p)) != CHORUS_OK) goto fail;
-    memcpy(p->slots[0].m->params, full->params + p->stage_off[p->stage],
-           p->stage_n[p->stage] * sizeof(float));
+    nn_pipe_slice(p, full->params, p->slots[0].m->params);
     free(first);
     *out = p;
     return CHORUS_OK;
@@ -578,16 +577,20 @@ chorus_result nn_pipe_sync_grads(nn_pipe *p)
     return r == CHORUS_OK ? r : group_fail(p, r, 1, "summing the gradients over its replicas");
 }
 
-chorus_result nn_pipe_gather_params(nn_pipe *p, float *params)
+chorus_result nn_pipe_gather(nn_pipe *p, const float *stage, float *full)
 {
-    memcpy(params + p->stage_off[p->stage], p->slots[0].m->params,
-           p->stage_n[p->stage] * sizeof(float));
+    memcpy(full + p->stage_off[p->stage], stage, p->stage_n[p->stage] * sizeof(float));
     for (int s = 0; s < p->stages; s++) {
         chorus_result r =
-            chorus_broadcast(p->pipe, params + p->stage_off[s], p->stage_n[s], CHORUS_FLOAT32, s);
-        if (r != CHORUS_OK) return group_fail(p, r, 0, "gathering the parameters");
+            chorus_broadcast(p->pipe, full + p->stage_off[s], p->stage_n[s], CHORUS_FLOAT32, s);
+        if (r != CHORUS_OK) return group_fail(p, r, 0, "gathering the stages' slices");
     }
     return CHORUS_OK;
+}
+
+void nn_pipe_slice(const nn_pipe *p, const float *full, float *stage)
+{
+    memcpy(stage, full + p->stage_off[p->stage], p->stage_n[p->stage] * sizeof(float));
 }
 
 void nn_pipe_get_stats(const nn_pipe *p, nn_pipe_stats *st)

@@ -162,7 +162,6 @@ static void check_pipeline_opts(opts *o)
     if (o->accum > 1) die("--pipeline-stages cuts each step into --microbatches; drop --accum");
     if (strcmp(o->mode, "allreduce"))
         die("--pipeline-stages works with --mode allreduce only, not '%s'", o->mode);
-    if (o->ckpt_dir) die("--pipeline-stages does not write checkpoints yet: drop --checkpoint-dir");
 }
 
 static void parse(int argc, char **argv, opts *o)
@@ -473,6 +472,7 @@ typedef struct trainer {
     nn_pipe *pipe;        /* --pipeline-stages: this rank's stage; t->m then only evaluates */
     float *pipe_x;        /* (max_local, features) the step's samples on stage 0 */
     int32_t *pipe_y;      /* (max_local) their labels */
+    nn_optim pipe_opt;    /* the stage's optimizer (t->opt is the whole model's, for checkpoints) */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -816,14 +816,34 @@ static void prepare_run(trainer *t)
     t->last_test_acc = -1.0;
 }
 
+static void pipeline_gather_state(trainer *t);
+
 /* Step: rank 0 saves a checkpoint of the current state. */
 static void save_checkpoint(trainer *t)
 {
+    if (t->pipe) { /* every rank gathers; rank 0 writes */
+        pipeline_gather_state(t);
+        int writer = t->rank == 0;
+        if (writer && nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st))
+            die("%s", nn_last_error());
+        nn_optim_free(&t->opt);
+        return;
+    }
     /* --mode ps-*: every server's shard first, so that a step the trainer's checkpoint names
      * always has its shards on disk */
     if (t->ps && chorus_ps_save(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
         die("%s", chorus_ps_last_error(t->ps));
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: o as the run's optimizer over n parameters (the stage's, or the whole
+ * model's while a checkpoint is written). */
+static void pipeline_optim_init(trainer *t, nn_optim *o, size_t n)
+{
+    chorus_result r = !strcmp(t->o.optim, "adamw")
+                          ? nn_optim_init_adamw(o, n, 0.9f, 0.999f, 1e-8f, t->o.wd)
+                          : nn_optim_init_sgd(o, n, t->o.momentum, t->o.nesterov, t->o.wd);
+    if (r) die("out of memory for the optimizer");
 }
 
 /* Step (--pipeline-stages): this rank becomes one stage of a pipeline of consecutive ranks;
@@ -847,13 +867,7 @@ static void start_pipeline(trainer *t)
     chorus_pipe_kind_parse(o->pipe_schedule, &kind);
     if (nn_pipe_create(t->m, t->comm, P, M, kind, max_micro < 1 ? 1 : max_micro, &t->pipe))
         die("%s", nn_last_error());
-    nn_model *sm = nn_pipe_model(t->pipe);
-    nn_optim_free(&t->opt);
-    chorus_result orc =
-        !strcmp(o->optim, "adamw")
-            ? nn_optim_init_adamw(&t->opt, sm->nparams, 0.9f, 0.999f, 1e-8f, o->wd)
-            : nn_optim_init_sgd(&t->opt, sm->nparams, o->momentum, o->nesterov, o->wd);
-    if (orc) die("out of memory for the optimizer");
+    pipeline_optim_init(t, &t->pipe_opt, nn_pipe_model(t->pipe)->nparams);
     t->world = D; /* the learning rate scales with the data-parallel replicas (--scale-lr) */
     t->pipe_x =
         malloc((t->max_local ? t->max_local : 1) * nn_model_in_features(t->m) * sizeof(float));
@@ -899,7 +913,8 @@ static int pipeline_counts(trainer *t)
 /* --pipeline-stages: every stage's parameters into t->m (for evaluation and --dump-params). */
 static void pipeline_gather(trainer *t)
 {
-    if (nn_pipe_gather_params(t->pipe, t->m->params)) die("%s", nn_last_error());
+    if (nn_pipe_gather(t->pipe, nn_pipe_model(t->pipe)->params, t->m->params))
+        die("%s", nn_last_error());
 }
 
 /* --pipeline-stages: test accuracy through the pipeline (no rank holds the whole model):
@@ -927,10 +942,36 @@ static double pipeline_evaluate(trainer *t, double *loss_out)
     return acc[1] / acc[2];
 }
 
+/* --pipeline-stages, after the parameters (and a resumed optimizer state) reached every rank:
+ * this stage's slices of them; the whole model's optimizer state is then dropped. */
+static void pipeline_take_state(trainer *t)
+{
+    nn_model *sm = nn_pipe_model(t->pipe);
+    nn_pipe_slice(t->pipe, t->m->params, sm->params);
+    if (t->opt.m) nn_pipe_slice(t->pipe, t->opt.m, t->pipe_opt.m);
+    if (t->opt.v) nn_pipe_slice(t->pipe, t->opt.v, t->pipe_opt.v);
+    t->pipe_opt.t = t->opt.t;
+    nn_optim_free(&t->opt);
+}
+
+/* --pipeline-stages, before a checkpoint (collective over the pipeline): every stage's
+ * parameters and optimizer state into the whole model's t->m and t->opt, which rank 0 saves
+ * as an unsplit run would (so either kind of run resumes from it). */
+static void pipeline_gather_state(trainer *t)
+{
+    nn_optim_free(&t->opt);
+    pipeline_optim_init(t, &t->opt, t->m->nparams);
+    pipeline_gather(t);
+    if ((t->pipe_opt.m && nn_pipe_gather(t->pipe, t->pipe_opt.m, t->opt.m)) ||
+        (t->pipe_opt.v && nn_pipe_gather(t->pipe, t->pipe_opt.v, t->opt.v)))
+        die("%s", nn_last_error());
+    t->opt.t = t->pipe_opt.t;
+}
+
 /* --pipeline-stages: rank 0's memory and bubble lines for every rank. */
 static void pipeline_report(trainer *t)
 {
-    if (train_pipe_report(t->pipe, t->comm, &t->opt, t->rank == 0, t->o.pipe_schedule,
+    if (train_pipe_report(t->pipe, t->comm, &t->pipe_opt, t->rank == 0, t->o.pipe_schedule,
                           t->o.microbatches, t->metrics))
         die("gathering the pipeline report: %s", chorus_last_error(t->comm));
 }
@@ -994,7 +1035,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             (double)lr);
     }
     nn_model *um = t->pipe ? nn_pipe_model(t->pipe) : m; /* the parameters this rank updates */
-    if (!t->ps) nn_optim_step(&t->opt, um->params, um->grads, lr);
+    if (!t->ps) nn_optim_step(t->pipe ? &t->pipe_opt : &t->opt, um->params, um->grads, lr);
     st->global_step++;
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
     st->step_in_epoch = step + 1 == t->steps_per_epoch ? 0 : step + 1;
@@ -1039,7 +1080,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             ep->last_print = t1;
         }
     }
-    if (t->rank == 0 && o->ckpt_every && st->global_step % (uint64_t)o->ckpt_every == 0)
+    if ((t->rank == 0 || t->pipe) && o->ckpt_every &&
+        st->global_step % (uint64_t)o->ckpt_every == 0)
         save_checkpoint(t);
 }
 
@@ -1132,7 +1174,7 @@ static int train_epoch(trainer *t, uint64_t epoch)
     if (stop && ep.n == 0) return 1;
     if (t->rank == 0 && t->tty) printf("\n");
     report_epoch(t, epoch, &ep);
-    if (t->rank == 0 && o->ckpt_dir &&
+    if ((t->rank == 0 || t->pipe) && o->ckpt_dir &&
         !(o->ckpt_every && t->st.global_step % (uint64_t)o->ckpt_every == 0))
         save_checkpoint(t);
     return stop;
@@ -1207,6 +1249,7 @@ static void finish(trainer *t)
     free(t->y);
     free(t->dl);
     nn_optim_free(&t->opt);
+    nn_optim_free(&t->pipe_opt);
     nn_sampler_free(&t->sampler);
     nn_model_destroy(t->m);
     nn_pipe_destroy(t->pipe);
@@ -1236,6 +1279,7 @@ int main(int argc, char **argv)
     if (t.o.resume) restore_checkpoint(&t);
     if (t.o.ckpt_dir) claim_checkpoint_dir(&t);
     prepare_run(&t);
+    if (t.pipe) pipeline_take_state(&t);
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)
         if (train_epoch(&t, epoch)) break;
     end_training(&t);

@@ -477,10 +477,13 @@ chorus_result nn_pipe_evaluate(nn_pipe *p, const float *x, const int32_t *y, int
  * Errors: the allreduce's, with the message naming the stage. */
 chorus_result nn_pipe_sync_grads(nn_pipe *p);
 
-/* Collective over the pipeline: every stage's parameters into params (the full model's
- * layout, nparams of the full model), on every rank of the pipeline. Errors: the
- * broadcasts'. */
-chorus_result nn_pipe_gather_params(nn_pipe *p, float *params);
+/* Collective over the pipeline: every stage's slice of a buffer laid out as the full model's
+ * parameters (the parameters themselves, or optimizer state) into full (nparams of the full
+ * model), on every rank of the pipeline; stage is this stage's slice (its model's nparams).
+ * Errors: the broadcasts', with a message naming the stage. */
+chorus_result nn_pipe_gather(nn_pipe *p, const float *stage, float *full);
+/* This stage's slice of full (laid out as the full model's parameters) into stage. */
+void nn_pipe_slice(const nn_pipe *p, const float *full, float *stage);
 
 /* Fills *st with this rank's measurements. */
 void nn_pipe_get_stats(const nn_pipe *p, nn_pipe_stats *st);

@@ -70,7 +70,7 @@ static void run(chorus_comm *world, chorus_pipe_kind kind, const float *x, const
         ASSERT_NN_OK(nn_pipe_sync_grads(p));
         nn_optim_step(&o, sm->params, sm->grads, lr);
     }
-    ASSERT_NN_OK(nn_pipe_gather_params(p, full->params));
+    ASSERT_NN_OK(nn_pipe_gather(p, sm->params, full->params));
     for (size_t i = 0; i < ref->nparams; i++)
         if (memcmp(&ref->params[i], &full->params[i], sizeof(float)))
             test_fail(__FILE__, __LINE__, "%s, %d stages: parameter %zu is %.9g, unsplit %.9g",

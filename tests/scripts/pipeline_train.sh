@@ -8,6 +8,10 @@
 #                 parallelism with --accum 4 (a stage's gradients are summed over its 2
 #                 replicas only); rank 0 prints every rank's memory and bubble lines and the
 #                 metrics end with the {"memory":[...]} line
+#   ckpt          2 stages with AdamW checkpoint halfway (rank 0 writes the whole model's
+#                 parameters and optimizer state, gathered from the stages); resuming in the
+#                 pipeline, or on one rank with --accum 4, ends with the parameters of one
+#                 rank never stopped
 #   kill          3 stages; the middle stage's rank is killed mid-run: both neighbours fail
 #                 naming it
 #   accuracy      chorus-run -np 2 chorus-train --model mlp --epochs 3 --pipeline-stages 2
@@ -65,6 +69,27 @@ grid)
         { tail -2 "$d/m.jsonl"; echo "no final memory line in the metrics"; exit 1; }
     echo "2 pipelines x 2 stages: parameters identical to 2 ranks of data parallelism with --accum 4"
     ;;
+ckpt)
+    # AdamW, so the optimizer state matters; checkpoints halfway
+    c="--no-eval --batch 96 --seed 7 --optim adamw"
+    pp="--pipeline-stages 2 --microbatches 4"
+    half=$((steps / 2))
+    chorus-run -np 1 chorus-train $c --accum 4 --max-steps $steps --dump-params "$d/ref" \
+        > "$d/ref.log" 2>&1 || { cat "$d/ref.log"; exit 1; }
+    chorus-run -np 2 chorus-train $c $pp --max-steps $half --checkpoint-dir "$d/ck" \
+        > "$d/first.log" 2>&1 || { cat "$d/first.log"; exit 1; }
+    cp -r "$d/ck" "$d/ck2"
+    chorus-run -np 2 chorus-train $c $pp --max-steps $steps --checkpoint-dir "$d/ck" --resume \
+        --dump-params "$d/pp" > "$d/pp.log" 2>&1 || { cat "$d/pp.log"; exit 1; }
+    grep "resumed from" "$d/pp.log"
+    grep -q "resumed from .*: epoch 1, step $half" "$d/pp.log" || exit 1
+    same "$d/ref.0" "$d/pp" 0 1
+    chorus-run -np 1 chorus-train $c --accum 4 --max-steps $steps --checkpoint-dir "$d/ck2" \
+        --resume --dump-params "$d/un" > "$d/un.log" 2>&1 || { cat "$d/un.log"; exit 1; }
+    grep -q "resumed from .*: epoch 1, step $half" "$d/un.log" || { cat "$d/un.log"; exit 1; }
+    same "$d/ref.0" "$d/un" 0
+    echo "a pipeline checkpoint resumes, in a pipeline or on one rank, to the parameters of a run never stopped"
+    ;;
 kill)
     chorus-run -np 3 chorus-train --no-eval --batch 64 --pipeline-stages 3 --microbatches 4 \
         --log-every 1 > "$d/k.log" 2>&1 &
@@ -121,5 +146,5 @@ bad)
     expect "--pipeline-stages 2 does not divide the 3 ranks" \
         chorus-run -np 3 chorus-train --pipeline-stages 2 --max-steps 1
     ;;
-*) echo "usage: pipeline_train.sh equal gpipe|1f1b | grid | kill | accuracy | bad"; exit 2 ;;
+*) echo "usage: pipeline_train.sh equal gpipe|1f1b | grid | ckpt | kill | accuracy | bad"; exit 2 ;;
 esac

@@ -8,7 +8,7 @@
 #   sh bench/pipeline.sh     BUILD=build MODEL=large STAGES=2 MICRO=8 BATCH=256 WARMUP=2 STEPS=10
 #
 # MODEL: large (784-1024x8-10, whose equal hidden layers cut into balanced stages) where the
-# trainer has it, else mlp (its first layer holds 3/4 of the compute, so its second stage idles
+# trainer has it, else mlp (its first layer holds 2/3 of a step's compute, so its second stage idles
 # most of the step whatever the schedule). Checks the targets: 1F1B's activations below GPipe's,
 # and every stage's measured bubble within 10% (relative) of the formula; prints a Markdown
 # table (docs/PERFORMANCE.md) and the load average. Exit status 1 when a target is missed.

@@ -55,14 +55,18 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Forward multiply-adds of a layer per sample (others: their output size). */
-static double layer_cost(const nn_layer *L)
+/* Multiply-adds of layer i per sample in a training step: forward, weight gradient, and
+ * input gradient (which the model's first layer does not compute); other layers count their
+ * output size, forward and backward. */
+static double layer_cost(const nn_layer *L, int i)
 {
+    double macs;
     switch (L->kind) {
-    case NN_LINEAR: return (double)nn__in_features(L) * (double)L->out_c;
-    case NN_CONV2D: return (double)L->in_c * L->k * L->k * (double)nn__out_features(L);
-    default: return (double)nn__out_features(L);
+    case NN_LINEAR: macs = (double)nn__in_features(L) * (double)L->out_c; break;
+    case NN_CONV2D: macs = (double)L->in_c * L->k * L->k * (double)nn__out_features(L); break;
+    default: return 2.0 * (double)nn__out_features(L);
     }
+    return (i == 0 ? 2.0 : 3.0) * macs;
 }
 
 /* Cuts n layers into p consecutive non-empty groups minimising the largest group's cost
@@ -79,7 +83,7 @@ static chorus_result balance(const nn_model *full, int p, int *first)
         free(cut);
         return nn__fail(CHORUS_ERR_NOMEM, "pipeline: out of memory");
     }
-    for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + layer_cost(&full->layers[i]);
+    for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + layer_cost(&full->layers[i], i);
 #define AT(a, k, i) a[(size_t)(k) * (size_t)(n + 1) + (size_t)(i)]
     /* best(k, i): the least largest cost of the first i layers in k groups */
     for (int i = 0; i <= n; i++) AT(best, 1, i) = pre[i];

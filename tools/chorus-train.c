@@ -138,7 +138,7 @@ static void usage(FILE *f)
             "                         of --epochs; one test-set evaluation at the end instead\n"
             "                         of one per epoch (for comparing modes at equal time)\n"
             "  --pipeline-stages P    cut the model's layers into P stages on consecutive\n"
-            "                         ranks (balanced by forward compute); the world is\n"
+            "                         ranks (balanced by compute); the world is\n"
             "                         (data-parallel replicas) x P ranks\n"
             "  --microbatches M       pipeline: micro-batches per step (4)\n"
             "  --schedule S           pipeline: gpipe (all forwards, then all backwards) or\n"
@@ -875,7 +875,7 @@ static void start_pipeline(trainer *t)
     if (!t->pipe_x || !t->pipe_y) die("out of memory");
     if (t->rank == 0)
         printf("pipeline: %d stages x %d replica%s (%d ranks), %d micro-batches of up to %d "
-               "samples per step, schedule %s; layers cut by forward compute\n",
+               "samples per step, schedule %s; layers cut by compute\n",
                P, D, D > 1 ? "s" : "", size, M, max_micro, o->pipe_schedule);
 }
 

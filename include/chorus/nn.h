@@ -438,8 +438,9 @@ typedef struct nn_pipe_stats {
 } nn_pipe_stats;
 
 /* Collective over world: cuts full (a finalized model, its parameters initialised the same
- * on every rank) into `stages` stages balanced by forward compute (multiply-adds of linear
- * and conv2d layers; other layers count their output size), and sets this rank up as its
+ * on every rank) into `stages` stages balanced by compute (multiply-adds of a training step in
+ * linear and conv2d layers: forward, weight and input gradients; other layers count their
+ * output size), minimising the largest stage's, and sets this rank up as its
  * stage, for micro-batches of up to max_micro samples, m = micro per step, under schedule
  * kind. The stage copies its slice of full's parameters; full is not kept. Errors:
  * CHORUS_ERR_INVALID_ARG with the reason (a world size not a multiple of stages, more stages

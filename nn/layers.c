@@ -363,11 +363,10 @@ const float *nn_forward(nn_model *m, const float *x, int B)
     return cur;
 }
 
-const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which, int B)
+const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which, int B, int need_dx)
 {
     nn_layer *L = &m->layers[i];
     size_t n = (size_t)B * nn__out_features(L);
-    int need_dx = i > 0;
     int elementwise = L->kind == NN_RELU || L->kind == NN_GELU || L->kind == NN_DROPOUT ||
                       L->kind == NN_LAYERNORM;
     if (L->kind == NN_FLATTEN || (L->kind == NN_DROPOUT && (!m->training || L->p == 0.0f)))
@@ -409,15 +408,30 @@ const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which,
     return dx;
 }
 
-void nn_backward(nn_model *m, const float *dout, int B)
+/* The backward loop; with want_dx the first layer's input gradient too, returned (a model
+ * buffer, or dout itself when every layer is an identity; NULL with recomputation, which does
+ * not keep it). */
+static const float *backward(nn_model *m, const float *dout, int B, int want_dx)
 {
     if (m->recompute) {
         nn__backward_recompute(m, dout, B);
-        return;
+        return NULL;
     }
     const float *dy = dout;
     int which = -1; /* index of the dbuf holding dy, -1 for the caller's buffer */
-    for (int i = m->nlayers - 1; i >= 0 && dy; i--) dy = nn__layer_backward(m, i, dy, &which, B);
+    for (int i = m->nlayers - 1; i >= 0 && dy; i--)
+        dy = nn__layer_backward(m, i, dy, &which, B, i > 0 || want_dx);
+    return dy;
+}
+
+void nn_backward(nn_model *m, const float *dout, int B)
+{
+    backward(m, dout, B, 0);
+}
+
+const float *nn_backward_input(nn_model *m, const float *dout, int B)
+{
+    return backward(m, dout, B, 1);
 }
 
 double nn_xent(const float *logits, const int32_t *labels, int B, int C, float grad_scale,

@@ -41,8 +41,9 @@ int nn__ckpt_payload_step(const void *buf, size_t len, uint64_t *step);
 const float *nn__layer_forward(nn_model *m, int i, const float *cur, int *owned, int B);
 /* One layer of the backward pass (layers.c): differentiates layer i given dy, the gradient
  * w.r.t. its output, held by dbuf *which (-1: the caller's buffer). Returns the gradient
- * w.r.t. its input and updates *which, or NULL when layer i is the first (nothing below). */
-const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which, int B);
+ * w.r.t. its input and updates *which, or NULL when need_dx is 0 (nothing below wants it). */
+const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which, int B,
+                                int need_dx);
 
 /* Activation recomputation (recompute.c): marks the segment ends and the layers whose output
  * buffer can come from the shared pool (before finalize allocates); allocates the pool and

@@ -99,7 +99,7 @@ void nn__backward_recompute(nn_model *m, const float *dout, int B)
             for (int i = lo; i <= hi; i++) cur = nn__layer_forward(m, i, cur, &owned, B);
         }
         for (int i = hi; i >= lo; i--)
-            if (!(dy = nn__layer_backward(m, i, dy, &which, B))) return;
+            if (!(dy = nn__layer_backward(m, i, dy, &which, B, i > 0))) return;
         hi = lo - 1;
     }
 }

@@ -28,6 +28,7 @@
 #include "train_parallel.h"
 #include "train_tb.h"
 #include "train_balance.h"
+#include "train_pipe.h"
 
 typedef struct opts {
     const char *model;
@@ -67,6 +68,10 @@ typedef struct opts {
     int balance_every;          /* steps between re-balancings */
     const char *balance_shares; /* fixed uneven shares (tests of the weighting), or NULL */
     double straggler_timeout;   /* ps-*: report exchanges longer than this (s), 0: never */
+
+    int pipe_stages;           /* --pipeline-stages P, 0: no pipeline */
+    int microbatches;          /* --microbatches M per step and pipeline */
+    const char *pipe_schedule; /* --schedule gpipe|1f1b */
 } opts;
 
 static int g_rank;
@@ -162,7 +167,45 @@ static void usage(FILE *f)
             "  --straggler-timeout S  ps-*: a worker reports each exchange with the servers\n"
             "                         that took longer than S seconds, and why (allreduce\n"
             "                         names slow ranks in the progress line by itself)\n"
+            "  --pipeline-stages P    cut the model's layers into P stages on consecutive\n"
+            "                         ranks (balanced by compute); the world is\n"
+            "                         (data-parallel replicas) x P ranks\n"
+            "  --microbatches M       pipeline: micro-batches per step (4)\n"
+            "  --schedule S           pipeline: gpipe (all forwards, then all backwards) or\n"
+            "                         1f1b (bounded activation memory) (1f1b)\n"
             "  --version              print the version and exit\n");
+}
+
+/* --pipeline-stages and its companions: what they combine with. */
+static void check_pipeline_opts(opts *o)
+{
+    if (!o->pipe_stages) {
+        if (o->microbatches || o->pipe_schedule)
+            die("--microbatches and --schedule need --pipeline-stages");
+        return;
+    }
+    chorus_pipe_kind k;
+    if (!o->pipe_schedule) o->pipe_schedule = "1f1b";
+    if (chorus_pipe_kind_parse(o->pipe_schedule, &k) != CHORUS_OK)
+        die("--schedule must be gpipe or 1f1b, not '%s'", o->pipe_schedule);
+    if (!o->microbatches) o->microbatches = 4;
+    if (o->accum > 1) die("--pipeline-stages cuts each step into --microbatches; drop --accum");
+    if (strcmp(o->mode, "allreduce"))
+        die("--pipeline-stages works with --mode allreduce only, not '%s'", o->mode);
+    if (o->par.tp > 1 || o->par.zero || o->par.recompute)
+        die("--pipeline-stages does not combine with --tensor-parallel, --zero or --recompute "
+            "(yet): use one way of splitting the model per run");
+    if (o->balance && !strcmp(o->balance, "dynamic"))
+        die("--balance dynamic does not combine with --pipeline-stages: a pipeline's stages "
+            "take the same micro-batches");
+}
+
+/* The long name of option value c in the table lo. */
+static const char *opt_name(const struct option *lo, int c)
+{
+    for (; lo->name; lo++)
+        if (lo->val == c) return lo->name;
+    return "?";
 }
 
 static void parse(int argc, char **argv, opts *o)
@@ -230,7 +273,10 @@ static void parse(int argc, char **argv, opts *o)
         O_BALANCE,
         O_BALEVERY,
         O_BALSHARES,
-        O_STRAGGLER
+        O_STRAGGLER,
+        O_PSTAGES,
+        O_MICRO,
+        O_PSCHED
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
                                        {"epochs", 1, 0, O_EPOCHS},
@@ -268,6 +314,9 @@ static void parse(int argc, char **argv, opts *o)
                                        {"balance-every", 1, 0, O_BALEVERY},
                                        {"balance-shares", 1, 0, O_BALSHARES},
                                        {"straggler-timeout", 1, 0, O_STRAGGLER},
+                                       {"pipeline-stages", 1, 0, O_PSTAGES},
+                                       {"microbatches", 1, 0, O_MICRO},
+                                       {"schedule", 1, 0, O_PSCHED},
                                        {"help", 0, 0, O_HELP},
                                        {"tensor-parallel", 1, 0, O_TP},
                                        {"zero", 1, 0, O_ZERO},
@@ -281,7 +330,7 @@ static void parse(int argc, char **argv, opts *o)
         errno = 0;                                                                                 \
         dst = conv;                                                                                \
         if (errno || *end || end == optarg || !(lo_ok))                                            \
-            die("bad value '%s' for --%s (see --help)", optarg, lo[c - O_MODEL].name);             \
+            die("bad value '%s' for --%s (see --help)", optarg, opt_name(lo, c));                  \
     } while (0)
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
@@ -330,6 +379,13 @@ static void parse(int argc, char **argv, opts *o)
         case O_STRAGGLER:
             NUM(o->straggler_timeout, strtod(optarg, &end), o->straggler_timeout > 0);
             break;
+        case O_PSTAGES:
+            NUM(o->pipe_stages, (int)strtol(optarg, &end, 10), o->pipe_stages > 0);
+            break;
+        case O_MICRO:
+            NUM(o->microbatches, (int)strtol(optarg, &end, 10), o->microbatches > 0);
+            break;
+        case O_PSCHED: o->pipe_schedule = optarg; break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         case O_TP: NUM(o->par.tp, (int)strtol(optarg, &end, 10), o->par.tp > 0); break;
@@ -371,6 +427,7 @@ static void parse(int argc, char **argv, opts *o)
         die("--straggler-timeout is for --mode ps-sync, ps-async and ps-ssp; with allreduce a "
             "rank far slower than the others is named in the progress line");
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
+    check_pipeline_opts(o);
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
     if (o->epochs < 0) o->epochs = cnn ? 8 : 10;
@@ -510,6 +567,10 @@ typedef struct trainer {
     train_tb tb;          /* TensorBoard scalars (train_tb.c) */
     uint64_t tb_pushed;   /* ps: bytes pushed before this step */
     train_balance *bal;   /* --mode allreduce: per-rank monitoring and load balancing */
+    nn_pipe *pipe;        /* --pipeline-stages: this rank's stage; t->m then only evaluates */
+    float *pipe_x;        /* (max_local, features) the step's samples on stage 0 */
+    int32_t *pipe_y;      /* (max_local) their labels */
+    nn_optim pipe_opt;    /* the stage's optimizer (t->opt is the whole model's, for checkpoints) */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -880,9 +941,19 @@ static void prepare_run(trainer *t)
     t->last_test_acc = -1.0;
 }
 
+static void pipeline_gather_state(trainer *t);
+
 /* Step: rank 0 saves a checkpoint of the current state. */
 static void save_checkpoint(trainer *t)
 {
+    if (t->pipe) { /* every rank gathers; rank 0 writes */
+        pipeline_gather_state(t);
+        int writer = t->rank == 0;
+        if (writer && nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st))
+            die("%s", nn_last_error());
+        nn_optim_free(&t->opt);
+        return;
+    }
     /* --mode ps-*: every server's shard first, so that a step the trainer's checkpoint names
      * always has its shards on disk */
     if (t->ps && chorus_ps_save(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
@@ -891,6 +962,146 @@ static void save_checkpoint(trainer *t)
     if (t->bal && balance_save(t->bal, t->o.ckpt_dir, t->st.global_step, why, sizeof(why)))
         die("saving the load balancer's shares: %s", why);
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: o as the run's optimizer over n parameters (the stage's, or the whole
+ * model's while a checkpoint is written). */
+static void pipeline_optim_init(trainer *t, nn_optim *o, size_t n)
+{
+    chorus_result r = !strcmp(t->o.optim, "adamw")
+                          ? nn_optim_init_adamw(o, n, 0.9f, 0.999f, 1e-8f, t->o.wd)
+                          : nn_optim_init_sgd(o, n, t->o.momentum, t->o.nesterov, t->o.wd);
+    if (r) die("out of memory for the optimizer");
+}
+
+/* Step (--pipeline-stages): this rank becomes one stage of a pipeline of consecutive ranks;
+ * the sampler is redone over the data-parallel replicas (each pipeline takes a replica's
+ * share of a step) and the optimizer over the stage's parameters. */
+static void start_pipeline(trainer *t)
+{
+    const opts *o = &t->o;
+    int P = o->pipe_stages, M = o->microbatches, size = chorus_size(t->comm);
+    int D = size % P ? 0 : size / P;
+    if (!D)
+        die("--pipeline-stages %d does not divide the %d ranks: the world must be "
+            "(data-parallel replicas) x (stages)",
+            P, size);
+    nn_sampler_free(&t->sampler);
+    if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank / P, D, o->seed))
+        die("cannot set up the sampler (batch %d, %d replicas)", o->batch, D);
+    t->max_local = nn_sampler_max_local(&t->sampler);
+    int max_micro = (int)((t->max_local + (size_t)M - 1) / (size_t)M);
+    chorus_pipe_kind kind;
+    chorus_pipe_kind_parse(o->pipe_schedule, &kind);
+    if (nn_pipe_create(t->m, t->comm, P, M, kind, max_micro < 1 ? 1 : max_micro, &t->pipe))
+        die("%s", nn_last_error());
+    pipeline_optim_init(t, &t->pipe_opt, nn_pipe_model(t->pipe)->nparams);
+    t->world = D; /* the learning rate scales with the data-parallel replicas (--scale-lr) */
+    t->pipe_x =
+        malloc((t->max_local ? t->max_local : 1) * nn_model_in_features(t->m) * sizeof(float));
+    t->pipe_y = malloc((t->max_local ? t->max_local : 1) * sizeof(int32_t));
+    if (!t->pipe_x || !t->pipe_y) die("out of memory");
+    if (t->rank == 0)
+        printf("pipeline: %d stages x %d replica%s (%d ranks), %d micro-batches of up to %d "
+               "samples per step, schedule %s; layers cut by compute\n",
+               P, D, D > 1 ? "s" : "", size, M, max_micro, o->pipe_schedule);
+}
+
+/* --pipeline-stages: this stage's forwards and backwards of the step's micro-batches (loss
+ * and hits in stats on the last stage). */
+static void pipeline_forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float scale,
+                                      double *stats)
+{
+    nn_dataset_batch(&t->train, idx, (int)nloc, t->pipe_x, t->pipe_y);
+    if (nn_pipe_step(t->pipe, t->pipe_x, t->pipe_y, (int)nloc, scale, t->st.global_step, stats))
+        die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: sums the stage's gradients over its replicas, timed as the blocking
+ * --grad-sync modes time theirs (for the communication line). */
+static chorus_result pipeline_sync_grads(trainer *t)
+{
+    double t0 = now_s();
+    chorus_result r = nn_pipe_sync_grads(t->pipe);
+    double dt = now_s() - t0;
+    t->dist.comm_s += dt;
+    t->dist.wait_s += dt;
+    t->dist.grad_wait_s += dt;
+    return r;
+}
+
+/* --pipeline-stages: whether this rank counts the step's samples (the last stage does). */
+static int pipeline_counts(trainer *t)
+{
+    nn_pipe_stats st;
+    nn_pipe_get_stats(t->pipe, &st);
+    return st.stage == st.stages - 1;
+}
+
+/* --pipeline-stages: every stage's parameters into t->m (for evaluation and --dump-params). */
+static void pipeline_gather(trainer *t)
+{
+    if (nn_pipe_gather(t->pipe, nn_pipe_model(t->pipe)->params, t->m->params))
+        die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: test accuracy through the pipeline (no rank holds the whole model):
+ * each pipeline takes a slice of the test set, as evaluate() gives each rank one. */
+static double pipeline_evaluate(trainer *t, double *loss_out)
+{
+    nn_pipe_stats st;
+    nn_pipe_get_stats(t->pipe, &st);
+    size_t n = (size_t)t->test.n, per = (n + (size_t)st.replicas - 1) / (size_t)st.replicas;
+    size_t lo = per * (size_t)st.replica, hi = lo + per < n ? lo + per : n;
+    size_t chunk = t->max_local ? t->max_local : 1;
+    double acc[3] = {0, 0, 0};
+    uint32_t *idx = malloc(chunk * sizeof(uint32_t));
+    if (!idx) die("out of memory");
+    for (size_t s = lo; s < hi; s += chunk) {
+        int B = (int)(hi - s < chunk ? hi - s : chunk);
+        for (int i = 0; i < B; i++) idx[i] = (uint32_t)(s + (size_t)i);
+        nn_dataset_batch(&t->test, idx, B, t->pipe_x, t->pipe_y);
+        if (nn_pipe_evaluate(t->pipe, t->pipe_x, t->pipe_y, B, acc)) die("%s", nn_last_error());
+        if (st.stage == st.stages - 1) acc[2] += B;
+    }
+    free(idx);
+    if (nn_dist_sum(&t->dist, acc, 3)) die("%s", nn_last_error());
+    *loss_out = acc[0] / acc[2];
+    return acc[1] / acc[2];
+}
+
+/* --pipeline-stages, after the parameters (and a resumed optimizer state) reached every rank:
+ * this stage's slices of them; the whole model's optimizer state is then dropped. */
+static void pipeline_take_state(trainer *t)
+{
+    nn_model *sm = nn_pipe_model(t->pipe);
+    nn_pipe_slice(t->pipe, t->m->params, sm->params);
+    if (t->opt.m) nn_pipe_slice(t->pipe, t->opt.m, t->pipe_opt.m);
+    if (t->opt.v) nn_pipe_slice(t->pipe, t->opt.v, t->pipe_opt.v);
+    t->pipe_opt.t = t->opt.t;
+    nn_optim_free(&t->opt);
+}
+
+/* --pipeline-stages, before a checkpoint (collective over the pipeline): every stage's
+ * parameters and optimizer state into the whole model's t->m and t->opt, which rank 0 saves
+ * as an unsplit run would (so either kind of run resumes from it). */
+static void pipeline_gather_state(trainer *t)
+{
+    nn_optim_free(&t->opt);
+    pipeline_optim_init(t, &t->opt, t->m->nparams);
+    pipeline_gather(t);
+    if ((t->pipe_opt.m && nn_pipe_gather(t->pipe, t->pipe_opt.m, t->opt.m)) ||
+        (t->pipe_opt.v && nn_pipe_gather(t->pipe, t->pipe_opt.v, t->opt.v)))
+        die("%s", nn_last_error());
+    t->opt.t = t->pipe_opt.t;
+}
+
+/* --pipeline-stages: rank 0's memory and bubble lines for every rank. */
+static void pipeline_report(trainer *t)
+{
+    if (train_pipe_report(t->pipe, t->comm, &t->pipe_opt, t->rank == 0, t->o.pipe_schedule,
+                          t->o.microbatches, t->metrics))
+        die("gathering the pipeline report: %s", chorus_last_error(t->comm));
 }
 
 /* One optimizer step: forward and backward over this rank's share of global step `step`
@@ -913,7 +1124,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     double stats[3] = {0, 0, 0};
     nn_zero_grad(m);
     size_t off = 0;
-    for (int k = 0; k < o->accum; k++) {
+    if (t->pipe) pipeline_forward_backward(t, idx, nloc, scale, stats);
+    for (int k = 0; !t->pipe && k < o->accum; k++) {
         size_t nb = nloc / (size_t)o->accum + ((size_t)k < nloc % (size_t)o->accum);
         m->step = st->global_step * (uint64_t)o->accum + (uint64_t)k;
         nn_dataset_batch(&t->train, idx + off, (int)nb, t->x, t->y);
@@ -930,6 +1142,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     }
     stats[2] = (double)nloc;
     double t_fb = now_s() - t0; /* forward and backward of this rank's share */
+    if (t->pipe && !pipeline_counts(t)) stats[2] = 0;
     if (t->ps) { /* loss and accuracy stay this worker's own: the workers do not meet */
         if (!isfinite(stats[0]) || !isfinite(lr))
             die("step %llu: the loss is %s: training diverged (learning rate %g). Lower --lr",
@@ -938,7 +1151,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         ps_step(t, lr);
         gcount = nloc;
     } else {
-        if (!o->par.zero && nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
+        if (t->pipe ? pipeline_sync_grads(t) : !o->par.zero && nn_dist_sync_grads(d, m))
+            die("%s", nn_last_error());
         if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
     }
     if (!isfinite(stats[0]) || !isfinite(lr)) { /* every rank has the same sum: all stop */
@@ -951,7 +1165,12 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             (unsigned long long)st->global_step + 1, isnan(stats[0]) ? "NaN" : "infinite",
             (double)lr);
     }
-    if (!t->ps) par_optim_step(&t->o.par, m, &t->opt, lr);
+    if (t->pipe) { /* the stage's own parameters */
+        nn_model *um = nn_pipe_model(t->pipe);
+        nn_optim_step(&t->pipe_opt, um->params, um->grads, lr);
+    } else if (!t->ps) {
+        par_optim_step(&t->o.par, m, &t->opt, lr);
+    }
     st->global_step++;
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
     st->step_in_epoch = step + 1 == t->steps_per_epoch ? 0 : step + 1;
@@ -1020,7 +1239,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
                         .bytes_dense = dense};
     char tb_why[600];
     if (train_tb_log_step(&t->tb, &ts, tb_why, sizeof(tb_why))) die("%s", tb_why);
-    if (t->rank == 0 && o->ckpt_every && st->global_step % (uint64_t)o->ckpt_every == 0)
+    if ((t->rank == 0 || t->pipe) && o->ckpt_every &&
+        st->global_step % (uint64_t)o->ckpt_every == 0)
         save_checkpoint(t);
 }
 
@@ -1034,7 +1254,9 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     if (workers_apart(t) && t->rank != 0) eval = 0; /* worker 0 reports */
     if (t->ps && eval) pull_params(t);              /* async workers may hold older ones */
     if (eval)
-        t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss, workers_apart(t));
+        t->last_test_acc =
+            t->pipe ? pipeline_evaluate(t, &test_loss)
+                    : evaluate(t->m, d, &t->test, t->x, t->y, &test_loss, workers_apart(t));
     char tb_why[600];
     if (eval && train_tb_test(&t->tb, (int64_t)t->st.global_step, t->last_test_acc, test_loss,
                               tb_why, sizeof(tb_why)))
@@ -1088,7 +1310,9 @@ static void end_training(trainer *t)
     }
     if (t->o.time_limit <= 0 || t->o.no_eval || (workers_apart(t) && t->rank != 0)) return;
     double test_loss = 0;
-    t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss, workers_apart(t));
+    t->last_test_acc =
+        t->pipe ? pipeline_evaluate(t, &test_loss)
+                : evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss, workers_apart(t));
     if (t->rank == 0)
         printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
                t->last_test_acc);
@@ -1117,7 +1341,7 @@ static int train_epoch(trainer *t, uint64_t epoch)
     if (stop && ep.n == 0) return 1;
     if (t->rank == 0 && t->tty) printf("\n");
     report_epoch(t, epoch, &ep);
-    if (t->rank == 0 && o->ckpt_dir &&
+    if ((t->rank == 0 || t->pipe) && o->ckpt_dir &&
         !(o->ckpt_every && t->st.global_step % (uint64_t)o->ckpt_every == 0))
         save_checkpoint(t);
     return stop;
@@ -1168,7 +1392,9 @@ static void report(trainer *t)
             printf("done: %llu steps (nothing left to train)\n",
                    (unsigned long long)t->st.global_step);
     }
+    if (t->pipe) pipeline_report(t);
     if (o->dump) {
+        if (t->pipe) pipeline_gather(t);
         char path[4096];
         snprintf(path, sizeof(path), "%s.%d", o->dump, t->rank);
         FILE *f = fopen(path, "wb");
@@ -1193,8 +1419,12 @@ static void finish(trainer *t)
     free(t->dl);
     nn_optim_free(&t->opt);
     balance_destroy(t->bal);
+    nn_optim_free(&t->pipe_opt);
     nn_sampler_free(&t->sampler);
     nn_model_destroy(t->m);
+    nn_pipe_destroy(t->pipe);
+    free(t->pipe_x);
+    free(t->pipe_y);
     nn_dataset_free(&t->train);
     nn_dataset_free(&t->test);
     chorus_finalize(t->comm);
@@ -1209,6 +1439,7 @@ int main(int argc, char **argv)
     start_job(&t);
     load_data(&t);
     build(&t);
+    if (t.o.pipe_stages) start_pipeline(&t);
     if (t.ps) register_params(&t);
     if (t.ps && chorus_ps_is_server(t.ps)) {
         serve_params(&t);
@@ -1220,12 +1451,13 @@ int main(int argc, char **argv)
         die("%s", nn_last_error());
     if (t.o.ckpt_dir) claim_checkpoint_dir(&t);
     prepare_run(&t);
+    if (t.pipe) pipeline_take_state(&t);
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)
         if (train_epoch(&t, epoch)) break;
     end_training(&t);
     par_sync(&t.o.par, t.m);
     report(&t);
-    if (!t.ps) par_report(&t.o.par, t.metrics);
+    if (!t.ps && !t.pipe) par_report(&t.o.par, t.metrics); /* a pipeline reports its own */
     par_free(&t.o.par);
     finish(&t);
     return 0;

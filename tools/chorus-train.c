@@ -192,6 +192,10 @@ static void check_pipeline_opts(opts *o)
     if (o->accum > 1) die("--pipeline-stages cuts each step into --microbatches; drop --accum");
     if (strcmp(o->mode, "allreduce"))
         die("--pipeline-stages works with --mode allreduce only, not '%s'", o->mode);
+    if (o->par.max_mb)
+        die("--max-memory-mb does not work with --pipeline-stages yet: every stage still builds "
+            "the whole model once (to initialise it from the seed and for checkpoints), so the "
+            "budget could not be kept; use --tensor-parallel or --zero to fit a budget");
     if (o->par.tp > 1 || o->par.zero || o->par.recompute)
         die("--pipeline-stages does not combine with --tensor-parallel, --zero or --recompute "
             "(yet): use one way of splitting the model per run");

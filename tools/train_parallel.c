@@ -156,9 +156,8 @@ void par_setup(train_par *p, nn_model *m, const nn_optim *o)
         if (chorus_rank(p->world) == 0)
             die("the model does not fit --max-memory-mb %ld: rank %d would need %.1f MiB (%s). "
                 "Split it: --zero 1|2 (shard the optimizer state and gradients over the "
-                "data-parallel ranks), --tensor-parallel T (split the layers), "
-                "--pipeline-stages P (layers on different ranks) or --recompute (keep fewer "
-                "activations)",
+                "data-parallel ranks), --tensor-parallel T (split the layers) or --recompute (keep "
+                "fewer activations)",
                 p->max_mb, worst, MIB(all[5 * worst + 4]), parts);
         exit(1);
     }

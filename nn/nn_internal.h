@@ -36,4 +36,8 @@ chorus_result nn__fail(chorus_result r, const char *fmt, ...) __attribute__((for
  * header, else 0 (ckpt_payload.c). */
 int nn__ckpt_payload_step(const void *buf, size_t len, uint64_t *step);
 
+/* The blocking modes' gradient sum through d->comp (nn/compress.c): fused, one tensor
+ * "grads"; layer, one per layer, last first. Errors: the compressed allreduce's. */
+chorus_result nn__dist_compressed_sync(nn_dist *d, nn_model *m);
+
 #endif /* CHORUS_NN_INTERNAL_H */

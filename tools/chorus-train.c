@@ -23,6 +23,7 @@
 
 #include "chorus.h"
 #include "chorus/checkpoint.h"
+#include "chorus/engine.h"
 #include "chorus/nn.h"
 #include "chorus/ps.h"
 
@@ -55,6 +56,8 @@ typedef struct opts {
     int servers, staleness;
     const char *ps_grad; /* float32, float16, bfloat16 */
     double time_limit;   /* seconds of training, 0: none */
+    const char *compress; /* gradient compression spec (nn_dist_set_compression) */
+    long eval_every;      /* test-set evaluation every N steps (0: per epoch only) */
 } opts;
 
 static int g_rank;
@@ -131,7 +134,24 @@ static void usage(FILE *f)
             "  --time-limit S         every rank stops training after S seconds; one test-set\n"
             "                         evaluation at the end instead of one per epoch (for\n"
             "                         comparing modes at equal time)\n"
+            "  --compress C           gradient compression with error feedback, every\n"
+            "                         --grad-sync mode: none|fp16|bf16|topk:R|randomk:R|\n"
+            "                         powersgd:N (R: fraction of elements sent, N: rank) (none)\n"
+            "  --eval-every N         also evaluate on the test set every N steps; the\n"
+            "                         line and the metrics give the training time so far\n"
+            "                         (evaluations excluded), for time-to-accuracy (0)\n"
             "  --version              print the version and exit\n");
+}
+
+/* --compress: a spec the library knows, in a mode that reduces gradients with allreduce. */
+static void check_compress(const opts *o)
+{
+    chorus_compressor *c = NULL;
+    if (chorus_compressor_create(o->compress, 0, &c) != CHORUS_OK)
+        die("--compress: %s", chorus_last_error(NULL));
+    chorus_compressor_destroy(c);
+    if (c && strcmp(o->mode, "allreduce"))
+        die("--compress is for --mode allreduce (the parameter server has --ps-grad-dtype)");
 }
 
 static void parse(int argc, char **argv, opts *o)
@@ -156,6 +176,7 @@ static void parse(int argc, char **argv, opts *o)
     o->servers = 0; /* chorus-run --servers K, else 1 */
     o->staleness = 2;
     o->ps_grad = "float32";
+    o->compress = "none";
     enum {
         O_MODEL = 256,
         O_EPOCHS,
@@ -188,6 +209,8 @@ static void parse(int argc, char **argv, opts *o)
         O_STALE,
         O_PSGRAD,
         O_TIME,
+        O_COMPRESS,
+        O_EVALEVERY,
         O_HELP
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
@@ -221,6 +244,8 @@ static void parse(int argc, char **argv, opts *o)
                                        {"staleness", 1, 0, O_STALE},
                                        {"ps-grad-dtype", 1, 0, O_PSGRAD},
                                        {"time-limit", 1, 0, O_TIME},
+                                       {"compress", 1, 0, O_COMPRESS},
+                                       {"eval-every", 1, 0, O_EVALEVERY},
                                        {"help", 0, 0, O_HELP},
                                        {0, 0, 0, 0}};
     int c;
@@ -270,6 +295,8 @@ static void parse(int argc, char **argv, opts *o)
         case O_STALE: NUM(o->staleness, (int)strtol(optarg, &end, 10), o->staleness >= 0); break;
         case O_PSGRAD: o->ps_grad = optarg; break;
         case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
+        case O_COMPRESS: o->compress = optarg; break;
+        case O_EVALEVERY: NUM(o->eval_every, strtol(optarg, &end, 10), o->eval_every >= 0); break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); exit(2);
@@ -292,6 +319,7 @@ static void parse(int argc, char **argv, opts *o)
     if (strcmp(o->ps_grad, "float32") && strcmp(o->ps_grad, "float16") &&
         strcmp(o->ps_grad, "bfloat16"))
         die("--ps-grad-dtype must be float32, float16 or bfloat16, not '%s'", o->ps_grad);
+    check_compress(o);
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
@@ -408,6 +436,7 @@ typedef struct trainer {
     double t_start, train_time, step_wait, samples_done;
     uint64_t steps_done;
     double last_test_acc; /* -1 until evaluated */
+    double eval_s;        /* --eval-every: seconds spent in those evaluations */
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
 } trainer;
 
@@ -490,6 +519,11 @@ static void build(trainer *t)
     /* Evaluation runs in chunks of max_batch; keep them reasonably large. */
     t->max_batch = max_micro < 256 ? 256 : max_micro;
     t->m = build_model(o, &t->train, t->max_batch);
+    if (!t->ps && nn_dist_set_compression(&t->dist, t->m, o->compress)) die("%s", nn_last_error());
+    if (!t->ps && t->rank == 0 && t->dist.comp && t->world > 1)
+        printf("gradient compression %s (--grad-sync %s): a rank sends %.2f%% of the dense "
+               "gradient bytes per step\n",
+               o->compress, o->sync, 100.0 * nn_dist_compression_ratio(&t->dist, t->m));
     nn_model_init_params(t->m, o->seed);
     t->m->rank = t->rank;
     chorus_result orc =
@@ -912,6 +946,25 @@ static void end_training(trainer *t)
                t->last_test_acc);
 }
 
+/* --eval-every N: a test-set evaluation every N steps, reported with the training time so
+ * far, the evaluations left out (time to accuracy). */
+static void eval_periodic(trainer *t)
+{
+    if (!t->o.eval_every || t->ps || t->st.global_step % (uint64_t)t->o.eval_every) return;
+    double t0 = now_s(), loss = 0;
+    double acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &loss);
+    double trained = t0 - t->t_start - t->eval_s;
+    t->eval_s += now_s() - t0;
+    if (t->rank) return;
+    printf("step %llu after %.2f s of training: test loss %.4f acc %.4f\n",
+           (unsigned long long)t->st.global_step, trained, loss, acc);
+    if (t->metrics)
+        fprintf(t->metrics,
+                "{\"step\":%llu,\"train_s\":%.3f,\"test_loss\":%.6f,\"test_acc\":%.4f,"
+                "\"compress\":\"%s\"}\n",
+                (unsigned long long)t->st.global_step, trained, loss, acc, t->o.compress);
+}
+
 /* Step: one epoch from where the state stands (the sampler position after a resume), then
  * evaluation and the end-of-epoch checkpoint. Returns 1 when the step budget ran out. */
 static int train_epoch(trainer *t, uint64_t epoch)
@@ -927,6 +980,7 @@ static int train_epoch(trainer *t, uint64_t epoch)
             break;
         }
         train_step(t, epoch, step, &ep);
+        eval_periodic(t);
     }
     if (stop && ep.n == 0) return 1;
     if (t->rank == 0 && t->tty) printf("\n");

@@ -154,8 +154,9 @@ const chorus_compressor *chorus_compressor_bf16(void);
  *
  * spec is one of those ("none" gives *out = NULL and CHORUS_OK); dense_below 0 means 1024.
  * Returns CHORUS_ERR_INVALID_ARG for another spec or a ratio outside (0, 1] or a rank outside
- * 1..64 (chorus_last_error(NULL) lists the valid specs), CHORUS_ERR_NOMEM. The compressor is
- * used by one engine or caller at a time per tensor name; destroy it after its last use. */
+ * 1..64 (chorus_last_error(NULL) lists the valid specs), CHORUS_ERR_NOMEM. A compressor is
+ * used by one engine or one calling thread at a time; destroy it after its last use (after the
+ * engine's shutdown). */
 chorus_result chorus_compressor_create(const char *spec, size_t dense_below,
                                        chorus_compressor **out);
 /* Frees a compressor of chorus_compressor_create and its residuals; NULL is ignored. */

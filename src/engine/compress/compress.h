@@ -45,6 +45,7 @@ typedef struct ef_comp {
     double ratio; /* top-k, random-k: fraction of the elements sent */
     int rank;     /* PowerSGD */
     size_t dense_below;
+    uint32_t *hist;     /* top-k: 65536 counters for the threshold (the preparing thread's) */
     pthread_mutex_t mu; /* guards the table (the engine thread and the caller's) */
     ef_tensor **t;
     int nt, cap;

@@ -111,6 +111,7 @@ void chorus_compressor_destroy(chorus_compressor *c)
     ef_comp *s = (ef_comp *)c; /* pub is the first member */
     for (int i = 0; i < s->nt; i++) tensor_free(s->t[i]);
     free(s->t);
+    free(s->hist);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -25,35 +25,39 @@ static chorus_result topk_plan(void *st, const char *tensor, size_t count, choru
     return CHORUS_OK;
 }
 
-/* The k-th largest of a[0..n) (k >= 1), reordering a: quickselect, median-of-three pivots. */
-static float kth_largest(float *a, size_t n, size_t k)
+/* A magnitude as ordered bits: for floats >= 0 the IEEE bits order as the values; NaN
+ * counts as 0 (never picked, it stays in the residual). */
+static uint32_t mag_bits(float x)
 {
-    size_t lo = 0, hi = n - 1, want = k - 1;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        float x = a[lo], y = a[mid], z = a[hi];
-        float piv = x > y ? (y > z ? y : (x > z ? z : x)) : (x > z ? x : (y > z ? z : y));
-        size_t i = lo, j = hi;
-        while (i <= j) {
-            while (a[i] > piv) i++;
-            while (a[j] < piv) j--;
-            if (i <= j) {
-                float tmp = a[i];
-                a[i] = a[j];
-                a[j] = tmp;
-                i++;
-                if (j == 0) break;
-                j--;
-            }
+    uint32_t u;
+    memcpy(&u, &x, sizeof(u));
+    u &= 0x7fffffffu;
+    return u > 0x7f800000u ? 0 : u;
+}
+
+/* The bits of the k-th largest magnitude of m[0..n) (1 <= k <= n): radix select, 16 bits per
+ * pass, two passes over the data whatever the values (many equal ones included). hist holds
+ * 65536 counters. */
+static uint32_t kth_largest(const float *m, size_t n, size_t k, uint32_t *hist)
+{
+    uint32_t prefix = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        memset(hist, 0, 65536 * sizeof(uint32_t));
+        for (size_t i = 0; i < n; i++) {
+            uint32_t b = mag_bits(m[i]);
+            if (pass == 0)
+                hist[b >> 16]++;
+            else if ((b >> 16) == prefix)
+                hist[b & 0xffffu]++;
         }
-        if (want <= j)
-            hi = j;
-        else if (want >= i)
-            lo = i;
-        else
-            return a[want];
+        uint32_t bin = 65535;
+        for (;; bin--) { /* from the top down until the k-th is in this bin */
+            if (hist[bin] >= k || bin == 0) break;
+            k -= hist[bin];
+        }
+        prefix = pass == 0 ? bin : (prefix << 16) | bin;
     }
-    return a[lo];
+    return prefix;
 }
 
 static chorus_result topk_prepare(void *st, const chorus_compress_call *c, const void *src,
@@ -64,20 +68,18 @@ static chorus_result topk_prepare(void *st, const chorus_compress_call *c, const
     ef_tensor *t = chorus__ef_tensor(s, c->tensor, c->count, &why);
     if (!t) return CHORUS_ERR_NOMEM;
     size_t n = c->count, k = c->r->wire_count / 2;
-    if (!t->m && !(t->m = malloc(2 * n * sizeof(float)))) return CHORUS_ERR_NOMEM;
+    if (!t->m && !(t->m = malloc(n * sizeof(float)))) return CHORUS_ERR_NOMEM;
+    if (!s->hist && !(s->hist = malloc(65536 * sizeof(uint32_t)))) return CHORUS_ERR_NOMEM;
     chorus__ef_accumulate(t, src);
-    /* The threshold: the k-th largest magnitude (on a copy, which quickselect reorders). */
-    float *mag = t->m + n;
-    for (size_t i = 0; i < n; i++) mag[i] = t->m[i] < 0 ? -t->m[i] : t->m[i];
-    float thr = kth_largest(mag, n, k);
+    uint32_t thr = kth_largest(t->m, n, k, s->hist);
     int32_t *w = wire;
     size_t got = 0;
     memcpy(t->resid, t->m, n * sizeof(float));
     /* Strictly above the threshold (fewer than k), then ties in index order until k. */
     for (int pass = 0; pass < 2 && got < k; pass++)
         for (size_t i = 0; i < n && got < k; i++) {
-            float a = t->m[i] < 0 ? -t->m[i] : t->m[i];
-            if (pass == 0 ? !(a > thr) : !(a == thr)) continue;
+            uint32_t a = mag_bits(t->m[i]);
+            if (pass == 0 ? a <= thr : a != thr) continue;
             w[2 * got] = (int32_t)i;
             memcpy(&w[2 * got + 1], &t->m[i], sizeof(float));
             t->resid[i] = 0.0f;

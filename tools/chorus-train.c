@@ -54,8 +54,8 @@ typedef struct opts {
     int log_every;
     const char *mode; /* allreduce, ps-sync, ps-async, ps-ssp */
     int servers, staleness;
-    const char *ps_grad; /* float32, float16, bfloat16 */
-    double time_limit;   /* seconds of training, 0: none */
+    const char *ps_grad;  /* float32, float16, bfloat16 */
+    double time_limit;    /* seconds of training, 0: none */
     const char *compress; /* gradient compression spec (nn_dist_set_compression) */
     long eval_every;      /* test-set evaluation every N steps (0: per epoch only) */
 } opts;

@@ -141,8 +141,10 @@ static void error_feedback(const char *spec, int use_engine)
             ASSERT_OK(chorus_compressed_allreduce(comm, ref, "grad", g, out2, N, CHORUS_FLOAT32,
                                                   CHORUS_SUM));
             if (memcmp(out, out2, N * sizeof(float)))
-                test_fail(__FILE__, __LINE__, "step %d: the engine's output differs from "
-                          "chorus_compressed_allreduce's", s);
+                test_fail(__FILE__, __LINE__,
+                          "step %d: the engine's output differs from "
+                          "chorus_compressed_allreduce's",
+                          s);
         } else {
             memcpy(out, g, N * sizeof(float)); /* in place */
             ASSERT_OK(chorus_compressed_allreduce(comm, c, "grad", out, out, N, CHORUS_FLOAT32,

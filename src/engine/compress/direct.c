@@ -8,11 +8,12 @@
 
 #include "engine/compress/compress.h"
 
-static chorus_result comp_err(chorus_compressor *c, const char *tensor, const char *what,
-                              int round, chorus_result r)
+static chorus_result comp_err(chorus_compressor *c, const char *tensor, const char *what, int round,
+                              chorus_result r)
 {
-    return chorus__fail(chorus__init_errbuf(), r, "compressor %s failed to %s round %d of '%s' (%s)",
-                        c->name, what, round, tensor, chorus_strerror(r));
+    return chorus__fail(chorus__init_errbuf(), r,
+                        "compressor %s failed to %s round %d of '%s' (%s)", c->name, what, round,
+                        tensor, chorus_strerror(r));
 }
 
 /* One round: prepare this rank's part, exchange it, finish. */

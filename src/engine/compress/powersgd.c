@@ -112,7 +112,7 @@ static chorus_result powersgd_prepare(void *st, const chorus_compress_call *c, c
     size_t rows = t->rows, cols = t->cols, r = t->r;
     float *w = wire;
     if (c->round == 0) {
-        chorus__ef_accumulate(t, src); /* the padding stays zero */
+        chorus__ef_accumulate(t, src);    /* the padding stays zero */
         for (size_t i = 0; i < rows; i++) /* P = M Q */
             for (size_t l = 0; l < r; l++) {
                 float acc = 0;

@@ -63,6 +63,14 @@ size_t chorus__ef_k(const ef_comp *s, size_t count);
 /* m = src + resid over count floats. */
 void chorus__ef_accumulate(ef_tensor *t, const float *src);
 
+/* The step check of the compressors whose ranks must stay in step (random-k's draws,
+ * PowerSGD's warm start): each rank adds chorus__ef_step_tag to a sum; chorus__ef_check_step
+ * compares the sum with contributors x its own tag and, when a rank was out of step (it joined
+ * and missed steps of the tensor), logs it and returns CHORUS_ERR_MISMATCH. */
+float chorus__ef_step_tag(const ef_tensor *t);
+chorus_result chorus__ef_check_step(const ef_comp *s, const chorus_compress_call *c,
+                                    const ef_tensor *t, float sum);
+
 /* A deterministic 64-bit generator (splitmix64), the same on every rank for the same seed. */
 uint64_t chorus__ef_rand(uint64_t *state);
 

@@ -90,6 +90,23 @@ void chorus__ef_accumulate(ef_tensor *t, const float *src)
     for (size_t i = 0; i < t->count; i++) t->m[i] = src[i] + t->resid[i];
 }
 
+float chorus__ef_step_tag(const ef_tensor *t)
+{
+    return (float)(t->step % 4096 + 1); /* small integers: the sum is exact */
+}
+
+chorus_result chorus__ef_check_step(const ef_comp *s, const chorus_compress_call *c,
+                                    const ef_tensor *t, float sum)
+{
+    float want = chorus__ef_step_tag(t) * (float)c->contributors;
+    if (sum == want) return CHORUS_OK;
+    CHORUS_WARN(CHORUS_LOG_ENGINE,
+                "%s on '%s': the ranks are at different steps of this tensor (step check %g, "
+                "expected %g): a rank missed steps",
+                s->name, c->tensor, (double)sum, (double)want);
+    return CHORUS_ERR_MISMATCH;
+}
+
 uint64_t chorus__ef_rand(uint64_t *state)
 {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);

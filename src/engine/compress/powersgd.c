@@ -10,6 +10,8 @@
  * tensor's name, so every rank starts from the same Q. P and Q are sums every rank holds
  * alike and the finishes compute from them only, so the output is the same bits everywhere.
  * Each rank's own share P Q_r^T of the output is what it sent; the residual keeps the rest.
+ * Round 0 carries one more float, the step check (chorus__ef_check_step): a rank that missed
+ * steps (it joined) holds another Q, and its sums would be wrong, so the tensor fails instead.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -52,9 +54,9 @@ static chorus_result powersgd_plan(void *st, const char *tensor, size_t count, c
     pthread_mutex_unlock(&s->mu);
     shape(count, hint, &rows, &cols);
     size_t r = rank_of(s, rows, cols);
-    if ((rows + cols) * r >= count) return CHORUS_OK; /* no smaller than dense */
+    if ((rows + cols) * r + 1 >= count) return CHORUS_OK; /* no smaller than dense */
     plan->nrounds = 2;
-    plan->round[0] = (chorus_round){CHORUS_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT32, rows * r};
+    plan->round[0] = (chorus_round){CHORUS_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT32, rows * r + 1};
     plan->round[1] = (chorus_round){CHORUS_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT32, cols * r};
     return CHORUS_OK;
 }
@@ -119,6 +121,7 @@ static chorus_result powersgd_prepare(void *st, const chorus_compress_call *c, c
                 for (size_t j = 0; j < cols; j++) acc += t->m[i * cols + j] * t->q[j * r + l];
                 w[i * r + l] = acc;
             }
+        w[rows * r] = chorus__ef_step_tag(t);
         return CHORUS_OK;
     }
     memset(t->qloc, 0, cols * r * sizeof(float)); /* Q_r = M^T P */
@@ -141,6 +144,8 @@ static chorus_result powersgd_finish(void *st, const chorus_compress_call *c, co
     if (!t || !t->p) return CHORUS_ERR_INTERNAL;
     size_t rows = t->rows, cols = t->cols, r = t->r;
     if (c->round == 0) {
+        chorus_result res = chorus__ef_check_step(s, c, t, ((const float *)wire)[rows * r]);
+        if (res != CHORUS_OK) return res;
         memcpy(t->p, wire, rows * r * sizeof(float));
         orthonormalise(t->p, rows, r);
         return CHORUS_OK;

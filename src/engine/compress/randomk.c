@@ -4,10 +4,9 @@
  * rank, so only the k values travel: one reduce round (sum) of k + 1 floats, fused with the
  * other float sums of the cycle. Half the bytes of top-k's (index, value) pairs, and a sum
  * rather than a gather, whose size grows with the ranks; the price is that the elements are
- * not the largest. The extra float is a step check: each rank gives its step number (mod
- * 4096, plus 1), so the sum is contributors x that number only when every rank drew the same
- * indices; otherwise (a rank that joined and missed steps) the tensor fails on every rank
- * instead of adding unrelated elements.
+ * not the largest. The extra float is a step check (chorus__ef_check_step): the sum shows
+ * whether every rank drew the same indices; if not (a rank that joined and missed steps), the
+ * tensor fails on every rank instead of adding unrelated elements.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -28,11 +27,6 @@ static chorus_result randomk_plan(void *st, const char *tensor, size_t count, ch
     plan->nrounds = 1;
     plan->round[0] = (chorus_round){CHORUS_ROUND_REDUCE, CHORUS_SUM, CHORUS_FLOAT32, k + 1};
     return CHORUS_OK;
-}
-
-static float step_tag(const ef_tensor *t)
-{
-    return (float)(t->step % 4096 + 1);
 }
 
 /* Moves k random elements of the permutation t->idx to its front (partial Fisher-Yates): any
@@ -69,7 +63,7 @@ static chorus_result randomk_prepare(void *st, const chorus_compress_call *c, co
         w[j] = t->m[t->idx[j]];
         t->resid[t->idx[j]] = 0.0f;
     }
-    w[k] = step_tag(t);
+    w[k] = chorus__ef_step_tag(t);
     t->k = k;
     return CHORUS_OK;
 }
@@ -84,15 +78,9 @@ static chorus_result randomk_finish(void *st, const chorus_compress_call *c, con
     const float *w = wire;
     size_t k = c->r->wire_count - 1;
     if (!t || !t->idx || t->k != k) return CHORUS_ERR_INTERNAL;
-    float want = step_tag(t) * (float)c->contributors;
+    chorus_result r = chorus__ef_check_step(s, c, t, w[k]);
     t->step++;
-    if (w[k] != want) {
-        CHORUS_WARN(CHORUS_LOG_ENGINE,
-                    "%s on '%s': the ranks drew different elements (step check %g, expected "
-                    "%g): a rank missed steps of this tensor",
-                    s->name, c->tensor, (double)w[k], (double)want);
-        return CHORUS_ERR_MISMATCH;
-    }
+    if (r != CHORUS_OK) return r;
     float *out = dst;
     memset(out, 0, c->count * sizeof(float));
     for (size_t j = 0; j < k; j++) out[t->idx[j]] = w[j];

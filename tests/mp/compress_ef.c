@@ -13,7 +13,11 @@
  *   engine        with "engine": the same tensors go through chorus_engine_allreduce (beside a
  *                 plain allreduce that fuses with the reduce rounds) and every output has the
  *                 bits of chorus_compressed_allreduce on a second compressor of the same spec;
- *   small         a tensor under the dense threshold is reduced exactly, with no residual.
+ *   small         a tensor under the dense threshold is reduced exactly, with no residual;
+ *   join          with "join" (random-k, PowerSGD): rank 0 has one batch more, the others join
+ *                 for it; afterwards they are a step behind rank 0 on the tensor (their draws,
+ *                 their warm start), so the next step fails on every rank with
+ *                 CHORUS_ERR_MISMATCH naming the compressor instead of summing wrong data.
  * Prints "SPEC: error feedback holds over N steps" on rank 0.
  */
 #include <math.h>
@@ -192,6 +196,45 @@ static void small_stays_dense(const char *spec)
     chorus_compressor_destroy(c);
 }
 
+static void out_of_step(const char *spec)
+{
+    chorus_compressor *c;
+    ASSERT_OK(chorus_compressor_create(spec, 0, &c));
+    chorus_engine *e;
+    ASSERT_OK(chorus_engine_start(comm, NULL, &e));
+    float *g = malloc(N * sizeof(float)), *out = malloc(N * sizeof(float));
+    ASSERT(g && out);
+    chorus_engine_tensor_opts to;
+    chorus_engine_tensor_opts_init(&to);
+    to.compressor = c;
+    chorus_engine_handle *h;
+    int last;
+    for (int s = 0; s < 3; s++) {
+        gradient(g, s, rank_);
+        if (s == 1 && rank_ != 0) { /* rank 0's extra batch: the others join */
+            ASSERT_OK(chorus_engine_join(e, &last));
+            continue;
+        }
+        ASSERT_OK(
+            chorus_engine_allreduce(e, "grad", g, out, N, CHORUS_FLOAT32, CHORUS_SUM, &to, &h));
+        chorus_result r = chorus_engine_wait(h);
+        if (s < 2) {
+            ASSERT_OK(r);
+        } else {
+            ASSERT_EQ(r, CHORUS_ERR_MISMATCH);
+            ASSERT_STR_CONTAINS(chorus_engine_handle_error(h), "compressor ");
+            ASSERT_STR_CONTAINS(chorus_engine_handle_error(h), spec);
+            if (rank_ == 0)
+                printf("%s, a rank out of step: %s\n", spec, chorus_engine_handle_error(h));
+        }
+        chorus_engine_release(h);
+        if (s == 1) ASSERT_OK(chorus_engine_join(e, &last));
+    }
+    ASSERT_OK(chorus_engine_shutdown(e));
+    free(g), free(out);
+    chorus_compressor_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -201,6 +244,11 @@ int main(int argc, char **argv)
     ASSERT_OK(chorus_init(&comm));
     rank_ = test_rank = chorus_rank(comm);
     size_ = chorus_size(comm);
+    if (argc > 2 && !strcmp(argv[2], "join")) {
+        out_of_step(argv[1]);
+        ASSERT_OK(chorus_finalize(comm));
+        return 0;
+    }
     int use_engine = argc > 2 && !strcmp(argv[2], "engine");
     round_trip(argv[1]);
     small_stays_dense(argv[1]);

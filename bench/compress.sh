@@ -4,9 +4,10 @@
 # turn (100mbit, then 1gbit), chorus-train --model mlp on Fashion-MNIST with each compressor
 # of COMPRESS (none fp16 topk:0.01 powersgd:2), evaluated on the test set every EVAL steps
 # (--eval-every: the training time so far, evaluations left out), for EPOCHS epochs (no
-# --time-limit: it would stretch the learning-rate schedule over the time instead). The table gives, per rate and compressor, the
-# bytes a rank sends per step, the training time until the test accuracy first reaches
-# TARGET, the best accuracy seen, and the speed-up over no compression; a gnuplot PNG
+# --time-limit: it would stretch the learning-rate schedule over the time instead). The table
+# gives, per rate and compressor, the bytes a rank sends per step, the training time until the
+# test accuracy first reaches TARGET, the best accuracy seen, and the speed-up over no
+# compression; a gnuplot PNG
 # (PLOT, default docs/compress.png) draws test accuracy against training time, one panel per
 # rate, one line per compressor.
 #

@@ -991,7 +991,7 @@ static void eval_periodic(trainer *t)
 {
     if (!t->o.eval_every || t->ps || t->st.global_step % (uint64_t)t->o.eval_every) return;
     double t0 = now_s(), loss = 0;
-    double acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &loss);
+    double acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &loss, 0);
     double trained = t0 - t->t_start - t->eval_s;
     t->eval_s += now_s() - t0;
     if (t->rank) return;

@@ -85,21 +85,34 @@ static chorus_result setup(ef_comp *s, ef_tensor *t, const chorus_compress_call 
     return CHORUS_OK;
 }
 
-/* Gram-Schmidt on the columns of a (n, r) row-major matrix; a column that vanishes becomes
- * zero (it then sends nothing and the residual keeps its part). */
+/* The factors are stored by column: P is r vectors of rows floats, Q r vectors of cols floats
+ * (on the wire too), so every loop below runs over contiguous memory. */
+
+static float dot(const float *a, const float *b, size_t n)
+{
+    float s[8] = {0};
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int k = 0; k < 8; k++) s[k] += a[j + k] * b[j + k];
+    for (; j < n; j++) s[0] += a[j] * b[j];
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+static void axpy(float *y, float a, const float *x, size_t n)
+{
+    for (size_t j = 0; j < n; j++) y[j] += a * x[j];
+}
+
+/* Gram-Schmidt on r vectors of n floats; a vector that vanishes becomes zero (it then sends
+ * nothing and the residual keeps its part). */
 static void orthonormalise(float *a, size_t n, size_t r)
 {
     for (size_t j = 0; j < r; j++) {
-        for (size_t l = 0; l < j; l++) {
-            double dot = 0;
-            for (size_t i = 0; i < n; i++) dot += (double)a[i * r + j] * a[i * r + l];
-            for (size_t i = 0; i < n; i++) a[i * r + j] -= (float)dot * a[i * r + l];
-        }
-        double nrm = 0;
-        for (size_t i = 0; i < n; i++) nrm += (double)a[i * r + j] * a[i * r + j];
-        nrm = sqrt(nrm);
+        float *v = a + j * n;
+        for (size_t l = 0; l < j; l++) axpy(v, -dot(v, a + l * n, n), a + l * n, n);
+        double nrm = sqrt((double)dot(v, v, n));
         float inv = nrm > 1e-30 ? (float)(1.0 / nrm) : 0.0f;
-        for (size_t i = 0; i < n; i++) a[i * r + j] *= inv;
+        for (size_t i = 0; i < n; i++) v[i] *= inv;
     }
 }
 
@@ -114,22 +127,17 @@ static chorus_result powersgd_prepare(void *st, const chorus_compress_call *c, c
     size_t rows = t->rows, cols = t->cols, r = t->r;
     float *w = wire;
     if (c->round == 0) {
-        chorus__ef_accumulate(t, src);    /* the padding stays zero */
-        for (size_t i = 0; i < rows; i++) /* P = M Q */
-            for (size_t l = 0; l < r; l++) {
-                float acc = 0;
-                for (size_t j = 0; j < cols; j++) acc += t->m[i * cols + j] * t->q[j * r + l];
-                w[i * r + l] = acc;
-            }
+        chorus__ef_accumulate(t, src); /* the padding stays zero */
+        for (size_t l = 0; l < r; l++) /* P = M Q */
+            for (size_t i = 0; i < rows; i++)
+                w[l * rows + i] = dot(t->m + i * cols, t->q + l * cols, cols);
         w[rows * r] = chorus__ef_step_tag(t);
         return CHORUS_OK;
     }
     memset(t->qloc, 0, cols * r * sizeof(float)); /* Q_r = M^T P */
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++) {
-            float mij = t->m[i * cols + j];
-            for (size_t l = 0; l < r; l++) t->qloc[j * r + l] += mij * t->p[i * r + l];
-        }
+    for (size_t l = 0; l < r; l++)
+        for (size_t i = 0; i < rows; i++)
+            axpy(t->qloc + l * cols, t->p[l * rows + i], t->m + i * cols, cols);
     memcpy(w, t->qloc, cols * r * sizeof(float));
     return CHORUS_OK;
 }
@@ -152,15 +160,17 @@ static chorus_result powersgd_finish(void *st, const chorus_compress_call *c, co
     }
     memcpy(t->q, wire, cols * r * sizeof(float));
     float *out = dst;
-    for (size_t e = 0; e < c->count; e++) {
-        size_t i = e / cols, j = e % cols;
-        float sum = 0, mine = 0;
+    /* out = P Q^T and residual = M - P Q_r^T, row by row (the last row may be cut short) */
+    for (size_t i = 0; i < rows; i++) {
+        size_t e = i * cols, n = c->count - e < cols ? c->count - e : cols;
+        float *o = out + e, *res = t->resid + e;
+        memset(o, 0, n * sizeof(float));
+        memcpy(res, t->m + e, n * sizeof(float));
         for (size_t l = 0; l < r; l++) {
-            sum += t->p[i * r + l] * t->q[j * r + l];
-            mine += t->p[i * r + l] * t->qloc[j * r + l];
+            float pil = t->p[l * rows + i];
+            axpy(o, pil, t->q + l * cols, n);
+            axpy(res, -pil, t->qloc + l * cols, n);
         }
-        out[e] = sum;
-        t->resid[e] = t->m[e] - mine;
     }
     t->step++;
     return CHORUS_OK;

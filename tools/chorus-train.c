@@ -26,6 +26,8 @@
 #include "chorus/engine.h"
 #include "chorus/nn.h"
 #include "chorus/ps.h"
+#include "train_parallel.h"
+#include "train_tb.h"
 
 typedef struct opts {
     const char *model;
@@ -54,16 +56,18 @@ typedef struct opts {
     int log_every;
     const char *mode; /* allreduce, ps-sync, ps-async, ps-ssp */
     int servers, staleness;
-    const char *ps_grad;  /* float32, float16, bfloat16 */
-    double time_limit;    /* seconds of training, 0: none */
+    const char *ps_grad; /* float32, float16, bfloat16 */
+    double time_limit;   /* seconds of training, 0: none */
+    train_par par;       /* --tensor-parallel, --zero, --recompute, --max-memory-mb */
+    /* TensorBoard event files go there, or NULL */
+    const char *tensorboard;
     const char *compress; /* gradient compression spec (nn_dist_set_compression) */
     long eval_every;      /* test-set evaluation every N steps (0: per epoch only) */
 } opts;
 
 static int g_rank;
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
+void die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -95,7 +99,8 @@ static void usage(FILE *f)
             "  --accum K              split each rank's share into K micro-batches whose\n"
             "                         gradients accumulate (same result, less memory) (1)\n"
             "  --optim sgd|adamw      (sgd: with momentum, Nesterov)\n"
-            "  --lr X                 peak learning rate (sgd: mlp 0.1, cnn 0.05; adamw 0.001)\n"
+            "  --lr X                 peak learning rate (sgd: mlp 0.1, cnn 0.05, large 0.01;\n"
+            "                         adamw 0.001)\n"
             "  --scale-lr             multiply --lr by the number of ranks (linear scaling, for\n"
             "                         when --batch grows with the ranks)\n"
             "  --lr-schedule S        cosine|step|const after warm-up (cosine); step: x0.1 at\n"
@@ -142,6 +147,16 @@ static void usage(FILE *f)
             "  --eval-every N         also evaluate on the test set every N steps; the\n"
             "                         line and the metrics give the training time so far\n"
             "                         (evaluations excluded), for time-to-accuracy (0)\n"
+            "  --model large          784-1024x8-10 MLP (8.2M parameters), for the options below\n"
+            "  --tensor-parallel T    split the MLP's hidden layers over T ranks in column/row\n"
+            "                         pairs; the world is data replicas x T (1)\n"
+            "  --zero 1|2             shard the optimizer state (1) and the summed gradients (2)\n"
+            "                         over the data-parallel ranks (0)\n"
+            "  --recompute[=K]        keep only every K-th layer's activations and recompute\n"
+            "                         the rest in backward (K: about sqrt(layers))\n"
+            "  --max-memory-mb N      refuse to start when a rank's planned memory exceeds N MiB\n"
+            "  --tensorboard DIR      TensorBoard event files: the job's curves in DIR, each\n"
+            "                         rank's own in DIR/rank<k> (tensorboard --logdir DIR)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -154,6 +169,8 @@ static void check_compress(const opts *o)
     chorus_compressor_destroy(c);
     if (c && strcmp(o->mode, "allreduce"))
         die("--compress is for --mode allreduce (the parameter server has --ps-grad-dtype)");
+    if (c && o->par.zero)
+        die("--compress does not combine with --zero (its reduce-scatter shards the gradients)");
 }
 
 static void parse(int argc, char **argv, opts *o)
@@ -213,7 +230,12 @@ static void parse(int argc, char **argv, opts *o)
         O_TIME,
         O_COMPRESS,
         O_EVALEVERY,
-        O_HELP
+        O_HELP,
+        O_TP,
+        O_ZERO,
+        O_RECOMP,
+        O_MAXMEM,
+        O_TB
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
                                        {"epochs", 1, 0, O_EPOCHS},
@@ -248,7 +270,12 @@ static void parse(int argc, char **argv, opts *o)
                                        {"time-limit", 1, 0, O_TIME},
                                        {"compress", 1, 0, O_COMPRESS},
                                        {"eval-every", 1, 0, O_EVALEVERY},
+                                       {"tensorboard", 1, 0, O_TB},
                                        {"help", 0, 0, O_HELP},
+                                       {"tensor-parallel", 1, 0, O_TP},
+                                       {"zero", 1, 0, O_ZERO},
+                                       {"recompute", 2, 0, O_RECOMP},
+                                       {"max-memory-mb", 1, 0, O_MAXMEM},
                                        {0, 0, 0, 0}};
     int c;
     char *end;
@@ -299,15 +326,26 @@ static void parse(int argc, char **argv, opts *o)
         case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
         case O_COMPRESS: o->compress = optarg; break;
         case O_EVALEVERY: NUM(o->eval_every, strtol(optarg, &end, 10), o->eval_every >= 0); break;
+        case O_TB: o->tensorboard = optarg; break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
+        case O_TP: NUM(o->par.tp, (int)strtol(optarg, &end, 10), o->par.tp > 0); break;
+        case O_ZERO:
+            NUM(o->par.zero, (int)strtol(optarg, &end, 10), o->par.zero >= 0 && o->par.zero <= 2);
+            break;
+        case O_RECOMP:
+            o->par.recompute = -1;
+            if (optarg) NUM(o->par.recompute, (int)strtol(optarg, &end, 10), o->par.recompute > 0);
+            break;
+        case O_MAXMEM: NUM(o->par.max_mb, strtol(optarg, &end, 10), o->par.max_mb > 0); break;
         default: usage(stderr); exit(2);
         }
     }
 #undef NUM
     if (optind < argc) die("unexpected argument '%s' (see --help)", argv[optind]);
     int cnn = !strcmp(o->model, "cnn");
-    if (!cnn && strcmp(o->model, "mlp")) die("--model must be mlp or cnn, not '%s'", o->model);
+    if (!cnn && strcmp(o->model, "mlp") && strcmp(o->model, "large"))
+        die("--model must be mlp, cnn or large, not '%s'", o->model);
     if (strcmp(o->optim, "sgd") && strcmp(o->optim, "adamw"))
         die("--optim must be sgd or adamw, not '%s'", o->optim);
     if (strcmp(o->schedule, "cosine") && strcmp(o->schedule, "step") &&
@@ -326,7 +364,7 @@ static void parse(int argc, char **argv, opts *o)
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
     if (o->epochs < 0) o->epochs = cnn ? 8 : 10;
-    if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : 0.1f;
+    if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : !strcmp(o->model, "large") ? 0.01f : 0.1f;
     /* Asynchronous updates add momentum of their own: each gradient was taken at parameters
      * a few updates old, which acts like a heavier momentum term (docs/PARAMETER_SERVER.md
      * shows the measurements behind 0.8). */
@@ -334,14 +372,17 @@ static void parse(int argc, char **argv, opts *o)
         o->momentum = !strcmp(o->mode, "ps-async") || !strcmp(o->mode, "ps-ssp") ? 0.8f : 0.9f;
     if (o->wd < 0) o->wd = adam ? 1e-2f : 5e-4f;
     if (o->dropout < 0) o->dropout = cnn ? 0.25f : 0.0f;
+    par_check_opts(&o->par, o->model, o->mode, o->sync, o->dropout, o->accum, o->ckpt_dir,
+                   o->time_limit);
 }
 
-static nn_model *build_model(const opts *o, const nn_dataset *ds, int max_batch)
+static nn_model *build_model(opts *o, const nn_dataset *ds, int max_batch)
 {
     nn_model *m = nn_model_create(ds->c, ds->h, ds->w);
     if (!m) die("out of memory");
     int bad = 0;
-    if (!strcmp(o->model, "mlp")) {
+    if (par_add_layers(&o->par, m, o->model, ds->nclasses, &bad)) {
+    } else if (!strcmp(o->model, "mlp")) {
         /* (B,784) -> 512 -> 256 -> 10 */
         bad |= nn_add_linear(m, 512) | nn_add_relu(m);
         bad |= nn_add_linear(m, 256) | nn_add_relu(m);
@@ -357,6 +398,7 @@ static nn_model *build_model(const opts *o, const nn_dataset *ds, int max_batch)
         bad |= nn_add_linear(m, ds->nclasses);
     }
     if (bad) die("internal error: model shapes do not fit (%s)", nn_last_error());
+    par_before_finalize(&o->par, m);
     if (nn_model_finalize(m, max_batch)) die("out of memory for the model (%s)", nn_last_error());
     return m;
 }
@@ -456,6 +498,8 @@ typedef struct trainer {
     double last_test_acc; /* -1 until evaluated */
     double eval_s;        /* --eval-every: seconds spent in those evaluations */
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
+    train_tb tb;          /* TensorBoard scalars (train_tb.c) */
+    uint64_t tb_pushed;   /* ps: bytes pushed before this step */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -507,7 +551,7 @@ static void start_job(trainer *t)
         die("chorus_init failed: %s (%s)", chorus_strerror(cr), chorus_last_error(NULL));
     g_rank = chorus_rank(t->comm);
     openblas_set_num_threads(t->o.threads);
-    chorus_comm *train_comm = t->comm;
+    chorus_comm *train_comm = par_grid(&t->o.par, t->comm, &t->o.metrics, &t->o.dump);
     if (strncmp(t->o.mode, "ps-", 3) == 0) {
         start_ps(t);
         if (chorus_ps_is_server(t->ps)) return;
@@ -533,7 +577,7 @@ static void load_data(trainer *t)
  * training state. */
 static void build(trainer *t)
 {
-    const opts *o = &t->o;
+    opts *o = &t->o;
     if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank, t->world,
                         o->seed))
         die("cannot set up the sampler (batch %d, %d rank%s)", o->batch, t->world,
@@ -551,11 +595,13 @@ static void build(trainer *t)
                o->compress, o->sync, 100.0 * nn_dist_compression_ratio(&t->dist, t->m));
     nn_model_init_params(t->m, o->seed);
     t->m->rank = t->rank;
-    chorus_result orc =
-        !strcmp(o->optim, "adamw")
-            ? nn_optim_init_adamw(&t->opt, t->m->nparams, 0.9f, 0.999f, 1e-8f, o->wd)
-            : nn_optim_init_sgd(&t->opt, t->m->nparams, o->momentum, o->nesterov, o->wd);
+    chorus_result orc = !strcmp(o->optim, "adamw")
+                            ? nn_optim_init_adamw(&t->opt, par_optim_count(&o->par, t->m), 0.9f,
+                                                  0.999f, 1e-8f, o->wd)
+                            : nn_optim_init_sgd(&t->opt, par_optim_count(&o->par, t->m),
+                                                o->momentum, o->nesterov, o->wd);
     if (orc) die("out of memory for the optimizer");
+    if (!t->ps) par_setup(&o->par, t->m, &t->opt);
     memset(&t->st, 0, sizeof(t->st));
     t->st.seed = o->seed;
     t->st.rng = o->seed;
@@ -775,6 +821,9 @@ static void prepare_run(trainer *t)
         if (!t->metrics) die("cannot open --metrics %s: %s", o->metrics, strerror(errno));
         setvbuf(t->metrics, NULL, _IOLBF, 0);
     }
+    char tb_why[600];
+    if (train_tb_open(&t->tb, o->tensorboard, t->comm, t->rank == 0, tb_why, sizeof(tb_why)))
+        die("%s", tb_why);
     t->tty = isatty(STDOUT_FILENO);
     if (t->rank == 0) {
         char servers[96] = "";
@@ -845,6 +894,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         /* The last pass completes the gradients: in engine mode each layer's goes to
          * the other ranks the moment it is done; earlier passes only accumulate. */
         if (k + 1 == o->accum) nn_dist_begin_backward(d, m);
+        if (k + 1 == o->accum) par_begin_backward(&t->o.par, m);
         nn_backward(m, t->dl, (int)nb);
         off += nb;
     }
@@ -857,7 +907,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         ps_step(t, lr);
         gcount = nloc;
     } else {
-        if (nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
+        if (!o->par.zero && nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
         if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
     }
     if (!isfinite(stats[0]) || !isfinite(lr)) { /* every rank has the same sum: all stop */
@@ -870,7 +920,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             (unsigned long long)st->global_step + 1, isnan(stats[0]) ? "NaN" : "infinite",
             (double)lr);
     }
-    if (!t->ps) nn_optim_step(&t->opt, m->params, m->grads, lr);
+    if (!t->ps) par_optim_step(&t->o.par, m, &t->opt, lr);
     st->global_step++;
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
     st->step_in_epoch = step + 1 == t->steps_per_epoch ? 0 : step + 1;
@@ -915,6 +965,21 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             ep->last_print = t1;
         }
     }
+    /* the gradient as handed to the exchange: float32, or --ps-grad-dtype's pushes */
+    double dense = (double)m->nparams * sizeof(float);
+    double sent = t->ps ? (double)(ps_st.bytes_pushed - t->tb_pushed) : dense;
+    t->tb_pushed = ps_st.bytes_pushed;
+    train_tb_step ts = {.step = (int64_t)st->global_step,
+                        .loss = stats[0] / stats[2],
+                        .acc = stats[1] / stats[2],
+                        .lr = lr,
+                        .samples_s = (double)gcount / dt,
+                        .rank_samples_s = (double)nloc / dt,
+                        .comm_s = d->comm_s - gc0,
+                        .bytes_sent = sent,
+                        .bytes_dense = dense};
+    char tb_why[600];
+    if (train_tb_log_step(&t->tb, &ts, tb_why, sizeof(tb_why))) die("%s", tb_why);
     if (t->rank == 0 && o->ckpt_every && st->global_step % (uint64_t)o->ckpt_every == 0)
         save_checkpoint(t);
 }
@@ -930,6 +995,10 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     if (t->ps && eval) pull_params(t);              /* async workers may hold older ones */
     if (eval)
         t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss, workers_apart(t));
+    char tb_why[600];
+    if (eval && train_tb_test(&t->tb, (int64_t)t->st.global_step, t->last_test_acc, test_loss,
+                              tb_why, sizeof(tb_why)))
+        die("%s", tb_why);
     if (t->rank == 0 && eval) {
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
@@ -983,6 +1052,10 @@ static void end_training(trainer *t)
     if (t->rank == 0)
         printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
                t->last_test_acc);
+    char tb_why[600];
+    if (train_tb_test(&t->tb, (int64_t)t->st.global_step, t->last_test_acc, test_loss, tb_why,
+                      sizeof(tb_why)))
+        die("%s", tb_why);
 }
 
 /* --eval-every N: a test-set evaluation every N steps, reported with the training time so
@@ -1088,6 +1161,7 @@ static void report(trainer *t)
 static void finish(trainer *t)
 {
     if (t->metrics) fclose(t->metrics);
+    train_tb_close(&t->tb);
     nn_dist_finalize(&t->dist);
     /* A server has served its last worker; only a worker's failure to leave is an error. */
     int worker = t->ps && !chorus_ps_is_server(t->ps);
@@ -1125,7 +1199,10 @@ int main(int argc, char **argv)
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)
         if (train_epoch(&t, epoch)) break;
     end_training(&t);
+    par_sync(&t.o.par, t.m);
     report(&t);
+    if (!t.ps) par_report(&t.o.par, t.metrics);
+    par_free(&t.o.par);
     finish(&t);
     return 0;
 }

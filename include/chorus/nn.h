@@ -1,7 +1,9 @@
 /*
  * nn.h - the Chorus C neural-network library (libchorus_nn): f32 layers with forward and
  * backward passes, softmax cross-entropy, SGD and AdamW, the IDX (MNIST-format) data reader,
- * the distributed sampler, checkpoints and data-parallel gradient synchronisation.
+ * the distributed sampler, checkpoints and data-parallel gradient synchronisation; for models
+ * that outgrow one rank, tensor-parallel linear layers, sharded optimizer state and gradients
+ * (ZeRO), activation recomputation, and the accounting of the memory all of it takes.
  *
  * A model is a sequence of layers built with nn_model_create() and nn_add_*(), then
  * nn_model_finalize(). All parameters of a model live in ONE contiguous buffer
@@ -88,6 +90,12 @@ typedef struct nn_layer {
                                 rstd (B, 2); dropout: scale mask (B, F) */
     float *scratch;          /* conv2d: im2col columns of one sample (C*k*k, OH*OW) */
     int32_t *idx;            /* maxpool2d: argmax within the input plane (B, C, OH, OW) */
+    /* tensor parallelism (nn_add_linear_column / nn_add_linear_row), 0 otherwise */
+    int tp;               /* nn_tp_mode */
+    chorus_comm *tp_comm; /* the ranks that share this layer */
+    int tp_rank, tp_size; /* this rank's slice of the unsplit layer, and the slice count */
+    int recompute_end;    /* activation recomputation: this layer ends a segment */
+    int buf_pooled;       /* buf is a view into model->act_pool (not owned) */
 } nn_layer;
 
 struct nn_model;
@@ -111,6 +119,16 @@ typedef struct nn_model {
     int rank;               /* set by the trainer before forward() */
     nn_grad_hook grad_hook; /* when set, called by nn_backward per layer with parameters */
     void *grad_hook_arg;
+    /* set before nn_model_finalize: */
+    int recompute;   /* activation recomputation, segments of about this many layers (0 off) */
+    int no_grads;    /* finalize allocates no gradient buffer: the caller points the layers'
+                        dw/db (sharded gradients, nn_zero stage 2) */
+    float *act_pool; /* recomputation: the activation buffers one segment reuses */
+    chorus_result comm_err; /* first failed collective in forward/backward (tensor parallel) */
+    struct nn_mem *mem;     /* when set, finalize records its buffers there (nn_mem_*) */
+    nn_grad_hook fwd_hook;  /* when set, called by nn_forward before each layer with
+                               parameters (it may wait for them: nn_zero's all-gather) */
+    void *fwd_hook_arg;
 } nn_model;
 
 /* Starts an empty model taking inputs of per-sample shape (c,h,w); features are (F,1,1).
@@ -420,6 +438,140 @@ chorus_result nn_dist_set_compression(nn_dist *d, const nn_model *m, const char 
 /* Bytes of gradient one rank sends per step with the compression set, against dense float32
  * (a step of model m); 1.0 with none. */
 double nn_dist_compression_ratio(const nn_dist *d, const nn_model *m);
+/* ---- memory accounting --------------------------------------------------------------- */
+
+/* Bytes a rank holds, by part. Every allocation of a part is added with nn_mem_add and every
+ * release removed with nn_mem_sub; peak is the largest total seen. */
+typedef enum {
+    NN_MEM_PARAMS,
+    NN_MEM_GRADS,
+    NN_MEM_OPTIMIZER,
+    NN_MEM_ACTIVATIONS,
+    NN_MEM_PARTS
+} nn_mem_part;
+
+typedef struct nn_mem {
+    size_t bytes[NN_MEM_PARTS]; /* held now */
+    size_t peak;                /* largest sum of bytes[] so far */
+} nn_mem;
+
+/* Records n bytes allocated (add) or released (sub) for part p, and updates the peak. */
+void nn_mem_add(nn_mem *mm, nn_mem_part p, size_t n);
+void nn_mem_sub(nn_mem *mm, nn_mem_part p, size_t n);
+/* The sum of bytes[] held now. */
+size_t nn_mem_total(const nn_mem *mm);
+/* "params", "grads", "optimizer", "activations". */
+const char *nn_mem_part_name(nn_mem_part p);
+
+/* ---- tensor (intra-layer) parallelism ------------------------------------------------ */
+
+/* Linear layers split over the ranks of a communicator tp of T ranks, as in Megatron-LM:
+ *   column: the weight (Fout, Fin) is split by output features; rank t holds rows
+ *           [t*Fout/T, (t+1)*Fout/T) and their biases and computes that slice of the output
+ *           from the whole input. Backward: the gradient w.r.t. the input is the sum of every
+ *           rank's part: one allreduce.
+ *   row:    the weight is split by input features; the input is the slice a column layer
+ *           produced; each rank computes a partial output x_t W_t^T, one allreduce sums them,
+ *           and the (whole, replicated) bias is added once. Backward needs no communication.
+ * A column layer, element-wise layers, then a row layer form a block that takes and gives the
+ * whole activations with one allreduce in forward and one in backward. */
+typedef enum { NN_TP_NONE, NN_TP_COLUMN, NN_TP_ROW } nn_tp_mode;
+
+/* Appends a column-parallel Linear of out_features outputs in all (this rank computes
+ * out_features / chorus_size(tp) of them). Errors: CHORUS_ERR_INVALID_ARG when out_features
+ * is not a multiple of the rank count, or as nn_add_linear. */
+chorus_result nn_add_linear_column(nn_model *m, int out_features, chorus_comm *tp);
+/* Appends a row-parallel Linear of out_features outputs whose input is this rank's slice of
+ * the features (the output of a column layer, possibly through element-wise layers).
+ * Errors: CHORUS_ERR_INVALID_ARG for a bad count, or as nn_add_linear. */
+chorus_result nn_add_linear_row(nn_model *m, int out_features, chorus_comm *tp);
+/* CHORUS_OK, or the error of the first collective that failed inside nn_forward or
+ * nn_backward since the model was built (they cannot return it; their outputs are then
+ * meaningless), with its message (naming the peer) in nn_last_error(). */
+chorus_result nn_model_comm_status(const nn_model *m);
+
+/* ---- activation recomputation -------------------------------------------------------- */
+
+/* Set before nn_model_finalize: the layers are cut into segments of about k layers (a cut
+ * never falls before an in-place layer, so a segment's input is never overwritten); forward
+ * keeps only each segment's output, and nn_backward recomputes a segment's activations from
+ * its input before differentiating it (the last segment's are still there). The activation
+ * buffers inside a segment are shared by all segments. The same computations run in the same
+ * order, so gradients are bitwise those of a model that stores everything. k <= 0 chooses
+ * about sqrt(layers). */
+void nn_model_set_recompute(nn_model *m, int k);
+
+/* ---- sharded optimizer state and gradients (ZeRO stage 1 and 2) ---------------------- */
+
+/* The parameters are cut into segments of at most NN_ZERO_BUCKET floats, never across a
+ * layer; rank r of p owns chunk r of each segment (ceil(len/p) floats, the last chunk maybe
+ * shorter). Its optimizer state covers only its chunks (1/p of the model plus at most p-1
+ * floats per segment). A step:
+ *   stage 1: the gradients are allreduced (as data parallelism does); each rank updates its
+ *            chunks of the parameters and optimizer state;
+ *   stage 2: no full gradient buffer exists: every layer's gradient is written into one
+ *            buffer of the largest layer's size, and reduce-scattered the moment backward has
+ *            finished that layer (grad hook), so each rank keeps only its chunks of the summed
+ *            gradients; then it updates its chunks.
+ * Then every segment's chunks are all-gathered into every rank's parameters. The sums fold in
+ * rank order as the allreduce's do, and the update is element-wise, so the parameters are
+ * bitwise those of plain data parallelism. */
+#define NN_ZERO_BUCKET (1u << 18)
+
+typedef struct nn_zero_seg {
+    size_t off, len;  /* in model->params */
+    size_t chunk;     /* ceil(len / size) */
+    size_t shard_off; /* of this rank's chunk in the optimizer state and gradient shard */
+} nn_zero_seg;
+
+struct nn_zero_gather; /* the all-gather thread (nn/zero.c) */
+
+typedef struct nn_zero {
+    int stage, rank, size;
+    chorus_comm *comm;
+    int nseg;
+    nn_zero_seg *seg;
+    size_t shard_n; /* floats of this rank's chunks in all */
+    float *gshard;  /* stage 2: (shard_n) this rank's chunks of the summed gradients */
+    float *gbuf;    /* stage 2: one layer's gradient, padded to whole chunks */
+    size_t gbuf_n;
+    float *scratch; /* (size+1) * largest chunk: all-gather landing and send */
+    size_t scratch_n;
+    chorus_result err; /* first failure in the backward hook */
+    double comm_s;     /* seconds in the collectives (the all-gather thread's included) */
+    double gather_s;   /* seconds the parameter all-gathers took (part of comm_s) */
+    double wait_s;     /* seconds forward waited for parameters still being all-gathered */
+    uint64_t steps;    /* nn_zero_step calls */
+    nn_mem *mem;
+    struct nn_zero_gather *bg; /* nn_zero_overlap: the all-gather thread */
+} nn_zero;
+
+/* Floats of optimizer state per state vector that rank `rank` of `size` needs for m (the
+ * optimizer is initialised with this count). */
+size_t nn_zero_shard_count(const nn_model *m, int rank, int size);
+/* Sets z up for stage 1 or 2 over comm for the finalized model m (stage 2: m was finalized
+ * with m->no_grads set, and the layers' gradient views are pointed into z's buffer). Records
+ * its buffers in mem (may be NULL). Errors: CHORUS_ERR_INVALID_ARG, CHORUS_ERR_NOMEM. */
+chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage, nn_mem *mem);
+/* Frees z's buffers. */
+void nn_zero_free(nn_zero *z);
+/* Collective over z's communicator: from now on nn_zero_step leaves the all-gather to a thread
+ * of its own (on a communicator split from z's, so the caller's collectives may run meanwhile),
+ * segment by segment in layer order, and installs m->fwd_hook: the next forward waits before
+ * each layer only for that layer's segments, so the all-gather of the later layers overlaps
+ * the forward pass of the earlier ones. A failed all-gather is latched in m->comm_err
+ * (nn_model_comm_status). Errors: the split's, CHORUS_ERR_SYSTEM (no thread). */
+chorus_result nn_zero_overlap(nn_zero *z, nn_model *m);
+/* Waits until the parameters are whole (before reading them outside forward: a dump, a
+ * checkpoint). Errors: the all-gather's. */
+chorus_result nn_zero_wait(nn_zero *z, nn_model *m);
+/* Call before the backward pass of a step (one backward pass per step at stage 2): stage 2
+ * installs the hook that reduce-scatters each layer's gradient. */
+void nn_zero_begin_backward(nn_zero *z, nn_model *m);
+/* Completes the step: the gradient reduction (stage 1), this rank's update of its chunks with
+ * o (initialised with nn_zero_shard_count floats) at learning rate lr, and the all-gather of
+ * the parameters. Errors: the collectives' (the peer named in nn_last_error()). */
+chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr);
 
 #ifdef __cplusplus
 }

@@ -666,23 +666,10 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
     e->joined = calloc((size_t)e->size, 1);
     e->prev_joined = calloc((size_t)e->size, 1);
     if (!e->joined || !e->prev_joined) snprintf(why, sizeof(why), "out of memory");
-    const char *tl = e->o.timeline;
-    if (!why[0] && tl && *tl && (strstr(tl, "%r") || e->rank == 0)) {
-        size_t o = 0;
-        for (const char *p = tl; *p && o + 16 < sizeof(e->timeline_path); p++) {
-            if (p[0] == '%' && p[1] == 'r') {
-                o += (size_t)snprintf(e->timeline_path + o, sizeof(e->timeline_path) - o, "%d",
-                                      e->rank);
-                p++;
-            } else {
-                e->timeline_path[o++] = *p;
-            }
-        }
-        e->timeline_path[o] = 0;
-        if (chorus__tl_open(&e->tl, e->timeline_path, e->rank) != 0)
-            snprintf(why, sizeof(why), "rank %d cannot write the timeline file %s: %s", e->rank,
-                     e->timeline_path, strerror(errno));
-    }
+    char tl_why[500];
+    if (!why[0] &&
+        chorus__tl_open(&e->tl, e->o.timeline, e->comm->world[e->rank], tl_why, sizeof(tl_why)))
+        snprintf(why, sizeof(why), "rank %d %s", e->rank, tl_why);
     /* every rank fuses alike: the smallest threshold wins */
     int64_t agree[2] = {why[0] ? 0 : 1, (int64_t)(e->o.fusion_threshold > ((size_t)1 << 40)
                                                       ? ((size_t)1 << 40)
@@ -715,7 +702,7 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
                 "%s, timeline %s",
                 e->size, e->o.cycle_time_ms, e->o.fusion_threshold, e->o.cache_capacity,
                 e->o.compressor ? e->o.compressor->name : "none",
-                e->timeline_path[0] ? e->timeline_path : "off");
+                e->tl.tr ? chorus__trace_path(e->tl.tr) : "off");
     *out = e;
     return CHORUS_OK;
 }

@@ -7,8 +7,8 @@
 #   identical    short runs on 2 ranks with top-k (fused), random-k (layer) and PowerSGD (layer
 #                and engine): the ranks end with the same parameters, bit for bit; PowerSGD
 #                gives the same bits in layer and engine mode (the same per-layer tensors)
-#   bad          unknown or out-of-range specs, and --compress with a parameter server, get
-#                clear messages
+#   bad          unknown or out-of-range specs, and --compress with a parameter server or with
+#                --zero, get clear messages
 set -u
 BUILD=${BUILD:-build}
 PATH=$BUILD/bin:$PATH
@@ -61,6 +61,9 @@ bad)
     chorus-train --compress topk:0.1 --mode ps-sync --max-steps 1 > "$d/log" 2>&1 && exit 1
     cat "$d/log"
     grep -q "compress is for --mode allreduce" "$d/log" || exit 1
+    chorus-train --compress topk:0.1 --zero 1 --max-steps 1 > "$d/log" 2>&1 && exit 1
+    cat "$d/log"
+    grep -q "compress does not combine with --zero" "$d/log" || exit 1
     ;;
 *)
     echo "usage: compress_train.sh accuracy|identical|bad" >&2

@@ -19,9 +19,11 @@ from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 from . import elastic  # noqa: F401
 from .._lib import (ChorusError, HorovodInternalError, ChorusMismatchError,  # noqa: F401
                     ChorusPeerLostError, ChorusTimeoutError, HostsUpdatedInterrupt)
+from .._scalars import log_scalar  # noqa: F401
 
 __all__ = list(_ops_all) + [
     "Compression", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "ChorusError",
     "ChorusPeerLostError", "ChorusTimeoutError", "HostsUpdatedInterrupt",
+    "log_scalar",
 ]

@@ -12,11 +12,12 @@ compressor.
 """
 
 import contextlib
+import time
 import warnings
 
 import torch
 
-from .. import _core, _engine
+from .. import _core, _engine, _scalars
 from .._core import Average, Adasum, global_process_set
 from .compression import Compression
 from . import mpi_ops
@@ -64,6 +65,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
+        self._step_scalars = _scalars.StepScalars(lambda: mpi_ops.engine_stats(process_set))
         self._should_synchronize = True
         # Buckets: libchorus's plan over the parameters in registration order (it walks them
         # from the last, the usual order in which backward produces their gradients, a bucket
@@ -171,6 +173,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._included():
             self._synchronized = True
             return
+        t0, dense = time.perf_counter(), 0
         try:
             for i, b in enumerate(self._buckets):
                 if i not in self._issued:
@@ -181,6 +184,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 h, items = self._inflight[i]
                 mpi_ops.synchronize(h)
                 for p, compressed, ctx in items:
+                    dense += p.grad.numel() * p.grad.element_size()
                     if compressed is None:
                         continue
                     res = self._compression.decompress(compressed, ctx)
@@ -188,6 +192,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         p.grad.copy_(res)
         finally:
             self._reset_comm_state()
+        self._step_scalars.step(time.perf_counter() - t0, dense)
         self._synchronized = True
 
     def _reset_comm_state(self):

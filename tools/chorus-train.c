@@ -28,6 +28,7 @@
 #include "chorus/ps.h"
 #include "train_parallel.h"
 #include "train_tb.h"
+#include "train_balance.h"
 
 typedef struct opts {
     const char *model;
@@ -63,6 +64,12 @@ typedef struct opts {
     const char *tensorboard;
     const char *compress; /* gradient compression spec (nn_dist_set_compression) */
     long eval_every;      /* test-set evaluation every N steps (0: per epoch only) */
+
+    /* per-rank monitoring and load balancing (tools/train_balance.c) */
+    const char *balance;        /* static, dynamic */
+    int balance_every;          /* steps between re-balancings */
+    const char *balance_shares; /* fixed uneven shares (tests of the weighting), or NULL */
+    double straggler_timeout;   /* ps-*: report exchanges longer than this (s), 0: never */
 } opts;
 
 static int g_rank;
@@ -157,6 +164,13 @@ static void usage(FILE *f)
             "  --max-memory-mb N      refuse to start when a rank's planned memory exceeds N MiB\n"
             "  --tensorboard DIR      TensorBoard event files: the job's curves in DIR, each\n"
             "                         rank's own in DIR/rank<k> (tensorboard --logdir DIR)\n"
+            "  --balance static|dynamic  split each global batch evenly (static) or in\n"
+            "                         proportion to each rank's measured speed (dynamic)\n"
+            "                         (static)\n"
+            "  --balance-every N      dynamic: re-balance every N steps (10)\n"
+            "  --straggler-timeout S  ps-*: a worker reports each exchange with the servers\n"
+            "                         that took longer than S seconds, and why (allreduce\n"
+            "                         names slow ranks in the progress line by itself)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -196,6 +210,8 @@ static void parse(int argc, char **argv, opts *o)
     o->staleness = 2;
     o->ps_grad = "float32";
     o->compress = "none";
+    o->balance = "static";
+    o->balance_every = 10;
     enum {
         O_MODEL = 256,
         O_EPOCHS,
@@ -235,7 +251,11 @@ static void parse(int argc, char **argv, opts *o)
         O_ZERO,
         O_RECOMP,
         O_MAXMEM,
-        O_TB
+        O_TB,
+        O_BALANCE,
+        O_BALEVERY,
+        O_BALSHARES,
+        O_STRAGGLER
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
                                        {"epochs", 1, 0, O_EPOCHS},
@@ -271,6 +291,10 @@ static void parse(int argc, char **argv, opts *o)
                                        {"compress", 1, 0, O_COMPRESS},
                                        {"eval-every", 1, 0, O_EVALEVERY},
                                        {"tensorboard", 1, 0, O_TB},
+                                       {"balance", 1, 0, O_BALANCE},
+                                       {"balance-every", 1, 0, O_BALEVERY},
+                                       {"balance-shares", 1, 0, O_BALSHARES},
+                                       {"straggler-timeout", 1, 0, O_STRAGGLER},
                                        {"help", 0, 0, O_HELP},
                                        {"tensor-parallel", 1, 0, O_TP},
                                        {"zero", 1, 0, O_ZERO},
@@ -327,6 +351,14 @@ static void parse(int argc, char **argv, opts *o)
         case O_COMPRESS: o->compress = optarg; break;
         case O_EVALEVERY: NUM(o->eval_every, strtol(optarg, &end, 10), o->eval_every >= 0); break;
         case O_TB: o->tensorboard = optarg; break;
+        case O_BALANCE: o->balance = optarg; break;
+        case O_BALEVERY:
+            NUM(o->balance_every, (int)strtol(optarg, &end, 10), o->balance_every > 0);
+            break;
+        case O_BALSHARES: o->balance_shares = optarg; break;
+        case O_STRAGGLER:
+            NUM(o->straggler_timeout, strtod(optarg, &end), o->straggler_timeout > 0);
+            break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
         case O_TP: NUM(o->par.tp, (int)strtol(optarg, &end, 10), o->par.tp > 0); break;
@@ -360,6 +392,14 @@ static void parse(int argc, char **argv, opts *o)
         strcmp(o->ps_grad, "bfloat16"))
         die("--ps-grad-dtype must be float32, float16 or bfloat16, not '%s'", o->ps_grad);
     check_compress(o);
+    if (strcmp(o->balance, "static") && strcmp(o->balance, "dynamic"))
+        die("--balance must be static or dynamic, not '%s'", o->balance);
+    if ((!strcmp(o->balance, "dynamic") || o->balance_shares) && strcmp(o->mode, "allreduce"))
+        die("--balance dynamic works with --mode allreduce only: parameter-server workers do "
+            "not share a global batch");
+    if (o->straggler_timeout > 0 && !strcmp(o->mode, "allreduce"))
+        die("--straggler-timeout is for --mode ps-sync, ps-async and ps-ssp; with allreduce a "
+            "rank far slower than the others is named in the progress line");
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
@@ -500,6 +540,7 @@ typedef struct trainer {
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
     train_tb tb;          /* TensorBoard scalars (train_tb.c) */
     uint64_t tb_pushed;   /* ps: bytes pushed before this step */
+    train_balance *bal;   /* --mode allreduce: per-rank monitoring and load balancing */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -573,6 +614,22 @@ static void load_data(trainer *t)
     if (nn_fashion_load(t->o.data, 0, &t->test)) die("%s", nn_last_error());
 }
 
+/* Step (--mode allreduce): per-rank monitoring and the load balancer over the sampler (the
+ * batch buffers are then sized for the largest share it may give, balance_capacity). */
+static void start_balance(trainer *t)
+{
+    balance_opts bo = {.dynamic = !strcmp(t->o.balance, "dynamic"),
+                       .every = t->o.balance_every,
+                       .monitor_every = t->o.log_every,
+                       .fixed = t->o.balance_shares,
+                       .global_batch = (size_t)t->o.batch,
+                       .rank = t->rank,
+                       .world = t->world};
+    char why[512];
+    t->bal = balance_create(&bo, &t->dist, &t->sampler, why, sizeof(why));
+    if (!t->bal) die("%s", why);
+}
+
 /* Step: the sampler, the model (initialised from the seed), the optimizer and the initial
  * training state. */
 static void build(trainer *t)
@@ -583,7 +640,9 @@ static void build(trainer *t)
         die("cannot set up the sampler (batch %d, %d rank%s)", o->batch, t->world,
             t->world == 1 ? "" : "s");
     t->max_local = nn_sampler_max_local(&t->sampler);
-    int max_micro = (int)((t->max_local + (size_t)o->accum - 1) / (size_t)o->accum);
+    if (!t->ps) start_balance(t);
+    size_t cap = t->bal ? balance_capacity(t->bal) : t->max_local; /* largest share */
+    int max_micro = (int)((cap + (size_t)o->accum - 1) / (size_t)o->accum);
     if (max_micro < 1) max_micro = 1;
     /* Evaluation runs in chunks of max_batch; keep them reasonably large. */
     t->max_batch = max_micro < 256 ? 256 : max_micro;
@@ -752,6 +811,9 @@ static void ps_step(trainer *t, float lr)
         die("exchanging with the parameter servers: %s", chorus_ps_last_error(t->ps));
     t->dist.wait_s += now_s() - t0;
     t->dist.comm_s += now_s() - t0;
+    static uint64_t last_report, missed;
+    balance_ps_wait_report(t->rank, t->o.mode, t->o.staleness, t->st.global_step + 1, now_s() - t0,
+                           t->o.straggler_timeout, (uint64_t)t->o.log_every, &last_report, &missed);
 }
 
 /* Step (--mode ps-*): every rank registers the parameters (the servers' initial values are
@@ -846,6 +908,7 @@ static void prepare_run(trainer *t)
     t->y = malloc((size_t)t->max_batch * sizeof(int32_t));
     t->dl = malloc((size_t)t->max_batch * (size_t)t->train.nclasses * sizeof(float));
     if (!t->x || !t->y || !t->dl) die("out of memory");
+    if (t->bal) balance_describe(t->bal);
     t->total_steps = (uint64_t)o->epochs * t->steps_per_epoch;
     if (o->max_steps > 0 && (uint64_t)o->max_steps < t->total_steps)
         t->total_steps = (uint64_t)o->max_steps;
@@ -860,6 +923,9 @@ static void save_checkpoint(trainer *t)
      * always has its shards on disk */
     if (t->ps && chorus_ps_save(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
         die("%s", chorus_ps_last_error(t->ps));
+    char why[1024];
+    if (t->bal && balance_save(t->bal, t->o.ckpt_dir, t->st.global_step, why, sizeof(why)))
+        die("saving the load balancer's shares: %s", why);
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
 }
 
@@ -899,6 +965,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         off += nb;
     }
     stats[2] = (double)nloc;
+    double t_fb = now_s() - t0; /* forward and backward of this rank's share */
     if (t->ps) { /* loss and accuracy stay this worker's own: the workers do not meet */
         if (!isfinite(stats[0]) || !isfinite(lr))
             die("step %llu: the loss is %s: training diverged (learning rate %g). Lower --lr",
@@ -929,6 +996,11 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     t->step_wait += d->wait_s - w0;
     t->steps_done++;
     t->samples_done += (double)gcount;
+    if (t->bal) {
+        balance_record(t->bal, t_fb, d->wait_s - w0, nloc);
+        if (balance_after_step(t->bal, st->global_step)) die("%s", nn_last_error());
+        t->train_time += now_s() - t1; /* the gather counts as training time */
+    }
     ep->loss += stats[0];
     ep->hits += stats[1];
     ep->n += stats[2];
@@ -943,12 +1015,16 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
                     "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f,"
                     "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f,"
                     "\"grad_tensors_in_backward\":%llu,\"mode\":\"%s\",\"ps_bytes_pushed\":%llu,"
-                    "\"ps_bytes_pulled\":%llu}\n",
+                    "\"ps_bytes_pulled\":%llu",
                     (unsigned long long)st->global_step, o->sync, (unsigned long long)epoch + 1,
                     stats[0] / stats[2], stats[1] / stats[2], (double)lr, (double)gcount / dt, dt,
                     d->wait_s - w0, d->comm_s - gc0, d->hidden_s - gh0, d->grad_wait_s - gw0,
                     (unsigned long long)(d->in_backward - ib0), o->mode,
                     (unsigned long long)ps_st.bytes_pushed, (unsigned long long)ps_st.bytes_pulled);
+        if (t->metrics) {
+            if (t->bal) balance_write_metrics(t->bal, t->metrics);
+            fprintf(t->metrics, "}\n");
+        }
         int last = step + 1 == t->steps_per_epoch || st->global_step >= t->total_steps;
         int due = t->tty ? (t1 - ep->last_print > 0.2 || last)
                          : (st->global_step % (uint64_t)o->log_every == 0);
@@ -957,10 +1033,10 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             uint64_t left = t->total_steps - st->global_step;
             fmt_eta(eta, sizeof(eta), (double)left * t->train_time / (double)t->steps_done);
             printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s ETA "
-                   "%s%s",
+                   "%s%s%s",
                    t->tty ? "\r" : "", (unsigned long long)epoch + 1, o->epochs, step + 1,
                    t->steps_per_epoch, ep->loss / ep->n, ep->hits / ep->n, sps, eta,
-                   t->tty ? "\033[K" : "\n");
+                   t->bal ? balance_note(t->bal) : "", t->tty ? "\033[K" : "\n");
             fflush(stdout);
             ep->last_print = t1;
         }
@@ -1133,6 +1209,7 @@ static void report(trainer *t)
                o->sync, t->world, 1e3 * d->comm_s / steps, 1e3 * d->grad_wait_s / steps, overlap,
                t->train_time > 0 ? 100.0 * t->step_wait / t->train_time : 0.0);
     }
+    if (t->bal) balance_report(t->bal);
     if (t->rank == 0) {
         if (t->last_test_acc >= 0)
             printf("done: %llu steps, test accuracy %.4f, %.0f samples/s over %.1f s of "
@@ -1171,6 +1248,7 @@ static void finish(trainer *t)
     free(t->y);
     free(t->dl);
     nn_optim_free(&t->opt);
+    balance_destroy(t->bal);
     nn_sampler_free(&t->sampler);
     nn_model_destroy(t->m);
     nn_dataset_free(&t->train);
@@ -1194,6 +1272,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (t.o.resume) restore_checkpoint(&t);
+    if (t.o.resume && t.bal && balance_resume(t.bal, t.o.ckpt_dir, t.st.global_step))
+        die("%s", nn_last_error());
     if (t.o.ckpt_dir) claim_checkpoint_dir(&t);
     prepare_run(&t);
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)

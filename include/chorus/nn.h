@@ -255,7 +255,8 @@ void nn_dataset_batch(const nn_dataset *ds, const uint32_t *idx, int B, float *x
 
 /* Every epoch the n sample indices are shuffled from (seed, epoch) with the same result on
  * every rank. Global step s covers positions [s*G, min((s+1)*G, n)) of that order; rank r
- * takes a contiguous slice of them whose size differs by at most one between ranks. So each
+ * takes a contiguous slice of them whose size differs by at most one between ranks (or, after
+ * nn_sampler_set_shares, of the sizes given there). So each
  * epoch every sample is seen exactly once across all ranks, the shards are disjoint, and
  * the samples of a global step do not depend on the world size. The last step of an epoch
  * may be short (uneven shards; some ranks may get none). */
@@ -266,6 +267,8 @@ typedef struct nn_sampler {
     uint64_t seed;
     uint64_t epoch; /* the order in perm */
     uint32_t *perm; /* (n) */
+    size_t *shares; /* (world) samples of a full global step per rank; NULL: the even split */
+    size_t *tail;   /* (world) the same for the short last step of an epoch */
 } nn_sampler;
 
 /* Errors: CHORUS_ERR_INVALID_ARG (n 0 or above 2^32-1, global_batch 0, rank not in
@@ -280,12 +283,20 @@ void nn_sampler_set_epoch(nn_sampler *s, uint64_t epoch);
 /* Steps per epoch: ceil(n / G). */
 size_t nn_sampler_steps(const nn_sampler *s);
 /* This rank's indices for global step `step` of the current epoch: returns their count
- * (<= ceil(G / world)) and sets *idx to point into the permutation. *global_count (when not
+ * (<= nn_sampler_max_local) and sets *idx to point into the permutation. *global_count (when not
  * NULL) gets the number of samples of the step over all ranks. */
 size_t nn_sampler_batch(const nn_sampler *s, size_t step, const uint32_t **idx,
                         size_t *global_count);
 /* Largest count nn_sampler_batch can return. */
 size_t nn_sampler_max_local(const nn_sampler *s);
+/* Uneven shares (dynamic load balancing): from now on rank r takes shares[r] samples of each
+ * full global step, contiguous and in rank order (rank 0 the first shares[0] positions of the
+ * step), so every sample of an epoch is still seen exactly once whatever the shares, and may
+ * change between any two steps. The short last step of an epoch (n not a multiple of G) is
+ * cut in proportion to the shares by nn_balance_apportion (no minimum). shares NULL: back to
+ * the even split. Errors: CHORUS_ERR_INVALID_ARG when the shares do not sum to G (the sampler
+ * is then unchanged), CHORUS_ERR_NOMEM. */
+chorus_result nn_sampler_set_shares(nn_sampler *s, const size_t *shares);
 
 /* ---- checkpoints --------------------------------------------------------------------- */
 
@@ -572,6 +583,45 @@ void nn_zero_begin_backward(nn_zero *z, nn_model *m);
  * o (initialised with nn_zero_shard_count floats) at learning rate lr, and the all-gather of
  * the parameters. Errors: the collectives' (the peer named in nn_last_error()). */
 chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr);
+/* ---- load balancing: the share rule ------------------------------------------------- */
+
+/* The rule every rank (and every front end) applies to the same numbers, so that all get the
+ * same shares; docs/LOAD_BALANCING.md restates it for other implementations. */
+
+/* Smallest share dynamic balancing gives a rank of `world` out of a global batch of G:
+ * max(1, floor(G / (4 world))), so no rank ever gets nothing and every rank keeps being
+ * measured; 0 when G < world (the even split then leaves some ranks without samples). */
+size_t nn_balance_min_share(size_t global_batch, int world);
+/* Largest share dynamic balancing can give one rank: G - (world-1) * min share. */
+size_t nn_balance_max_share(size_t global_batch, int world);
+/* Splits total into n integers out[0..n-1] that sum exactly to total, in proportion to the
+ * weights w (>= 0; all zero: equally), none below min_each:
+ *   1. quotas q_i = R * w_i / S over the parts not held, where R is total less min_each for
+ *      each held part and S the sum of their weights (double precision, index order);
+ *   2. every part whose quota is below min_each is held at min_each; repeat 1-2 until none is;
+ *   3. out_i = floor(q_i) for the others, and the R - sum(floor) samples left go one each to
+ *      the largest fractional parts q_i - floor(q_i), ties to the lower index.
+ * Errors: CHORUS_ERR_INVALID_ARG (n <= 0, total < n*min_each, a weight negative or not
+ * finite), CHORUS_ERR_NOMEM. */
+chorus_result nn_balance_apportion(const double *w, int n, size_t total, size_t min_each,
+                                   size_t *out);
+/* The shares of a global batch of G samples for n ranks whose measured compute times per
+ * sample are sec_per_sample[0..n-1]: nn_balance_apportion with weights 1/sec_per_sample (0
+ * for a time that is not a positive finite number) and the minimum nn_balance_min_share.
+ * Errors: CHORUS_ERR_INVALID_ARG when G < n, CHORUS_ERR_NOMEM. */
+chorus_result nn_balance_shares(const double *sec_per_sample, int n, size_t global_batch,
+                                size_t *out);
+
+/* Fraction of a step's compute time that new shares must be predicted to save before they
+ * replace the current ones: below it the measured differences are mostly noise, and chasing
+ * them would make equal ranks unequal. */
+#define NN_BALANCE_MIN_GAIN 0.05
+/* Whether shares `next` should replace `current` for n ranks with the given times per
+ * sample: 1 when the predicted compute time of a step, max_i(share_i * sec_per_sample_i),
+ * falls below (1 - NN_BALANCE_MIN_GAIN) times the current one's, or when a rank's time is not
+ * yet a positive finite number; else 0. */
+int nn_balance_worth_moving(const size_t *current, const size_t *next, const double *sec_per_sample,
+                            int n);
 
 #ifdef __cplusplus
 }

@@ -93,6 +93,7 @@ chorus_result nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
     d->in_backward = 0;
     d->eng = NULL;
     d->bucket_bytes = 0;
+    d->comp = NULL;
     if (mode != NN_SYNC_ENGINE || d->size == 1) return CHORUS_OK;
     struct nn_dist_engine *x = calloc(1, sizeof(*x));
     if (!x) return nn__fail(CHORUS_ERR_NOMEM, "nn_dist_init: out of memory");
@@ -116,15 +117,19 @@ chorus_result nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
 void nn_dist_finalize(nn_dist *d)
 {
     struct nn_dist_engine *x = d->eng;
+    d->eng = NULL;
+    if (x) {
+        for (int i = 0; i < x->nbuckets; i++) chorus_engine_release(x->b[i].h);
+        if (x->eng) chorus_engine_shutdown(x->eng); /* before its compressor goes */
+    }
+    chorus_compressor_destroy(d->comp);
+    d->comp = NULL;
     if (!x) return;
-    for (int i = 0; i < x->nbuckets; i++) chorus_engine_release(x->b[i].h);
-    if (x->eng) chorus_engine_shutdown(x->eng);
     pthread_mutex_destroy(&x->mu);
     pthread_cond_destroy(&x->cv);
     free(x->b);
     free(x->bucket_of_lo);
     free(x);
-    d->eng = NULL;
 }
 
 chorus_result nn_dist_broadcast_params(nn_dist *d, nn_model *m)
@@ -229,6 +234,7 @@ static void engine_enqueue(nn_dist *d, nn_model *m, int j)
     chorus_engine_tensor_opts to = {0};
     to.callback = on_end;
     to.callback_arg = b;
+    to.compressor = d->comp;
     float *g = m->grads + b->off;
     chorus_result r = chorus_engine_allreduce(x->eng, b->name, g, g, b->count, CHORUS_FLOAT32,
                                               CHORUS_SUM, &to, &b->h);
@@ -324,7 +330,9 @@ chorus_result nn_dist_sync_grads(nn_dist *d, nn_model *m)
     if (d->eng) return engine_sync(d, m);
     double t0 = now_s();
     chorus_result r = CHORUS_OK;
-    if (d->mode == NN_SYNC_LAYER) {
+    if (d->comp) {
+        r = nn__dist_compressed_sync(d, m);
+    } else if (d->mode == NN_SYNC_LAYER) {
         /* Last layer first: the order backward produces them. */
         for (int i = m->nlayers - 1; i >= 0 && r == CHORUS_OK; i--) {
             nn_layer *L = &m->layers[i];

@@ -23,6 +23,7 @@
 
 #include "chorus.h"
 #include "chorus/checkpoint.h"
+#include "chorus/engine.h"
 #include "chorus/nn.h"
 #include "chorus/ps.h"
 #include "train_parallel.h"
@@ -62,6 +63,8 @@ typedef struct opts {
     train_par par;       /* --tensor-parallel, --zero, --recompute, --max-memory-mb */
     /* TensorBoard event files go there, or NULL */
     const char *tensorboard;
+    const char *compress; /* gradient compression spec (nn_dist_set_compression) */
+    long eval_every;      /* test-set evaluation every N steps (0: per epoch only) */
 
     /* per-rank monitoring and load balancing (tools/train_balance.c) */
     const char *balance;        /* static, dynamic */
@@ -150,6 +153,12 @@ static void usage(FILE *f)
             "                         learning-rate schedule runs over those S seconds instead\n"
             "                         of --epochs; one test-set evaluation at the end instead\n"
             "                         of one per epoch (for comparing modes at equal time)\n"
+            "  --compress C           gradient compression with error feedback, every\n"
+            "                         --grad-sync mode: none|fp16|bf16|topk:R|randomk:R|\n"
+            "                         powersgd:N (R: fraction of elements sent, N: rank) (none)\n"
+            "  --eval-every N         also evaluate on the test set every N steps; the\n"
+            "                         line and the metrics give the training time so far\n"
+            "                         (evaluations excluded), for time-to-accuracy (0)\n"
             "  --model large          784-1024x8-10 MLP (8.2M parameters), for the options below\n"
             "  --tensor-parallel T    split the MLP's hidden layers over T ranks in column/row\n"
             "                         pairs; the world is data replicas x T (1)\n"
@@ -212,6 +221,22 @@ static const char *opt_name(const struct option *lo, int c)
     return "?";
 }
 
+/* --compress: a spec the library knows, in a mode that reduces gradients with allreduce. */
+static void check_compress(const opts *o)
+{
+    chorus_compressor *c = NULL;
+    if (chorus_compressor_create(o->compress, 0, &c) != CHORUS_OK)
+        die("--compress: %s", chorus_last_error(NULL));
+    chorus_compressor_destroy(c);
+    if (c && strcmp(o->mode, "allreduce"))
+        die("--compress is for --mode allreduce (the parameter server has --ps-grad-dtype)");
+    if (c && o->par.zero)
+        die("--compress does not combine with --zero (its reduce-scatter shards the gradients)");
+    if (c && (o->pipe_stages || o->par.tp > 1))
+        die("--compress does not combine with --pipeline-stages or --tensor-parallel yet: "
+            "compress the gradients of plain data parallelism");
+}
+
 static void parse(int argc, char **argv, opts *o)
 {
     memset(o, 0, sizeof(*o));
@@ -234,6 +259,7 @@ static void parse(int argc, char **argv, opts *o)
     o->servers = 0; /* chorus-run --servers K, else 1 */
     o->staleness = 2;
     o->ps_grad = "float32";
+    o->compress = "none";
     o->balance = "static";
     o->balance_every = 10;
     enum {
@@ -268,6 +294,8 @@ static void parse(int argc, char **argv, opts *o)
         O_STALE,
         O_PSGRAD,
         O_TIME,
+        O_COMPRESS,
+        O_EVALEVERY,
         O_HELP,
         O_TP,
         O_ZERO,
@@ -313,6 +341,8 @@ static void parse(int argc, char **argv, opts *o)
                                        {"staleness", 1, 0, O_STALE},
                                        {"ps-grad-dtype", 1, 0, O_PSGRAD},
                                        {"time-limit", 1, 0, O_TIME},
+                                       {"compress", 1, 0, O_COMPRESS},
+                                       {"eval-every", 1, 0, O_EVALEVERY},
                                        {"tensorboard", 1, 0, O_TB},
                                        {"balance", 1, 0, O_BALANCE},
                                        {"balance-every", 1, 0, O_BALEVERY},
@@ -374,6 +404,8 @@ static void parse(int argc, char **argv, opts *o)
         case O_STALE: NUM(o->staleness, (int)strtol(optarg, &end, 10), o->staleness >= 0); break;
         case O_PSGRAD: o->ps_grad = optarg; break;
         case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
+        case O_COMPRESS: o->compress = optarg; break;
+        case O_EVALEVERY: NUM(o->eval_every, strtol(optarg, &end, 10), o->eval_every >= 0); break;
         case O_TB: o->tensorboard = optarg; break;
         case O_BALANCE: o->balance = optarg; break;
         case O_BALEVERY:
@@ -422,6 +454,7 @@ static void parse(int argc, char **argv, opts *o)
     if (strcmp(o->ps_grad, "float32") && strcmp(o->ps_grad, "float16") &&
         strcmp(o->ps_grad, "bfloat16"))
         die("--ps-grad-dtype must be float32, float16 or bfloat16, not '%s'", o->ps_grad);
+    check_compress(o);
     if (strcmp(o->balance, "static") && strcmp(o->balance, "dynamic"))
         die("--balance must be static or dynamic, not '%s'", o->balance);
     if ((!strcmp(o->balance, "dynamic") || o->balance_shares) && strcmp(o->mode, "allreduce"))
@@ -567,6 +600,7 @@ typedef struct trainer {
     double spent; /* --time-limit: the fraction of the budget used before this step */
     uint64_t steps_done;
     double last_test_acc; /* -1 until evaluated */
+    double eval_s;        /* --eval-every: seconds spent in those evaluations */
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
     train_tb tb;          /* TensorBoard scalars (train_tb.c) */
     uint64_t tb_pushed;   /* ps: bytes pushed before this step */
@@ -681,6 +715,11 @@ static void build(trainer *t)
     /* Evaluation runs in chunks of max_batch; keep them reasonably large. */
     t->max_batch = max_micro < 256 ? 256 : max_micro;
     t->m = build_model(o, &t->train, t->max_batch);
+    if (!t->ps && nn_dist_set_compression(&t->dist, t->m, o->compress)) die("%s", nn_last_error());
+    if (!t->ps && t->rank == 0 && t->dist.comp && t->world > 1)
+        printf("gradient compression %s (--grad-sync %s): a rank sends %.2f%% of the dense "
+               "gradient bytes per step\n",
+               o->compress, o->sync, 100.0 * nn_dist_compression_ratio(&t->dist, t->m));
     nn_model_init_params(t->m, o->seed);
     t->m->rank = t->rank;
     chorus_result orc = !strcmp(o->optim, "adamw")
@@ -1326,6 +1365,25 @@ static void end_training(trainer *t)
         die("%s", tb_why);
 }
 
+/* --eval-every N: a test-set evaluation every N steps, reported with the training time so
+ * far, the evaluations left out (time to accuracy). */
+static void eval_periodic(trainer *t)
+{
+    if (!t->o.eval_every || t->ps || t->st.global_step % (uint64_t)t->o.eval_every) return;
+    double t0 = now_s(), loss = 0;
+    double acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &loss, 0);
+    double trained = t0 - t->t_start - t->eval_s;
+    t->eval_s += now_s() - t0;
+    if (t->rank) return;
+    printf("step %llu after %.2f s of training: test loss %.4f acc %.4f\n",
+           (unsigned long long)t->st.global_step, trained, loss, acc);
+    if (t->metrics)
+        fprintf(t->metrics,
+                "{\"step\":%llu,\"train_s\":%.3f,\"test_loss\":%.6f,\"test_acc\":%.4f,"
+                "\"compress\":\"%s\"}\n",
+                (unsigned long long)t->st.global_step, trained, loss, acc, t->o.compress);
+}
+
 /* Step: one epoch from where the state stands (the sampler position after a resume), then
  * evaluation and the end-of-epoch checkpoint. Returns 1 when the step budget ran out. */
 static int train_epoch(trainer *t, uint64_t epoch)
@@ -1341,6 +1399,7 @@ static int train_epoch(trainer *t, uint64_t epoch)
             break;
         }
         train_step(t, epoch, step, &ep);
+        eval_periodic(t);
     }
     if (stop && ep.n == 0) return 1;
     if (t->rank == 0 && t->tty) printf("\n");

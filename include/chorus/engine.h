@@ -132,6 +132,53 @@ typedef struct chorus_compressor {
 const chorus_compressor *chorus_compressor_fp16(void);
 const chorus_compressor *chorus_compressor_bf16(void);
 
+/* Compressors with error feedback. Each keeps, per tensor name, the residual: what it did not
+ * send of a step's input (gradient + previous residual) is added to that tensor's next input,
+ * so nothing is lost over steps: the sum of what was sent plus the residual equals the sum of
+ * the inputs. The decompressed result is computed from bits every rank holds alike, so it is
+ * bitwise identical on every rank. float32 tensors reduced with CHORUS_SUM or CHORUS_AVG are
+ * compressed; other dtypes and ops, and tensors of fewer than dense_below elements, are left
+ * dense (an empty plan: a plain allreduce).
+ *
+ *   topk:R      the ceil(R*n) elements of largest magnitude; (index, value) pairs travel in
+ *               one gather round; finish adds every rank's pairs, in rank order
+ *   randomk:R   ceil(R*n) elements chosen by a generator seeded from the tensor's name and
+ *               step, identical on every rank, so only the values travel, in one reduce round
+ *               fused with other sums; a rank out of step fails the tensor on every rank
+ *   powersgd:N  rank-N PowerSGD on the tensor viewed as a rows x cols matrix M (zero-padded):
+ *               round 0 sums P = M Q, finish orthonormalises P's columns (Gram-Schmidt);
+ *               round 1 sums Q = M^T P, finish writes P Q^T; Q is kept as the next step's warm
+ *               start (the first Q is drawn from the name's seed, equal on every rank). Left
+ *               dense where (rows + cols) N >= n.
+ *   fp16, bf16  the casts above (no residual)
+ *
+ * spec is one of those ("none" gives *out = NULL and CHORUS_OK); dense_below 0 means 1024.
+ * Returns CHORUS_ERR_INVALID_ARG for another spec or a ratio outside (0, 1] or a rank outside
+ * 1..64 (chorus_last_error(NULL) lists the valid specs), CHORUS_ERR_NOMEM. A compressor is
+ * used by one engine or one calling thread at a time; destroy it after its last use (after the
+ * engine's shutdown). */
+chorus_result chorus_compressor_create(const char *spec, size_t dense_below,
+                                       chorus_compressor **out);
+/* Frees a compressor of chorus_compressor_create and its residuals; NULL is ignored. */
+void chorus_compressor_destroy(chorus_compressor *c);
+/* Copies the residual of a tensor (count float32 elements) into out: zeros for a tensor not
+ * seen yet or a compressor without one (fp16, bf16). CHORUS_ERR_INVALID_ARG when the tensor
+ * was seen with another count or c is not from chorus_compressor_create. */
+chorus_result chorus_compressor_residual(chorus_compressor *c, const char *tensor, float *out,
+                                         size_t count);
+/* PowerSGD: view that tensor as a matrix of cols columns (a layer's weight (out, in) followed
+ * by its bias: cols = in) instead of the default ceil(sqrt(n)). Takes effect before the
+ * tensor's first use; ignored by the other kinds. CHORUS_ERR_INVALID_ARG for cols 0. */
+chorus_result chorus_compressor_set_cols(chorus_compressor *c, const char *tensor, size_t cols);
+/* One compressed allreduce without an engine: runs c's plan for the tensor round by round
+ * with chorus_allreduce / chorus_allgather on comm (every rank must call it with the same
+ * name, count, dtype and op, as for any collective). send may equal recv. c NULL or an empty
+ * plan: a plain allreduce. Errors: those of the collectives, of the plan (INVALID_ARG) and of
+ * the compressor. */
+chorus_result chorus_compressed_allreduce(chorus_comm *comm, chorus_compressor *c,
+                                          const char *tensor, const void *send, void *recv,
+                                          size_t count, chorus_dtype t, chorus_op op);
+
 /* ---- engine ------------------------------------------------------------------------------- */
 
 /* The layout version of chorus_engine_opts and chorus_engine_tensor_opts. Both start with

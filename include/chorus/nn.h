@@ -411,6 +411,7 @@ typedef struct nn_dist {
                              holds this many bytes (0, the default: one tensor per layer). Set
                              before the first step, the same on every rank. */
     struct nn_dist_engine *eng;
+    struct chorus_compressor *comp; /* gradient compression (nn_dist_set_compression), or NULL */
 } nn_dist;
 
 /* Sets d up over comm (NULL: one rank, nothing to communicate). NN_SYNC_ENGINE with more than
@@ -438,6 +439,21 @@ chorus_result nn_dist_sum(nn_dist *d, double *v, int n);
 /* Broadcasts n bytes from rank 0. Errors: the broadcast's. */
 chorus_result nn_dist_broadcast_bytes(nn_dist *d, void *buf, size_t n);
 
+/* ---- gradient compression (nn/compress.c) ------------------------------------------------ */
+
+/* Compresses the gradients with spec ("none", "fp16", "bf16", "topk:R", "randomk:R",
+ * "powersgd:N": chorus_compressor_create) in every sync mode: fused compresses model->grads as
+ * one tensor ("grads"; PowerSGD layer by layer, as it needs each layer's matrix), layer each
+ * layer's gradient ("linear3"), engine each bucket (a bucket of several layers gets PowerSGD's
+ * default square view). Layers under 1024 parameters stay dense; PowerSGD views a layer's
+ * gradient as its weight matrix (out, in) with the bias as extra rows. The same spec on every
+ * rank, after nn_dist_init and before the first step of m; nn_dist_finalize frees it. Errors:
+ * CHORUS_ERR_INVALID_ARG for an unknown spec (nn_last_error() lists the valid ones),
+ * CHORUS_ERR_NOMEM. */
+chorus_result nn_dist_set_compression(nn_dist *d, const nn_model *m, const char *spec);
+/* Bytes of gradient one rank sends per step with the compression set, against dense float32
+ * (a step of model m); 1.0 with none. */
+double nn_dist_compression_ratio(const nn_dist *d, const nn_model *m);
 /* ---- memory accounting --------------------------------------------------------------- */
 
 /* Bytes a rank holds, by part. Every allocation of a part is added with nn_mem_add and every

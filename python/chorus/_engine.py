@@ -112,6 +112,9 @@ def _protos():
         ("chorus_engine_join", c.c_int, [_P, c.POINTER(c.c_int)]),
         ("chorus_engine_barrier", c.c_int, [_P]),
         ("chorus_compressor_fp16", _P, []),
+        ("chorus_compressor_create", c.c_int, [c.c_char_p, sz, c.POINTER(_P)]),
+        ("chorus_compressor_set_cols", c.c_int, [_P, c.c_char_p, sz]),
+        ("chorus_compressor_residual", c.c_int, [_P, c.c_char_p, c.POINTER(c.c_float), sz]),
         ("chorus_engine_get_stats", c.c_int, [_P, c.POINTER(_Stats)]),
         ("chorus_engine_bucket_plan", c.c_int,
          [c.POINTER(sz), c.c_int, sz, sz, c.POINTER(c.c_int), c.POINTER(c.c_int)]),
@@ -126,6 +129,42 @@ _check_layout()
 
 # Engine compressors by the name a Python compressor gives (its engine_compressor).
 COMPRESSORS = {"fp16": lib.chorus_compressor_fp16()}
+# Compressors with error feedback made by new_compressor: (pointer -> names whose matrix
+# view was set). They live as long as the process: an engine may still use one after the
+# Python object that asked for it is gone.
+_SHAPED = {}
+
+
+def new_compressor(spec):
+    """A libchorus compressor with error feedback from a spec ("topk:0.01", "powersgd:2");
+    raises ValueError with the library's message for a spec it does not know."""
+    p = _P()
+    r = lib.chorus_compressor_create(spec.encode(), 0, ctypes.byref(p))
+    if r != 0 or not p:
+        raise ValueError("chorus compression: " + _dec(lib.chorus_last_error(None)))
+    _SHAPED[p.value] = set()
+    return p.value
+
+
+def compressor_residual(ptr, name, count):
+    """The residual (what was not sent yet) of a tensor, count float32 values, as a list."""
+    out = (ctypes.c_float * count)()
+    r = lib.chorus_compressor_residual(ptr, name.encode(), out, count)
+    if r != 0:
+        raise ValueError("chorus compression: " + _dec(lib.chorus_last_error(None)))
+    return list(out)
+
+
+def _shape_hint(comp, name, shape):
+    """PowerSGD views a tensor of shape (out, ...) as out rows: tell the compressor once."""
+    names = _SHAPED.get(comp)
+    if names is None or name in names or shape is None or len(shape) < 2:
+        return
+    names.add(name)
+    cols = 1
+    for d in shape[1:]:
+        cols *= int(d)
+    lib.chorus_compressor_set_cols(comp, name.encode(), cols)
 
 
 def _dec(b):
@@ -403,8 +442,11 @@ def allreduce(A, E, pairs, op, pre=1.0, post=1.0, name=None, what="allreduce", c
         d = A.buf(dst)
         comp = compressor if b.code in FLOAT_CODES else None
         o.keep.append((src, dst))
-        o.enqueue(lib.chorus_engine_allreduce, (name if len(pairs) == 1 else "%s.%d" % (name, i))
-                  .encode(), b.ptr, d.ptr, b.numel, b.code, cop, _opts(o, p1, p2, comp, b.shape))
+        tname = name if len(pairs) == 1 else "%s.%d" % (name, i)
+        if comp:
+            _shape_hint(comp, tname, b.shape)
+        o.enqueue(lib.chorus_engine_allreduce, tname.encode(), b.ptr, d.ptr, b.numel, b.code, cop,
+                  _opts(o, p1, p2, comp, b.shape))
     if int_scaled:
         def rescale(res):
             for d in int_scaled:

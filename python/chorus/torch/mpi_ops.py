@@ -193,6 +193,9 @@ def _set(process_set):
 def _compressor(compression):
     """The engine's compressor for a Python compressor that names one (Compression.fp16), or
     None: such compression happens in the engine, not in Python."""
+    ptr = getattr(compression, "engine_ptr", None)
+    if ptr is not None:
+        return ptr
     name = getattr(compression, "engine_compressor", None)
     return _engine.COMPRESSORS[name] if name else None
 

@@ -285,7 +285,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """Wraps a torch optimizer so that step() applies gradients averaged over all ranks.
 
     named_parameters: model.named_parameters(), naming each gradient's allreduce (the same
-    names on every rank). compression: Compression.none or Compression.fp16.
+    names on every rank). compression: Compression.none, fp16, topk(ratio), randomk(ratio)
+    or powersgd(rank).
     backward_passes_per_step: local backward passes (gradient accumulation) per step().
     op: Average (default) or Sum. gradient_predivide_factor: with Average, gradients are
     divided by this before the sum and by size/this after it.

@@ -218,7 +218,9 @@ static chorus_result trial_step(chorus_engine *e, double dt)
                               : 0.5 * (t->samples[t->steps / 2 - 1] + t->samples[t->steps / 2]);
     t->score[t->cand] = med;
     t->trials++;
-    if (t->base_score < 0) t->base_score = med; /* the first trial runs the starting settings */
+    if (t->base_score < 0 && e->o.fusion_threshold == t->start_fusion &&
+        e->o.cycle_time_ms == t->start_cycle && e->comm->cfg.algo_allreduce == t->start_algo)
+        t->base_score = med; /* the starting settings' trial */
     if (e->rank == 0) {
         char d[64];
         describe(e, t, t->cand, d, sizeof(d));

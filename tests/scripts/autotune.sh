@@ -4,6 +4,8 @@
 #                    bitwise identical across ranks): rank 0 logs every trial with its step
 #                    time, each dimension's candidates with their times and the fastest, and
 #                    the choice; every rank then applies exactly the values rank 0 chose
+#   forced           with CHORUS_ALGO_ALLREDUCE set the algorithm is not tuned (the choice says
+#                    it was forced) and the starting settings' step time is still reported
 #   quiet            without CHORUS_DEBUG the choice is still shown, by rank 0 only
 #   train            chorus-train --grad-sync engine on 2 ranks tunes and its ranks end with
 #                    bitwise identical parameters
@@ -51,6 +53,16 @@ engine)
     grep -q "results identical on $np ranks" "$d/log" || fail "no result line"
     echo "every rank applied: $c"
     ;;
+forced)
+    CHORUS_ALGO_ALLREDUCE=shm_pipelined CHORUS_AUTOTUNE=1 CHORUS_DEBUG=INFO chorus-run -np 2 \
+        "$BUILD/tests/mp/engine_autotune" 30 > "$d/log" 2>&1 || { cat "$d/log"; fail "run failed"; }
+    grep " autotune: " "$d/log"
+    ! grep -q "autotune: trial .*allreduce algorithm" "$d/log" || fail "a forced algorithm was tuned"
+    grep -q "^\[0\] .*autotune: chose allreduce shm_pipelined (forced by CHORUS_ALGO_ALLREDUCE), .* against [0-9][0-9.]* ms with the starting settings (allreduce shm_pipelined, fusion threshold 67108864 B, cycle time 2 ms)" \
+        "$d/log" || fail "no choice line naming the forced algorithm and the starting settings' time"
+    grep -q "^\[1\] .*autotune: rank 1 applies allreduce shm_pipelined, " "$d/log" ||
+        fail "rank 1 does not keep the forced algorithm"
+    ;;
 quiet)
     CHORUS_AUTOTUNE=1 chorus-run -np 2 "$BUILD/tests/mp/engine_autotune" 40 > "$d/log" 2>&1 ||
         { cat "$d/log"; fail "run failed"; }
@@ -93,6 +105,6 @@ bad)
         fail "chorus-train does not name CHORUS_AUTOTUNE_WARMUP=5000"
     ;;
 *)
-    fail "usage: autotune.sh engine NP [VAR=VALUE...]|quiet|train|bad"
+    fail "usage: autotune.sh engine NP [VAR=VALUE...]|forced|quiet|train|bad"
     ;;
 esac

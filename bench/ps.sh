@@ -5,11 +5,13 @@
 # then evaluated on the test set. Every mode runs twice: all workers equal (each capped at half
 # a core by a CPU cgroup: cgroup v2 cpu.max, else v1 cpu.cfs_quota_us), and the last worker at
 # half that speed (a quarter of a core). Parameter-server runs take one more process, the
-# server, which is not capped: on a machine of two cores the workers' caps leave it the rest. For each time in TIMES the table gives samples/s (all workers) and the test
-# accuracy; "time to TARGET" is the first of TIMES at which the accuracy reached TARGET.
+# server, which is not capped: on a machine of two cores the workers' caps leave it the rest.
+# For each time in TIMES the table gives samples/s (all workers) and the test accuracy (means
+# of REPEAT runs); "time to TARGET" is the first of TIMES at which the accuracy reached TARGET.
+# The learning-rate schedule of each run spans its --time-limit.
 #
 #   sudo sh bench/ps.sh        BUILD=build TIMES="3 6 9 12" TARGET=0.87 STALENESS=2 \
-#                              MODES="allreduce ps-sync ps-async ps-ssp" PS_ARGS=""
+#                              MODES="allreduce ps-sync ps-async ps-ssp" PS_ARGS="" REPEAT=1
 #
 # Needs root for the cgroups (without it, only the equal runs are made, and it says so). The
 # machine may be shared: the load average is printed with the table.
@@ -19,6 +21,7 @@ TIMES=${TIMES:-"3 6 9 12"}
 TARGET=${TARGET:-0.87}
 STALENESS=${STALENESS:-2}
 MODES=${MODES:-"allreduce ps-sync ps-async ps-ssp"}
+REPEAT=${REPEAT:-1}  # runs per cell; the table gives their means
 PS_ARGS=${PS_ARGS:-}  # more chorus-train options for the ps-* runs (e.g. --momentum 0.5)
 RUN=$BUILD/bin/chorus-run
 TRAIN=$BUILD/bin/chorus-train
@@ -75,8 +78,19 @@ place() {
     done
 }
 
-# one MODE SLOW SECONDS: prints "samples/s accuracy".
+# one MODE SLOW SECONDS: prints "samples/s accuracy", the means of REPEAT runs.
 one() {
+    i=0 all=""
+    while [ $i -lt "$REPEAT" ]; do
+        all="$all $(one_run "$@")"
+        i=$((i + 1))
+    done
+    echo "$all" | awk '{ for (i = 1; i < NF; i += 2) { if ($i == "-") { print "- -"; exit }
+        s += $i; a += $(i + 1); n++ } printf "%.0f %.4f\n", s / n, a / n }'
+}
+
+# one_run MODE SLOW SECONDS: one run; prints "samples/s accuracy".
+one_run() {
     mode=$1 slow=$2 secs=$3
     if [ "$mode" = allreduce ]; then np=2 ns=0; else np=3 ns=1; fi
     log=$OUT/$mode-$slow-$secs.log

@@ -91,7 +91,7 @@ static void usage(FILE *f)
             "(256)\n"
             "  --accum K              split each rank's share into K micro-batches whose\n"
             "                         gradients accumulate (same result, less memory) (1)\n"
-            "  --optim sgd|adamw      (sgd: momentum 0.9, Nesterov)\n"
+            "  --optim sgd|adamw      (sgd: with momentum, Nesterov)\n"
             "  --lr X                 peak learning rate (sgd: mlp 0.1, cnn 0.05; adamw 0.001)\n"
             "  --scale-lr             multiply --lr by the number of ranks (linear scaling, for\n"
             "                         when --batch grows with the ranks)\n"
@@ -99,6 +99,7 @@ static void usage(FILE *f)
             "                         50%% and 75%% of training\n"
             "  --warmup-epochs E      linear warm-up from 0 over E epochs (0)\n"
             "  --momentum M --weight-decay W --no-nesterov --dropout P\n"
+            "                         (momentum: 0.9; ps-async and ps-ssp: 0.8)\n"
             "  --seed S               initialisation, shuffling and dropout (1)\n"
             "  --threads T            BLAS threads per rank (1)\n"
             "  --data DIR             Fashion-MNIST directory (" NN_FASHION_DEFAULT_DIR ")\n"
@@ -128,9 +129,10 @@ static void usage(FILE *f)
             "  --staleness S          ps-ssp: steps a worker may run ahead (2)\n"
             "  --ps-grad-dtype T      ps: gradients travel as float32, float16 or bfloat16\n"
             "                         (float32)\n"
-            "  --time-limit S         every rank stops training after S seconds; one test-set\n"
-            "                         evaluation at the end instead of one per epoch (for\n"
-            "                         comparing modes at equal time)\n"
+            "  --time-limit S         every rank stops training after S seconds, and the\n"
+            "                         learning-rate schedule runs over those S seconds instead\n"
+            "                         of --epochs; one test-set evaluation at the end instead\n"
+            "                         of one per epoch (for comparing modes at equal time)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -146,7 +148,7 @@ static void parse(int argc, char **argv, opts *o)
     o->accum = 1;
     o->schedule = "cosine";
     o->optim = "sgd";
-    o->momentum = 0.9f;
+    o->momentum = -1; /* by mode, below */
     o->wd = -1.0f;
     o->dropout = -1.0f;
     o->nesterov = 1;
@@ -297,6 +299,11 @@ static void parse(int argc, char **argv, opts *o)
     int adam = !strcmp(o->optim, "adamw");
     if (o->epochs < 0) o->epochs = cnn ? 8 : 10;
     if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : 0.1f;
+    /* Asynchronous updates add momentum of their own: each gradient was taken at parameters
+     * a few updates old, which acts like a heavier momentum term (docs/PARAMETER_SERVER.md
+     * shows the measurements behind 0.8). */
+    if (o->momentum < 0)
+        o->momentum = !strcmp(o->mode, "ps-async") || !strcmp(o->mode, "ps-ssp") ? 0.8f : 0.9f;
     if (o->wd < 0) o->wd = adam ? 1e-2f : 5e-4f;
     if (o->dropout < 0) o->dropout = cnn ? 0.25f : 0.0f;
 }
@@ -326,12 +333,20 @@ static nn_model *build_model(const opts *o, const nn_dataset *ds, int max_batch)
     return m;
 }
 
-static float lr_at(const opts *o, uint64_t step, uint64_t steps_per_epoch, int world)
+/* The learning rate of a step. The schedule runs over the steps of --epochs, or, with
+ * --time-limit, over the time budget: `spent` is then the fraction of it used so far (the same
+ * on every rank of an allreduce job), so that the rate has decayed when the time is up, as a
+ * budgeted run should, whatever the number of steps that fit. */
+static float lr_at(const opts *o, uint64_t step, uint64_t steps_per_epoch, int world, double spent)
 {
     double base = (double)o->lr * (o->scale_lr ? world : 1);
     double total = (double)o->epochs * (double)steps_per_epoch;
     double warm = floor((double)o->warmup_epochs * (double)steps_per_epoch);
     double s = (double)step;
+    if (o->time_limit > 0) { /* both as fractions of the budget */
+        warm = o->warmup_epochs / (double)o->epochs, total = 1.0, s = spent;
+        if (s < warm) return (float)(base * s / warm);
+    }
     if (s < warm) return (float)(base * (s + 1.0) / warm);
     double t = total > warm ? (s - warm) / (total - warm) : 1.0;
     if (t > 1.0) t = 1.0;
@@ -341,14 +356,16 @@ static float lr_at(const opts *o, uint64_t step, uint64_t steps_per_epoch, int w
     return (float)base;
 }
 
-/* Test accuracy: each rank evaluates its slice of the test set; counts are summed. */
+/* Test accuracy: each rank evaluates its slice of the test set; counts are summed. Alone, this
+ * rank evaluates the whole set and meets nobody. */
 static double evaluate(nn_model *m, nn_dist *d, const nn_dataset *test, float *x, int32_t *y,
-                       double *loss_out)
+                       double *loss_out, int alone)
 {
     int was = m->training;
     m->training = 0;
-    size_t n = (size_t)test->n, per = (n + (size_t)d->size - 1) / (size_t)d->size;
-    size_t lo = per * (size_t)d->rank, hi = lo + per < n ? lo + per : n;
+    size_t parts = alone ? 1 : (size_t)d->size, part = alone ? 0 : (size_t)d->rank;
+    size_t n = (size_t)test->n, per = (n + parts - 1) / parts;
+    size_t lo = per * part, hi = lo + per < n ? lo + per : n;
     double acc[3] = {0, 0, 0};
     uint32_t *idx = malloc((size_t)m->max_batch * sizeof(uint32_t));
     if (!idx) die("out of memory");
@@ -363,7 +380,7 @@ static double evaluate(nn_model *m, nn_dist *d, const nn_dataset *test, float *x
         acc[2] += B;
     }
     free(idx);
-    if (nn_dist_sum(d, acc, 3)) die("%s", nn_last_error());
+    if (!alone && nn_dist_sum(d, acc, 3)) die("%s", nn_last_error());
     m->training = was;
     if (loss_out) *loss_out = acc[0] / acc[2];
     return acc[1] / acc[2];
@@ -406,6 +423,7 @@ typedef struct trainer {
     int32_t *y;    /* (max_batch) */
     /* progress of this process (for speed and ETA) */
     double t_start, train_time, step_wait, samples_done;
+    double spent; /* --time-limit: the fraction of the budget used before this step */
     uint64_t steps_done;
     double last_test_acc; /* -1 until evaluated */
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
@@ -417,6 +435,13 @@ typedef struct trainer {
 typedef struct epoch_stats {
     double loss, hits, n, last_print;
 } epoch_stats;
+
+/* Whether the workers never meet once training has started (ps-async, ps-ssp): a worker that
+ * dies or stops then costs the others nothing. Worker 0 alone evaluates and reports. */
+static int workers_apart(const trainer *t)
+{
+    return t->ps && strcmp(t->o.mode, "ps-sync") != 0;
+}
 
 /* Step (--mode ps-*): split the job into parameter servers and workers. The servers apply
  * this run's optimizer; a worker's rank and world below are among the workers only. */
@@ -767,7 +792,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     int C = t->train.nclasses;
     double t0 = now_s(), w0 = d->wait_s, gw0 = d->grad_wait_s, gc0 = d->comm_s, gh0 = d->hidden_s;
     uint64_t ib0 = d->in_backward;
-    float lr = lr_at(o, st->global_step, t->steps_per_epoch, t->world);
+    float lr = lr_at(o, st->global_step, t->steps_per_epoch, t->world, t->spent);
     const uint32_t *idx;
     size_t gcount;
     size_t nloc = nn_sampler_batch(&t->sampler, step, &idx, &gcount);
@@ -866,9 +891,11 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     const opts *o = &t->o;
     nn_dist *d = &t->dist;
     double test_loss = 0;
-    int eval = !o->no_eval && o->time_limit <= 0; /* --time-limit: once, at the end */
-    if (t->ps && eval) pull_params(t);            /* async workers may hold older ones */
-    if (eval) t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss);
+    int eval = !o->no_eval && o->time_limit <= 0;   /* --time-limit: once, at the end */
+    if (workers_apart(t) && t->rank != 0) eval = 0; /* worker 0 reports */
+    if (t->ps && eval) pull_params(t);              /* async workers may hold older ones */
+    if (eval)
+        t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss, workers_apart(t));
     if (t->rank == 0 && eval) {
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
@@ -888,9 +915,14 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
 static int out_of_time(trainer *t)
 {
     if (t->o.time_limit <= 0) return 0;
-    double over = now_s() - t->t_start >= t->o.time_limit;
-    if (!t->ps && nn_dist_sum(&t->dist, &over, 1)) die("%s", nn_last_error());
-    return over > 0;
+    double v[2] = {now_s() - t->t_start, 0}; /* time spent; ranks that are over it */
+    v[1] = v[0] >= t->o.time_limit;
+    if (!t->ps) {
+        if (nn_dist_sum(&t->dist, v, 2)) die("%s", nn_last_error());
+        v[0] /= t->world; /* the ranks' mean: one learning rate for all */
+    }
+    t->spent = v[0] / t->o.time_limit;
+    return v[1] > 0;
 }
 
 /* Step (after training): a parameter-server worker takes the final parameters and leaves, so
@@ -901,12 +933,19 @@ static void end_training(trainer *t)
     if (t->ps) {
         pull_params(t);
         if (chorus_ps_leave(t->ps) != CHORUS_OK) die("%s", chorus_ps_last_error(t->ps));
-        /* the summary's samples/s counts every worker, as allreduce's does */
-        if (nn_dist_sum(&t->dist, &t->samples_done, 1)) die("%s", nn_last_error());
+        /* the summary's samples/s counts every worker, as allreduce's does; apart, a worker
+         * that was lost leaves the survivors' own counts */
+        double mine = t->samples_done;
+        if (nn_dist_sum(&t->dist, &t->samples_done, 1)) {
+            if (!workers_apart(t)) die("%s", nn_last_error());
+            t->samples_done = mine;
+            if (t->rank == 0)
+                printf("note: %s; samples/s below counts worker 0 alone\n", nn_last_error());
+        }
     }
-    if (t->o.time_limit <= 0 || t->o.no_eval) return;
+    if (t->o.time_limit <= 0 || t->o.no_eval || (workers_apart(t) && t->rank != 0)) return;
     double test_loss = 0;
-    t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss);
+    t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss, workers_apart(t));
     if (t->rank == 0)
         printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
                t->last_test_acc);

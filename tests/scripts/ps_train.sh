@@ -11,6 +11,9 @@
 #   kill_server      ps-sync with checkpoints every 10 steps; the server is killed mid-run:
 #                    the job fails naming it; --resume continues from the shards' last
 #                    checkpoint and ends with the parameters of a run never interrupted
+#   kill_worker      ps-async: a worker killed mid-run; the others make all their steps
+#   time_limit       with --time-limit the learning-rate schedule spans the time budget (in
+#                    allreduce mode and in a parameter-server mode); allreduce ranks agree
 set -u
 BUILD=${BUILD:-build}
 PATH=$BUILD/bin:$PATH
@@ -85,5 +88,50 @@ kill_server)
     cmp "$d/resumed.0" "$d/straight.0" || { echo "the resumed run ended elsewhere"; exit 1; }
     echo "resumed after the server was killed: parameters identical to an uninterrupted run"
     ;;
-*) echo "usage: ps_train.sh equal W K OPTIM | accuracy | bad"; exit 2 ;;
+kill_worker)
+    # ps-async, 1 server and 3 workers; worker 2 (rank 3) is killed mid-run: the server goes on
+    # without it and the other workers make all their steps; worker 0 evaluates and reports
+    CHORUS_DEBUG=WARN chorus-run -np 4 --grace 60 chorus-train --mode ps-async --servers 1 --batch 96 \
+        --max-steps 150 --log-every 1 > "$d/log" 2>&1 &
+    run=$!
+    i=0
+    until grep -q "step 2[0-9]/" "$d/log" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 1200 ] || { kill $run; cat "$d/log"; echo "the run never got to step 20"; exit 1; }
+        sleep 0.05
+    done
+    victim=""
+    for c in $(pgrep -P $run); do
+        tr '\0' '\n' < /proc/$c/environ 2>/dev/null | grep -qx CHORUS_RANK=3 && victim=$c
+    done
+    [ -n "$victim" ] || { kill $run; echo "no rank 3 under chorus-run $run"; exit 1; }
+    kill -9 "$victim"
+    wait $run
+    rc=$?
+    grep -v "step [0-9]*/" "$d/log"
+    [ $rc != 0 ] || { echo "chorus-run did not report the killed worker"; exit 1; }
+    grep -q "worker 2 (rank 3) is lost.*going on without it" "$d/log" ||
+        { echo "the server did not say it went on without the lost worker"; exit 1; }
+    grep -q "^\[1\] done: 150 steps, test accuracy" "$d/log" ||
+        { echo "worker 0 did not finish its 150 steps"; exit 1; }
+    ;;
+time_limit)
+    # the schedule spans the budget: the rate starts at --lr and has nearly vanished at the end;
+    # the allreduce ranks take the same rate every step (identical parameters)
+    for mode in allreduce ps-async; do
+        np=2
+        [ $mode = allreduce ] || np=3
+        chorus-run -np $np chorus-train --mode $mode --servers 1 --batch 64 --time-limit 1.5 \
+            --metrics "$d/$mode.jsonl" --dump-params "$d/$mode" > "$d/$mode.log" 2>&1 ||
+            { cat "$d/$mode.log"; exit 1; }
+        grep "after .* s: test loss" "$d/$mode.log" || { cat "$d/$mode.log"; exit 1; }
+        first=$(head -1 "$d/$mode.jsonl" | sed 's/.*"lr":\([0-9.e-]*\).*/\1/')
+        last=$(grep '"lr"' "$d/$mode.jsonl" | tail -1 | sed 's/.*"lr":\([0-9.e-]*\).*/\1/')
+        echo "$mode: learning rate $first at the first step, $last at the last"
+        awk -v f="$first" -v l="$last" 'BEGIN { exit !(f > 0.099 && l < 0.1 * f) }' ||
+            { echo "$mode: the schedule does not span the time budget"; exit 1; }
+    done
+    cmp "$d/allreduce.0" "$d/allreduce.1" || { echo "allreduce ranks differ"; exit 1; }
+    ;;
+*) echo "usage: ps_train.sh equal W K OPTIM | accuracy | bad | kill_server | kill_worker | time_limit"; exit 2 ;;
 esac

@@ -524,7 +524,7 @@ static int series_add(series *s, double x, double y)
 /* Whether an executable named prog is in PATH. */
 static int in_path(const char *prog)
 {
-    const char *path = getenv("PATH");
+    const char *path = chorus__env("PATH");
     char buf[4096];
     for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
         const char *c = strchr(p, ':');

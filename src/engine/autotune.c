@@ -192,8 +192,8 @@ static chorus_result end_stage(chorus_engine *e)
         }
         describe(e, t, (int)win, d, sizeof(d));
         CHORUS_INFO(CHORUS_LOG_ENGINE,
-                    "autotune: %s: %s (median step time over %d steps): %s is fastest",
-                    stage_name[t->stage], list, t->steps, d);
+                    "autotune: %s: %s (median step time over %d step%s): %s is fastest",
+                    stage_name[t->stage], list, t->steps, t->steps == 1 ? "" : "s", d);
     }
     switch (t->stage) {
     case STAGE_ALGO: t->best_algo = t->algo[win]; break;

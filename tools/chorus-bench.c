@@ -707,6 +707,16 @@ int main(int argc, char **argv)
         chorus_finalize(b.c);
         return bad(&o, "-r %d: the root must be a rank below %d", b.root, b.n);
     }
+    char algos[MAX_ALGOS][32];
+    int nalgos = 0;
+    st = algo_list(&b, &o, algos, &nalgos);
+    /* --plot: rank 0 checks gnuplot and the path before anything is measured, for every rank */
+    int64_t plot_ok = st ? st : o.plot && b.rank == 0 ? plot_check(&o) : 0;
+    if (o.plot && chorus_broadcast(b.c, &plot_ok, 1, CHORUS_INT64, 0) != CHORUS_OK) plot_ok = 1;
+    if (plot_ok) {
+        chorus_finalize(b.c);
+        return (int)plot_ok;
+    }
     size_t cap = o.maxb + 64 * sizeof(double) * (size_t)b.n; /* room for the widest type */
     b.send = chorus__malloc_aligned(cap);
     b.recv = chorus__malloc_aligned(cap);
@@ -721,16 +731,6 @@ int main(int argc, char **argv)
     int types = o.all_types ? CHORUS_DTYPE_COUNT : 1;
     int ops =
         o.all_ops && (b.coll == C_ALLREDUCE || b.coll == C_REDUCE_SCATTER) ? CHORUS_OP_COUNT : 1;
-    char algos[MAX_ALGOS][32];
-    int nalgos = 0;
-    st = algo_list(&b, &o, algos, &nalgos);
-    /* --plot: rank 0 checks gnuplot and the path before anything is measured, for every rank */
-    int64_t plot_ok = st ? st : o.plot && b.rank == 0 ? plot_check(&o) : 0;
-    if (o.plot && chorus_broadcast(b.c, &plot_ok, 1, CHORUS_INT64, 0) != CHORUS_OK) plot_ok = 1;
-    if (plot_ok) {
-        chorus_finalize(b.c);
-        return (int)plot_ok;
-    }
     char *ranks = NULL;
     r = gather_ranks(&b, &ranks);
     if (r != CHORUS_OK) {

@@ -144,7 +144,7 @@ PY
     for p in $pt; do wait "$p"; done
     ct=$("$PYTHON" -c '
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][10:]
+rows = [json.loads(l) for l in open(sys.argv[1]) if "\"step\"" in l][10:]
 print("%.0f" % (sum(r["samples_per_s"] * r["step_s"] for r in rows) / sum(r["step_s"] for r in rows)))
 ' "$logs/train.0.jsonl" 2>/dev/null)
     pt=""

@@ -45,7 +45,7 @@ chorus() {
         > "$OUT/chorus.log" 2>&1 || { cat "$OUT/chorus.log" >&2; echo 0; return; }
     "$PYTHON" -c '
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])][int(sys.argv[2]):]
+rows = [json.loads(l) for l in open(sys.argv[1]) if "\"step\"" in l][int(sys.argv[2]):]
 print("%.0f" % (sum(r["samples_per_s"] * r["step_s"] for r in rows) / sum(r["step_s"] for r in rows)))
 ' "$m" "$WARMUP"
 }

@@ -58,7 +58,7 @@ for model in ("mlp", "cnn"):
     for mode in modes:
         runs = []
         for i in range(1, rep + 1):
-            rows = [json.loads(l) for l in open(os.path.join(out, "%s.%s.%d.jsonl" % (model, mode, i)))][warm:]
+            rows = [json.loads(l) for l in open(os.path.join(out, "%s.%s.%d.jsonl" % (model, mode, i))) if "\"step\"" in l][warm:]
             mean = lambda k: sum(x[k] for x in rows) / len(rows)
             runs.append((st.median(x["step_s"] for x in rows), mean("grad_comm_s"),
                          mean("grad_hidden_s"), mean("grad_wait_s")))

@@ -64,6 +64,19 @@ class Net(nn.Module):
         return self.fc2(x)
 
 
+def add_data_args(ap):
+    ap.add_argument("--limit", type=int, default=0, help="use only the first N images")
+    ap.add_argument("--seed", type=int, default=42)
+
+
+def start(args):
+    """Starts chorus.torch, seeds torch, and loads the data: (train, test) datasets."""
+    hvd.init()
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)  # one core per rank; the ranks share the machine
+    return load("train", args.limit), load("test", args.limit // 6 if args.limit else 0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=2)
@@ -71,16 +84,9 @@ def main():
     ap.add_argument("--lr", type=float, default=0.01, help="per rank; scaled by the size")
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--fp16-allreduce", action="store_true")
-    ap.add_argument("--limit", type=int, default=0, help="use only the first N images")
-    ap.add_argument("--seed", type=int, default=42)
+    add_data_args(ap)
     args = ap.parse_args()
-
-    hvd.init()
-    torch.manual_seed(args.seed)
-    torch.set_num_threads(1)  # one core per rank; the ranks share the machine
-
-    train = load("train", args.limit)
-    test = load("test", args.limit // 6 if args.limit else 0)
+    train, test = start(args)
     sampler = torch.utils.data.distributed.DistributedSampler(
         train, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=True, seed=args.seed)
     loader = torch.utils.data.DataLoader(train, batch_size=args.batch_size, sampler=sampler)

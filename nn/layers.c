@@ -315,90 +315,123 @@ static void layernorm_backward(nn_layer *L, const float *dy, float *dx, int B)
 
 /* ---- the model ----------------------------------------------------------------------- */
 
+const float *nn__layer_forward(nn_model *m, int i, const float *cur, int *owned, int B)
+{
+    nn_layer *L = &m->layers[i];
+    size_t n = (size_t)B * nn__out_features(L);
+    float *out = L->buf;
+    L->in = cur;
+    switch (L->kind) {
+    case NN_LINEAR:
+        if (L->tp == NN_TP_ROW)
+            nn__tp_row_forward(m, L, cur, out, B);
+        else
+            linear_forward(L, cur, out, B);
+        break;
+    case NN_CONV2D: conv_forward(L, cur, out, B); break;
+    case NN_MAXPOOL2D: maxpool_forward(L, cur, out, B); break;
+    case NN_RELU:
+        if (*owned) out = (float *)cur;
+        relu_forward(cur, out, n);
+        break;
+    case NN_GELU: gelu_forward(cur, out, n); break;
+    case NN_DROPOUT:
+        if (!m->training || L->p == 0.0f) {
+            L->out = (float *)cur; /* identity; ownership unchanged */
+            return cur;
+        }
+        if (*owned) out = (float *)cur;
+        dropout_forward(m, i, L, cur, out, n);
+        break;
+    case NN_FLATTEN: L->out = (float *)cur; return cur;
+    case NN_LAYERNORM: layernorm_forward(L, cur, out, B); break;
+    default: break;
+    }
+    L->out = out;
+    *owned = 1;
+    return out;
+}
+
 const float *nn_forward(nn_model *m, const float *x, int B)
 {
     const float *cur = x;
     int owned = 0; /* whether cur is a model buffer that may be overwritten */
     for (int i = 0; i < m->nlayers; i++) {
-        nn_layer *L = &m->layers[i];
-        size_t n = (size_t)B * nn__out_features(L);
-        float *out = L->buf;
-        L->in = cur;
-        switch (L->kind) {
-        case NN_LINEAR: linear_forward(L, cur, out, B); break;
-        case NN_CONV2D: conv_forward(L, cur, out, B); break;
-        case NN_MAXPOOL2D: maxpool_forward(L, cur, out, B); break;
-        case NN_RELU:
-            if (owned) out = (float *)cur;
-            relu_forward(cur, out, n);
-            break;
-        case NN_GELU: gelu_forward(cur, out, n); break;
-        case NN_DROPOUT:
-            if (!m->training || L->p == 0.0f) {
-                out = (float *)cur; /* identity; ownership unchanged */
-                L->out = out;
-                continue;
-            }
-            if (owned) out = (float *)cur;
-            dropout_forward(m, i, L, cur, out, n);
-            break;
-        case NN_FLATTEN: L->out = (float *)cur; continue;
-        case NN_LAYERNORM: layernorm_forward(L, cur, out, B); break;
-        default: break;
-        }
-        L->out = out;
-        cur = out;
-        owned = 1;
+        if (m->fwd_hook && m->layers[i].nparams) m->fwd_hook(m, i, m->fwd_hook_arg);
+        cur = nn__layer_forward(m, i, cur, &owned, B);
     }
     return cur;
 }
 
-void nn_backward(nn_model *m, const float *dout, int B)
+const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which, int B, int need_dx)
 {
+    nn_layer *L = &m->layers[i];
+    size_t n = (size_t)B * nn__out_features(L);
+    int elementwise = L->kind == NN_RELU || L->kind == NN_GELU || L->kind == NN_DROPOUT ||
+                      L->kind == NN_LAYERNORM;
+    if (L->kind == NN_FLATTEN || (L->kind == NN_DROPOUT && (!m->training || L->p == 0.0f)))
+        return need_dx ? dy : NULL; /* identity: dx is dy */
+    float *dx = NULL;
+    int next = *which;
+    if (need_dx) {
+        if (elementwise && *which >= 0) {
+            dx = (float *)dy;
+        } else {
+            next = *which == 0 ? 1 : 0;
+            dx = m->dbuf[next];
+        }
+    }
+    switch (L->kind) {
+    case NN_LINEAR:
+        linear_backward(L, dy, dx, B);
+        if (dx && L->tp == NN_TP_COLUMN) nn__tp_column_dx(m, L, dx, B);
+        break;
+    case NN_CONV2D: conv_backward(L, dy, dx, B); break;
+    case NN_MAXPOOL2D:
+        if (dx) maxpool_backward(L, dy, dx, B);
+        break;
+    case NN_RELU:
+        if (dx) relu_backward(L->out, dy, dx, n);
+        break;
+    case NN_GELU:
+        if (dx) gelu_backward(L->in, dy, dx, n);
+        break;
+    case NN_DROPOUT:
+        if (dx)
+            for (size_t j = 0; j < n; j++) dx[j] = dy[j] * L->cache[j];
+        break;
+    case NN_LAYERNORM: layernorm_backward(L, dy, dx, B); break;
+    default: break;
+    }
+    if (L->nparams && m->grad_hook) m->grad_hook(m, i, m->grad_hook_arg);
+    *which = next;
+    return dx;
+}
+
+/* The backward loop; with want_dx the first layer's input gradient too, returned (a model
+ * buffer, or dout itself when every layer is an identity; NULL with recomputation, which does
+ * not keep it). */
+static const float *backward(nn_model *m, const float *dout, int B, int want_dx)
+{
+    if (m->recompute) {
+        nn__backward_recompute(m, dout, B);
+        return NULL;
+    }
     const float *dy = dout;
     int which = -1; /* index of the dbuf holding dy, -1 for the caller's buffer */
-    for (int i = m->nlayers - 1; i >= 0; i--) {
-        nn_layer *L = &m->layers[i];
-        size_t n = (size_t)B * nn__out_features(L);
-        int need_dx = i > 0;
-        int elementwise = L->kind == NN_RELU || L->kind == NN_GELU || L->kind == NN_DROPOUT ||
-                          L->kind == NN_LAYERNORM;
-        if (L->kind == NN_FLATTEN || (L->kind == NN_DROPOUT && (!m->training || L->p == 0.0f)))
-            continue; /* identity: dx is dy */
-        float *dx = NULL;
-        int next = which;
-        if (need_dx) {
-            if (elementwise && which >= 0) {
-                dx = (float *)dy;
-            } else {
-                next = which == 0 ? 1 : 0;
-                dx = m->dbuf[next];
-            }
-        }
-        switch (L->kind) {
-        case NN_LINEAR: linear_backward(L, dy, dx, B); break;
-        case NN_CONV2D: conv_backward(L, dy, dx, B); break;
-        case NN_MAXPOOL2D:
-            if (dx) maxpool_backward(L, dy, dx, B);
-            break;
-        case NN_RELU:
-            if (dx) relu_backward(L->out, dy, dx, n);
-            break;
-        case NN_GELU:
-            if (dx) gelu_backward(L->in, dy, dx, n);
-            break;
-        case NN_DROPOUT:
-            if (dx)
-                for (size_t j = 0; j < n; j++) dx[j] = dy[j] * L->cache[j];
-            break;
-        case NN_LAYERNORM: layernorm_backward(L, dy, dx, B); break;
-        default: break;
-        }
-        if (L->nparams && m->grad_hook) m->grad_hook(m, i, m->grad_hook_arg);
-        if (!need_dx) break;
-        dy = dx;
-        which = next;
-    }
+    for (int i = m->nlayers - 1; i >= 0 && dy; i--)
+        dy = nn__layer_backward(m, i, dy, &which, B, i > 0 || want_dx);
+    return dy;
+}
+
+void nn_backward(nn_model *m, const float *dout, int B)
+{
+    backward(m, dout, B, 0);
+}
+
+const float *nn_backward_input(nn_model *m, const float *dout, int B)
+{
+    return backward(m, dout, B, 1);
 }
 
 double nn_xent(const float *logits, const int32_t *labels, int B, int C, float grad_scale,

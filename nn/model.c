@@ -27,7 +27,7 @@ void nn_model_destroy(nn_model *m)
     if (!m) return;
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *L = &m->layers[i];
-        free(L->buf);
+        if (!L->buf_pooled) free(L->buf);
         free(L->cache);
         free(L->scratch);
         free(L->idx);
@@ -37,6 +37,7 @@ void nn_model_destroy(nn_model *m)
     free(m->grads);
     free(m->dbuf[0]);
     free(m->dbuf[1]);
+    free(m->act_pool);
     free(m);
 }
 
@@ -206,6 +207,20 @@ static void *falloc(size_t n)
     return calloc(n ? n : 1, sizeof(float));
 }
 
+/* falloc for part p of the model's memory, recorded in m->mem when set. */
+static void *falloc_part(nn_model *m, nn_mem_part p, size_t n)
+{
+    void *q = falloc(n);
+    if (q && m->mem) nn_mem_add(m->mem, p, n * sizeof(float));
+    return q;
+}
+
+/* Activation buffers of batches of B (falloc_part counts them). */
+static void *aalloc(nn_model *m, size_t n)
+{
+    return falloc_part(m, NN_MEM_ACTIVATIONS, n);
+}
+
 chorus_result nn_model_finalize(nn_model *m, int max_batch)
 {
     if (m->params || m->nlayers == 0 || max_batch <= 0)
@@ -214,6 +229,7 @@ chorus_result nn_model_finalize(nn_model *m, int max_batch)
                         : m->nlayers == 0 ? "the model has no layers"
                                           : "max_batch must be positive");
     size_t B = (size_t)max_batch, total = 0, dmax = 0;
+    if (m->recompute) nn__recompute_plan(m);
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *L = &m->layers[i];
         L->param_off = total;
@@ -227,33 +243,36 @@ chorus_result nn_model_finalize(nn_model *m, int max_batch)
             if (m->layers[j].kind != NN_FLATTEN) may_see_user_input = 0;
         int needs_buf = L->kind != NN_FLATTEN;
         if ((L->kind == NN_RELU || L->kind == NN_DROPOUT) && !may_see_user_input) needs_buf = 0;
-        if (needs_buf && !(L->buf = falloc(B * out))) goto nomem;
+        if (!needs_buf) L->buf_pooled = 0;
+        if (needs_buf && !L->buf_pooled && !(L->buf = aalloc(m, B * out))) goto nomem;
         switch (L->kind) {
         case NN_CONV2D: {
             size_t rows = (size_t)L->in_c * (size_t)(L->k * L->k);
             size_t cols = (size_t)L->out_h * (size_t)L->out_w;
-            if (!(L->cache = falloc(rows * cols))) goto nomem;
-            if (!(L->scratch = falloc(rows * cols))) goto nomem;
+            if (!(L->cache = aalloc(m, rows * cols))) goto nomem;
+            if (!(L->scratch = aalloc(m, rows * cols))) goto nomem;
             break;
         }
         case NN_MAXPOOL2D:
             if (!(L->idx = calloc(B * out, sizeof(int32_t)))) goto nomem;
+            if (m->mem) nn_mem_add(m->mem, NN_MEM_ACTIVATIONS, B * out * sizeof(int32_t));
             break;
         case NN_LAYERNORM:
-            if (!(L->cache = falloc(2 * B))) goto nomem;
+            if (!(L->cache = aalloc(m, 2 * B))) goto nomem;
             break;
         case NN_DROPOUT:
-            if (!(L->cache = falloc(B * in))) goto nomem;
+            if (!(L->cache = aalloc(m, B * in))) goto nomem;
             break;
         default: break;
         }
     }
+    if (m->recompute && nn__recompute_pool(m, B)) goto nomem;
     m->nparams = total;
-    m->params = falloc(total);
-    m->grads = falloc(total);
-    m->dbuf[0] = falloc(B * dmax);
-    m->dbuf[1] = falloc(B * dmax);
-    if (!m->params || !m->grads || !m->dbuf[0] || !m->dbuf[1]) {
+    m->params = falloc_part(m, NN_MEM_PARAMS, total);
+    if (!m->no_grads) m->grads = falloc_part(m, NN_MEM_GRADS, total);
+    m->dbuf[0] = aalloc(m, B * dmax);
+    m->dbuf[1] = aalloc(m, B * dmax);
+    if (!m->params || (!m->grads && !m->no_grads) || !m->dbuf[0] || !m->dbuf[1]) {
         free(m->params);
         m->params = NULL;
         goto nomem;
@@ -264,14 +283,26 @@ chorus_result nn_model_finalize(nn_model *m, int max_batch)
         if (!L->nparams) continue;
         size_t nb = nn__bias_count(L);
         L->w = m->params + L->param_off;
-        L->dw = m->grads + L->param_off;
         L->b = L->w + (L->nparams - nb);
+        if (!m->grads) continue;
+        L->dw = m->grads + L->param_off;
         L->db = L->dw + (L->nparams - nb);
     }
     return CHORUS_OK;
 nomem:
     return nn__fail(CHORUS_ERR_NOMEM, "nn_model_finalize: out of memory for batches of %d",
                     max_batch);
+}
+
+/* Weight j of the unsplit (Fout, Fin) matrix of a linear layer whose slice L holds: the row
+ * and column of its own weight j within the whole, for tensor-parallel layers. */
+static size_t full_index(const nn_layer *L, size_t j)
+{
+    size_t in = nn__in_features(L), out = (size_t)L->out_c;
+    size_t row = j / in, col = j % in;
+    if (L->tp == NN_TP_COLUMN) return ((size_t)L->tp_rank * out + row) * in + col;
+    if (L->tp == NN_TP_ROW) return row * in * (size_t)L->tp_size + (size_t)L->tp_rank * in + col;
+    return j;
 }
 
 void nn_model_init_params(nn_model *m, uint64_t seed)
@@ -296,8 +327,22 @@ void nn_model_init_params(nn_model *m, uint64_t seed)
                 break;
             }
             size_t fan_in = nw / (size_t)L->out_c;
+            if (L->tp == NN_TP_ROW) fan_in *= (size_t)L->tp_size;
             float bound = rectified ? sqrtf(6.0f / (float)fan_in) : sqrtf(1.0f / (float)fan_in);
-            for (size_t j = 0; j < nw; j++) L->w[j] = (2.0f * nn_rng_uniform(&r) - 1.0f) * bound;
+            if (!L->tp) {
+                for (size_t j = 0; j < nw; j++)
+                    L->w[j] = (2.0f * nn_rng_uniform(&r) - 1.0f) * bound;
+            } else {
+                /* A tensor-parallel slice takes its weights from the stream of the unsplit
+                 * layer, so the split model starts as the unsplit one. */
+                size_t next = 0;
+                for (size_t j = 0; j < nw; j++) {
+                    size_t want = full_index(L, j);
+                    for (; next < want; next++) (void)nn_rng_next(&r);
+                    L->w[j] = (2.0f * nn_rng_uniform(&r) - 1.0f) * bound;
+                    next++;
+                }
+            }
         }
         for (size_t j = 0; j < nb; j++) L->b[j] = 0.0f;
     }
@@ -305,7 +350,7 @@ void nn_model_init_params(nn_model *m, uint64_t seed)
 
 void nn_zero_grad(nn_model *m)
 {
-    memset(m->grads, 0, m->nparams * sizeof(float));
+    if (m->grads) memset(m->grads, 0, m->nparams * sizeof(float)); /* else kept by nn_zero */
 }
 
 uint64_t nn_model_signature(const nn_model *m)

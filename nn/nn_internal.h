@@ -36,4 +36,27 @@ chorus_result nn__fail(chorus_result r, const char *fmt, ...) __attribute__((for
  * header, else 0 (ckpt_payload.c). */
 int nn__ckpt_payload_step(const void *buf, size_t len, uint64_t *step);
 
+/* One layer of the forward pass (layers.c): runs layer i on cur, whose ownership (whether it
+ * is a model buffer that may be overwritten in place) is *owned, and returns its output. */
+const float *nn__layer_forward(nn_model *m, int i, const float *cur, int *owned, int B);
+/* One layer of the backward pass (layers.c): differentiates layer i given dy, the gradient
+ * w.r.t. its output, held by dbuf *which (-1: the caller's buffer). Returns the gradient
+ * w.r.t. its input and updates *which, or NULL when need_dx is 0 (nothing below wants it). */
+const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which, int B,
+                                int need_dx);
+
+/* Activation recomputation (recompute.c): marks the segment ends and the layers whose output
+ * buffer can come from the shared pool (before finalize allocates); allocates the pool and
+ * points those layers into it (after; CHORUS_ERR_NOMEM); the backward pass segment by
+ * segment. */
+void nn__recompute_plan(nn_model *m);
+chorus_result nn__recompute_pool(nn_model *m, size_t B);
+void nn__backward_recompute(nn_model *m, const float *dout, int B);
+
+/* Tensor parallelism (tensor_parallel.c): a row-parallel linear forward (partial product,
+ * allreduce, bias), and the allreduce of a column-parallel layer's input gradient. Failures
+ * are latched in m->comm_err. */
+void nn__tp_row_forward(nn_model *m, nn_layer *L, const float *x, float *y, int B);
+void nn__tp_column_dx(nn_model *m, nn_layer *L, float *dx, int B);
+
 #endif /* CHORUS_NN_INTERNAL_H */

@@ -25,6 +25,10 @@
 #include "chorus/checkpoint.h"
 #include "chorus/nn.h"
 #include "chorus/ps.h"
+#include "train_parallel.h"
+#include "train_tb.h"
+#include "train_balance.h"
+#include "train_pipe.h"
 
 typedef struct opts {
     const char *model;
@@ -55,12 +59,24 @@ typedef struct opts {
     int servers, staleness;
     const char *ps_grad; /* float32, float16, bfloat16 */
     double time_limit;   /* seconds of training, 0: none */
+    train_par par;       /* --tensor-parallel, --zero, --recompute, --max-memory-mb */
+    /* TensorBoard event files go there, or NULL */
+    const char *tensorboard;
+
+    /* per-rank monitoring and load balancing (tools/train_balance.c) */
+    const char *balance;        /* static, dynamic */
+    int balance_every;          /* steps between re-balancings */
+    const char *balance_shares; /* fixed uneven shares (tests of the weighting), or NULL */
+    double straggler_timeout;   /* ps-*: report exchanges longer than this (s), 0: never */
+
+    int pipe_stages;           /* --pipeline-stages P, 0: no pipeline */
+    int microbatches;          /* --microbatches M per step and pipeline */
+    const char *pipe_schedule; /* --schedule gpipe|1f1b */
 } opts;
 
 static int g_rank;
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
+void die(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -92,7 +108,8 @@ static void usage(FILE *f)
             "  --accum K              split each rank's share into K micro-batches whose\n"
             "                         gradients accumulate (same result, less memory) (1)\n"
             "  --optim sgd|adamw      (sgd: with momentum, Nesterov)\n"
-            "  --lr X                 peak learning rate (sgd: mlp 0.1, cnn 0.05; adamw 0.001)\n"
+            "  --lr X                 peak learning rate (sgd: mlp 0.1, cnn 0.05, large 0.01;\n"
+            "                         adamw 0.001)\n"
             "  --scale-lr             multiply --lr by the number of ranks (linear scaling, for\n"
             "                         when --batch grows with the ranks)\n"
             "  --lr-schedule S        cosine|step|const after warm-up (cosine); step: x0.1 at\n"
@@ -133,7 +150,66 @@ static void usage(FILE *f)
             "                         learning-rate schedule runs over those S seconds instead\n"
             "                         of --epochs; one test-set evaluation at the end instead\n"
             "                         of one per epoch (for comparing modes at equal time)\n"
+            "  --model large          784-1024x8-10 MLP (8.2M parameters), for the options below\n"
+            "  --tensor-parallel T    split the MLP's hidden layers over T ranks in column/row\n"
+            "                         pairs; the world is data replicas x T (1)\n"
+            "  --zero 1|2             shard the optimizer state (1) and the summed gradients (2)\n"
+            "                         over the data-parallel ranks (0)\n"
+            "  --recompute[=K]        keep only every K-th layer's activations and recompute\n"
+            "                         the rest in backward (K: about sqrt(layers))\n"
+            "  --max-memory-mb N      refuse to start when a rank's planned memory exceeds N MiB\n"
+            "  --tensorboard DIR      TensorBoard event files: the job's curves in DIR, each\n"
+            "                         rank's own in DIR/rank<k> (tensorboard --logdir DIR)\n"
+            "  --balance static|dynamic  split each global batch evenly (static) or in\n"
+            "                         proportion to each rank's measured speed (dynamic)\n"
+            "                         (static)\n"
+            "  --balance-every N      dynamic: re-balance every N steps (10)\n"
+            "  --straggler-timeout S  ps-*: a worker reports each exchange with the servers\n"
+            "                         that took longer than S seconds, and why (allreduce\n"
+            "                         names slow ranks in the progress line by itself)\n"
+            "  --pipeline-stages P    cut the model's layers into P stages on consecutive\n"
+            "                         ranks (balanced by compute); the world is\n"
+            "                         (data-parallel replicas) x P ranks\n"
+            "  --microbatches M       pipeline: micro-batches per step (4)\n"
+            "  --schedule S           pipeline: gpipe (all forwards, then all backwards) or\n"
+            "                         1f1b (bounded activation memory) (1f1b)\n"
             "  --version              print the version and exit\n");
+}
+
+/* --pipeline-stages and its companions: what they combine with. */
+static void check_pipeline_opts(opts *o)
+{
+    if (!o->pipe_stages) {
+        if (o->microbatches || o->pipe_schedule)
+            die("--microbatches and --schedule need --pipeline-stages");
+        return;
+    }
+    chorus_pipe_kind k;
+    if (!o->pipe_schedule) o->pipe_schedule = "1f1b";
+    if (chorus_pipe_kind_parse(o->pipe_schedule, &k) != CHORUS_OK)
+        die("--schedule must be gpipe or 1f1b, not '%s'", o->pipe_schedule);
+    if (!o->microbatches) o->microbatches = 4;
+    if (o->accum > 1) die("--pipeline-stages cuts each step into --microbatches; drop --accum");
+    if (strcmp(o->mode, "allreduce"))
+        die("--pipeline-stages works with --mode allreduce only, not '%s'", o->mode);
+    if (o->par.max_mb)
+        die("--max-memory-mb does not work with --pipeline-stages yet: every stage still builds "
+            "the whole model once (to initialise it from the seed and for checkpoints), so the "
+            "budget could not be kept; use --tensor-parallel or --zero to fit a budget");
+    if (o->par.tp > 1 || o->par.zero || o->par.recompute)
+        die("--pipeline-stages does not combine with --tensor-parallel, --zero or --recompute "
+            "(yet): use one way of splitting the model per run");
+    if (o->balance && !strcmp(o->balance, "dynamic"))
+        die("--balance dynamic does not combine with --pipeline-stages: a pipeline's stages "
+            "take the same micro-batches");
+}
+
+/* The long name of option value c in the table lo. */
+static const char *opt_name(const struct option *lo, int c)
+{
+    for (; lo->name; lo++)
+        if (lo->val == c) return lo->name;
+    return "?";
 }
 
 static void parse(int argc, char **argv, opts *o)
@@ -158,6 +234,8 @@ static void parse(int argc, char **argv, opts *o)
     o->servers = 0; /* chorus-run --servers K, else 1 */
     o->staleness = 2;
     o->ps_grad = "float32";
+    o->balance = "static";
+    o->balance_every = 10;
     enum {
         O_MODEL = 256,
         O_EPOCHS,
@@ -190,7 +268,19 @@ static void parse(int argc, char **argv, opts *o)
         O_STALE,
         O_PSGRAD,
         O_TIME,
-        O_HELP
+        O_HELP,
+        O_TP,
+        O_ZERO,
+        O_RECOMP,
+        O_MAXMEM,
+        O_TB,
+        O_BALANCE,
+        O_BALEVERY,
+        O_BALSHARES,
+        O_STRAGGLER,
+        O_PSTAGES,
+        O_MICRO,
+        O_PSCHED
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
                                        {"epochs", 1, 0, O_EPOCHS},
@@ -223,7 +313,19 @@ static void parse(int argc, char **argv, opts *o)
                                        {"staleness", 1, 0, O_STALE},
                                        {"ps-grad-dtype", 1, 0, O_PSGRAD},
                                        {"time-limit", 1, 0, O_TIME},
+                                       {"tensorboard", 1, 0, O_TB},
+                                       {"balance", 1, 0, O_BALANCE},
+                                       {"balance-every", 1, 0, O_BALEVERY},
+                                       {"balance-shares", 1, 0, O_BALSHARES},
+                                       {"straggler-timeout", 1, 0, O_STRAGGLER},
+                                       {"pipeline-stages", 1, 0, O_PSTAGES},
+                                       {"microbatches", 1, 0, O_MICRO},
+                                       {"schedule", 1, 0, O_PSCHED},
                                        {"help", 0, 0, O_HELP},
+                                       {"tensor-parallel", 1, 0, O_TP},
+                                       {"zero", 1, 0, O_ZERO},
+                                       {"recompute", 2, 0, O_RECOMP},
+                                       {"max-memory-mb", 1, 0, O_MAXMEM},
                                        {0, 0, 0, 0}};
     int c;
     char *end;
@@ -232,7 +334,7 @@ static void parse(int argc, char **argv, opts *o)
         errno = 0;                                                                                 \
         dst = conv;                                                                                \
         if (errno || *end || end == optarg || !(lo_ok))                                            \
-            die("bad value '%s' for --%s (see --help)", optarg, lo[c - O_MODEL].name);             \
+            die("bad value '%s' for --%s (see --help)", optarg, opt_name(lo, c));                  \
     } while (0)
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
@@ -272,15 +374,41 @@ static void parse(int argc, char **argv, opts *o)
         case O_STALE: NUM(o->staleness, (int)strtol(optarg, &end, 10), o->staleness >= 0); break;
         case O_PSGRAD: o->ps_grad = optarg; break;
         case O_TIME: NUM(o->time_limit, strtod(optarg, &end), o->time_limit > 0); break;
+        case O_TB: o->tensorboard = optarg; break;
+        case O_BALANCE: o->balance = optarg; break;
+        case O_BALEVERY:
+            NUM(o->balance_every, (int)strtol(optarg, &end, 10), o->balance_every > 0);
+            break;
+        case O_BALSHARES: o->balance_shares = optarg; break;
+        case O_STRAGGLER:
+            NUM(o->straggler_timeout, strtod(optarg, &end), o->straggler_timeout > 0);
+            break;
+        case O_PSTAGES:
+            NUM(o->pipe_stages, (int)strtol(optarg, &end, 10), o->pipe_stages > 0);
+            break;
+        case O_MICRO:
+            NUM(o->microbatches, (int)strtol(optarg, &end, 10), o->microbatches > 0);
+            break;
+        case O_PSCHED: o->pipe_schedule = optarg; break;
         case O_HELP:
         case 'h': usage(stdout); exit(0);
+        case O_TP: NUM(o->par.tp, (int)strtol(optarg, &end, 10), o->par.tp > 0); break;
+        case O_ZERO:
+            NUM(o->par.zero, (int)strtol(optarg, &end, 10), o->par.zero >= 0 && o->par.zero <= 2);
+            break;
+        case O_RECOMP:
+            o->par.recompute = -1;
+            if (optarg) NUM(o->par.recompute, (int)strtol(optarg, &end, 10), o->par.recompute > 0);
+            break;
+        case O_MAXMEM: NUM(o->par.max_mb, strtol(optarg, &end, 10), o->par.max_mb > 0); break;
         default: usage(stderr); exit(2);
         }
     }
 #undef NUM
     if (optind < argc) die("unexpected argument '%s' (see --help)", argv[optind]);
     int cnn = !strcmp(o->model, "cnn");
-    if (!cnn && strcmp(o->model, "mlp")) die("--model must be mlp or cnn, not '%s'", o->model);
+    if (!cnn && strcmp(o->model, "mlp") && strcmp(o->model, "large"))
+        die("--model must be mlp, cnn or large, not '%s'", o->model);
     if (strcmp(o->optim, "sgd") && strcmp(o->optim, "adamw"))
         die("--optim must be sgd or adamw, not '%s'", o->optim);
     if (strcmp(o->schedule, "cosine") && strcmp(o->schedule, "step") &&
@@ -294,11 +422,20 @@ static void parse(int argc, char **argv, opts *o)
     if (strcmp(o->ps_grad, "float32") && strcmp(o->ps_grad, "float16") &&
         strcmp(o->ps_grad, "bfloat16"))
         die("--ps-grad-dtype must be float32, float16 or bfloat16, not '%s'", o->ps_grad);
+    if (strcmp(o->balance, "static") && strcmp(o->balance, "dynamic"))
+        die("--balance must be static or dynamic, not '%s'", o->balance);
+    if ((!strcmp(o->balance, "dynamic") || o->balance_shares) && strcmp(o->mode, "allreduce"))
+        die("--balance dynamic works with --mode allreduce only: parameter-server workers do "
+            "not share a global batch");
+    if (o->straggler_timeout > 0 && !strcmp(o->mode, "allreduce"))
+        die("--straggler-timeout is for --mode ps-sync, ps-async and ps-ssp; with allreduce a "
+            "rank far slower than the others is named in the progress line");
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
+    check_pipeline_opts(o);
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
     if (o->epochs < 0) o->epochs = cnn ? 8 : 10;
-    if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : 0.1f;
+    if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : !strcmp(o->model, "large") ? 0.01f : 0.1f;
     /* Asynchronous updates add momentum of their own: each gradient was taken at parameters
      * a few updates old, which acts like a heavier momentum term (docs/PARAMETER_SERVER.md
      * shows the measurements behind 0.8). */
@@ -306,14 +443,17 @@ static void parse(int argc, char **argv, opts *o)
         o->momentum = !strcmp(o->mode, "ps-async") || !strcmp(o->mode, "ps-ssp") ? 0.8f : 0.9f;
     if (o->wd < 0) o->wd = adam ? 1e-2f : 5e-4f;
     if (o->dropout < 0) o->dropout = cnn ? 0.25f : 0.0f;
+    par_check_opts(&o->par, o->model, o->mode, o->sync, o->dropout, o->accum, o->ckpt_dir,
+                   o->time_limit);
 }
 
-static nn_model *build_model(const opts *o, const nn_dataset *ds, int max_batch)
+static nn_model *build_model(opts *o, const nn_dataset *ds, int max_batch)
 {
     nn_model *m = nn_model_create(ds->c, ds->h, ds->w);
     if (!m) die("out of memory");
     int bad = 0;
-    if (!strcmp(o->model, "mlp")) {
+    if (par_add_layers(&o->par, m, o->model, ds->nclasses, &bad)) {
+    } else if (!strcmp(o->model, "mlp")) {
         /* (B,784) -> 512 -> 256 -> 10 */
         bad |= nn_add_linear(m, 512) | nn_add_relu(m);
         bad |= nn_add_linear(m, 256) | nn_add_relu(m);
@@ -329,6 +469,7 @@ static nn_model *build_model(const opts *o, const nn_dataset *ds, int max_batch)
         bad |= nn_add_linear(m, ds->nclasses);
     }
     if (bad) die("internal error: model shapes do not fit (%s)", nn_last_error());
+    par_before_finalize(&o->par, m);
     if (nn_model_finalize(m, max_batch)) die("out of memory for the model (%s)", nn_last_error());
     return m;
 }
@@ -427,6 +568,13 @@ typedef struct trainer {
     uint64_t steps_done;
     double last_test_acc; /* -1 until evaluated */
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
+    train_tb tb;          /* TensorBoard scalars (train_tb.c) */
+    uint64_t tb_pushed;   /* ps: bytes pushed before this step */
+    train_balance *bal;   /* --mode allreduce: per-rank monitoring and load balancing */
+    nn_pipe *pipe;        /* --pipeline-stages: this rank's stage; t->m then only evaluates */
+    float *pipe_x;        /* (max_local, features) the step's samples on stage 0 */
+    int32_t *pipe_y;      /* (max_local) their labels */
+    nn_optim pipe_opt;    /* the stage's optimizer (t->opt is the whole model's, for checkpoints) */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -478,7 +626,7 @@ static void start_job(trainer *t)
         die("chorus_init failed: %s (%s)", chorus_strerror(cr), chorus_last_error(NULL));
     g_rank = chorus_rank(t->comm);
     openblas_set_num_threads(t->o.threads);
-    chorus_comm *train_comm = t->comm;
+    chorus_comm *train_comm = par_grid(&t->o.par, t->comm, &t->o.metrics, &t->o.dump);
     if (strncmp(t->o.mode, "ps-", 3) == 0) {
         start_ps(t);
         if (chorus_ps_is_server(t->ps)) return;
@@ -500,28 +648,48 @@ static void load_data(trainer *t)
     if (nn_fashion_load(t->o.data, 0, &t->test)) die("%s", nn_last_error());
 }
 
+/* Step (--mode allreduce): per-rank monitoring and the load balancer over the sampler (the
+ * batch buffers are then sized for the largest share it may give, balance_capacity). */
+static void start_balance(trainer *t)
+{
+    balance_opts bo = {.dynamic = !strcmp(t->o.balance, "dynamic"),
+                       .every = t->o.balance_every,
+                       .monitor_every = t->o.log_every,
+                       .fixed = t->o.balance_shares,
+                       .global_batch = (size_t)t->o.batch,
+                       .rank = t->rank,
+                       .world = t->world};
+    char why[512];
+    t->bal = balance_create(&bo, &t->dist, &t->sampler, why, sizeof(why));
+    if (!t->bal) die("%s", why);
+}
+
 /* Step: the sampler, the model (initialised from the seed), the optimizer and the initial
  * training state. */
 static void build(trainer *t)
 {
-    const opts *o = &t->o;
+    opts *o = &t->o;
     if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank, t->world,
                         o->seed))
         die("cannot set up the sampler (batch %d, %d rank%s)", o->batch, t->world,
             t->world == 1 ? "" : "s");
     t->max_local = nn_sampler_max_local(&t->sampler);
-    int max_micro = (int)((t->max_local + (size_t)o->accum - 1) / (size_t)o->accum);
+    if (!t->ps) start_balance(t);
+    size_t cap = t->bal ? balance_capacity(t->bal) : t->max_local; /* largest share */
+    int max_micro = (int)((cap + (size_t)o->accum - 1) / (size_t)o->accum);
     if (max_micro < 1) max_micro = 1;
     /* Evaluation runs in chunks of max_batch; keep them reasonably large. */
     t->max_batch = max_micro < 256 ? 256 : max_micro;
     t->m = build_model(o, &t->train, t->max_batch);
     nn_model_init_params(t->m, o->seed);
     t->m->rank = t->rank;
-    chorus_result orc =
-        !strcmp(o->optim, "adamw")
-            ? nn_optim_init_adamw(&t->opt, t->m->nparams, 0.9f, 0.999f, 1e-8f, o->wd)
-            : nn_optim_init_sgd(&t->opt, t->m->nparams, o->momentum, o->nesterov, o->wd);
+    chorus_result orc = !strcmp(o->optim, "adamw")
+                            ? nn_optim_init_adamw(&t->opt, par_optim_count(&o->par, t->m), 0.9f,
+                                                  0.999f, 1e-8f, o->wd)
+                            : nn_optim_init_sgd(&t->opt, par_optim_count(&o->par, t->m),
+                                                o->momentum, o->nesterov, o->wd);
     if (orc) die("out of memory for the optimizer");
+    if (!t->ps) par_setup(&o->par, t->m, &t->opt);
     memset(&t->st, 0, sizeof(t->st));
     t->st.seed = o->seed;
     t->st.rng = o->seed;
@@ -672,6 +840,9 @@ static void ps_step(trainer *t, float lr)
         die("exchanging with the parameter servers: %s", chorus_ps_last_error(t->ps));
     t->dist.wait_s += now_s() - t0;
     t->dist.comm_s += now_s() - t0;
+    static uint64_t last_report, missed;
+    balance_ps_wait_report(t->rank, t->o.mode, t->o.staleness, t->st.global_step + 1, now_s() - t0,
+                           t->o.straggler_timeout, (uint64_t)t->o.log_every, &last_report, &missed);
 }
 
 /* Step (--mode ps-*): every rank registers the parameters (the servers' initial values are
@@ -741,6 +912,9 @@ static void prepare_run(trainer *t)
         if (!t->metrics) die("cannot open --metrics %s: %s", o->metrics, strerror(errno));
         setvbuf(t->metrics, NULL, _IOLBF, 0);
     }
+    char tb_why[600];
+    if (train_tb_open(&t->tb, o->tensorboard, t->comm, t->rank == 0, tb_why, sizeof(tb_why)))
+        die("%s", tb_why);
     t->tty = isatty(STDOUT_FILENO);
     if (t->rank == 0) {
         char servers[96] = "";
@@ -763,6 +937,7 @@ static void prepare_run(trainer *t)
     t->y = malloc((size_t)t->max_batch * sizeof(int32_t));
     t->dl = malloc((size_t)t->max_batch * (size_t)t->train.nclasses * sizeof(float));
     if (!t->x || !t->y || !t->dl) die("out of memory");
+    if (t->bal) balance_describe(t->bal);
     t->total_steps = (uint64_t)o->epochs * t->steps_per_epoch;
     if (o->max_steps > 0 && (uint64_t)o->max_steps < t->total_steps)
         t->total_steps = (uint64_t)o->max_steps;
@@ -770,14 +945,167 @@ static void prepare_run(trainer *t)
     t->last_test_acc = -1.0;
 }
 
+static void pipeline_gather_state(trainer *t);
+
 /* Step: rank 0 saves a checkpoint of the current state. */
 static void save_checkpoint(trainer *t)
 {
+    if (t->pipe) { /* every rank gathers; rank 0 writes */
+        pipeline_gather_state(t);
+        int writer = t->rank == 0;
+        if (writer && nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st))
+            die("%s", nn_last_error());
+        nn_optim_free(&t->opt);
+        return;
+    }
     /* --mode ps-*: every server's shard first, so that a step the trainer's checkpoint names
      * always has its shards on disk */
     if (t->ps && chorus_ps_save(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
         die("%s", chorus_ps_last_error(t->ps));
+    char why[1024];
+    if (t->bal && balance_save(t->bal, t->o.ckpt_dir, t->st.global_step, why, sizeof(why)))
+        die("saving the load balancer's shares: %s", why);
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: o as the run's optimizer over n parameters (the stage's, or the whole
+ * model's while a checkpoint is written). */
+static void pipeline_optim_init(trainer *t, nn_optim *o, size_t n)
+{
+    chorus_result r = !strcmp(t->o.optim, "adamw")
+                          ? nn_optim_init_adamw(o, n, 0.9f, 0.999f, 1e-8f, t->o.wd)
+                          : nn_optim_init_sgd(o, n, t->o.momentum, t->o.nesterov, t->o.wd);
+    if (r) die("out of memory for the optimizer");
+}
+
+/* Step (--pipeline-stages): this rank becomes one stage of a pipeline of consecutive ranks;
+ * the sampler is redone over the data-parallel replicas (each pipeline takes a replica's
+ * share of a step) and the optimizer over the stage's parameters. */
+static void start_pipeline(trainer *t)
+{
+    const opts *o = &t->o;
+    int P = o->pipe_stages, M = o->microbatches, size = chorus_size(t->comm);
+    int D = size % P ? 0 : size / P;
+    if (!D)
+        die("--pipeline-stages %d does not divide the %d ranks: the world must be "
+            "(data-parallel replicas) x (stages)",
+            P, size);
+    nn_sampler_free(&t->sampler);
+    if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank / P, D, o->seed))
+        die("cannot set up the sampler (batch %d, %d replicas)", o->batch, D);
+    t->max_local = nn_sampler_max_local(&t->sampler);
+    int max_micro = (int)((t->max_local + (size_t)M - 1) / (size_t)M);
+    chorus_pipe_kind kind;
+    chorus_pipe_kind_parse(o->pipe_schedule, &kind);
+    if (nn_pipe_create(t->m, t->comm, P, M, kind, max_micro < 1 ? 1 : max_micro, &t->pipe))
+        die("%s", nn_last_error());
+    pipeline_optim_init(t, &t->pipe_opt, nn_pipe_model(t->pipe)->nparams);
+    t->world = D; /* the learning rate scales with the data-parallel replicas (--scale-lr) */
+    t->pipe_x =
+        malloc((t->max_local ? t->max_local : 1) * nn_model_in_features(t->m) * sizeof(float));
+    t->pipe_y = malloc((t->max_local ? t->max_local : 1) * sizeof(int32_t));
+    if (!t->pipe_x || !t->pipe_y) die("out of memory");
+    if (t->rank == 0)
+        printf("pipeline: %d stages x %d replica%s (%d ranks), %d micro-batches of up to %d "
+               "samples per step, schedule %s; layers cut by compute\n",
+               P, D, D > 1 ? "s" : "", size, M, max_micro, o->pipe_schedule);
+}
+
+/* --pipeline-stages: this stage's forwards and backwards of the step's micro-batches (loss
+ * and hits in stats on the last stage). */
+static void pipeline_forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float scale,
+                                      double *stats)
+{
+    nn_dataset_batch(&t->train, idx, (int)nloc, t->pipe_x, t->pipe_y);
+    if (nn_pipe_step(t->pipe, t->pipe_x, t->pipe_y, (int)nloc, scale, t->st.global_step, stats))
+        die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: sums the stage's gradients over its replicas, timed as the blocking
+ * --grad-sync modes time theirs (for the communication line). */
+static chorus_result pipeline_sync_grads(trainer *t)
+{
+    double t0 = now_s();
+    chorus_result r = nn_pipe_sync_grads(t->pipe);
+    double dt = now_s() - t0;
+    t->dist.comm_s += dt;
+    t->dist.wait_s += dt;
+    t->dist.grad_wait_s += dt;
+    return r;
+}
+
+/* --pipeline-stages: whether this rank counts the step's samples (the last stage does). */
+static int pipeline_counts(trainer *t)
+{
+    nn_pipe_stats st;
+    nn_pipe_get_stats(t->pipe, &st);
+    return st.stage == st.stages - 1;
+}
+
+/* --pipeline-stages: every stage's parameters into t->m (for evaluation and --dump-params). */
+static void pipeline_gather(trainer *t)
+{
+    if (nn_pipe_gather(t->pipe, nn_pipe_model(t->pipe)->params, t->m->params))
+        die("%s", nn_last_error());
+}
+
+/* --pipeline-stages: test accuracy through the pipeline (no rank holds the whole model):
+ * each pipeline takes a slice of the test set, as evaluate() gives each rank one. */
+static double pipeline_evaluate(trainer *t, double *loss_out)
+{
+    nn_pipe_stats st;
+    nn_pipe_get_stats(t->pipe, &st);
+    size_t n = (size_t)t->test.n, per = (n + (size_t)st.replicas - 1) / (size_t)st.replicas;
+    size_t lo = per * (size_t)st.replica, hi = lo + per < n ? lo + per : n;
+    size_t chunk = t->max_local ? t->max_local : 1;
+    double acc[3] = {0, 0, 0};
+    uint32_t *idx = malloc(chunk * sizeof(uint32_t));
+    if (!idx) die("out of memory");
+    for (size_t s = lo; s < hi; s += chunk) {
+        int B = (int)(hi - s < chunk ? hi - s : chunk);
+        for (int i = 0; i < B; i++) idx[i] = (uint32_t)(s + (size_t)i);
+        nn_dataset_batch(&t->test, idx, B, t->pipe_x, t->pipe_y);
+        if (nn_pipe_evaluate(t->pipe, t->pipe_x, t->pipe_y, B, acc)) die("%s", nn_last_error());
+        if (st.stage == st.stages - 1) acc[2] += B;
+    }
+    free(idx);
+    if (nn_dist_sum(&t->dist, acc, 3)) die("%s", nn_last_error());
+    *loss_out = acc[0] / acc[2];
+    return acc[1] / acc[2];
+}
+
+/* --pipeline-stages, after the parameters (and a resumed optimizer state) reached every rank:
+ * this stage's slices of them; the whole model's optimizer state is then dropped. */
+static void pipeline_take_state(trainer *t)
+{
+    nn_model *sm = nn_pipe_model(t->pipe);
+    nn_pipe_slice(t->pipe, t->m->params, sm->params);
+    if (t->opt.m) nn_pipe_slice(t->pipe, t->opt.m, t->pipe_opt.m);
+    if (t->opt.v) nn_pipe_slice(t->pipe, t->opt.v, t->pipe_opt.v);
+    t->pipe_opt.t = t->opt.t;
+    nn_optim_free(&t->opt);
+}
+
+/* --pipeline-stages, before a checkpoint (collective over the pipeline): every stage's
+ * parameters and optimizer state into the whole model's t->m and t->opt, which rank 0 saves
+ * as an unsplit run would (so either kind of run resumes from it). */
+static void pipeline_gather_state(trainer *t)
+{
+    nn_optim_free(&t->opt);
+    pipeline_optim_init(t, &t->opt, t->m->nparams);
+    pipeline_gather(t);
+    if ((t->pipe_opt.m && nn_pipe_gather(t->pipe, t->pipe_opt.m, t->opt.m)) ||
+        (t->pipe_opt.v && nn_pipe_gather(t->pipe, t->pipe_opt.v, t->opt.v)))
+        die("%s", nn_last_error());
+    t->opt.t = t->pipe_opt.t;
+}
+
+/* --pipeline-stages: rank 0's memory and bubble lines for every rank. */
+static void pipeline_report(trainer *t)
+{
+    if (train_pipe_report(t->pipe, t->comm, &t->pipe_opt, t->rank == 0, t->o.pipe_schedule,
+                          t->o.microbatches, t->metrics))
+        die("gathering the pipeline report: %s", chorus_last_error(t->comm));
 }
 
 /* One optimizer step: forward and backward over this rank's share of global step `step`
@@ -800,7 +1128,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     double stats[3] = {0, 0, 0};
     nn_zero_grad(m);
     size_t off = 0;
-    for (int k = 0; k < o->accum; k++) {
+    if (t->pipe) pipeline_forward_backward(t, idx, nloc, scale, stats);
+    for (int k = 0; !t->pipe && k < o->accum; k++) {
         size_t nb = nloc / (size_t)o->accum + ((size_t)k < nloc % (size_t)o->accum);
         m->step = st->global_step * (uint64_t)o->accum + (uint64_t)k;
         nn_dataset_batch(&t->train, idx + off, (int)nb, t->x, t->y);
@@ -811,10 +1140,13 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         /* The last pass completes the gradients: in engine mode each layer's goes to
          * the other ranks the moment it is done; earlier passes only accumulate. */
         if (k + 1 == o->accum) nn_dist_begin_backward(d, m);
+        if (k + 1 == o->accum) par_begin_backward(&t->o.par, m);
         nn_backward(m, t->dl, (int)nb);
         off += nb;
     }
     stats[2] = (double)nloc;
+    double t_fb = now_s() - t0; /* forward and backward of this rank's share */
+    if (t->pipe && !pipeline_counts(t)) stats[2] = 0;
     if (t->ps) { /* loss and accuracy stay this worker's own: the workers do not meet */
         if (!isfinite(stats[0]) || !isfinite(lr))
             die("step %llu: the loss is %s: training diverged (learning rate %g). Lower --lr",
@@ -823,7 +1155,8 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         ps_step(t, lr);
         gcount = nloc;
     } else {
-        if (nn_dist_sync_grads(d, m)) die("%s", nn_last_error());
+        if (t->pipe ? pipeline_sync_grads(t) : !o->par.zero && nn_dist_sync_grads(d, m))
+            die("%s", nn_last_error());
         if (nn_dist_sum(d, stats, 3)) die("%s", nn_last_error());
     }
     if (!isfinite(stats[0]) || !isfinite(lr)) { /* every rank has the same sum: all stop */
@@ -836,7 +1169,12 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             (unsigned long long)st->global_step + 1, isnan(stats[0]) ? "NaN" : "infinite",
             (double)lr);
     }
-    if (!t->ps) nn_optim_step(&t->opt, m->params, m->grads, lr);
+    if (t->pipe) { /* the stage's own parameters */
+        nn_model *um = nn_pipe_model(t->pipe);
+        nn_optim_step(&t->pipe_opt, um->params, um->grads, lr);
+    } else if (!t->ps) {
+        par_optim_step(&t->o.par, m, &t->opt, lr);
+    }
     st->global_step++;
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
     st->step_in_epoch = step + 1 == t->steps_per_epoch ? 0 : step + 1;
@@ -845,6 +1183,11 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
     t->step_wait += d->wait_s - w0;
     t->steps_done++;
     t->samples_done += (double)gcount;
+    if (t->bal) {
+        balance_record(t->bal, t_fb, d->wait_s - w0, nloc);
+        if (balance_after_step(t->bal, st->global_step)) die("%s", nn_last_error());
+        t->train_time += now_s() - t1; /* the gather counts as training time */
+    }
     ep->loss += stats[0];
     ep->hits += stats[1];
     ep->n += stats[2];
@@ -859,12 +1202,16 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
                     "\"samples_per_s\":%.1f,\"step_s\":%.6f,\"comm_wait_s\":%.6f,"
                     "\"grad_comm_s\":%.6f,\"grad_hidden_s\":%.6f,\"grad_wait_s\":%.6f,"
                     "\"grad_tensors_in_backward\":%llu,\"mode\":\"%s\",\"ps_bytes_pushed\":%llu,"
-                    "\"ps_bytes_pulled\":%llu}\n",
+                    "\"ps_bytes_pulled\":%llu",
                     (unsigned long long)st->global_step, o->sync, (unsigned long long)epoch + 1,
                     stats[0] / stats[2], stats[1] / stats[2], (double)lr, (double)gcount / dt, dt,
                     d->wait_s - w0, d->comm_s - gc0, d->hidden_s - gh0, d->grad_wait_s - gw0,
                     (unsigned long long)(d->in_backward - ib0), o->mode,
                     (unsigned long long)ps_st.bytes_pushed, (unsigned long long)ps_st.bytes_pulled);
+        if (t->metrics) {
+            if (t->bal) balance_write_metrics(t->bal, t->metrics);
+            fprintf(t->metrics, "}\n");
+        }
         int last = step + 1 == t->steps_per_epoch || st->global_step >= t->total_steps;
         int due = t->tty ? (t1 - ep->last_print > 0.2 || last)
                          : (st->global_step % (uint64_t)o->log_every == 0);
@@ -873,15 +1220,31 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             uint64_t left = t->total_steps - st->global_step;
             fmt_eta(eta, sizeof(eta), (double)left * t->train_time / (double)t->steps_done);
             printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s ETA "
-                   "%s%s",
+                   "%s%s%s",
                    t->tty ? "\r" : "", (unsigned long long)epoch + 1, o->epochs, step + 1,
                    t->steps_per_epoch, ep->loss / ep->n, ep->hits / ep->n, sps, eta,
-                   t->tty ? "\033[K" : "\n");
+                   t->bal ? balance_note(t->bal) : "", t->tty ? "\033[K" : "\n");
             fflush(stdout);
             ep->last_print = t1;
         }
     }
-    if (t->rank == 0 && o->ckpt_every && st->global_step % (uint64_t)o->ckpt_every == 0)
+    /* the gradient as handed to the exchange: float32, or --ps-grad-dtype's pushes */
+    double dense = (double)m->nparams * sizeof(float);
+    double sent = t->ps ? (double)(ps_st.bytes_pushed - t->tb_pushed) : dense;
+    t->tb_pushed = ps_st.bytes_pushed;
+    train_tb_step ts = {.step = (int64_t)st->global_step,
+                        .loss = stats[0] / stats[2],
+                        .acc = stats[1] / stats[2],
+                        .lr = lr,
+                        .samples_s = (double)gcount / dt,
+                        .rank_samples_s = (double)nloc / dt,
+                        .comm_s = d->comm_s - gc0,
+                        .bytes_sent = sent,
+                        .bytes_dense = dense};
+    char tb_why[600];
+    if (train_tb_log_step(&t->tb, &ts, tb_why, sizeof(tb_why))) die("%s", tb_why);
+    if ((t->rank == 0 || t->pipe) && o->ckpt_every &&
+        st->global_step % (uint64_t)o->ckpt_every == 0)
         save_checkpoint(t);
 }
 
@@ -895,7 +1258,13 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
     if (workers_apart(t) && t->rank != 0) eval = 0; /* worker 0 reports */
     if (t->ps && eval) pull_params(t);              /* async workers may hold older ones */
     if (eval)
-        t->last_test_acc = evaluate(t->m, d, &t->test, t->x, t->y, &test_loss, workers_apart(t));
+        t->last_test_acc =
+            t->pipe ? pipeline_evaluate(t, &test_loss)
+                    : evaluate(t->m, d, &t->test, t->x, t->y, &test_loss, workers_apart(t));
+    char tb_why[600];
+    if (eval && train_tb_test(&t->tb, (int64_t)t->st.global_step, t->last_test_acc, test_loss,
+                              tb_why, sizeof(tb_why)))
+        die("%s", tb_why);
     if (t->rank == 0 && eval) {
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
@@ -945,10 +1314,16 @@ static void end_training(trainer *t)
     }
     if (t->o.time_limit <= 0 || t->o.no_eval || (workers_apart(t) && t->rank != 0)) return;
     double test_loss = 0;
-    t->last_test_acc = evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss, workers_apart(t));
+    t->last_test_acc =
+        t->pipe ? pipeline_evaluate(t, &test_loss)
+                : evaluate(t->m, &t->dist, &t->test, t->x, t->y, &test_loss, workers_apart(t));
     if (t->rank == 0)
         printf("after %.1f s: test loss %.4f acc %.4f\n", now_s() - t->t_start, test_loss,
                t->last_test_acc);
+    char tb_why[600];
+    if (train_tb_test(&t->tb, (int64_t)t->st.global_step, t->last_test_acc, test_loss, tb_why,
+                      sizeof(tb_why)))
+        die("%s", tb_why);
 }
 
 /* Step: one epoch from where the state stands (the sampler position after a resume), then
@@ -970,7 +1345,7 @@ static int train_epoch(trainer *t, uint64_t epoch)
     if (stop && ep.n == 0) return 1;
     if (t->rank == 0 && t->tty) printf("\n");
     report_epoch(t, epoch, &ep);
-    if (t->rank == 0 && o->ckpt_dir &&
+    if ((t->rank == 0 || t->pipe) && o->ckpt_dir &&
         !(o->ckpt_every && t->st.global_step % (uint64_t)o->ckpt_every == 0))
         save_checkpoint(t);
     return stop;
@@ -1006,6 +1381,7 @@ static void report(trainer *t)
                o->sync, t->world, 1e3 * d->comm_s / steps, 1e3 * d->grad_wait_s / steps, overlap,
                t->train_time > 0 ? 100.0 * t->step_wait / t->train_time : 0.0);
     }
+    if (t->bal) balance_report(t->bal);
     if (t->rank == 0) {
         if (t->last_test_acc >= 0)
             printf("done: %llu steps, test accuracy %.4f, %.0f samples/s over %.1f s of "
@@ -1020,7 +1396,9 @@ static void report(trainer *t)
             printf("done: %llu steps (nothing left to train)\n",
                    (unsigned long long)t->st.global_step);
     }
+    if (t->pipe) pipeline_report(t);
     if (o->dump) {
+        if (t->pipe) pipeline_gather(t);
         char path[4096];
         snprintf(path, sizeof(path), "%s.%d", o->dump, t->rank);
         FILE *f = fopen(path, "wb");
@@ -1034,6 +1412,7 @@ static void report(trainer *t)
 static void finish(trainer *t)
 {
     if (t->metrics) fclose(t->metrics);
+    train_tb_close(&t->tb);
     nn_dist_finalize(&t->dist);
     /* A server has served its last worker; only a worker's failure to leave is an error. */
     int worker = t->ps && !chorus_ps_is_server(t->ps);
@@ -1043,8 +1422,13 @@ static void finish(trainer *t)
     free(t->y);
     free(t->dl);
     nn_optim_free(&t->opt);
+    balance_destroy(t->bal);
+    nn_optim_free(&t->pipe_opt);
     nn_sampler_free(&t->sampler);
     nn_model_destroy(t->m);
+    nn_pipe_destroy(t->pipe);
+    free(t->pipe_x);
+    free(t->pipe_y);
     nn_dataset_free(&t->train);
     nn_dataset_free(&t->test);
     chorus_finalize(t->comm);
@@ -1059,6 +1443,7 @@ int main(int argc, char **argv)
     start_job(&t);
     load_data(&t);
     build(&t);
+    if (t.o.pipe_stages) start_pipeline(&t);
     if (t.ps) register_params(&t);
     if (t.ps && chorus_ps_is_server(t.ps)) {
         serve_params(&t);
@@ -1066,12 +1451,18 @@ int main(int argc, char **argv)
         return 0;
     }
     if (t.o.resume) restore_checkpoint(&t);
+    if (t.o.resume && t.bal && balance_resume(t.bal, t.o.ckpt_dir, t.st.global_step))
+        die("%s", nn_last_error());
     if (t.o.ckpt_dir) claim_checkpoint_dir(&t);
     prepare_run(&t);
+    if (t.pipe) pipeline_take_state(&t);
     for (uint64_t epoch = t.st.epoch; epoch < (uint64_t)t.o.epochs; epoch++)
         if (train_epoch(&t, epoch)) break;
     end_training(&t);
+    par_sync(&t.o.par, t.m);
     report(&t);
+    if (!t.ps && !t.pipe) par_report(&t.o.par, t.metrics); /* a pipeline reports its own */
+    par_free(&t.o.par);
     finish(&t);
     return 0;
 }

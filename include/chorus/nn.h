@@ -1,7 +1,9 @@
 /*
  * nn.h - the Chorus C neural-network library (libchorus_nn): f32 layers with forward and
  * backward passes, softmax cross-entropy, SGD and AdamW, the IDX (MNIST-format) data reader,
- * the distributed sampler, checkpoints and data-parallel gradient synchronisation.
+ * the distributed sampler, checkpoints and data-parallel gradient synchronisation; for models
+ * that outgrow one rank, tensor-parallel linear layers, sharded optimizer state and gradients
+ * (ZeRO), activation recomputation, and the accounting of the memory all of it takes.
  *
  * A model is a sequence of layers built with nn_model_create() and nn_add_*(), then
  * nn_model_finalize(). All parameters of a model live in ONE contiguous buffer
@@ -28,6 +30,7 @@
 #include <stdint.h>
 
 #include "chorus.h"
+#include "chorus/pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,6 +91,12 @@ typedef struct nn_layer {
                                 rstd (B, 2); dropout: scale mask (B, F) */
     float *scratch;          /* conv2d: im2col columns of one sample (C*k*k, OH*OW) */
     int32_t *idx;            /* maxpool2d: argmax within the input plane (B, C, OH, OW) */
+    /* tensor parallelism (nn_add_linear_column / nn_add_linear_row), 0 otherwise */
+    int tp;               /* nn_tp_mode */
+    chorus_comm *tp_comm; /* the ranks that share this layer */
+    int tp_rank, tp_size; /* this rank's slice of the unsplit layer, and the slice count */
+    int recompute_end;    /* activation recomputation: this layer ends a segment */
+    int buf_pooled;       /* buf is a view into model->act_pool (not owned) */
 } nn_layer;
 
 struct nn_model;
@@ -111,6 +120,16 @@ typedef struct nn_model {
     int rank;               /* set by the trainer before forward() */
     nn_grad_hook grad_hook; /* when set, called by nn_backward per layer with parameters */
     void *grad_hook_arg;
+    /* set before nn_model_finalize: */
+    int recompute;   /* activation recomputation, segments of about this many layers (0 off) */
+    int no_grads;    /* finalize allocates no gradient buffer: the caller points the layers'
+                        dw/db (sharded gradients, nn_zero stage 2) */
+    float *act_pool; /* recomputation: the activation buffers one segment reuses */
+    chorus_result comm_err; /* first failed collective in forward/backward (tensor parallel) */
+    struct nn_mem *mem;     /* when set, finalize records its buffers there (nn_mem_*) */
+    nn_grad_hook fwd_hook;  /* when set, called by nn_forward before each layer with
+                               parameters (it may wait for them: nn_zero's all-gather) */
+    void *fwd_hook_arg;
 } nn_model;
 
 /* Starts an empty model taking inputs of per-sample shape (c,h,w); features are (F,1,1).
@@ -154,6 +173,10 @@ const float *nn_forward(nn_model *m, const float *x, int B);
  * gradient w.r.t. the model input is not computed. dout is not modified. Calls
  * m->grad_hook (when set) after each layer with parameters, last layer first. */
 void nn_backward(nn_model *m, const float *dout, int B);
+/* nn_backward that also computes the gradient w.r.t. the model input and returns it (B,
+ * in_features): a buffer owned by the model, valid until the next backward (dout itself when
+ * every layer is an identity). For a model that is one stage of a larger one. */
+const float *nn_backward_input(nn_model *m, const float *dout, int B);
 
 /* Sets every gradient in model->grads to 0 (before the first backward pass of a step). */
 void nn_zero_grad(nn_model *m);
@@ -237,7 +260,8 @@ void nn_dataset_batch(const nn_dataset *ds, const uint32_t *idx, int B, float *x
 
 /* Every epoch the n sample indices are shuffled from (seed, epoch) with the same result on
  * every rank. Global step s covers positions [s*G, min((s+1)*G, n)) of that order; rank r
- * takes a contiguous slice of them whose size differs by at most one between ranks. So each
+ * takes a contiguous slice of them whose size differs by at most one between ranks (or, after
+ * nn_sampler_set_shares, of the sizes given there). So each
  * epoch every sample is seen exactly once across all ranks, the shards are disjoint, and
  * the samples of a global step do not depend on the world size. The last step of an epoch
  * may be short (uneven shards; some ranks may get none). */
@@ -248,6 +272,8 @@ typedef struct nn_sampler {
     uint64_t seed;
     uint64_t epoch; /* the order in perm */
     uint32_t *perm; /* (n) */
+    size_t *shares; /* (world) samples of a full global step per rank; NULL: the even split */
+    size_t *tail;   /* (world) the same for the short last step of an epoch */
 } nn_sampler;
 
 /* Errors: CHORUS_ERR_INVALID_ARG (n 0 or above 2^32-1, global_batch 0, rank not in
@@ -262,12 +288,20 @@ void nn_sampler_set_epoch(nn_sampler *s, uint64_t epoch);
 /* Steps per epoch: ceil(n / G). */
 size_t nn_sampler_steps(const nn_sampler *s);
 /* This rank's indices for global step `step` of the current epoch: returns their count
- * (<= ceil(G / world)) and sets *idx to point into the permutation. *global_count (when not
+ * (<= nn_sampler_max_local) and sets *idx to point into the permutation. *global_count (when not
  * NULL) gets the number of samples of the step over all ranks. */
 size_t nn_sampler_batch(const nn_sampler *s, size_t step, const uint32_t **idx,
                         size_t *global_count);
 /* Largest count nn_sampler_batch can return. */
 size_t nn_sampler_max_local(const nn_sampler *s);
+/* Uneven shares (dynamic load balancing): from now on rank r takes shares[r] samples of each
+ * full global step, contiguous and in rank order (rank 0 the first shares[0] positions of the
+ * step), so every sample of an epoch is still seen exactly once whatever the shares, and may
+ * change between any two steps. The short last step of an epoch (n not a multiple of G) is
+ * cut in proportion to the shares by nn_balance_apportion (no minimum). shares NULL: back to
+ * the even split. Errors: CHORUS_ERR_INVALID_ARG when the shares do not sum to G (the sampler
+ * is then unchanged), CHORUS_ERR_NOMEM. */
+chorus_result nn_sampler_set_shares(nn_sampler *s, const size_t *shares);
 
 /* ---- checkpoints --------------------------------------------------------------------- */
 
@@ -403,6 +437,259 @@ chorus_result nn_dist_sync_grads(nn_dist *d, nn_model *m);
 chorus_result nn_dist_sum(nn_dist *d, double *v, int n);
 /* Broadcasts n bytes from rank 0. Errors: the broadcast's. */
 chorus_result nn_dist_broadcast_bytes(nn_dist *d, void *buf, size_t n);
+
+/* ---- memory accounting --------------------------------------------------------------- */
+
+/* Bytes a rank holds, by part. Every allocation of a part is added with nn_mem_add and every
+ * release removed with nn_mem_sub; peak is the largest total seen. */
+typedef enum {
+    NN_MEM_PARAMS,
+    NN_MEM_GRADS,
+    NN_MEM_OPTIMIZER,
+    NN_MEM_ACTIVATIONS,
+    NN_MEM_PARTS
+} nn_mem_part;
+
+typedef struct nn_mem {
+    size_t bytes[NN_MEM_PARTS]; /* held now */
+    size_t peak;                /* largest sum of bytes[] so far */
+} nn_mem;
+
+/* Records n bytes allocated (add) or released (sub) for part p, and updates the peak. */
+void nn_mem_add(nn_mem *mm, nn_mem_part p, size_t n);
+void nn_mem_sub(nn_mem *mm, nn_mem_part p, size_t n);
+/* The sum of bytes[] held now. */
+size_t nn_mem_total(const nn_mem *mm);
+/* "params", "grads", "optimizer", "activations". */
+const char *nn_mem_part_name(nn_mem_part p);
+
+/* ---- tensor (intra-layer) parallelism ------------------------------------------------ */
+
+/* Linear layers split over the ranks of a communicator tp of T ranks, as in Megatron-LM:
+ *   column: the weight (Fout, Fin) is split by output features; rank t holds rows
+ *           [t*Fout/T, (t+1)*Fout/T) and their biases and computes that slice of the output
+ *           from the whole input. Backward: the gradient w.r.t. the input is the sum of every
+ *           rank's part: one allreduce.
+ *   row:    the weight is split by input features; the input is the slice a column layer
+ *           produced; each rank computes a partial output x_t W_t^T, one allreduce sums them,
+ *           and the (whole, replicated) bias is added once. Backward needs no communication.
+ * A column layer, element-wise layers, then a row layer form a block that takes and gives the
+ * whole activations with one allreduce in forward and one in backward. */
+typedef enum { NN_TP_NONE, NN_TP_COLUMN, NN_TP_ROW } nn_tp_mode;
+
+/* Appends a column-parallel Linear of out_features outputs in all (this rank computes
+ * out_features / chorus_size(tp) of them). Errors: CHORUS_ERR_INVALID_ARG when out_features
+ * is not a multiple of the rank count, or as nn_add_linear. */
+chorus_result nn_add_linear_column(nn_model *m, int out_features, chorus_comm *tp);
+/* Appends a row-parallel Linear of out_features outputs whose input is this rank's slice of
+ * the features (the output of a column layer, possibly through element-wise layers).
+ * Errors: CHORUS_ERR_INVALID_ARG for a bad count, or as nn_add_linear. */
+chorus_result nn_add_linear_row(nn_model *m, int out_features, chorus_comm *tp);
+/* CHORUS_OK, or the error of the first collective that failed inside nn_forward or
+ * nn_backward since the model was built (they cannot return it; their outputs are then
+ * meaningless), with its message (naming the peer) in nn_last_error(). */
+chorus_result nn_model_comm_status(const nn_model *m);
+
+/* ---- activation recomputation -------------------------------------------------------- */
+
+/* Set before nn_model_finalize: the layers are cut into segments of about k layers (a cut
+ * never falls before an in-place layer, so a segment's input is never overwritten); forward
+ * keeps only each segment's output, and nn_backward recomputes a segment's activations from
+ * its input before differentiating it (the last segment's are still there). The activation
+ * buffers inside a segment are shared by all segments. The same computations run in the same
+ * order, so gradients are bitwise those of a model that stores everything. k <= 0 chooses
+ * about sqrt(layers). */
+void nn_model_set_recompute(nn_model *m, int k);
+
+/* ---- sharded optimizer state and gradients (ZeRO stage 1 and 2) ---------------------- */
+
+/* The parameters are cut into segments of at most NN_ZERO_BUCKET floats, never across a
+ * layer; rank r of p owns chunk r of each segment (ceil(len/p) floats, the last chunk maybe
+ * shorter). Its optimizer state covers only its chunks (1/p of the model plus at most p-1
+ * floats per segment). A step:
+ *   stage 1: the gradients are allreduced (as data parallelism does); each rank updates its
+ *            chunks of the parameters and optimizer state;
+ *   stage 2: no full gradient buffer exists: every layer's gradient is written into one
+ *            buffer of the largest layer's size, and reduce-scattered the moment backward has
+ *            finished that layer (grad hook), so each rank keeps only its chunks of the summed
+ *            gradients; then it updates its chunks.
+ * Then every segment's chunks are all-gathered into every rank's parameters. The sums fold in
+ * rank order as the allreduce's do, and the update is element-wise, so the parameters are
+ * bitwise those of plain data parallelism. */
+#define NN_ZERO_BUCKET (1u << 18)
+
+typedef struct nn_zero_seg {
+    size_t off, len;  /* in model->params */
+    size_t chunk;     /* ceil(len / size) */
+    size_t shard_off; /* of this rank's chunk in the optimizer state and gradient shard */
+} nn_zero_seg;
+
+struct nn_zero_gather; /* the all-gather thread (nn/zero.c) */
+
+typedef struct nn_zero {
+    int stage, rank, size;
+    chorus_comm *comm;
+    int nseg;
+    nn_zero_seg *seg;
+    size_t shard_n; /* floats of this rank's chunks in all */
+    float *gshard;  /* stage 2: (shard_n) this rank's chunks of the summed gradients */
+    float *gbuf;    /* stage 2: one layer's gradient, padded to whole chunks */
+    size_t gbuf_n;
+    float *scratch; /* (size+1) * largest chunk: all-gather landing and send */
+    size_t scratch_n;
+    chorus_result err; /* first failure in the backward hook */
+    double comm_s;     /* seconds in the collectives (the all-gather thread's included) */
+    double gather_s;   /* seconds the parameter all-gathers took (part of comm_s) */
+    double wait_s;     /* seconds forward waited for parameters still being all-gathered */
+    uint64_t steps;    /* nn_zero_step calls */
+    nn_mem *mem;
+    struct nn_zero_gather *bg; /* nn_zero_overlap: the all-gather thread */
+} nn_zero;
+
+/* Floats of optimizer state per state vector that rank `rank` of `size` needs for m (the
+ * optimizer is initialised with this count). */
+size_t nn_zero_shard_count(const nn_model *m, int rank, int size);
+/* Sets z up for stage 1 or 2 over comm for the finalized model m (stage 2: m was finalized
+ * with m->no_grads set, and the layers' gradient views are pointed into z's buffer). Records
+ * its buffers in mem (may be NULL). Errors: CHORUS_ERR_INVALID_ARG, CHORUS_ERR_NOMEM. */
+chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage, nn_mem *mem);
+/* Frees z's buffers. */
+void nn_zero_free(nn_zero *z);
+/* Collective over z's communicator: from now on nn_zero_step leaves the all-gather to a thread
+ * of its own (on a communicator split from z's, so the caller's collectives may run meanwhile),
+ * segment by segment in layer order, and installs m->fwd_hook: the next forward waits before
+ * each layer only for that layer's segments, so the all-gather of the later layers overlaps
+ * the forward pass of the earlier ones. A failed all-gather is latched in m->comm_err
+ * (nn_model_comm_status). Errors: the split's, CHORUS_ERR_SYSTEM (no thread). */
+chorus_result nn_zero_overlap(nn_zero *z, nn_model *m);
+/* Waits until the parameters are whole (before reading them outside forward: a dump, a
+ * checkpoint). Errors: the all-gather's. */
+chorus_result nn_zero_wait(nn_zero *z, nn_model *m);
+/* Call before the backward pass of a step (one backward pass per step at stage 2): stage 2
+ * installs the hook that reduce-scatters each layer's gradient. */
+void nn_zero_begin_backward(nn_zero *z, nn_model *m);
+/* Completes the step: the gradient reduction (stage 1), this rank's update of its chunks with
+ * o (initialised with nn_zero_shard_count floats) at learning rate lr, and the all-gather of
+ * the parameters. Errors: the collectives' (the peer named in nn_last_error()). */
+chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr);
+/* ---- load balancing: the share rule ------------------------------------------------- */
+
+/* The rule every rank (and every front end) applies to the same numbers, so that all get the
+ * same shares; docs/LOAD_BALANCING.md restates it for other implementations. */
+
+/* Smallest share dynamic balancing gives a rank of `world` out of a global batch of G:
+ * max(1, floor(G / (4 world))), so no rank ever gets nothing and every rank keeps being
+ * measured; 0 when G < world (the even split then leaves some ranks without samples). */
+size_t nn_balance_min_share(size_t global_batch, int world);
+/* Largest share dynamic balancing can give one rank: G - (world-1) * min share. */
+size_t nn_balance_max_share(size_t global_batch, int world);
+/* Splits total into n integers out[0..n-1] that sum exactly to total, in proportion to the
+ * weights w (>= 0; all zero: equally), none below min_each:
+ *   1. quotas q_i = R * w_i / S over the parts not held, where R is total less min_each for
+ *      each held part and S the sum of their weights (double precision, index order);
+ *   2. every part whose quota is below min_each is held at min_each; repeat 1-2 until none is;
+ *   3. out_i = floor(q_i) for the others, and the R - sum(floor) samples left go one each to
+ *      the largest fractional parts q_i - floor(q_i), ties to the lower index.
+ * Errors: CHORUS_ERR_INVALID_ARG (n <= 0, total < n*min_each, a weight negative or not
+ * finite), CHORUS_ERR_NOMEM. */
+chorus_result nn_balance_apportion(const double *w, int n, size_t total, size_t min_each,
+                                   size_t *out);
+/* The shares of a global batch of G samples for n ranks whose measured compute times per
+ * sample are sec_per_sample[0..n-1]: nn_balance_apportion with weights 1/sec_per_sample (0
+ * for a time that is not a positive finite number) and the minimum nn_balance_min_share.
+ * Errors: CHORUS_ERR_INVALID_ARG when G < n, CHORUS_ERR_NOMEM. */
+chorus_result nn_balance_shares(const double *sec_per_sample, int n, size_t global_batch,
+                                size_t *out);
+
+/* Fraction of a step's compute time that new shares must be predicted to save before they
+ * replace the current ones: below it the measured differences are mostly noise, and chasing
+ * them would make equal ranks unequal. */
+#define NN_BALANCE_MIN_GAIN 0.05
+/* Whether shares `next` should replace `current` for n ranks with the given times per
+ * sample: 1 when the predicted compute time of a step, max_i(share_i * sec_per_sample_i),
+ * falls below (1 - NN_BALANCE_MIN_GAIN) times the current one's, or when a rank's time is not
+ * yet a positive finite number; else 0. */
+int nn_balance_worth_moving(const size_t *current, const size_t *next, const double *sec_per_sample,
+                            int n);
+/* ---- pipeline parallelism (nn/pipeline.c, docs/PARALLELISM.md) ------------------------ */
+
+/* The layers of a model cut into consecutive stages on consecutive ranks, trained on
+ * micro-batches by a schedule of chorus/pipeline.h, and combined with data parallelism: a
+ * world of D x P ranks is D pipelines of P consecutive ranks (rank r is stage r % P of
+ * pipeline r / P), and the gradients of a stage are summed only over the D ranks holding
+ * that stage. Activations go forward and their gradients back with non-blocking
+ * point-to-point messages; a stage posts the receive of its next micro-batch before it
+ * computes the current one. Each micro-batch in flight keeps its own activations (a stash
+ * slot made the first time it is needed, so the slots a run holds are the most it ever had
+ * in flight: m for GPipe, p - stage (+1 for the posted receive) for 1F1B). */
+typedef struct nn_pipe nn_pipe;
+
+/* What a rank measured, since nn_pipe_create. Bytes are of buffers actually allocated. */
+typedef struct nn_pipe_stats {
+    int stage, stages, replica, replicas;
+    int layer_lo, layer_hi;   /* this stage runs layers [lo, hi) of the full model */
+    size_t params_bytes;      /* this stage's parameters */
+    size_t grads_bytes;       /* and their gradients */
+    size_t activations_bytes; /* stash slots held at the peak: layer outputs, caches, the
+                                 received input and output gradient of each micro-batch */
+    int peak_inflight;        /* most micro-batches forwarded and not yet backwarded */
+    double step_s;            /* seconds of pipeline steps (first to last micro-batch) */
+    double wait_s;            /* of which waiting for a neighbour's activations, gradients,
+                                 the delivery of its own sends, or the pipeline's end */
+    uint64_t steps;
+} nn_pipe_stats;
+
+/* Collective over world: cuts full (a finalized model, its parameters initialised the same
+ * on every rank) into `stages` stages balanced by compute (multiply-adds of a training step in
+ * linear and conv2d layers: forward, weight and input gradients; other layers count their
+ * output size), minimising the largest stage's, and sets this rank up as its
+ * stage, for micro-batches of up to max_micro samples, m = micro per step, under schedule
+ * kind. The stage copies its slice of full's parameters; full is not kept. Errors:
+ * CHORUS_ERR_INVALID_ARG with the reason (a world size not a multiple of stages, more stages
+ * than layers, counts below 1), the split's errors, CHORUS_ERR_NOMEM. */
+chorus_result nn_pipe_create(const nn_model *full, chorus_comm *world, int stages, int micro,
+                             chorus_pipe_kind kind, int max_micro, nn_pipe **out);
+/* Frees the stage and its communicators (not world). Requests a failed step left pending are
+ * completed first: at once when the failure broke the pipeline's communicator, else within
+ * CHORUS_TIMEOUT_S. NULL is ignored. */
+void nn_pipe_destroy(nn_pipe *p);
+
+/* The stage's own model: its params and grads are the ones to update (optimizer) and to
+ * report. Valid until nn_pipe_destroy. */
+nn_model *nn_pipe_model(nn_pipe *p);
+
+/* Collective over the pipeline: runs one step's forwards and backwards on nloc samples of
+ * this pipeline (cut into m micro-batches of nloc/m, the first nloc%m one larger, as
+ * chorus-train --accum), after zeroing the stage's gradients. x (nloc, in features) is read on
+ * stage 0 only, y (nloc) on the last stage only (either may be NULL elsewhere). The last
+ * stage's loss gradient is scaled by grad_scale; it adds the summed loss and hit count to
+ * stats[0] and stats[1]. step seeds dropout: micro-batch k runs as step*m + k. Errors: a lost
+ * or timed-out neighbour (CHORUS_ERR_PEER_LOST, CHORUS_ERR_TIMEOUT) with a message naming
+ * its stage and world rank; CHORUS_ERR_NOMEM. */
+chorus_result nn_pipe_step(nn_pipe *p, const float *x, const int32_t *y, int nloc, float grad_scale,
+                           uint64_t step, double stats[2]);
+
+/* Collective over the pipeline: forward only (dropout off) over n samples, in chunks of up
+ * to max_micro; x (n, in features) is read on stage 0, y (n) on the last stage, which adds
+ * the summed loss and hit count to stats[0] and stats[1]. Call between steps. Errors as
+ * nn_pipe_step (the message gives the chunk's first sample in place of a micro-batch). */
+chorus_result nn_pipe_evaluate(nn_pipe *p, const float *x, const int32_t *y, int n,
+                               double stats[2]);
+
+/* Sums the stage's gradients over the replicas of this stage (collective over them).
+ * Errors: the allreduce's, with the message naming the stage. */
+chorus_result nn_pipe_sync_grads(nn_pipe *p);
+
+/* Collective over the pipeline: every stage's slice of a buffer laid out as the full model's
+ * parameters (the parameters themselves, or optimizer state) into full (nparams of the full
+ * model), on every rank of the pipeline; stage is this stage's slice (its model's nparams).
+ * Errors: the broadcasts', with a message naming the stage. */
+chorus_result nn_pipe_gather(nn_pipe *p, const float *stage, float *full);
+/* This stage's slice of full (laid out as the full model's parameters) into stage. */
+void nn_pipe_slice(const nn_pipe *p, const float *full, float *stage);
+
+/* Fills *st with this rank's measurements. */
+void nn_pipe_get_stats(const nn_pipe *p, nn_pipe_stats *st);
 
 #ifdef __cplusplus
 }

@@ -10,10 +10,11 @@ from ._lib import (ChorusError, HorovodInternalError, ChorusMismatchError, Choru
                    HostsUpdatedInterrupt, lib_path)
 from ._np import *  # noqa: F401,F403
 from ._np import __all__ as _np_all
+from ._scalars import log_scalar
 
 __version__ = "0.1.0"
 __all__ = list(_np_all) + [
     "ChorusError", "HorovodInternalError", "ChorusMismatchError", "ChorusPeerLostError",
     "ChorusTimeoutError", "ChorusInvalidArgument", "ChorusEnvError", "HostsUpdatedInterrupt",
-    "lib_path", "__version__",
+    "lib_path", "__version__", "log_scalar",
 ]

@@ -3,7 +3,7 @@
  * wrong), pick the algorithm's row (select.c), have the ranks agree on the calls whose data
  * would not tell every rank of a mismatch (count 0, broadcast over TCP), run the algorithm,
  * and make any failure break the communicator so that no later call works on a
- * half-finished state.
+ * half-finished state. Every public call is one event of the timeline (coll_trace.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -62,25 +62,44 @@ static chorus_result empty(chorus_comm *c, const chorus_algo *algo, const char *
     if (!c)                                                                                        \
     return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG, "%s: comm is NULL", fn)
 
+/* What the timeline says of a call: its algorithm (NULL until picked) and bytes per rank. */
+typedef struct call_info {
+    const chorus_algo *algo;
+    size_t bytes;
+} call_info;
+
 /* The algorithm for a call of kind on bytes. Done right after the argument checks, so that an
  * unknown CHORUS_ALGO_* value fails on every call (one rank, empty buffers included), before
  * anything is sent: the communicator stays usable. */
-static chorus_result pick(chorus_comm *c, int kind, size_t bytes, const chorus_algo **algo)
+static chorus_result pick(chorus_comm *c, int kind, size_t bytes, const chorus_algo **algo,
+                          call_info *ci)
 {
     chorus_result r;
     *algo = chorus__select(c, kind, CHORUS_MEM_HOST, bytes, &r);
+    ci->algo = *algo;
+    ci->bytes = bytes;
     return r;
 }
 
-chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, size_t count,
-                               chorus_dtype t, chorus_op op)
+/* The public call: the checked call (fn_call) between the two ends of its timeline event. */
+#define TRACED(fn, t, ...)                                                                         \
+    do {                                                                                           \
+        NULL_COMM("chorus_" #fn);                                                                  \
+        call_info ci = {0};                                                                        \
+        double t0 = chorus__coll_trace_begin(c);                                                   \
+        chorus_result r = fn##_call(c, __VA_ARGS__, &ci);                                          \
+        chorus__coll_trace_end(c, t0, #fn, ci.algo ? ci.algo->name : "none", ci.bytes, t, r);      \
+        return r;                                                                                  \
+    } while (0)
+
+static chorus_result allreduce_call(chorus_comm *c, const void *send, void *recv, size_t count,
+                                    chorus_dtype t, chorus_op op, call_info *ci)
 {
-    NULL_COMM("chorus_allreduce");
     size_t bytes;
     CHORUS_CHECK(check(c, "chorus_allreduce", count, 1, t, &bytes));
     CHORUS_CHECK(check_op(c, "chorus_allreduce", op));
     const chorus_algo *algo;
-    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLREDUCE, bytes, &algo));
+    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLREDUCE, bytes, &algo, ci));
     if (count && (!send || !recv))
         return BAD("chorus_allreduce: NULL buffer with count %zu", count);
     if (count == 0) return empty(c, algo, "allreduce", CHORUS_COLL_ALLREDUCE, t, op, 0);
@@ -94,16 +113,16 @@ chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, siz
     return done(c, algo->run(c, &a));
 }
 
-chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int root)
+static chorus_result broadcast_call(chorus_comm *c, void *buf, size_t count, chorus_dtype t,
+                                    int root, call_info *ci)
 {
-    NULL_COMM("chorus_broadcast");
     size_t bytes;
     CHORUS_CHECK(check(c, "chorus_broadcast", count, 1, t, &bytes));
     if (root < 0 || root >= c->size)
         return BAD("chorus_broadcast: root %d is out of range (size %d)", root, c->size);
     if (count && !buf) return BAD("chorus_broadcast: NULL buffer with count %zu", count);
     const chorus_algo *algo;
-    CHORUS_CHECK(pick(c, CHORUS_COLL_BROADCAST, bytes, &algo));
+    CHORUS_CHECK(pick(c, CHORUS_COLL_BROADCAST, bytes, &algo, ci));
     if (c->size == 1) return CHORUS_OK;
     if (count == 0) return empty(c, algo, "broadcast", CHORUS_COLL_BROADCAST, t, 0, root);
     /* The root sends and hears nothing (a leaf hears only its parent): over TCP the ranks first
@@ -117,17 +136,16 @@ chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_d
     return done(c, algo->run(c, &a));
 }
 
-chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, size_t sendcount,
-                               chorus_dtype t)
+static chorus_result allgather_call(chorus_comm *c, const void *send, void *recv, size_t sendcount,
+                                    chorus_dtype t, call_info *ci)
 {
-    NULL_COMM("chorus_allgather");
     size_t bytes, all;
     CHORUS_CHECK(check(c, "chorus_allgather", sendcount, 1, t, &bytes));
     CHORUS_CHECK(check(c, "chorus_allgather", sendcount, (size_t)c->size, t, &all));
     if (sendcount && (!send || !recv))
         return BAD("chorus_allgather: NULL buffer with count %zu", sendcount);
     const chorus_algo *algo;
-    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLGATHER, bytes, &algo));
+    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLGATHER, bytes, &algo, ci));
     if (sendcount == 0) return empty(c, algo, "allgather", CHORUS_COLL_ALLGATHER, t, 0, 0);
     /* In place: send is recv's own slot (as MPI_IN_PLACE), or recv itself (moved into place). */
     char *slot = (char *)recv + (size_t)c->rank * bytes;
@@ -137,10 +155,10 @@ chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, siz
     return done(c, algo->run(c, &a));
 }
 
-chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv, size_t recvcount,
-                                    chorus_dtype t, chorus_op op)
+static chorus_result reduce_scatter_call(chorus_comm *c, const void *send, void *recv,
+                                         size_t recvcount, chorus_dtype t, chorus_op op,
+                                         call_info *ci)
 {
-    NULL_COMM("chorus_reduce_scatter");
     size_t bytes, all;
     CHORUS_CHECK(check(c, "chorus_reduce_scatter", recvcount, 1, t, &bytes));
     CHORUS_CHECK(check(c, "chorus_reduce_scatter", recvcount, (size_t)c->size, t, &all));
@@ -148,7 +166,7 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
     if (recvcount && (!send || !recv))
         return BAD("chorus_reduce_scatter: NULL buffer with count %zu", recvcount);
     const chorus_algo *algo;
-    CHORUS_CHECK(pick(c, CHORUS_COLL_REDUCE_SCATTER, bytes, &algo));
+    CHORUS_CHECK(pick(c, CHORUS_COLL_REDUCE_SCATTER, bytes, &algo, ci));
     if (recvcount == 0)
         return empty(c, algo, "reduce_scatter", CHORUS_COLL_REDUCE_SCATTER, t, op, 0);
     if (c->size == 1) {
@@ -161,17 +179,16 @@ chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv
     return done(c, algo->run(c, &a));
 }
 
-chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size_t count_per_rank,
-                              chorus_dtype t)
+static chorus_result alltoall_call(chorus_comm *c, const void *send, void *recv,
+                                   size_t count_per_rank, chorus_dtype t, call_info *ci)
 {
-    NULL_COMM("chorus_alltoall");
     size_t bytes, all;
     CHORUS_CHECK(check(c, "chorus_alltoall", count_per_rank, 1, t, &bytes));
     CHORUS_CHECK(check(c, "chorus_alltoall", count_per_rank, (size_t)c->size, t, &all));
     if (count_per_rank && (!send || !recv))
         return BAD("chorus_alltoall: NULL buffer with count %zu", count_per_rank);
     const chorus_algo *algo;
-    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLTOALL, bytes, &algo));
+    CHORUS_CHECK(pick(c, CHORUS_COLL_ALLTOALL, bytes, &algo, ci));
     if (count_per_rank == 0) return empty(c, algo, "alltoall", CHORUS_COLL_ALLTOALL, t, 0, 0);
     if (c->size == 1) {
         if (send != recv) memmove(recv, send, bytes);
@@ -182,13 +199,51 @@ chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size
     return done(c, algo->run(c, &a));
 }
 
-chorus_result chorus_barrier(chorus_comm *c)
+static chorus_result barrier_call(chorus_comm *c, call_info *ci)
 {
-    NULL_COMM("chorus_barrier");
     CHORUS_CHECK(chorus__net_error(c->net, &c->err));
     const chorus_algo *algo;
-    CHORUS_CHECK(pick(c, CHORUS_COLL_BARRIER, 0, &algo));
+    CHORUS_CHECK(pick(c, CHORUS_COLL_BARRIER, 0, &algo, ci));
     if (c->size == 1) return CHORUS_OK;
     chorus_coll_args a = {.t = CHORUS_UINT8};
     return done(c, algo->run(c, &a));
+}
+
+chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, size_t count,
+                               chorus_dtype t, chorus_op op)
+{
+    TRACED(allreduce, t, send, recv, count, t, op);
+}
+
+chorus_result chorus_broadcast(chorus_comm *c, void *buf, size_t count, chorus_dtype t, int root)
+{
+    TRACED(broadcast, t, buf, count, t, root);
+}
+
+chorus_result chorus_allgather(chorus_comm *c, const void *send, void *recv, size_t sendcount,
+                               chorus_dtype t)
+{
+    TRACED(allgather, t, send, recv, sendcount, t);
+}
+
+chorus_result chorus_reduce_scatter(chorus_comm *c, const void *send, void *recv, size_t recvcount,
+                                    chorus_dtype t, chorus_op op)
+{
+    TRACED(reduce_scatter, t, send, recv, recvcount, t, op);
+}
+
+chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size_t count_per_rank,
+                              chorus_dtype t)
+{
+    TRACED(alltoall, t, send, recv, count_per_rank, t);
+}
+
+chorus_result chorus_barrier(chorus_comm *c)
+{
+    NULL_COMM("chorus_barrier");
+    call_info ci = {0};
+    double t0 = chorus__coll_trace_begin(c);
+    chorus_result r = barrier_call(c, &ci);
+    chorus__coll_trace_end(c, t0, "barrier", ci.algo ? ci.algo->name : "none", 0, CHORUS_UINT8, r);
+    return r;
 }

@@ -192,4 +192,16 @@ chorus_result chorus__barrier_shm(chorus_comm *c, const chorus_coll_args *a);
 const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem, size_t bytes,
                                   chorus_result *err);
 
+/* ---- the timeline of the collectives (coll_trace.c) ---------------------------------------- */
+
+/* The start time of a call to trace on c (chorus__now()), or 0 when c writes no timeline or
+ * the call runs inside another traced collective of this thread. The first call on c joins
+ * this rank's CHORUS_TIMELINE file, or warns once, naming the file and why, when it cannot be
+ * written. Every non-zero start must be ended with chorus__coll_trace_end. */
+double chorus__coll_trace_begin(chorus_comm *c);
+/* Writes the call's event (what, algorithm, bytes, dtype, its result when it failed) on c's
+ * row, from t0 to now; nothing when t0 is 0. */
+void chorus__coll_trace_end(chorus_comm *c, double t0, const char *what, const char *algo,
+                            size_t bytes, chorus_dtype t, chorus_result r);
+
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/trace.h"
 #include "bootstrap/rendezvous.h"
 #include "coll/comm.h"
 #include "transport/shm/shm.h"
@@ -45,6 +46,7 @@ static void comm_free(chorus_comm *c)
         if (r != CHORUS_OK) chorus__shm_abort(c->shm, r, e.msg);
     }
     chorus__shm_destroy(c->shm);
+    chorus__trace_release(c->trace);
     if (c->net) chorus__net_release(c->net);
     free(c->world);
     free(c->host);

@@ -30,6 +30,9 @@ struct chorus_comm {
     struct chorus_hier *hier; /* host-local and cross-host communicators (comm.c), or NULL */
     unsigned select_warned;   /* CHORUS_ALGO_* warnings already given (bit per collective) */
     chorus_config cfg;        /* CHORUS_* variables, parsed at init; split communicators inherit */
+    struct chorus_trace *trace; /* CHORUS_TIMELINE file of this rank (coll_trace.c), or NULL */
+    int trace_state;            /* 0: not looked at yet; 1: tracing into row trace_row; -1: off */
+    int trace_row;
 };
 
 /* Creates the world communicator of a described job (chorus_init is chorus__job_from_env +

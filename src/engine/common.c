@@ -58,7 +58,7 @@ int chorus__eng_active(const chorus_engine *e)
 
 void chorus__eng_tl_pre(chorus_engine *e, const eng_exec *x, double start)
 {
-    if (!e->tl.f || !x->req) return;
+    if (!e->tl.tr || !x->req) return;
     chorus__tl_span(&e->tl, x->name, "NEGOTIATE", x->req->t_enqueue, x->req->t_agreed, NULL);
     chorus__tl_span(&e->tl, x->name, "QUEUE", x->req->t_agreed, start, NULL);
 }

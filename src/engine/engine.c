@@ -666,23 +666,10 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
     e->joined = calloc((size_t)e->size, 1);
     e->prev_joined = calloc((size_t)e->size, 1);
     if (!e->joined || !e->prev_joined) snprintf(why, sizeof(why), "out of memory");
-    const char *tl = e->o.timeline;
-    if (!why[0] && tl && *tl && (strstr(tl, "%r") || e->rank == 0)) {
-        size_t o = 0;
-        for (const char *p = tl; *p && o + 16 < sizeof(e->timeline_path); p++) {
-            if (p[0] == '%' && p[1] == 'r') {
-                o += (size_t)snprintf(e->timeline_path + o, sizeof(e->timeline_path) - o, "%d",
-                                      e->rank);
-                p++;
-            } else {
-                e->timeline_path[o++] = *p;
-            }
-        }
-        e->timeline_path[o] = 0;
-        if (chorus__tl_open(&e->tl, e->timeline_path, e->rank) != 0)
-            snprintf(why, sizeof(why), "rank %d cannot write the timeline file %s: %s", e->rank,
-                     e->timeline_path, strerror(errno));
-    }
+    char tl_why[500];
+    if (!why[0] &&
+        chorus__tl_open(&e->tl, e->o.timeline, e->comm->world[e->rank], tl_why, sizeof(tl_why)))
+        snprintf(why, sizeof(why), "rank %d %s", e->rank, tl_why);
     const chorus_config *cfg = chorus__config();
     chorus_result why_r = CHORUS_ERR_SYSTEM;
     if (!why[0] && chorus__tune_check(cfg, why, sizeof(why)) != CHORUS_OK)
@@ -729,7 +716,7 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
                 "%s, timeline %s, autotune %s",
                 e->size, e->o.cycle_time_ms, e->o.fusion_threshold, e->o.cache_capacity,
                 e->o.compressor ? e->o.compressor->name : "none",
-                e->timeline_path[0] ? e->timeline_path : "off", e->tune.active ? "on" : "off");
+                e->tl.tr ? chorus__trace_path(e->tl.tr) : "off", e->tune.active ? "on" : "off");
     *out = e;
     return CHORUS_OK;
 }

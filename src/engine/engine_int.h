@@ -28,6 +28,7 @@
 #include <stdio.h>
 
 #include "base/base.h"
+#include "base/trace.h"
 #include "chorus/engine.h"
 #include "wire/engine_msg.h"
 
@@ -114,20 +115,21 @@ typedef struct eng_centry {
 /* ---- timeline ----------------------------------------------------------------------------- */
 
 typedef struct eng_timeline {
-    FILE *f;
-    int first, pid;
-    double t0;
-    eng_map rows; /* name -> row id + 1 */
-    int nrows;
+    struct chorus_trace *tr; /* the process's trace file of this rank (base/trace.h), or NULL */
+    eng_map rows;            /* name -> row id */
     double last_flush;
 } eng_timeline;
 
-int chorus__tl_open(eng_timeline *t, const char *path, int rank);
+/* Joins the trace file that pattern names for rank (shared with the collectives' rows): 0,
+ * with t->tr NULL when the pattern does not name a file of this rank; -1 with why on failure. */
+int chorus__tl_open(eng_timeline *t, const char *pattern, int rank, char *why, size_t len);
 void chorus__tl_close(eng_timeline *t);
 /* A span [t_start, t_end] (chorus__now() seconds) on the row of tensor name. */
 void chorus__tl_span(eng_timeline *t, const char *name, const char *what, double t_start,
                      double t_end, const char *args_json);
 void chorus__tl_instant(eng_timeline *t, const char *what, double ts, const char *args_json);
+/* Flushes the file at most every half second. */
+void chorus__tl_flush(eng_timeline *t, double now);
 void chorus__tl_flush(eng_timeline *t, double now);
 
 /* ---- autotuning (autotune.c) -------------------------------------------------------------- */
@@ -161,7 +163,6 @@ struct chorus_engine {
     chorus_comm *comm; /* private, split from the caller's */
     int rank, size;
     chorus_engine_opts o;
-    char timeline_path[512];
     pthread_t thr;
     int thr_started;
 

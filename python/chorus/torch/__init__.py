@@ -15,13 +15,17 @@ from .compression import Compression, Compressor, NoneCompressor, FP16Compressor
 from .functions import (broadcast_parameters, broadcast_optimizer_state, broadcast_object,  # noqa
                         allgather_object)
 from .optimizer import DistributedOptimizer  # noqa: F401
+from .balance import BalancedDistributedSampler, balanced_shares  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
 from . import elastic  # noqa: F401
 from .._lib import (ChorusError, HorovodInternalError, ChorusMismatchError,  # noqa: F401
                     ChorusPeerLostError, ChorusTimeoutError, HostsUpdatedInterrupt)
+from .._scalars import log_scalar  # noqa: F401
 
 __all__ = list(_ops_all) + [
     "Compression", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "ChorusError",
     "ChorusPeerLostError", "ChorusTimeoutError", "HostsUpdatedInterrupt",
+    "log_scalar",
+    "BalancedDistributedSampler", "balanced_shares",
 ]

@@ -12,11 +12,12 @@ compressor.
 """
 
 import contextlib
+import time
 import warnings
 
 import torch
 
-from .. import _core, _engine
+from .. import _core, _engine, _scalars
 from .._core import Average, Adasum, global_process_set
 from .compression import Compression
 from . import mpi_ops
@@ -25,8 +26,10 @@ from . import mpi_ops
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, sparse_as_dense=False,
-                 process_set=global_process_set, bucket_cap_mb=25.0):
+                 process_set=global_process_set, bucket_cap_mb=25.0, sampler=None):
         super(self.__class__, self).__init__(params)
+        self._sampler = sampler
+        self._local_samples = None  # (n_i, n) from set_local_samples
         self._compression = compression
         if named_parameters is not None:
             named_parameters = list(named_parameters)
@@ -64,6 +67,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
+        self._step_scalars = _scalars.StepScalars(lambda: mpi_ops.engine_stats(process_set))
         self._should_synchronize = True
         # Buckets: libchorus's plan over the parameters in registration order (it walks them
         # from the last, the usual order in which backward produces their gradients, a bucket
@@ -89,6 +93,36 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self.backward_passes_per_step = int(passes)
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
+
+    def set_local_samples(self, samples, total=None):
+        """Weights this rank's gradient by samples / total in the steps that follow (until
+        called again; call it before backward, which starts the allreduces): the gradients
+        are summed over the ranks after each was multiplied by its weight, so with a loss
+        that is the mean over the local batch the result is the gradient of the mean over
+        all `total` samples, whatever each rank took. samples=None
+        goes back to the plain average (Horovod's op=Average). total: the samples of the step
+        over all ranks (the same on every rank); omitted, it is allreduced each time this is
+        called (a collective then)."""
+        if samples is None:
+            self._local_samples = None
+            return
+        _weighting_allowed(self.op, self.gradient_predivide_factor)
+        if total is None:
+            total = int(mpi_ops.allreduce(torch.tensor([int(samples)], dtype=torch.int64),
+                                          op=_core.Sum, process_set=self.process_set).item())
+        if not 0 <= samples <= total or total <= 0:
+            raise ValueError("chorus DistributedOptimizer: set_local_samples(%d, %d): this rank's "
+                             "samples must be in [0, total] and total > 0" % (samples, total))
+        self._local_samples = (int(samples), int(total))
+
+    def _sample_weight(self):
+        """n_i / n for this step (set_local_samples, else the sampler's last batch), or None
+        for the plain average."""
+        if self._local_samples is not None:
+            return self._local_samples[0] / self._local_samples[1]
+        if self._sampler is not None:
+            return self._sampler.batch_weight()
+        return None
 
     def _register_hooks(self):
         for group in self.param_groups:
@@ -138,16 +172,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if p.grad.is_sparse and self.sparse_as_dense:
                 p.grad = p.grad.to_dense()
             (sparse if p.grad.is_sparse else params).append(p)
+        # Weighted by the samples this rank took (a balanced sampler): sum of n_i/n * g_i.
+        weight = self._sample_weight()
+        op = self.op if weight is None else _core.Sum
         # torch.sparse gradients (nn.Embedding(sparse=True)): indices and values are
         # allgathered (sparse_allreduce_async), as Horovod does without sparse_as_dense.
         self._sparse_inflight.extend(
-            (p, mpi_ops.sparse_allreduce_async(p.grad, "sparse.allreduce." +
-                                               self._parameter_names.get(p), self.op,
+            (p, mpi_ops.sparse_allreduce_async(p.grad if weight is None else p.grad * weight,
+                                               "sparse.allreduce." +
+                                               self._parameter_names.get(p), op,
                                                self.process_set)) for p in sparse)
         if not params:
             return
         name = "allreduce." + self._parameter_names.get(params[0])
-        if self.op == Average:
+        if weight is not None:
+            # The engine wants one prescale on every rank; the weights differ, so they are
+            # applied here, to the gradients themselves (the allreduce replaces them anyway).
+            for p in params:
+                p.grad.mul_(weight)
+            pre, post = 1.0, 1.0
+        elif self.op == Average:
             pre, post = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         else:
             pre, post = 1.0, 1.0
@@ -159,7 +203,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             comp = [self._compression.compress(g) for g in grads]
         h = mpi_ops._grouped_allreduce(
-            [c for c, _ in comp], [c for c, _ in comp], name, self.op, pre, post,
+            [c for c, _ in comp], [c for c, _ in comp], name, op, pre, post,
             self.process_set, False, "DistributedOptimizer", engine_comp)
         self._inflight[i] = (h, [(p, None if engine_comp else c, ctx)
                                  for p, (c, ctx) in zip(params, comp)])
@@ -171,6 +215,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if not self._included():
             self._synchronized = True
             return
+        t0, dense = time.perf_counter(), 0
         try:
             for i, b in enumerate(self._buckets):
                 if i not in self._issued:
@@ -181,6 +226,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 h, items = self._inflight[i]
                 mpi_ops.synchronize(h)
                 for p, compressed, ctx in items:
+                    dense += p.grad.numel() * p.grad.element_size()
                     if compressed is None:
                         continue
                     res = self._compression.decompress(compressed, ctx)
@@ -188,6 +234,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         p.grad.copy_(res)
         finally:
             self._reset_comm_state()
+        self._step_scalars.step(time.perf_counter() - t0, dense)
         self._synchronized = True
 
     def _reset_comm_state(self):
@@ -234,7 +281,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set, bucket_cap_mb=25.0):
+                         process_set=global_process_set, bucket_cap_mb=25.0, sampler=None):
     """Wraps a torch optimizer so that step() applies gradients averaged over all ranks.
 
     named_parameters: model.named_parameters(), naming each gradient's allreduce (the same
@@ -246,7 +293,19 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     MiB, in backward order, each started as soon as all its gradients exist (as DDP's
     buckets): one fused allreduce per bucket instead of one per tensor, which matters when
     ranks share cores. 0 gives one allreduce per parameter (Horovod's way).
+    sampler (a Chorus extension): a BalancedDistributedSampler. Each rank's gradient is then
+    weighted by the samples it took of the step's global batch (n_i/n, from the sampler's last
+    batch) and the weighted gradients are summed, so a step with uneven shares is the step of
+    the whole global batch, as an even split would give (the loss must be the mean over the
+    local batch). Needs op=Average, gradient_predivide_factor=1 and one backward pass per
+    step; set_local_samples(n_i, n) does the same weighting without a sampler.
     """
+    if sampler is not None:
+        _weighting_allowed(op, gradient_predivide_factor)
+        if backward_passes_per_step != 1:
+            raise ValueError("chorus DistributedOptimizer: sampler= weights one batch per step; "
+                             "with backward_passes_per_step > 1 call set_local_samples(n, total) "
+                             "with the samples of all passes instead")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("chorus DistributedOptimizer: gradient_predivide_factor is only "
                          "supported with op=Average")
@@ -260,6 +319,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-              op, gradient_predivide_factor, sparse_as_dense, process_set, bucket_cap_mb)
+              op, gradient_predivide_factor, sparse_as_dense, process_set, bucket_cap_mb,
+              sampler)
     opt.state = optimizer.state  # keep state loaded into the wrapped optimizer
     return opt
+
+
+def _weighting_allowed(op, predivide):
+    if _core.as_op(op) != Average or predivide != 1.0:
+        raise ValueError("chorus DistributedOptimizer: weighting gradients by samples replaces "
+                         "the average; it needs op=Average and gradient_predivide_factor=1.0")

@@ -29,10 +29,12 @@ import torch
 from ... import _core, _lib
 from ..._lib import HorovodInternalError, HostsUpdatedInterrupt, lib
 from .. import mpi_ops
-from ..functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from ..balance import BalancedDistributedSampler
+from ..functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                         broadcast_parameters)
 
 __all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler", "runtime_available",
-           "generation"]
+           "generation", "worker_id"]
 
 
 def runtime_available():
@@ -163,7 +165,7 @@ class _SamplerHandler(_Handler):
 
     def sync(self, root):
         # The union of every rank's processed indices, so none is seen twice after a reset.
-        everyone = mpi_ops.allgather_object(self.value.state_dict())
+        everyone = allgather_object(self.value.state_dict())
         processed = set()
         for s in everyone:
             processed.update(s["processed_indices"])
@@ -172,9 +174,23 @@ class _SamplerHandler(_Handler):
         self.value.load_state_dict(st)
 
 
+class _BalancedSamplerHandler(_SamplerHandler):
+    """A BalancedDistributedSampler: its position is global (every rank hands out its range of
+    the same global batches), so the root's state is everyone's. Its times are kept by worker
+    id, so a new generation starts with shares for its workers' measured speeds."""
+
+    def __init__(self, value):
+        value.worker_id = worker_id
+        super().__init__(value)
+
+    def sync(self, root):
+        self.value.load_state_dict(broadcast_object(self.value.state_dict(), root))
+        self.value.adopt_workers(allgather_object(worker_id()))
+
+
 class TorchState(ObjectState):
-    """State of a PyTorch training job: model, optimizer, ElasticSamplers (any keyword whose
-    value is one) and plain attributes."""
+    """State of a PyTorch training job: model, optimizer, ElasticSamplers and
+    BalancedDistributedSamplers (any keyword whose value is one) and plain attributes."""
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         self._handlers = {}
@@ -186,6 +202,8 @@ class TorchState(ObjectState):
         for k, v in kwargs.items():
             if isinstance(v, ElasticSampler):
                 self._handlers[k] = _SamplerHandler(v)
+            elif isinstance(v, BalancedDistributedSampler):
+                self._handlers[k] = _BalancedSamplerHandler(v)
             else:
                 plain[k] = v
         self.model, self.optimizer = model, optimizer
@@ -321,6 +339,13 @@ def _protos():
     ]:
         f = getattr(lib, name)
         f.restype, f.argtypes = res, argt
+
+
+def worker_id():
+    """This worker's id in the elastic job (ranks change between generations, worker ids do
+    not); the rank outside one."""
+    el = _current["el"]
+    return lib.chorus_elastic_worker_id(el) if el else mpi_ops.rank()
 
 
 def generation():

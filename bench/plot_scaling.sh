@@ -89,6 +89,7 @@ plot "< awk '\$1==\"mlp\"' $d/train.dat" using 2:3 with linespoints title "mlp",
      one_mlp * x with lines dashtype 2 title "mlp, ideal", \
      one_cnn * x with lines dashtype 2 title "cnn, ideal"
 set output "$OUT/busbw_ranks.png"
+set key top right
 set title "chorus-bench allreduce on one host: busbw against ranks (2 cores)"
 set xlabel "ranks"
 set ylabel "busbw (GB/s)"

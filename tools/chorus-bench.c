@@ -14,7 +14,14 @@
  * nccl-tests reports it. Out-of-place passes different send and receive buffers, in-place the
  * same one; a variant Chorus has no call for (out-of-place broadcast, in-place allgather and
  * reduce-scatter) shows N/A, and the closing average is over the variants measured.
+ *
+ * --algo a,b,... runs every size once per algorithm (CHORUS_ALGO_<COLL> set on the communicator,
+ * "auto" for the rules); --plot out.png draws busbw against size, one line per algorithm, type
+ * and op measured, with gnuplot (a subprocess; its absence or an unwritable path is an error
+ * before anything is measured).
  */
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -22,9 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/base.h"
+#include "coll/comm.h"
 #include "reduce/reduce.h"
 #include "wire/wire.h"
 
@@ -177,6 +186,11 @@ static void usage(FILE *f)
         "  -z, --blocking 0|1     accepted; Chorus collectives always block\n"
         "  -t, --nthreads 1       one rank per process: use chorus-run -np N for more\n"
         "  -g, --ngpus 1          Chorus runs on CPUs: one rank per process\n"
+        "      --algo LIST        run the sizes once per algorithm of the collective, e.g.\n"
+        "                         auto,shm_oneshot,shm_pipelined,direct_ring (auto: the rules;\n"
+        "                         CHORUS_DEBUG=INFO lists what the communicator has)\n"
+        "      --plot FILE.png    draw busbw against size, one line per algorithm (and type,\n"
+        "                         op) measured, with gnuplot (Debian: gnuplot-nox)\n"
         "  -h, --help             this help\n"
         "      --version          print the version and exit\n"
         "\n"
@@ -202,6 +216,8 @@ typedef struct opts {
     double factor;
     int iters, warm, check, average, quiet;
     int all_types, all_ops; /* -d all, -o all: one table section per type, per op */
+    const char *algos;      /* --algo: comma-separated, or NULL */
+    const char *plot;       /* --plot: the PNG to write, or NULL */
 } opts;
 
 /* Errors before chorus_init are printed by one process: rank 0, or a process started without
@@ -235,14 +251,16 @@ static int short_of(const char *a)
         const char *name;
         int c;
     } longs[] = {
-        {"minbytes", 'b'},   {"maxbytes", 'e'},      {"stepfactor", 'f'}, {"stepbytes", 'i'},
-        {"iters", 'n'},      {"warmup_iters", 'w'},  {"check", 'c'},      {"op", 'o'},
-        {"datatype", 'd'},   {"root", 'r'},          {"average", 'a'},    {"blocking", 'z'},
-        {"nthreads", 't'},   {"ngpus", 'g'},         {"help", 'h'},       {"coll", 'C'},
-        {"collective", 'C'}, {"agg_iters", 'm'},     {"run_cycles", 'N'}, {"timeout", 'T'},
-        {"cudagraph", 'G'},  {"parallel_init", 'p'}, {"stream_null", 'y'}};
+        {"minbytes", 'b'},   {"maxbytes", 'e'},      {"stepfactor", 'f'},  {"stepbytes", 'i'},
+        {"iters", 'n'},      {"warmup_iters", 'w'},  {"check", 'c'},       {"op", 'o'},
+        {"datatype", 'd'},   {"root", 'r'},          {"average", 'a'},     {"blocking", 'z'},
+        {"nthreads", 't'},   {"ngpus", 'g'},         {"help", 'h'},        {"coll", 'C'},
+        {"collective", 'C'}, {"agg_iters", 'm'},     {"run_cycles", 'N'},  {"timeout", 'T'},
+        {"cudagraph", 'G'},  {"parallel_init", 'p'}, {"stream_null", 'y'}, {"algo", 'A'},
+        {"plot", 'P'}};
     if (a[0] != '-') return 0;
-    if (a[1] && a[1] != '-' && !a[2]) return a[1] == 'C' ? 0 : a[1]; /* -C is nccl-tests' */
+    if (a[1] && a[1] != '-' && !a[2])
+        return a[1] == 'C' || a[1] == 'A' || a[1] == 'P' ? 0 : a[1]; /* -C is nccl-tests' */
     if (a[1] != '-') return 0;
     for (size_t i = 0; i < sizeof(longs) / sizeof(longs[0]); i++)
         if (!strcmp(a + 2, longs[i].name)) return longs[i].c;
@@ -341,6 +359,11 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
                 if (!strcasecmp(v, chorus__op_name(k))) b->op = (chorus_op)k;
             if (b->op == CHORUS_OP_COUNT)
                 return bad(o, "unknown op '%s' (sum, prod, min, max, avg, all)", v);
+            break;
+        case 'A': o->algos = v; break;
+        case 'P':
+            if (!*v) return bad(o, "--plot needs a file name (e.g. busbw.png)");
+            o->plot = v;
             break;
         case 'T': return bad(o, "%s: set CHORUS_TIMEOUT_S (seconds) instead", a);
         default: return bad(o, "%s is an nccl-tests option with no meaning on CPUs here", a);
@@ -473,8 +496,103 @@ typedef struct totals {
     int bw_n;
 } totals;
 
-/* The rows of every size for b's collective, type and op; 1 when a collective failed. */
-static int run_sizes(bench *b, const opts *o, totals *tot)
+/* ---- --plot ------------------------------------------------------------------------------ */
+
+/* One line of the plot: busbw (out-of-place, else in-place) of each size of one table section. */
+typedef struct series {
+    char label[96];
+    size_t n, cap;
+    double *x, *y;
+} series;
+
+static int series_add(series *s, double x, double y)
+{
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? 2 * s->cap : 64;
+        double *nx = realloc(s->x, nc * sizeof(double)),
+               *ny = nx ? realloc(s->y, nc * sizeof(double)) : NULL;
+        if (nx) s->x = nx;
+        if (!nx || !ny) return -1;
+        s->y = ny;
+        s->cap = nc;
+    }
+    s->x[s->n] = x;
+    s->y[s->n++] = y;
+    return 0;
+}
+
+/* Whether an executable named prog is in PATH. */
+static int in_path(const char *prog)
+{
+    const char *path = chorus__env("PATH");
+    char buf[4096];
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        const char *c = strchr(p, ':');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, len ? p : ".", prog);
+        if (access(buf, X_OK) == 0) return 1;
+        if (!c) break;
+        p = c + 1;
+    }
+    return 0;
+}
+
+/* Rank 0, before measuring: can --plot be drawn? 0, or 2 after saying why. */
+static int plot_check(const opts *o)
+{
+    if (!in_path("gnuplot")) {
+        fprintf(stderr,
+                "chorus-bench: --plot draws with gnuplot, which is not installed (not in PATH); "
+                "install it with:  sudo apt-get install -y gnuplot-nox  (or: make plot-deps)\n");
+        return 2;
+    }
+    FILE *f = fopen(o->plot, "wb");
+    if (!f) {
+        fprintf(stderr, "chorus-bench: --plot %s: cannot write it: %s\n", o->plot, strerror(errno));
+        return 2;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* Draws the series into o->plot with gnuplot; 0, or 1 after saying why. */
+static int plot_write(const opts *o, const bench *b, const series *s, int ns)
+{
+    FILE *g = popen("gnuplot", "w");
+    if (!g) {
+        fprintf(stderr, "chorus-bench: --plot: cannot start gnuplot: %s\n", strerror(errno));
+        return 1;
+    }
+    fprintf(g, "set terminal png size 960,600 noenhanced\nset output '");
+    for (const char *p = o->plot; *p; p++) fprintf(g, *p == '\'' ? "''" : "%c", *p);
+    fprintf(g, "'\nset title \"chorus-bench %s, %d ranks: bus bandwidth\"\n", coll_names[b->coll],
+            b->n);
+    fprintf(g, "set xlabel \"message size (bytes)\"\nset ylabel \"busbw (GB/s)\"\n"
+               "set logscale x 2\nset format x \"%%.0b %%BB\"\nset grid\nset key top left\n");
+    for (int i = 0; i < ns; i++) {
+        fprintf(g, "$D%d << EOD\n", i);
+        for (size_t k = 0; k < s[i].n; k++) fprintf(g, "%.0f %.6g\n", s[i].x[k], s[i].y[k]);
+        fprintf(g, "EOD\n");
+    }
+    fprintf(g, "plot");
+    for (int i = 0; i < ns; i++)
+        fprintf(g, "%s $D%d using 1:2 with linespoints title \"%s\"", i ? "," : "", i, s[i].label);
+    fprintf(g, "\n");
+    int st = pclose(g);
+    struct stat sb;
+    if (st != 0 || stat(o->plot, &sb) != 0 || sb.st_size == 0) {
+        fprintf(stderr,
+                "chorus-bench: --plot %s: gnuplot failed (status %d); its messages are above\n",
+                o->plot, st);
+        return 1;
+    }
+    printf("# plot: %s (%d line%s)\n", o->plot, ns, ns == 1 ? "" : "s");
+    return 0;
+}
+
+/* The rows of every size for b's collective, type and op (busbw into ser on rank 0, when not
+ * NULL); 1 when a collective failed. */
+static int run_sizes(bench *b, const opts *o, totals *tot, series *ser)
 {
     double busf = b->coll == C_ALLREDUCE   ? 2.0 * (b->n - 1) / b->n
                   : b->coll == C_BROADCAST ? 1.0
@@ -506,10 +624,59 @@ static int run_sizes(bench *b, const opts *o, totals *tot)
             for (int v = 0; v < 2; v++) print_variant(&res[v]);
             printf("\n");
             fflush(stdout);
+            const result *shown = res[0].ran ? &res[0] : &res[1];
+            if (ser && series_add(ser, (double)bytes, shown->busbw) != 0) {
+                fprintf(stderr, "chorus-bench: out of memory for the plot\n");
+                return 1;
+            }
         }
         if (size == o->maxb) break;
         size_t next = o->stepb ? size + o->stepb : (size_t)ceil((double)size * o->factor);
         size = next > o->maxb ? o->maxb : next; /* always end with the largest size */
+    }
+    return 0;
+}
+
+/* ---- --algo ------------------------------------------------------------------------------ */
+
+#define MAX_ALGOS 16
+
+/* "CHORUS_ALGO_<COLLECTIVE>" of b's collective. */
+static void algo_var(const bench *b, char *var, size_t len)
+{
+    snprintf(var, len, "CHORUS_ALGO_");
+    for (size_t i = 0, o = strlen(var); coll_names[b->coll][i] && o + 1 < len; i++, o++) {
+        var[o] = (char)toupper((unsigned char)coll_names[b->coll][i]);
+        var[o + 1] = 0;
+    }
+}
+
+/* Forces algorithm name ("auto": the rules) for b's collective on b's communicator. */
+static chorus_result set_algo(bench *b, const char *name, chorus_errbuf *e)
+{
+    char var[64];
+    algo_var(b, var, sizeof(var));
+    chorus_result r = chorus__config_set(&b->c->cfg, var, strcmp(name, "auto") ? name : NULL, e);
+    return r == CHORUS_OK ? chorus__select_check_config(&b->c->cfg, e) : r;
+}
+
+/* Splits --algo into names, each checked against the collective's algorithms (every rank
+ * does the same, rank 0 tells); 0, or 2 after saying why. */
+static int algo_list(bench *b, const opts *o, char names[][32], int *n)
+{
+    *n = 0;
+    if (!o->algos) return 0;
+    for (const char *p = o->algos; *p;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (!len || len >= 32 || *n == MAX_ALGOS)
+            return bad(o, "--algo %s: give up to %d comma-separated algorithm names", o->algos,
+                       MAX_ALGOS);
+        snprintf(names[*n], 32, "%.*s", (int)len, p);
+        chorus_errbuf e;
+        if (set_algo(b, names[*n], &e) != CHORUS_OK) return bad(o, "--algo: %s", e.msg);
+        (*n)++;
+        p = c ? c + 1 : p + len;
     }
     return 0;
 }
@@ -540,6 +707,16 @@ int main(int argc, char **argv)
         chorus_finalize(b.c);
         return bad(&o, "-r %d: the root must be a rank below %d", b.root, b.n);
     }
+    char algos[MAX_ALGOS][32];
+    int nalgos = 0;
+    st = algo_list(&b, &o, algos, &nalgos);
+    /* --plot: rank 0 checks gnuplot and the path before anything is measured, for every rank */
+    int64_t plot_ok = st ? st : o.plot && b.rank == 0 ? plot_check(&o) : 0;
+    if (o.plot && chorus_broadcast(b.c, &plot_ok, 1, CHORUS_INT64, 0) != CHORUS_OK) plot_ok = 1;
+    if (plot_ok) {
+        chorus_finalize(b.c);
+        return (int)plot_ok;
+    }
     size_t cap = o.maxb + 64 * sizeof(double) * (size_t)b.n; /* room for the widest type */
     b.send = chorus__malloc_aligned(cap);
     b.recv = chorus__malloc_aligned(cap);
@@ -563,13 +740,39 @@ int main(int argc, char **argv)
     }
     if (b.rank == 0) print_header(&b, &o, ranks);
     free(ranks);
-    for (int ti = 0; ti < types; ti++)
-        for (int oi = 0; oi < ops; oi++) {
-            if (o.all_types) b.t = (chorus_dtype)ti;
-            if (ops > 1) b.op = (chorus_op)oi;
-            b.es = chorus_dtype_size(b.t);
-            if (run_sizes(&b, &o, &tot)) return 1;
-        }
+    int nser = 0, maxser = (nalgos ? nalgos : 1) * types * ops;
+    series *ser = o.plot && b.rank == 0 ? calloc((size_t)maxser, sizeof(series)) : NULL;
+    if (o.plot && b.rank == 0 && !ser) {
+        fprintf(stderr, "chorus-bench: out of memory for the plot\n");
+        return 1;
+    }
+    for (int ai = 0; ai < (nalgos ? nalgos : 1); ai++)
+        for (int ti = 0; ti < types; ti++)
+            for (int oi = 0; oi < ops; oi++) {
+                chorus_errbuf ae;
+                if (nalgos) set_algo(&b, algos[ai], &ae); /* checked by algo_list */
+                if (nalgos && b.rank == 0 && ti == 0 && oi == 0) {
+                    char var[64];
+                    algo_var(&b, var, sizeof(var));
+                    printf("# %s=%s\n", var, algos[ai]);
+                }
+                if (o.all_types) b.t = (chorus_dtype)ti;
+                if (ops > 1) b.op = (chorus_op)oi;
+                b.es = chorus_dtype_size(b.t);
+                series *cur = ser ? &ser[nser++] : NULL;
+                if (cur)
+                    snprintf(cur->label, sizeof(cur->label), "%s%s%s%s%s",
+                             nalgos ? algos[ai] : coll_names[b.coll], types > 1 ? " " : "",
+                             types > 1 ? type_name(b.t) : "", ops > 1 ? " " : "",
+                             ops > 1 ? chorus__op_name((int)b.op) : "");
+                if (run_sizes(&b, &o, &tot, cur)) return 1;
+            }
+    if (ser && plot_write(&o, &b, ser, nser)) st = 1;
+    for (int i = 0; ser && i < nser; i++) {
+        free(ser[i].x);
+        free(ser[i].y);
+    }
+    free(ser);
     if (b.rank == 0) {
         printf("# Out of bounds values : %lld %s\n", tot.wrong, tot.wrong ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %g \n", tot.bw_n ? tot.bw_sum / tot.bw_n : 0.0);
@@ -579,5 +782,5 @@ int main(int argc, char **argv)
     free(b.recv);
     free(b.want);
     chorus_finalize(b.c);
-    return tot.wrong ? 1 : 0;
+    return tot.wrong || st ? 1 : 0;
 }

@@ -49,10 +49,11 @@ the Horovod name, e.g. `invalid environment: HOROVOD_CYCLE_TIME=fast is not a no
 | `HOROVOD_STALL_CHECK_DISABLE=1` | `CHORUS_STALL_WARN_S=0` |
 | `HOROVOD_STALL_SHUTDOWN_TIME_SECONDS` | `CHORUS_STALL_SHUTDOWN_S` |
 | `HOROVOD_TIMELINE` (file) | `CHORUS_TIMELINE` (rank 0 writes it, as Horovod's coordinator) |
+| `HOROVOD_AUTOTUNE` | `CHORUS_AUTOTUNE` (a search of algorithm, fusion threshold and cycle time in turn, not Horovod's Bayesian one) |
 | `HOROVOD_RANK HOROVOD_SIZE HOROVOD_LOCAL_RANK ...` | set by chorus-run for scripts that read them |
 
 Not read, since Chorus has nothing they would set: `HOROVOD_TIMELINE_MARK_CYCLES` (the
-engine's trace always has a CYCLE event), `HOROVOD_AUTOTUNE*` (no autotuner),
+engine's trace always has a CYCLE event), `HOROVOD_AUTOTUNE_LOG` and the other `HOROVOD_AUTOTUNE_*` (use `CHORUS_AUTOTUNE_STEPS`, `CHORUS_AUTOTUNE_WARMUP` and `CHORUS_DEBUG=INFO`),
 `HOROVOD_HIERARCHICAL_ALLREDUCE`/`_ALLGATHER` (the algorithm is chosen per topology,
 `CHORUS_ALGO_ALLREDUCE`, ...), `HOROVOD_CPU_OPERATIONS`, `HOROVOD_CONTROLLER`, `HOROVOD_GLOO_*`,
 `HOROVOD_MPI_*` (no MPI or Gloo underneath), `HOROVOD_GPU_*`, `HOROVOD_NCCL_*`,

@@ -273,6 +273,7 @@ static const struct {
     {"CHORUS_STALL_WARN_S", "HOROVOD_STALL_CHECK_DISABLE", "0"},
     {"CHORUS_STALL_SHUTDOWN_S", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", NULL},
     {"CHORUS_TIMELINE", "HOROVOD_TIMELINE", NULL},
+    {"CHORUS_AUTOTUNE", "HOROVOD_AUTOTUNE", NULL},
 };
 
 /* The text for row t and the variable it came from: CHORUS_*, else a Horovod alias. */

@@ -670,14 +670,28 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
     if (!why[0] &&
         chorus__tl_open(&e->tl, e->o.timeline, e->comm->world[e->rank], tl_why, sizeof(tl_why)))
         snprintf(why, sizeof(why), "rank %d %s", e->rank, tl_why);
-    /* every rank fuses alike: the smallest threshold wins */
-    int64_t agree[2] = {why[0] ? 0 : 1, (int64_t)(e->o.fusion_threshold > ((size_t)1 << 40)
-                                                      ? ((size_t)1 << 40)
-                                                      : e->o.fusion_threshold)};
-    r = chorus_allreduce(e->comm, agree, agree, 2, CHORUS_INT64, CHORUS_MIN);
+    const chorus_config *cfg = chorus__config();
+    chorus_result why_r = CHORUS_ERR_SYSTEM;
+    if (!why[0] && chorus__tune_check(cfg, why, sizeof(why)) != CHORUS_OK)
+        why_r = CHORUS_ERR_INVALID_ARG;
+    /* every rank fuses alike: the smallest threshold wins; autotuning (agree[2..6], negated
+     * where the largest wins) is on where some rank asks for it, with the same settings */
+    int64_t agree[7] = {why[0] ? 0 : 1,
+                        (int64_t)(e->o.fusion_threshold > ((size_t)1 << 40)
+                                      ? ((size_t)1 << 40)
+                                      : e->o.fusion_threshold),
+                        -(int64_t)(cfg->autotune != 0),
+                        (int64_t)(e->o.cycle_time_ms * 1e3 > 1e9 ? 1e9 : e->o.cycle_time_ms * 1e3),
+                        -(int64_t)cfg->autotune_steps,
+                        -(int64_t)cfg->autotune_warmup,
+                        -(int64_t)(e->comm->cfg.algo_allreduce != NULL)};
+    r = chorus_allreduce(e->comm, agree, agree, 7, CHORUS_INT64, CHORUS_MIN);
     e->o.fusion_threshold = (size_t)agree[1];
+    if (r == CHORUS_OK && agree[2]) e->o.cycle_time_ms = (double)agree[3] * 1e-3;
+    if (r == CHORUS_OK && agree[0])
+        chorus__tune_start(e, agree[2] != 0, (int)-agree[4], (int)-agree[5], agree[6] != 0);
     if (r == CHORUS_OK && !agree[0]) {
-        r = why[0] ? CHORUS_ERR_SYSTEM : CHORUS_ERR_ABORTED;
+        r = why[0] ? why_r : CHORUS_ERR_ABORTED;
         if (!why[0]) snprintf(why, sizeof(why), "another rank failed to start its engine");
     } else if (r != CHORUS_OK) {
         snprintf(why, sizeof(why), "%s", chorus_last_error(e->comm));
@@ -699,10 +713,10 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
     pthread_mutex_unlock(&e->mu);
     CHORUS_INFO(CHORUS_LOG_ENGINE,
                 "engine started: %d ranks, cycle %.1f ms, fusion %zu bytes, cache %d, compression "
-                "%s, timeline %s",
+                "%s, timeline %s, autotune %s",
                 e->size, e->o.cycle_time_ms, e->o.fusion_threshold, e->o.cache_capacity,
                 e->o.compressor ? e->o.compressor->name : "none",
-                e->tl.tr ? chorus__trace_path(e->tl.tr) : "off");
+                e->tl.tr ? chorus__trace_path(e->tl.tr) : "off", e->tune.active ? "on" : "off");
     *out = e;
     return CHORUS_OK;
 }

@@ -14,6 +14,7 @@
  *                hash are src/base's)
  *   common.c     helpers the steps share: buffers, the thread's error record, rank sets
  *   timeline.c   the Chrome trace;  map.c  a string-keyed hash map
+ *   autotune.c   CHORUS_AUTOTUNE: trying algorithms, fusion thresholds and cycle times
  *   (the negotiation messages are encoded and parsed in src/wire/engine_msg.c)
  *
  * Everything below the queue (pending requests, cache, coordinator table, fusion buffer,
@@ -131,6 +132,31 @@ void chorus__tl_instant(eng_timeline *t, const char *what, double ts, const char
 void chorus__tl_flush(eng_timeline *t, double now);
 void chorus__tl_flush(eng_timeline *t, double now);
 
+/* ---- autotuning (autotune.c) -------------------------------------------------------------- */
+
+#define ENG_TUNE_MAXC      8   /* candidates of one dimension */
+#define ENG_TUNE_MAX_STEPS 100 /* measured steps per candidate */
+
+typedef struct eng_tune {
+    int active;      /* still trying */
+    int stage;       /* -1: warm-up; then the dimension being tried */
+    int cand, ncand; /* candidate being measured, of how many */
+    int steps, warmup, algo_forced;
+    int trial_step; /* steps since the candidate was applied (the first settles) */
+    int trials, cycles_unmarked;
+    long long nsteps, start_step;
+    char marker[ENG_NAME_MAX + 1]; /* the name whose executions count steps */
+    double last_mark, t_start;
+    const char *algo[ENG_TUNE_MAXC]; /* the candidates of the current dimension */
+    size_t fusion[ENG_TUNE_MAXC];
+    double cycle[ENG_TUNE_MAXC];
+    double score[ENG_TUNE_MAXC]; /* median step time in seconds (rank 0's are the ones used) */
+    double samples[ENG_TUNE_MAX_STEPS];
+    const char *best_algo, *start_algo; /* NULL: the rules */
+    size_t best_fusion, start_fusion;
+    double best_cycle, start_cycle, best_score, base_score;
+} eng_tune;
+
 /* ---- the engine --------------------------------------------------------------------------- */
 
 struct chorus_engine {
@@ -179,6 +205,7 @@ struct chorus_engine {
     uint8_t *vec;
     size_t vec_cap;
     eng_timeline tl;
+    eng_tune tune;
     char thr_err[600]; /* engine thread: detail of the failure that is stopping it */
 };
 
@@ -259,6 +286,15 @@ chorus_result chorus__fusion_add(chorus_engine *e, eng_fusion *f, eng_exec *x, s
 /* Reduces every open bucket, oldest first. */
 chorus_result chorus__fusion_flush(chorus_engine *e, eng_fusion *f, eng_exec *x);
 void chorus__fusion_free(eng_fusion *f);
+
+/* autotune.c */
+/* Whether the CHORUS_AUTOTUNE_* values of cfg are usable; else the reason in why. */
+chorus_result chorus__tune_check(const chorus_config *cfg, char *why, size_t len);
+/* Before the engine thread starts, with the settings every rank agreed on (rank 0's). */
+void chorus__tune_start(chorus_engine *e, int on, int steps, int warmup, int algo_forced);
+/* Engine thread, on every rank after the agreed list x[0..n) of a cycle ran: counts steps,
+ * applies the next candidate, and at the end of a dimension broadcasts rank 0's choice. */
+chorus_result chorus__tune_cycle(chorus_engine *e, const eng_exec *x, size_t n);
 
 /* meta.c */
 int chorus__meta_equal(const eng_meta *a, const eng_meta *b);

@@ -469,6 +469,10 @@ int chorus__eng_cycle(chorus_engine *e, int shutdown)
         if (c.coord) stop = phase_apply(e, &c);
         count_cycle(e, &c);
         if (!stop) stop = phase_execute(e, &c);
+        if (!stop) {
+            chorus_result tr = chorus__tune_cycle(e, c.x, c.nx);
+            if (tr != CHORUS_OK) stop = step_failed(e, tr, "autotune decision");
+        }
         if (!stop) phase_join(e, &c);
         memcpy(e->prev_joined, e->joined, (size_t)e->size);
     }

@@ -11,13 +11,17 @@
 # CHORUS_ERR_MISMATCH at the mismatched call). LAYOUT "alternate" puts ranks 0 and 2 on one host, 1 and 3 on the other, and
 # runs tests/mp/coll_select (every algorithm name, hier included, correct): the hierarchical
 # path is off (a host's ranks are not consecutive) and the INFO lines must say so.
+# With "autotune" they run tests/mp/engine_autotune under CHORUS_AUTOTUNE=1: rank 0 must try the
+# hierarchical path (the rules) against flat direct_ring and every rank apply its choice.
 # Needs root (SKIP otherwise).
 BUILD=${BUILD:-build}
 layout=${1:?usage: hier.sh LAYOUT (ranks per host, e.g. 2,2, or alternate) [kill VICTIM BYTES | mismatch MODE...]}
-victim=-1 alternate=0 mismatch=0 prog=$BUILD/tests/mp/hier
+victim=-1 alternate=0 mismatch=0 autotune=0 prog=$BUILD/tests/mp/hier subsys=COLL tune=""
 case "${2:-}" in
 kill) victim=$3 prog=$BUILD/tests/mp/peer_death args="$3 $4" ;;
 mismatch) mismatch=1 prog=$BUILD/tests/mp/mismatch args=$(shift 2; echo "$*") ;;
+autotune) autotune=1 prog=$BUILD/tests/mp/engine_autotune args=40 subsys=COLL,ENGINE
+    tune="CHORUS_AUTOTUNE=1 CHORUS_AUTOTUNE_STEPS=1 CHORUS_AUTOTUNE_WARMUP=1" ;;
 *) args="" ;;
 esac
 if [ "$layout" = alternate ]; then
@@ -53,7 +57,7 @@ for p in $place; do
         -u CHORUS_ALGO_BROADCAST -u CHORUS_ALGO_ALLGATHER \
         RANK=$r WORLD_SIZE=$size LOCAL_RANK=$l LOCAL_WORLD_SIZE=$n \
         MASTER_ADDR="$(cluster_addr 1)" MASTER_PORT=29512 CHORUS_JOB_ID="hier-$tag" \
-        CHORUS_TIMEOUT_S=30 CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=COLL \
+        CHORUS_TIMEOUT_S=30 CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=$subsys $tune \
         "$prog" "$@" > "$logs/rank$r.log" 2>&1 &
     pids="$pids $!"
     r=$((r + 1))
@@ -95,6 +99,18 @@ for r in $(seq 0 $((size - 1))); do
     grep -q "$want" "$logs/rank$r.log" ||
         { echo "hier: rank $r did not log the expected path: $want"; exit 1; }
 done
+if [ $autotune = 1 ]; then
+    grep "autotune: " "$logs/rank0.log"
+    grep -q "autotune: allreduce algorithm: auto [0-9.]* ms, direct_ring [0-9.]* ms" "$logs/rank0.log" ||
+        { echo "hier: rank 0 did not try hier (auto) against flat direct_ring"; exit 1; }
+    c=$(sed -n 's/.*autotune: chose \(allreduce [^ ,]*\), \(fusion threshold [0-9]* B\), \(cycle time [0-9.]* ms\) after.*/\1, \2, \3/p' "$logs/rank0.log")
+    for r in $(seq 0 $((size - 1))); do
+        grep -q "autotune: rank $r applies $c\$" "$logs/rank$r.log" ||
+            { echo "hier: rank $r did not apply rank 0's choice: $c"; exit 1; }
+    done
+    echo "hier: OK ($layout ranks on $nh hosts; every rank applied: $c)"
+    exit 0
+fi
 if [ "$victim" -ge 0 ]; then
     for r in $(seq 0 $((size - 1))); do
         [ $r = "$victim" ] && continue

@@ -2,7 +2,9 @@
 # parallel.sh - the model splits of chorus-train side by side on --model large (784-1024x8-10,
 # 8.2M parameters, AdamW): samples/s and memory per rank (parameters, gradients, optimizer
 # state, activations, peak) for data parallelism, tensor parallelism, ZeRO-1, ZeRO-2 and
-# activation recomputation, NP ranks each, global batch BATCH, STEPS timed steps after WARMUP.
+# activation recomputation, and pipelines of NP stages (GPipe and 1F1B, 8 micro-batches), NP
+# ranks each, global batch BATCH, STEPS timed steps after WARMUP; then bench/pipeline.sh for the
+# pipeline's bubble and activation targets.
 # Checks the target: ZeRO-1's optimizer memory per rank at most 1/NP of data parallel's plus
 # 64 KiB (padding of the last chunk of every segment).
 #
@@ -61,8 +63,8 @@ while [ "$i" -le "$REPEAT" ]; do
     row "ZeRO-2" --zero 2
     row "recompute" --recompute
     row "ZeRO-2 + recompute" --zero 2 --recompute
-    # Pipeline rows (GPipe, 1F1B) come from bench/pipeline.sh; call it here, e.g.
-    #   row "pipeline gpipe" --pipeline-stages "$NP" --microbatches 4 --schedule gpipe
+    row "pipeline $NP stages, gpipe" --pipeline-stages "$NP" --microbatches 8 --schedule gpipe
+    row "pipeline $NP stages, 1f1b" --pipeline-stages "$NP" --microbatches 8 --schedule 1f1b
     i=$((i + 1))
 done
 "$PYTHON" - "$OUT/rows" <<'PY'
@@ -90,3 +92,8 @@ print("\ntarget: ZeRO-1 optimizer memory per rank %.1f MiB <= data parallel's %.
       % (z1 / 1048576.0, dp / 1048576.0, p, "met" if ok else "MISSED"))
 PY
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# The pipeline's own targets (1F1B's activations below GPipe's, the measured bubble against
+# (p-1)/(m+p-1)) at a batch whose micro-batches keep the stages' compute above the messages.
+echo
+sh "$(dirname "$0")/pipeline.sh"

@@ -12,8 +12,10 @@ FUZZ_BUILD   := build-fuzz
 FUZZ_SECONDS ?= 20
 FUZZ_CFLAGS  := -std=c11 -g -O1 -fno-omit-frame-pointer -D_GNU_SOURCE -Iinclude -Isrc -pthread \
                 -fsanitize=address,undefined -fno-sanitize-recover=all
-# the layers that parse outside bytes (and what they use); archives pull only what is needed
-FUZZ_LIB_SRCS := $(wildcard src/base/*.c src/wire/*.c src/bootstrap/*.c)
+# the whole library: the parsers of outside bytes live in base/, wire/ and bootstrap/, but the
+# trainer's layers (checkpoint payload, IDX reader) pull in collectives through the model code;
+# archives pull only the objects a target needs
+FUZZ_LIB_SRCS := $(LIB_SRCS)
 FUZZ_NN_SRCS  := $(wildcard nn/*.c)
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)
 FUZZ_NN_OBJS  := $(FUZZ_NN_SRCS:%.c=$(FUZZ_BUILD)/obj/%.o)

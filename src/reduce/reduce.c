@@ -160,6 +160,7 @@ static inline uint16_t f32_to_bf16_inline(float f)
     }
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 /* OP_MIN(x, y) is y < x ? y : x, which is exactly minps(y, x); likewise for max. */
 #define V_SUM(x, y)  _mm256_add_ps(x, y)
@@ -260,6 +261,16 @@ static const kernel_fn kernels[CHORUS_DTYPE_COUNT][4] = {
     [CHORUS_FLOAT64] = {sum_double, prod_double, min_double, max_double},
 };
 
+#if defined(__x86_64__)
+/* CPUID leaf 1, ECX bit 29; read directly because clang's __builtin_cpu_supports does not
+ * know the "f16c" feature name. */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 void chorus__reduce(void *dst, const void *a, const void *b, size_t n, chorus_dtype t, chorus_op op)
 {
     int o = op == CHORUS_AVG ? CHORUS_SUM : (int)op;
@@ -268,8 +279,7 @@ void chorus__reduce(void *dst, const void *a, const void *b, size_t n, chorus_dt
     static const kernel_fn bf16[4] = {sum_bf16_avx2, prod_bf16_avx2, min_bf16_avx2, max_bf16_avx2};
     static int have_f16c = -1, have_avx2 = -1;
     if (t == CHORUS_FLOAT16) {
-        if (have_f16c < 0)
-            have_f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+        if (have_f16c < 0) have_f16c = cpu_has_f16c() && __builtin_cpu_supports("avx");
         if (have_f16c) {
             f16c[o](dst, a, b, n);
             return;

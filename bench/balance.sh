@@ -1,25 +1,43 @@
 #!/bin/sh
 # balance.sh - static against dynamic load balancing in chorus-train, in one invocation:
-# --model mlp on Fashion-MNIST, 2 ranks, global batch BATCH, EPOCHS epochs with a test-set
-# evaluation after each. Three cases, each run with --balance static and --balance dynamic:
-#   equal      both ranks capped at half a core
-#   half       rank 1 capped at a quarter of a core, half rank 0's speed
+# --model MODEL on Fashion-MNIST, 2 ranks, global batch BATCH, EPOCHS epochs, a test-set
+# evaluation every EVAL_EVERY steps and after each epoch. Three cases, each run with
+# --balance static and --balance dynamic:
+#   equal      both ranks capped at CAP_FAST (microseconds of CPU per 100 ms: 100000 = a core)
+#   half       rank 1 capped at CAP_SLOW, half of rank 0's CAP_FAST
 #   slow link  (root, with tests/net/cluster.sh) 2 namespace hosts, one rank each, both capped at
-#              half a core; host 2's link shaped to LINK_RATE both ways
-# The caps are CPU cgroup quotas (cgroup v2 cpu.max, else v1 cfs quota; the ranks' group has a
-# large CPU weight, so other load on a shared machine does not decide their speeds), or without
-# cgroups a busy loop pinned on the slowed rank's core (tests/scripts/cpucap.sh; the table says
-# which). Reported per run: training seconds per epoch (sum of the steps' times, evaluation
-# excluded), final test accuracy, and the training time until the first evaluation at or above
-# TARGET; then dynamic's speed-up over static per epoch.
+#              CAP_FAST; host 2's link shaped to LINK_RATE both ways
+# The caps are CPU cgroup quotas (cgroup v2 cpu.max, else v1 cfs quota, period 4 ms; the ranks'
+# group has a large CPU weight, so other load on a shared machine does not decide their
+# speeds), or without cgroups a busy loop pinned on the slowed rank's core
+# (tests/scripts/cpucap.sh; the output says which). Reported per run: training seconds per
+# epoch (sum of the steps' times, evaluations excluded), final test accuracy, and the training
+# time until the first evaluation at or above TARGET; then dynamic's speed-up over static.
 #
-#   sudo sh bench/balance.sh        BUILD=build EPOCHS=2 BATCH=512 TARGET=0.84 LINK_RATE=200mbit
+# The default is the CNN: tens of milliseconds of compute per step, so that the scheduler's
+# time slices (a capped or shared core runs in slices of 1-4 ms) are small against a step. The
+# MLP's steps are a few milliseconds of compute, where that jitter eats much of the gain
+# (docs/PERFORMANCE.md has both): MODEL=mlp EPOCHS=2 BATCH=512 CAP_FAST=50000 CAP_SLOW=25000.
+#
+# Every case runs REPEAT times, static and dynamic in turn; the table gives the run with the
+# median time per epoch and the range over the runs (a shared 2-core machine's noise is
+# several per cent from run to run).
+#
+#   sudo sh bench/balance.sh        BUILD=build MODEL=cnn EPOCHS=1 BATCH=256 EVAL_EVERY=47
+#                                   TARGET=0.84 CAP_FAST=100000 CAP_SLOW=50000 REPEAT=3
+#                                   LINK_RATE=200mbit CASES="equal half link" TRAIN_ARGS=
 set -u
 BUILD=${BUILD:-build}
-EPOCHS=${EPOCHS:-2}
-BATCH=${BATCH:-512}
+MODEL=${MODEL:-cnn}
+EPOCHS=${EPOCHS:-1}
+BATCH=${BATCH:-256}
+EVAL_EVERY=${EVAL_EVERY:-47}
+CAP_FAST=${CAP_FAST:-100000}
+CAP_SLOW=${CAP_SLOW:-50000}
 TARGET=${TARGET:-0.84}
 LINK_RATE=${LINK_RATE:-200mbit}
+REPEAT=${REPEAT:-3}
+CASES=${CASES:-"equal half link"}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
 RUN=$BUILD/bin/chorus-run
@@ -31,25 +49,30 @@ CLUSTER=""
 trap 'cpucap_down; [ -z "$CLUSTER" ] || tests/net/cluster.sh down "$CLUSTER"; rm -rf "$OUT"' EXIT
 trap 'exit 1' INT TERM HUP
 cpucap_up chorus-balance-bench || { echo "balance.sh: cannot slow a rank (no cgroup, no taskset)" >&2; exit 1; }
-COMMON="--model mlp --batch $BATCH --epochs $EPOCHS --log-every 1000000"
+COMMON="--model $MODEL --batch $BATCH --epochs $EPOCHS --eval-every $EVAL_EVERY --log-every 1000000 ${TRAIN_ARGS:-}"
 
 # summary LOG METRICS: "s/epoch acc time-to-target" from a run's output and metrics.
 summary() {
     python3 - "$1" "$2" "$TARGET" << 'PY'
 import json, re, sys
 log, metrics, target = open(sys.argv[1]).read(), sys.argv[2], float(sys.argv[3])
-per = {}
+per, evals = {}, []
 for line in open(metrics):
     r = json.loads(line)
     if "step_s" in r:
         per[r["epoch"]] = per.get(r["epoch"], 0.0) + r["step_s"]
+    if "train_s" in r and "test_acc" in r:  # --eval-every: training time so far
+        evals.append((r["train_s"], r["test_acc"]))
 accs = [float(a) for a in re.findall(r"epoch \d+/\d+: .*\| test loss [0-9.]+ acc ([0-9.]+)", log)]
 if not per or not accs:
     print("- - -")
     sys.exit()
-t, reach = 0.0, "not reached"
-for e, a in enumerate(accs, 1):
+t = 0.0
+for e, a in enumerate(accs, 1):  # the end-of-epoch evaluations, at the steps' time so far
     t += per.get(e, 0.0)
+    evals.append((t, a))
+reach = "not reached"
+for t, a in sorted(evals):
     if a >= target:
         reach = "%.1f" % t
         break
@@ -68,7 +91,7 @@ local_run() {
 # link_run NAME POLICY: one rank on each of two namespace hosts, host 2 behind LINK_RATE. Each
 # rank joins its CPU group before `ip netns exec` (which mounts a sysfs of its own).
 link_run() {
-    cpucap_rank 0 50000 && cpucap_rank 1 50000 || exit 1
+    cpucap_rank 0 "$CAP_FAST" && cpucap_rank 1 "$CAP_FAST" || exit 1
     pids=""
     for r in 0 1; do
         ns=$H1
@@ -96,30 +119,75 @@ link_up() {
     ip netns exec "$H2" tc qdisc replace dev eth0 root tbf rate "$LINK_RATE" burst 64kb latency 50ms &&
         ip netns exec "$sw" tc qdisc replace dev p2 root tbf rate "$LINK_RATE" burst 64kb latency 50ms
 }
-row() { # CASE POLICY "s/epoch acc reach"
-    set -- "$1" "$2" $3
-    printf '| %s | %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4" "$5"
-    eval "t_$(echo "$1" | tr -c 'a-z\n' _)_$2=$3"
+# median CASE POLICY: "s/epoch (min-max) acc reach" of the run with the median s/epoch among
+# the REPEAT runs of CASE with POLICY ("- - - -" when none finished).
+median() {
+    python3 - "$OUT/res.$1.$2" << 'PY'
+import sys
+try:
+    runs = [l.split() for l in open(sys.argv[1]) if l.split() and l.split()[0] != "-"]
+except OSError:
+    runs = []
+if not runs:
+    print("- - - -")
+    sys.exit()
+runs.sort(key=lambda r: float(r[0]))
+m = runs[(len(runs) - 1) // 2]
+lo, hi = runs[0][0], runs[-1][0]
+print("%s %s %s %s" % (m[0], lo + "-" + hi if len(runs) > 1 else "-", m[1], " ".join(m[2:])))
+PY
 }
-speedup() { # CASE
-    k=$(echo "$1" | tr -c 'a-z\n' _)
-    eval "s=\${t_${k}_static:-} d=\${t_${k}_dynamic:-}"
-    [ -n "$s" ] && [ -n "$d" ] && [ "$s" != - ] && [ "$d" != - ] &&
-        echo "$1: dynamic is $(echo "$s $d" | awk '{printf "%.2f", $1 / $2}')x static per epoch"
+label() { case $1 in equal) echo "equal" ;; half) echo "one at half speed" ;; link) echo "slow link" ;; esac; }
+# speedup CASE: dynamic's median s/epoch against static's, and the range of the ratios of the
+# runs taken in turn (static run i against dynamic run i).
+speedup() {
+    python3 - "$OUT/res.$1.static" "$OUT/res.$1.dynamic" "$(label "$1")" << 'PY'
+import statistics, sys
+def runs(f):
+    try:
+        return [float(l.split()[0]) for l in open(f) if l.split() and l.split()[0] != "-"]
+    except OSError:
+        return []
+s, d = runs(sys.argv[1]), runs(sys.argv[2])
+if s and d:
+    pairs = sorted(a / b for a, b in zip(s, d))
+    print("%s: dynamic is %.2fx static per epoch (medians; run by run %.2f-%.2fx over %d pairs)"
+          % (sys.argv[3], statistics.median(s) / statistics.median(d), pairs[0], pairs[-1],
+             len(pairs)))
+PY
 }
 
-echo "chorus-train --model mlp, 2 ranks, global batch $BATCH, $EPOCHS epochs; slowing: $CPUCAP_HOW"
+echo "chorus-train --model $MODEL, 2 ranks, global batch $BATCH, $EPOCHS epochs, caps $CAP_FAST/$CAP_SLOW, $REPEAT runs per cell" \
+    "(static and dynamic taken in turn); slowing: $CPUCAP_HOW"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+LINK=""
+case " $CASES " in *" link "*) link_up && LINK=1 ;; esac
+for c in $CASES; do
+    i=1
+    while [ "$i" -le "$REPEAT" ]; do
+        for p in static dynamic; do
+            case $c in
+            equal) local_run "equal-$p" $p "$CAP_FAST" "$CAP_FAST" ;;
+            half) local_run "half-$p" $p "$CAP_FAST" "$CAP_SLOW" ;;
+            link) [ -n "$LINK" ] && link_run "link-$p" $p ;;
+            esac >> "$OUT/res.$c.$p"
+        done
+        i=$((i + 1))
+    done
+done
 echo
-echo "| case | --balance | s per epoch | test acc | s to $TARGET |"
-echo "|---|---|---|---|---|"
-for p in static dynamic; do row "equal" $p "$(local_run equal-$p $p 50000 50000)"; done
-for p in static dynamic; do row "one at half speed" $p "$(local_run half-$p $p 50000 25000)"; done
-if link_up; then
-    for p in static dynamic; do row "slow link" $p "$(link_run link-$p $p)"; done
-else
-    echo "| slow link | - | not run (needs root, tc and tests/net/cluster.sh) | | |"
-fi
+echo "| case | --balance | s per epoch (median) | s per epoch (range) | test acc | s to $TARGET |"
+echo "|---|---|---|---|---|---|"
+for c in $CASES; do
+    if [ "$c" = link ] && [ -z "$LINK" ]; then
+        echo "| slow link | - | not run (needs root, tc and tests/net/cluster.sh) | | | |"
+        continue
+    fi
+    for p in static dynamic; do
+        set -- $(median "$c" $p)
+        printf '| %s | %s | %s | %s | %s | %s |\n' "$(label "$c")" "$p" "$1" "$2" "$3" "$4"
+    done
+done
 echo
-for c in "equal" "one at half speed" "slow link"; do speedup "$c"; done
+for c in $CASES; do speedup "$c"; done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -26,6 +26,7 @@
 #include "chorus/checkpoint.h"
 
 #define SLOW_RATIO   1.5 /* a rank this many times the others' median is named */
+#define WARMUP_STEPS 2   /* steps of the first window, which balancing does not use */
 #define EMA_NEW      0.5 /* weight of the newest window in the smoothed time per sample */
 #define NCOLS        4   /* per rank: compute s, wait s, samples, steps */
 #define CKPT_NAME    "balance"
@@ -237,8 +238,12 @@ static chorus_result rebalance(train_balance *b)
 chorus_result balance_after_step(train_balance *b, uint64_t global_step)
 {
     b->fresh = 0;
+    int balancing = b->o.dynamic && !b->fixed;
+    /* The first WARMUP_STEPS steps of a process are a window of their own, gathered and set
+     * aside, so that the first shares come from the next window and not a whole one later. */
     int due = global_step % (uint64_t)b->o.monitor_every == 0 ||
-              (b->o.dynamic && !b->fixed && global_step % (uint64_t)b->o.every == 0);
+              (balancing && global_step % (uint64_t)b->o.every == 0) ||
+              (balancing && b->gathers == 0 && b->win[3] >= WARMUP_STEPS);
     if (!due || b->o.world < 2) return CHORUS_OK;
     size_t n = (size_t)b->o.world * NCOLS;
     memset(b->all, 0, n * sizeof(double));
@@ -260,7 +265,7 @@ chorus_result balance_after_step(train_balance *b, uint64_t global_step)
                  b->slow_rank, f, reason);
     /* The first window holds the warm-up (first touches of the buffers, cold caches, rank 0's
      * header): it would mislead the balance, so balancing starts from the second. */
-    if (b->o.dynamic && !b->fixed && b->gathers > 1) return rebalance(b);
+    if (balancing && b->gathers > 1) return rebalance(b);
     return CHORUS_OK;
 }
 

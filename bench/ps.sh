@@ -1,17 +1,19 @@
 #!/bin/sh
 # ps.sh - allreduce against the parameter-server modes on one model, in one invocation:
-# chorus-train --model mlp on Fashion-MNIST, 2 workers (allreduce: 2 ranks; ps-*: 1 server and
+# chorus-train --model MODEL (mlp) on Fashion-MNIST, 2 workers (allreduce: 2 ranks; ps-*: 1 server and
 # 2 workers, 3 ranks), global batch 256, each run stopped after a fixed time (--time-limit) and
 # then evaluated on the test set. Every mode runs twice: all workers equal (each capped at half
 # a core by a CPU cgroup: cgroup v2 cpu.max, else v1 cpu.cfs_quota_us), and the last worker at
 # half that speed (a quarter of a core). Parameter-server runs take one more process, the
 # server, which is not capped: on a machine of two cores the workers' caps leave it the rest.
 # For each time in TIMES the table gives samples/s (all workers) and the test accuracy (means
-# of REPEAT runs); "time to TARGET" is the first of TIMES at which the accuracy reached TARGET.
+# of REPEAT runs); "time to TARGET" is where the accuracy first reached TARGET, interpolated
+# linearly between the two times around it ("<= T s" when the first time already had it).
 # The learning-rate schedule of each run spans its --time-limit.
 #
 #   sudo sh bench/ps.sh        BUILD=build TIMES="3 6 9 12" TARGET=0.87 STALENESS=2 \
-#                              MODES="allreduce ps-sync ps-async ps-ssp" PS_ARGS="" REPEAT=1
+#                              MODES="allreduce ps-sync ps-async ps-ssp" PS_ARGS="" REPEAT=1 \
+#                              MODEL=mlp BATCH=256 SLOWS="0 1"
 #
 # Needs root for the cgroups (without it, only the equal runs are made, and it says so). The
 # machine may be shared: the load average is printed with the table.
@@ -21,6 +23,9 @@ TIMES=${TIMES:-"3 6 9 12"}
 TARGET=${TARGET:-0.87}
 STALENESS=${STALENESS:-2}
 MODES=${MODES:-"allreduce ps-sync ps-async ps-ssp"}
+MODEL=${MODEL:-mlp}
+SLOWS=${SLOWS:-"0 1"}  # 0: all workers equal, 1: the last at half speed
+BATCH=${BATCH:-256}
 REPEAT=${REPEAT:-1}  # runs per cell; the table gives their means
 PS_ARGS=${PS_ARGS:-}  # more chorus-train options for the ps-* runs (e.g. --momentum 0.5)
 RUN=$BUILD/bin/chorus-run
@@ -94,7 +99,7 @@ one_run() {
     mode=$1 slow=$2 secs=$3
     if [ "$mode" = allreduce ]; then np=2 ns=0; else np=3 ns=1; fi
     log=$OUT/$mode-$slow-$secs.log
-    "$RUN" -np $np "$TRAIN" --model mlp --mode "$mode" --servers 1 --staleness "$STALENESS" \
+    "$RUN" -np $np "$TRAIN" --model "$MODEL" --batch "$BATCH" --mode "$mode" --servers 1 --staleness "$STALENESS" \
         --time-limit "$secs" --log-every 1000 $([ "$mode" = allreduce ] || echo "$PS_ARGS") \
         > "$log" 2>&1 &
     pid=$!
@@ -103,27 +108,34 @@ one_run() {
     sed -n 's/.*done: .* test accuracy \([0-9.]*\), \([0-9]*\) samples\/s.*/\2 \1/p' "$log"
 }
 
-echo "chorus-train --model mlp, 2 workers, batch 256; half-speed worker: ${HOW:-none}"
+echo "chorus-train --model $MODEL, 2 workers, batch $BATCH; half-speed worker: ${HOW:-none}"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf '\n| workers | mode |'
 for s in $TIMES; do printf ' %s s: samples/s | %s s: test acc |' "$s" "$s"; done
 printf ' time to %s |\n|---|---|' "$TARGET"
 for s in $TIMES; do printf -- '---|---|'; done
 printf -- '---|\n'
-for slow in 0 1; do
+for slow in $SLOWS; do
     [ $slow = 1 ] && [ -z "$HOW" ] && continue
     for mode in $MODES; do
         [ -n "$JOB" ] && cap w1 $([ $slow = 1 ] && echo 25000 || echo 50000)
         label=$mode
         [ $mode = ps-ssp ] && label="ps-ssp (S=$STALENESS)"
         printf '| %s | %s |' "$([ $slow = 1 ] && echo "one at half speed" || echo equal)" "$label"
-        reached=""
+        reached="" pt="" pa=""
         for s in $TIMES; do
             set -- $(one $mode $slow "$s")
             printf ' %s | %s |' "$1" "$2"
             if [ -z "$reached" ] && awk -v a="$2" -v t="$TARGET" 'BEGIN { exit !(a + 0 >= t) }'; then
-                reached="<= $s s"
+                # where the line between the last time below TARGET and this one crosses it
+                if [ -n "$pt" ]; then
+                    reached="$(awk -v t0="$pt" -v a0="$pa" -v t1="$s" -v a1="$2" -v g="$TARGET" \
+                        'BEGIN { printf "%.1f", t0 + (t1 - t0) * (g - a0) / (a1 - a0) }') s"
+                else
+                    reached="<= $s s"
+                fi
             fi
+            pt=$s pa=$2
         done
         printf ' %s |\n' "${reached:-not within $(echo $TIMES | awk '{print $NF}') s}"
     done

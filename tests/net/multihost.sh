@@ -205,7 +205,11 @@ linkcut | hostkill | stop)
     if [ $case = linkcut ]; then
         cluster_link_down $vi
     elif [ $case = hostkill ]; then
-        for p in $(ip netns pids "$victim"); do kill -9 "$p"; done
+        # the whole host at once: frozen first, so that no rank of it sees another die and
+        # exits on its own before its own SIGKILL
+        victims=$(ip netns pids "$victim")
+        kill -STOP $victims
+        kill -KILL $victims
     else # rank 3, the child of the agent whose command line ends in "--agent 3"
         for p in $(ip netns pids "$victim"); do
             case "$(tr '\0' ' ' < "/proc/$p/cmdline")" in *"--agent 3 ") agent=$p ;; esac

@@ -119,41 +119,41 @@ link_up() {
     ip netns exec "$H2" tc qdisc replace dev eth0 root tbf rate "$LINK_RATE" burst 64kb latency 50ms &&
         ip netns exec "$sw" tc qdisc replace dev p2 root tbf rate "$LINK_RATE" burst 64kb latency 50ms
 }
-# median CASE POLICY: "s/epoch (min-max) acc reach" of the run with the median s/epoch among
-# the REPEAT runs of CASE with POLICY ("- - - -" when none finished).
-median() {
-    python3 - "$OUT/res.$1.$2" << 'PY'
-import sys
-try:
-    runs = [l.split() for l in open(sys.argv[1]) if l.split() and l.split()[0] != "-"]
-except OSError:
-    runs = []
-if not runs:
-    print("- - - -")
-    sys.exit()
-runs.sort(key=lambda r: float(r[0]))
-m = runs[(len(runs) - 1) // 2]
-lo, hi = runs[0][0], runs[-1][0]
-print("%s %s %s %s" % (m[0], lo + "-" + hi if len(runs) > 1 else "-", m[1], " ".join(m[2:])))
-PY
-}
-label() { case $1 in equal) echo "equal" ;; half) echo "one at half speed" ;; link) echo "slow link" ;; esac; }
-# speedup CASE: dynamic's median s/epoch against static's, and the range of the ratios of the
-# runs taken in turn (static run i against dynamic run i).
-speedup() {
-    python3 - "$OUT/res.$1.static" "$OUT/res.$1.dynamic" "$(label "$1")" << 'PY'
+# report CASE...: the table (per case and policy, the run with the median s/epoch among the
+# REPEAT runs, and their range) and each case's speed-up of dynamic over static (the medians',
+# and the range of the ratios of the runs taken in turn), from $OUT/res.CASE.POLICY.
+report() {
+    python3 - "$OUT" "$LINK" "$@" << 'PY'
 import statistics, sys
-def runs(f):
+out, link, cases = sys.argv[1], sys.argv[2], sys.argv[3:]
+label = {"equal": "equal", "half": "one at half speed", "link": "slow link"}
+def runs(case, policy):  # each finished run: [s/epoch, acc, reach...], by s/epoch
     try:
-        return [float(l.split()[0]) for l in open(f) if l.split() and l.split()[0] != "-"]
+        rows = [l.split() for l in open("%s/res.%s.%s" % (out, case, policy))]
     except OSError:
         return []
-s, d = runs(sys.argv[1]), runs(sys.argv[2])
-if s and d:
-    pairs = sorted(a / b for a, b in zip(s, d))
-    print("%s: dynamic is %.2fx static per epoch (medians; run by run %.2f-%.2fx over %d pairs)"
-          % (sys.argv[3], statistics.median(s) / statistics.median(d), pairs[0], pairs[-1],
-             len(pairs)))
+    return [r for r in rows if r and r[0] != "-"]
+for c in cases:
+    if c == "link" and not link:
+        print("| slow link | - | not run (needs root, tc and tests/net/cluster.sh) | | | |")
+        continue
+    for p in ("static", "dynamic"):
+        r = sorted(runs(c, p), key=lambda x: float(x[0]))
+        if not r:
+            print("| %s | %s | - | - | - | - |" % (label[c], p))
+            continue
+        m = r[(len(r) - 1) // 2]
+        span = "%s-%s" % (r[0][0], r[-1][0]) if len(r) > 1 else "-"
+        print("| %s | %s | %s | %s | %s | %s |" % (label[c], p, m[0], span, m[1], " ".join(m[2:])))
+print()
+for c in cases:
+    s = [float(x[0]) for x in runs(c, "static")]
+    d = [float(x[0]) for x in runs(c, "dynamic")]
+    if s and d:
+        pairs = sorted(a / b for a, b in zip(s, d))
+        print("%s: dynamic is %.2fx static per epoch (medians; run by run %.2f-%.2fx over %d pairs)"
+              % (label[c], statistics.median(s) / statistics.median(d), pairs[0], pairs[-1],
+                 len(pairs)))
 PY
 }
 
@@ -178,16 +178,5 @@ done
 echo
 echo "| case | --balance | s per epoch (median) | s per epoch (range) | test acc | s to $TARGET |"
 echo "|---|---|---|---|---|---|"
-for c in $CASES; do
-    if [ "$c" = link ] && [ -z "$LINK" ]; then
-        echo "| slow link | - | not run (needs root, tc and tests/net/cluster.sh) | | | |"
-        continue
-    fi
-    for p in static dynamic; do
-        set -- $(median "$c" $p)
-        printf '| %s | %s | %s | %s | %s | %s |\n' "$(label "$c")" "$p" "$1" "$2" "$3" "$4"
-    done
-done
-echo
-for c in $CASES; do speedup "$c"; done
+report $CASES
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,11 +1,12 @@
 #!/bin/sh
 # ps.sh - allreduce against the parameter-server modes on one model, in one invocation:
-# chorus-train --model MODEL (mlp) on Fashion-MNIST, 2 workers (allreduce: 2 ranks; ps-*: 1 server and
-# 2 workers, 3 ranks), global batch 256, each run stopped after a fixed time (--time-limit) and
-# then evaluated on the test set. Every mode runs twice: all workers equal (each capped at half
-# a core by a CPU cgroup: cgroup v2 cpu.max, else v1 cpu.cfs_quota_us), and the last worker at
-# half that speed (a quarter of a core). Parameter-server runs take one more process, the
-# server, which is not capped: on a machine of two cores the workers' caps leave it the rest.
+# chorus-train --model MODEL (mlp) on Fashion-MNIST, 2 workers (allreduce: 2 ranks; ps-*: 1
+# server and 2 workers, 3 ranks), global batch BATCH (256), each run stopped after a fixed time
+# (--time-limit) and then evaluated on the test set. Every mode runs with all workers equal
+# (each capped at half a core by a CPU cgroup: cgroup v2 cpu.max, else v1 cpu.cfs_quota_us)
+# and with the last worker at half that speed (a quarter of a core); SLOWS="1" runs only the
+# latter. Parameter-server runs take one more process, the server, which is not capped: on a
+# machine of two cores the workers' caps leave it the rest.
 # For each time in TIMES the table gives samples/s (all workers) and the test accuracy (means
 # of REPEAT runs); "time to TARGET" is where the accuracy first reached TARGET, interpolated
 # linearly between the two times around it ("<= T s" when the first time already had it).

@@ -115,11 +115,13 @@ def test_shares_follow_measured_time():
         opt.step()
         history.append(list(s.shares))
     even = G / N
-    # Each rank's compute per step, over the first 4 steps (even shares) and the last 4.
+    # Each rank's compute over the first 4 steps (even shares) and over the last 12 (the
+    # shares settled after 3 re-balances; 4 steps of CPU time on a shared 2-core machine are
+    # too few to compare ranks).
     first = hvd.allgather_object(sum(spent[:4]))
-    last = hvd.allgather_object(sum(spent[-4:]))
+    last = hvd.allgather_object(sum(spent[-12:]))
     print("shares, every 4 steps:", history[::4], "smoothed s/sample:", s.seconds_per_sample,
-          "compute in the first 4 steps:", first, "in the last 4:", last)
+          "compute in the first 4 steps:", first, "in the last 12:", last)
     assert s.rebalances == 6
     assert s.shares == hvd.balanced_shares(s.seconds_per_sample, G)
     assert hvd.allgather_object(s.shares) == [s.shares] * N

@@ -55,8 +55,8 @@
 
 #define SUSPECT_GRACE_S 3.0 /* a worker reported lost must check in within this, or is killed */
 
-#define TAIL_LINES 8   /* last output lines kept per rank, for the failure summary */
-#define TAIL_WIDTH 240 /* of each, at most this many bytes */
+#define TAIL_LINES 8    /* last output lines kept per rank, for the failure summary */
+#define TAIL_WIDTH 4096 /* of each, at most this many bytes (longer ones are marked cut) */
 
 /* The last lines a rank wrote (stdout and stderr together), oldest first from next. */
 typedef struct tail {
@@ -261,7 +261,11 @@ static int runnable(const char *prog, char *why, size_t len)
 /* Writes one line of a rank's output, and keeps it in t. */
 static void emit(stream *s, tail *t, int rank, int prefix, const char *line, size_t n)
 {
-    snprintf(t->line[t->next], TAIL_WIDTH, "%.*s", (int)n, line);
+    if (n < TAIL_WIDTH)
+        snprintf(t->line[t->next], TAIL_WIDTH, "%.*s", (int)n, line);
+    else /* the first bytes, and how much is missing (the whole line went to the console) */
+        snprintf(t->line[t->next], TAIL_WIDTH, "%.*s... [cut: the line has %zu bytes]",
+                 TAIL_WIDTH - 64, line, n);
     t->next = (t->next + 1) % TAIL_LINES;
     if (t->count < TAIL_LINES) t->count++;
     if (s->out && prefix)
@@ -1201,6 +1205,38 @@ static int parse_int_arg(const char *opt, const char *v, int lo, int hi, int *ou
     return 0;
 }
 
+/* A number of seconds, >= 0. */
+static int parse_seconds(const char *opt, const char *v, double *out)
+{
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !(x >= 0) || x > 1e9) {
+        fprintf(stderr, "chorus-run: %s needs a number of seconds (0 or more), not '%s'\n", opt, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* A file the launcher itself needs (mode: R_OK to read, X_OK to run), checked before anything
+ * starts: a typo is one line, not a job that fails later or runs without it. */
+static int check_path(const char *opt, const char *path, int mode)
+{
+    struct stat st;
+    if (stat(path, &st)) {
+        fprintf(stderr, "chorus-run: %s %s: %s\n", opt, path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode) || access(path, mode)) {
+        fprintf(stderr, "chorus-run: %s %s: %s\n", opt, path,
+                S_ISDIR(st.st_mode) ? "is a directory, not a file"
+                : mode == X_OK      ? "is not executable"
+                                    : "cannot be read");
+        return -1;
+    }
+    return 0;
+}
+
 /* A per-job secret of 32 random bytes in hex, unless the user gave one. */
 static int make_secret(void)
 {
@@ -1237,7 +1273,7 @@ typedef struct run_opts {
 static const struct {
     const char *flag, *var, *suffix;
 } env_flags[] = {
-    {"--timeline-filename", "CHORUS_TIMELINE", ""},
+    {"--timeline-filename", "CHORUS_TIMELINE", ""}, /* first: check_timeline */
     {"--network-interface", "CHORUS_IFACE", ""},
     {"--network-interfaces", "CHORUS_IFACE", ""},
     {"--start-timeout", "CHORUS_START_TIMEOUT_S", ""},
@@ -1247,7 +1283,7 @@ static const struct {
     {"--stall-check-warning-time-seconds", "CHORUS_STALL_WARN_S", ""},
     {"--stall-check-shutdown-time-seconds", "CHORUS_STALL_SHUTDOWN_S", ""},
     {"--master-port", "MASTER_PORT", ""},
-    {"--servers", "CHORUS_PS_SERVERS", ""},
+    {"--servers", "CHORUS_PS_SERVERS", ""}, /* last: check_servers */
 };
 
 #define ACROSS_HOSTS                                                                               \
@@ -1458,6 +1494,10 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
     } else if (!strcmp(a, "--rsh")) {
         j->rsh = v;
     } else if (!strcmp(a, "-p") || !strcmp(a, "--ssh-port") || !strcmp(a, "--ssh-identity-file")) {
+        int port;
+        if (strcmp(a, "--ssh-identity-file") ? parse_int_arg(a, v, 1, 65535, &port)
+                                             : check_path(a, v, R_OK))
+            return 2;
         size_t n = strlen(j->rsh_buf);
         if (!n) n = (size_t)snprintf(j->rsh_buf, sizeof(j->rsh_buf), "ssh -o BatchMode=yes");
         snprintf(j->rsh_buf + n, sizeof(j->rsh_buf) - n, " %s %s",
@@ -1469,7 +1509,7 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
     } else if (!strcmp(a, "--redirects")) {
         if (parse_streams(a, v, &j->redirects)) return 2;
     } else if (!strcmp(a, "--timeout")) {
-        o->timeout = atof(v);
+        if (parse_seconds(a, v, &o->timeout)) return 2;
     } else if (!strcmp(a, "--bind-to")) {
         if (!strcmp(v, "core"))
             o->bind_req = 1;
@@ -1480,7 +1520,7 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
             return 2;
         }
     } else if (!strcmp(a, "--grace")) {
-        o->grace = atof(v);
+        if (parse_seconds(a, v, &o->grace)) return 2;
     } else if (!strcmp(a, "--elastic")) {
         j->elastic = 1;
     } else if (!strcmp(a, "--min-np")) {
@@ -1491,6 +1531,7 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
     } else if (!strcmp(a, "--max-restarts")) {
         if (parse_int_arg(a, v, 0, 1 << 20, &j->max_restarts)) return 2;
     } else if (!strcmp(a, "--host-discovery-script")) {
+        if (check_path(a, v, X_OK)) return 2;
         j->discovery = v;
     } else if (!strcmp(a, "--discovery-interval")) {
         j->discovery_every = atof(v);
@@ -1507,6 +1548,73 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
         fprintf(stderr, "chorus-run: unknown option '%s' (see chorus-run --help)\n", a);
         return 2;
     }
+    return -1;
+}
+
+/* MASTER_PORT, whether --master-port or the environment set it: a TCP port. */
+static int check_master_port(void)
+{
+    const char *v = getenv("MASTER_PORT");
+    long port;
+    if (!v || !chorus__parse_int(v, 1, 65535, &port)) return 0;
+    char var[600];
+    snprintf(var, sizeof(var), "MASTER_PORT=%s", v);
+    if (*env_flag_behind(var))
+        fprintf(stderr, "chorus-run: --master-port needs a TCP port from 1 to 65535, not '%s'\n",
+                v);
+    else
+        fprintf(stderr,
+                "chorus-run: invalid environment: MASTER_PORT=%s is not a TCP port (1 to "
+                "65535)\n",
+                v);
+    return -1;
+}
+
+/* --servers K (CHORUS_PS_SERVERS): ranks 0..K-1 serve, so at least one rank must be left to
+ * work. */
+static int check_servers(const job *j)
+{
+    const char *v = getenv("CHORUS_PS_SERVERS");
+    long k;
+    if (!v || j->np < 1) return 0; /* a malformed value is the configuration check's */
+    if (chorus__parse_int(v, 1, 4096, &k) || k < j->np) return 0;
+    const char *how = env_flag_used[sizeof(env_flags) / sizeof(env_flags[0]) - 1]
+                          ? "--servers "
+                          : "CHORUS_PS_SERVERS=";
+    if (j->np == 1)
+        fprintf(stderr,
+                "chorus-run: %s%s with -np 1: a parameter-server job needs at least 2 ranks (ranks "
+                "0..K-1 serve, the others work)\n",
+                how, v);
+    else
+        fprintf(stderr,
+                "chorus-run: %s%s with -np %d leaves no worker: ranks 0..K-1 serve and the others "
+                "work; at most %d server%s with -np %d\n",
+                how, v, j->np, j->np - 1, j->np > 2 ? "s" : "", j->np);
+    return -1;
+}
+
+/* CHORUS_TIMELINE (--timeline-filename): rank 0 writes it, on this host when rank 0 runs here;
+ * its directory must exist. */
+static int check_timeline(const job *j)
+{
+    const char *f = getenv("CHORUS_TIMELINE");
+    if (!f || !*f || (j->hosts.n > 0 && !j->hosts.h[0].local)) return 0;
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", f);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return 0;
+    if (slash == dir)
+        slash[1] = 0;
+    else
+        *slash = 0;
+    struct stat st;
+    if (!stat(dir, &st) && S_ISDIR(st.st_mode) && !access(dir, W_OK)) return 0;
+    fprintf(stderr, "chorus-run: %s%s: the directory %s %s\n",
+            env_flag_used[0] ? "--timeline-filename " : "CHORUS_TIMELINE=", f, dir,
+            stat(dir, &st)         ? "does not exist"
+            : !S_ISDIR(st.st_mode) ? "is not a directory"
+                                   : "is not writable");
     return -1;
 }
 
@@ -1655,6 +1763,7 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
         return 2;
     }
     if (j->log_dir && !j->redirects) j->redirects = 3;
+    if (check_master_port() || check_servers(j) || check_timeline(j)) return 2;
     if (j->log_dir && (chorus__mkdir_p(j->log_dir) || access(j->log_dir, W_OK))) {
         fprintf(stderr, "chorus-run: --log-dir %s: %s\n", j->log_dir, strerror(errno));
         return 2;

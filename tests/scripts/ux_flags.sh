@@ -138,6 +138,24 @@ refused "force one with -x CHORUS_ALGO_ALLREDUCE=name" --hierarchical-allreduce
 refused "chorus-run has no rendezvous service of torchrun's kind; launch across hosts with -H" --rdzv-endpoint=node1:29400
 refused "chorus-run -np N python3 -m MODULE" -m
 refused "use --log-dir DIR" --output-filename out
+# values and paths checked before anything starts, each in one line (exit status 2)
+refused "chorus-run: --master-port needs a TCP port from 1 to 65535, not '99999'" --master-port 99999
+refused "chorus-run: --servers 8 with -np 2 leaves no worker: ranks 0..K-1 serve and the others work; at most 1 server with -np 2" --servers 8
+refused "chorus-run: --timeline-filename $tmp/nodir/t.json: the directory $tmp/nodir does not exist" --timeline-filename "$tmp/nodir/t.json"
+refused "chorus-run: --hostfile: $tmp/nohosts: No such file or directory" --hostfile "$tmp/nohosts"
+refused "chorus-run: --host-discovery-script $tmp/nodisc: No such file or directory" --elastic --host-discovery-script "$tmp/nodisc"
+refused "chorus-run: --ssh-identity-file $tmp/nokey: No such file or directory" --ssh-identity-file "$tmp/nokey"
+refused "chorus-run: --grace needs a number of seconds (0 or more), not '5s'" --grace 5s
+out=$(MASTER_PORT=99999 chorus-run -np 1 true 2>&1); rc=$?
+[ $rc = 2 ] && [ "$out" = "chorus-run: invalid environment: MASTER_PORT=99999 is not a TCP port (1 to 65535)" ] || fail "MASTER_PORT=99999: exit $rc: $out"
+out=$(chorus-run -np 1 "$tmp/noprog" 2>&1); rc=$?
+[ $rc = 127 ] && [ "$out" = "chorus-run: cannot run '$tmp/noprog': No such file or directory" ] || fail "a missing program: exit $rc: $out"
+# the failure summary shows a rank's last lines whole (up to 4 KiB; a longer one is marked)
+long=$(printf '%0900d' 0)
+out=$(chorus-run -np 1 sh -c "echo 'allgather of 5 x float32: $long end'; printf '%05000d\\n' 7; exit 3" 2>&1); rc=$?
+[ $rc = 3 ] || fail "the failing rank: exit $rc"
+echo "$out" | grep -qx "chorus-run: | allgather of 5 x float32: $long end" || fail "a 940-byte line was not shown whole"
+echo "$out" | grep -q "^chorus-run: | 0000*\\.\\.\\. \\[cut: the line has 5000 bytes\\]$" || fail "a 5000-byte line was not marked as cut"
 out=$(chorus-run -np 2>&1); rc=$?
 [ $rc = 2 ] && [ "$out" = "chorus-run: -np needs a value (see chorus-run --help)" ] || fail "-np without a value: $out"
 echo "ok: chorus-run's flags"

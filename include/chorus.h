@@ -111,6 +111,14 @@ chorus_result chorus_finalize(chorus_comm *comm);
  * blocked on it see CHORUS_ERR_PEER_LOST. The communicator must still be finalized. */
 chorus_result chorus_comm_abort(chorus_comm *comm);
 
+/* Tells the launcher that this rank is about to fail because rank `peer` of c failed: this
+ * rank got a verdict, not an error of its own ("cannot resume: see rank 0"). chorus-run then
+ * names `peer` as the rank that failed first, and this one as failing after it, however their
+ * exits race. Call it before exiting with the error; it only writes one line on the launcher's
+ * status pipe (CHORUS_STATUS_FD; nothing without one). CHORUS_ERR_INVALID_ARG when peer is not
+ * another rank of c. */
+chorus_result chorus_report_peer_failure(chorus_comm *c, int peer);
+
 /* This rank's number in c (0..size-1), the number of ranks in c, this rank's number among
  * the ranks of c on its host, and how many ranks of c share that host. Never fail; c must be a
  * live communicator. */

@@ -81,9 +81,11 @@ typedef struct status_pipe {
     int fd;
     char buf[512];
     size_t len;
-    int reported;  /* a "failed" line arrived */
-    int blamed;    /* the rank it held responsible, -1: its own failure */
-    char what[48]; /* the result name it gave */
+    int reported;   /* a "failed" line arrived */
+    int blamed;     /* the rank it held responsible, -1: its own failure */
+    char what[48];  /* the result name it gave (PEER_FAILED: it was told that `blamed` failed) */
+    int expendable; /* it said the job goes on without it (an asynchronous parameter-server
+                       worker): its end does not stop the job */
 } status_pipe;
 
 typedef struct worker {
@@ -99,6 +101,7 @@ typedef struct worker {
     status_pipe st;
     double fail_time; /* when its failure was first seen: a report, an exit or a stop (0: not) */
     int failed_alone; /* it ended with an error or a signal before the job was being stopped */
+    int tolerated;    /* an expendable rank that failed: the job went on without it */
     /* elastic */
     int rank;             /* rank in the generation published last, -1 when not a member */
     long checked;         /* generation it checked in for (0: none) */
@@ -1908,6 +1911,7 @@ typedef struct outcome {
     int interrupted; /* SIGINT/SIGTERM/SIGHUP received (count) */
     int job_failed;  /* elastic: the job cannot go on */
     int last_failed; /* elastic: the worker that failed last (-1: none) */
+    int tolerated;   /* plain job: the first expendable rank that failed (-1: none) */
     double fail_time, term_time;
 } outcome;
 
@@ -1937,7 +1941,10 @@ static void parse_status(job *j, int index, outcome *out)
             p->reported = 1;
             p->blamed = blamed;
             snprintf(p->what, sizeof(p->what), "%s", what);
-            if (!j->elastic) note_failure(w, out, index, chorus__now());
+            /* an expendable rank's failure is its own end's: the job may go on without it */
+            if (!j->elastic && !p->expendable) note_failure(w, out, index, chorus__now());
+        } else if (sscanf(p->buf, "expendable %d", &rank) == 1) {
+            p->expendable = 1;
         }
         p->len -= (size_t)(nl + 1 - p->buf);
         memmove(p->buf, nl + 1, p->len + 1);
@@ -1969,6 +1976,23 @@ static void read_status(job *j, int index, outcome *out)
     }
 }
 
+static const char *rank_name(const job *j, int r, char *buf, size_t len);
+
+/* An expendable rank of a plain job failed (an asynchronous parameter-server worker): the job
+ * goes on without it, as the job itself does, and the summary names it at the end. */
+static void tolerate(job *j, worker *w, outcome *out)
+{
+    char how[128], name[320];
+    w->tolerated = 1;
+    w->fail_time = chorus__now();
+    if (out->tolerated < 0) out->tolerated = (int)(w - j->w);
+    describe_status(w->status, how, sizeof(how));
+    fprintf(stderr,
+            "chorus-run: %s %s; the job goes on without it (it declared that the job tolerates "
+            "its loss: a parameter-server worker in async or ssp mode)\n",
+            rank_name(j, (int)(w - j->w), name, sizeof(name)), how);
+}
+
 /* Reaps ended workers and notices stopped (hung) or continued ones: a plain job records its
  * first failure; an elastic one poisons the failed worker's generation so the others re-form. */
 static void reap(job *j, outcome *out)
@@ -1998,7 +2022,9 @@ static void reap(job *j, outcome *out)
             w->agent_in = -1;
             if (!j->elastic) {
                 read_status(j, r, out); /* what it said before it ended */
-                if (!out->stopping && failed_status(status)) {
+                if (!out->stopping && failed_status(status) && w->st.expendable) {
+                    tolerate(j, w, out);
+                } else if (!out->stopping && failed_status(status)) {
                     w->failed_alone = 1;
                     note_failure(w, out, r, chorus__now());
                 }
@@ -2138,17 +2164,19 @@ static int collateral(const worker *w, int rank)
 
 /* How much rank r looks like the root cause of a failed plain job: 0 it was stopped (SIGSTOP)
  * or killed by a signal on its own, 1 it failed on its own (an error exit, or a failure it did
- * not blame on a peer), 2 it failed because it lost a peer, 3 it did not fail. *when: the
- * moment its failure was seen. */
+ * not blame on a peer), 2 it failed because it lost a peer or was told that a peer failed, 3 it
+ * was expendable and the job went on without it, 4 it did not fail. *when: the moment its
+ * failure was seen. */
 static int blame_tier(const job *j, int r, double *when)
 {
     const worker *w = &j->w[r];
     *when = w->fail_time;
+    if (w->tolerated) return 3;
     if (w->was_stopped) {
         *when = w->stopped_at;
         return 0;
     }
-    if (!w->fail_time) return 3;
+    if (!w->fail_time) return 4;
     if (collateral(w, r)) return 2;
     if (w->failed_alone && WIFSIGNALED(w->status)) return 0;
     return 1;
@@ -2170,11 +2198,18 @@ static int host_blames(const job *j, int c)
     return n;
 }
 
+/* Did w end as if nothing had happened (exit status 0, never stopped, no failure seen)? A rank
+ * that lost it then lost a connection, not a failed peer. */
+static int ended_well(const worker *w)
+{
+    return !w->running && !w->fail_time && !w->was_stopped && !failed_status(w->status);
+}
+
 /* The root cause of a failed plain job: the rank of the lowest tier, the earliest in it. When
  * every failed rank only lost a peer, the peer the earliest of them blamed. */
 static int root_cause(const job *j, const outcome *out)
 {
-    int best = out->failed, best_tier = 4;
+    int best = out->failed, best_tier = 5;
     double best_when = 0;
     for (int r = 0; r < j->nw; r++) {
         double when;
@@ -2192,7 +2227,7 @@ static int root_cause(const job *j, const outcome *out)
          * its own ranks blame theirs. */
         for (int c = 0; j->hosts.n > 0 && b >= 0 && b < j->nw && c < j->nw; c++)
             if (host_blames(j, c) > host_blames(j, b)) b = c;
-        if (b >= 0 && b < j->nw) best = b;
+        if (b >= 0 && b < j->nw && !ended_well(&j->w[b])) best = b;
     }
     return best;
 }
@@ -2265,6 +2300,13 @@ static int report_failure(const job *j, const outcome *out)
                 name, how);
     else
         fprintf(stderr, "chorus-run: %s %s; it failed first\n", name, how);
+    int lostb = cw->st.blamed;
+    if (collateral(cw, cause) && lostb >= 0 && lostb < j->nw && lostb != cause &&
+        ended_well(&j->w[lostb]))
+        fprintf(stderr,
+                "chorus-run: it lost %s, which went on and exited with status 0: the connection "
+                "between them failed, not that rank\n",
+                rank_name(j, lostb, name, sizeof(name)));
     if (cw->s[0].demux && !cw->remote_pid)
         fprintf(stderr,
                 "chorus-run: the remote shell never started rank %d on host %s (check that '%s "
@@ -2282,7 +2324,11 @@ static int report_failure(const job *j, const outcome *out)
         if (r == cause) continue;
         describe_status(w->status, how, sizeof(how));
         char why[96] = " by chorus-run";
-        if (collateral(w, r) && w->st.blamed >= 0 && w->st.blamed != r)
+        if (w->tolerated)
+            snprintf(why, sizeof(why), " (the job went on without it: a loss it tolerates)");
+        else if (collateral(w, r) && !strcmp(w->st.what, "PEER_FAILED"))
+            snprintf(why, sizeof(why), " after it was told that rank %d failed", w->st.blamed);
+        else if (collateral(w, r) && w->st.blamed >= 0 && w->st.blamed != r)
             snprintf(why, sizeof(why), " after it lost rank %d (%s)", w->st.blamed, w->st.what);
         else if (collateral(w, r))
             snprintf(why, sizeof(why), " after it lost a peer (%s)", w->st.what);
@@ -2295,8 +2341,36 @@ static int report_failure(const job *j, const outcome *out)
     }
     report_host(j, cause);
     int code = exit_code(cw->status);
-    if (code == 0) code = exit_code(j->w[out->failed].status);
+    if (code == 0 && out->failed >= 0) code = exit_code(j->w[out->failed].status);
     return code ? code : 1;
+}
+
+/* A plain job whose only failures were expendable ranks (asynchronous parameter-server
+ * workers): when another expendable rank finished, the job did what it was built to do, and
+ * the summary names the ranks it lost (exit status 0); when none did, it failed. */
+static int report_tolerated(const job *j, const outcome *out)
+{
+    int finished = 0;
+    for (int r = 0; r < j->nw; r++)
+        finished |= j->w[r].st.expendable && !j->w[r].tolerated && !failed_status(j->w[r].status);
+    if (!finished) {
+        fprintf(stderr, "chorus-run: every worker whose loss the job tolerates was lost; none "
+                        "finished\n");
+        outcome o = *out;
+        o.failed = out->tolerated;
+        return report_failure(j, &o);
+    }
+    for (int r = 0; r < j->nw; r++) {
+        const worker *w = &j->w[r];
+        if (!w->tolerated) continue;
+        char how[128], name[320];
+        describe_status(w->status, how, sizeof(how));
+        fprintf(stderr,
+                "chorus-run: the job finished without %s, which %s %.1f s after the start (a "
+                "parameter-server worker whose loss the job tolerates)\n",
+                rank_name(j, r, name, sizeof(name)), how, w->fail_time - j->started);
+    }
+    return 0;
 }
 
 /* Step 6: the lines that say how the job ended, and the exit code: the failure summary (see
@@ -2304,11 +2378,14 @@ static int report_failure(const job *j, const outcome *out)
 static int report(const job *j, const outcome *out)
 {
     int code = 0, any_failed = 0;
-    for (int r = 0; r < j->nw; r++) any_failed |= failed_status(j->w[r].status);
+    for (int r = 0; r < j->nw; r++)
+        any_failed |= failed_status(j->w[r].status) && !j->w[r].tolerated;
     if (out->timed_out) { /* --timeout's own status, whatever the ranks it stopped did */
         code = 124;
     } else if (!j->elastic && out->failed >= 0 && any_failed) { /* not when all ended well */
         code = report_failure(j, out);
+    } else if (!j->elastic && out->tolerated >= 0 && !out->interrupted) {
+        code = report_tolerated(j, out);
     } else if (out->interrupted) {
         fprintf(stderr, "chorus-run: interrupted; stopped all ranks\n");
         code = 130;
@@ -2364,7 +2441,7 @@ int main(int argc, char **argv)
     }
     outcome out;
     do {
-        out = (outcome){.failed = -1, .last_failed = -1};
+        out = (outcome){.failed = -1, .last_failed = -1, .tolerated = -1};
         if (supervise(&j, &o, &out) >= 0) return 1;
     } while (restart_job(&j, &out));
     chorus__store_close(j.kv);

@@ -782,6 +782,7 @@ static void claim_checkpoint_dir(trainer *t)
         ok = 0;
     }
     if (nn_dist_broadcast_bytes(&t->dist, &ok, sizeof(ok))) die("%s", nn_last_error());
+    if (!ok && t->rank != 0) chorus_report_peer_failure(t->dist.comm, 0); /* its verdict */
     if (!ok)
         die("cannot write checkpoints to --checkpoint-dir %s (checked before training): %s",
             t->o.ckpt_dir, t->rank == 0 ? why : "see rank 0");
@@ -815,6 +816,7 @@ static void restore_checkpoint(trainer *t)
         }
     }
     if (nn_dist_broadcast_bytes(d, &loaded, sizeof(loaded))) die("%s", nn_last_error());
+    if (loaded < 0 && t->rank != 0) chorus_report_peer_failure(d->comm, 0); /* its verdict */
     if (loaded < 0) die("cannot resume: %s", t->rank == 0 ? why : "see rank 0");
     if (loaded == 1) {
         uint64_t words[7] = {st->epoch, st->step_in_epoch, st->global_step, st->seed,

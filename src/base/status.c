@@ -2,18 +2,24 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/status.h"
 
-void chorus__status_failed(int rank, int blamed, chorus_result r)
+/* Writes one line of at most 127 bytes to the status pipe, if there is one. */
+static void status_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void status_line(const char *fmt, ...)
 {
     long fd = chorus__config()->status_fd;
     if (fd < 0) return;
     char line[128];
-    int n = snprintf(line, sizeof(line), "failed %d %d %s\n", rank, blamed, chorus_result_name(r));
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
     if (n <= 0 || (size_t)n >= sizeof(line)) return;
     /* One write under PIPE_BUF bytes is atomic; the pipe is non-blocking, so a launcher that
      * stopped reading costs the line, never a hang. */
@@ -21,6 +27,21 @@ void chorus__status_failed(int rank, int blamed, chorus_result r)
     do {
         w = write((int)fd, line, (size_t)n);
     } while (w < 0 && errno == EINTR);
+}
+
+void chorus__status_failed(int rank, int blamed, chorus_result r)
+{
+    status_line("failed %d %d %s\n", rank, blamed, chorus_result_name(r));
+}
+
+void chorus__status_peer_failed(int rank, int peer)
+{
+    status_line("failed %d %d PEER_FAILED\n", rank, peer);
+}
+
+void chorus__status_expendable(int rank)
+{
+    status_line("expendable %d\n", rank);
 }
 
 void chorus__status_check_launcher(void)

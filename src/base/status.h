@@ -8,8 +8,18 @@
  *
  * <rank> is the rank that writes (its world rank), <blamed> the rank it holds responsible (a
  * lost, timed-out or aborting peer), or -1 when the failure is its own (a mismatch it saw, an
- * abort it asked for, a bad argument that broke the communicator). The pipe also tells the
- * rank that its launcher is gone: the read end then closes.
+ * abort it asked for, a bad argument that broke the communicator). A rank that fails because
+ * it was told another rank failed (chorus_report_peer_failure) writes
+ *
+ *   failed <rank> <peer> PEER_FAILED\n
+ *
+ * and a rank whose loss the job tolerates (a worker of an asynchronous parameter server:
+ * chorus_ps_create) says so once, before anything can fail:
+ *
+ *   expendable <rank>\n
+ *
+ * so that the launcher lets the job go on without it. The pipe also tells the rank that its
+ * launcher is gone: the read end then closes.
  */
 #ifndef CHORUS_STATUS_H
 #define CHORUS_STATUS_H
@@ -19,6 +29,10 @@
 /* Writes the line above to CHORUS_STATUS_FD when it is set (never blocks; does nothing
  * otherwise). Async-signal-unsafe, thread-safe; called when a communicator first breaks. */
 void chorus__status_failed(int rank, int blamed, chorus_result r);
+
+/* The PEER_FAILED and expendable lines above (same properties as chorus__status_failed). */
+void chorus__status_peer_failed(int rank, int peer);
+void chorus__status_expendable(int rank);
 
 /* A rank must not outlive its launcher. chorus-run's ranks die with it (a parent-death
  * signal), but a process the rank started (a program run through a shell script) does not:

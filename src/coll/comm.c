@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/status.h"
 #include "base/trace.h"
 #include "bootstrap/rendezvous.h"
 #include "coll/comm.h"
@@ -156,6 +157,13 @@ chorus_result chorus_comm_abort(chorus_comm *c)
     snprintf(why, sizeof(why), "rank %d aborted the communicator", c->world[c->rank]);
     chorus__shm_abort(c->shm, CHORUS_ERR_ABORTED, why);
     chorus__net_abort(c->net, c->world[c->rank], CHORUS_ERR_ABORTED, why);
+    return CHORUS_OK;
+}
+
+chorus_result chorus_report_peer_failure(chorus_comm *c, int peer)
+{
+    if (!c || peer < 0 || peer >= c->size || peer == c->rank) return CHORUS_ERR_INVALID_ARG;
+    chorus__status_peer_failed(c->world[c->rank], c->world[peer]);
     return CHORUS_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/status.h"
 #include "coll/comm.h"
 #include "coll/comm.h"
 #include "ps/ps_int.h"
@@ -129,6 +130,8 @@ chorus_result chorus_ps_create(chorus_comm *c, const chorus_ps_opts *o, chorus_p
     if (o->mode != CHORUS_PS_SYNC)
         for (int r = ps->nservers; r < ps->size; r++)
             chorus__net_set_expendable(c->net, c->world[r]);
+    /* ... and the launcher lets the job go on without this worker (base/status.h) */
+    if (o->mode != CHORUS_PS_SYNC && ps->worker >= 0) chorus__status_expendable(c->world[c->rank]);
     CHORUS_INFO(CHORUS_LOG_INIT, "parameter server: %d server%s, %d worker%s, mode %s",
                 ps->nservers, ps->nservers == 1 ? "" : "s", ps->nworkers,
                 ps->nworkers == 1 ? "" : "s", chorus_ps_mode_name((int)o->mode));

@@ -9,6 +9,9 @@
 #                  moment: chorus-run names that rank first and exits 137
 #   python         a Python rank raises RuntimeError: chorus-run names it first, with its
 #                  last lines, and the other ranks as stopped
+#   verdict        rank 0 fails on its own and tells the others, which fail on its verdict
+#                  (chorus_report_peer_failure) and exit first: rank 0 is named first, the
+#                  others as failing after it; the same for chorus-train's failed --resume
 #   twojobs N      N trials of two jobs started at once on one MASTER_PORT, torchrun style
 #                  (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT by hand, no secret): no rank
 #                  of one job ever finishes in a job with a rank of the other
@@ -137,6 +140,33 @@ EOF
     grep -q "^chorus-run: stopped: rank 0 " "$out" && grep -q "^chorus-run: stopped: rank 2 " "$out" ||
         fail "ranks 0 and 2 are not listed as stopped"
     echo "ok: the raising rank is named first"
+    ;;
+verdict)
+    chorus-run -np 3 --grace 5 "$BUILD/tests/fault/peer_verdict" > "$out" 2>&1; rc=$?
+    cat "$out"
+    [ $rc = 2 ] || fail "exit $rc, expected 2 (rank 0's status)"
+    grep -m1 "^chorus-run: " "$out" | grep -q "^chorus-run: rank 0 (pid [0-9]*) exited with status 2; it failed first$" ||
+        fail "chorus-run did not name rank 0 first"
+    grep -q "^chorus-run: | rank 0: the checkpoint is damaged; cannot go on$" "$out" || fail "rank 0's last lines"
+    for r in 1 2; do
+        grep -q "^chorus-run: stopped: rank $r (pid [0-9]*) exited with status 1 after it was told that rank 0 failed$" "$out" ||
+            fail "rank $r is not said to have failed after rank 0"
+    done
+    # chorus-train: rank 0 cannot resume from checkpoints of another model; rank 1 says
+    # "cannot resume: see rank 0"
+    chorus-run -np 2 chorus-train --model mlp --max-steps 2 --no-eval --batch 32 \
+        --checkpoint-dir "$tmp/ckpt" > "$out" 2>&1 || fail "the first run failed"
+    chorus-run -np 2 chorus-train --model cnn --max-steps 2 --no-eval --batch 32 \
+        --checkpoint-dir "$tmp/ckpt" --resume > "$out" 2>&1; rc=$?
+    cat "$out"
+    [ $rc = 1 ] || fail "--resume: exit $rc, expected 1"
+    grep -m1 "^chorus-run: " "$out" | grep -q "^chorus-run: rank 0 (pid [0-9]*) exited with status 1; it failed first$" ||
+        fail "--resume: chorus-run did not name rank 0 first"
+    grep -q "^chorus-run: | chorus-train\[0\]: cannot resume: the checkpoints in $tmp/ckpt are of a model built with --model mlp .* Resume with the same options, or use another --checkpoint-dir$" "$out" ||
+        fail "--resume: rank 0's whole reason is not in its last lines"
+    grep -q "^chorus-run: stopped: rank 1 (pid [0-9]*) exited with status 1 after it was told that rank 0 failed$" "$out" ||
+        fail "--resume: rank 1 is not said to have failed after rank 0"
+    echo "ok: the rank whose own failure is the cause is named first"
     ;;
 twojobs)
     trials=${LAUNCHER_TRIALS:-$2}

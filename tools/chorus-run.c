@@ -34,12 +34,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -2207,7 +2210,7 @@ static int ended_well(const worker *w)
 
 /* The root cause of a failed plain job: the rank of the lowest tier, the earliest in it. When
  * every failed rank only lost a peer, the peer the earliest of them blamed. */
-static int root_cause(const job *j, const outcome *out)
+static int root_cause(const job *j, const outcome *out, int down)
 {
     int best = out->failed, best_tier = 5;
     double best_when = 0;
@@ -2227,6 +2230,18 @@ static int root_cause(const job *j, const outcome *out)
          * its own ranks blame theirs. */
         for (int c = 0; j->hosts.n > 0 && b >= 0 && b < j->nw && c < j->nw; c++)
             if (host_blames(j, c) > host_blames(j, b)) b = c;
+        /* Two hosts that lost each other: the one the launcher cannot reach, at the rank of it
+         * that a rank of the other host lost first. */
+        double first = 0;
+        for (int r = 0; down >= 0 && r < j->nw; r++) {
+            const worker *w = &j->w[r];
+            int lb = w->st.blamed;
+            if (w->host != down && collateral(w, r) && lb >= 0 && lb < j->nw &&
+                j->w[lb].host == down && (!first || w->fail_time < first)) {
+                first = w->fail_time;
+                b = lb;
+            }
+        }
         if (b >= 0 && b < j->nw && !ended_well(&j->w[b])) best = b;
     }
     return best;
@@ -2243,6 +2258,123 @@ static const char *rank_name(const job *j, int r, char *buf, size_t len)
     else
         snprintf(buf, len, "rank %d (pid %d)", r, (int)pid);
     return buf;
+}
+
+/* Across hosts: which hosts the ranks of host h blamed for their failure (bit o: host o). */
+static unsigned long long hosts_blamed_by(const job *j, int h)
+{
+    unsigned long long m = 0;
+    for (int r = 0; r < j->nw; r++) {
+        const worker *w = &j->w[r];
+        int b = w->st.blamed;
+        if (w->host == h && collateral(w, r) && b >= 0 && b < j->nw && j->w[b].host != h &&
+            j->w[b].host < 64)
+            m |= 1ull << j->w[b].host;
+    }
+    return m;
+}
+
+/* Across hosts: two hosts that lost each other and that no host blames more than them (the
+ * only two hosts, or a partition into two): each side only knows it lost the other, so the
+ * ranks' reports cannot tell which one is down. Returns 1 with *a < *b. */
+static int lost_each_other(const job *j, int *a, int *b)
+{
+    int top = 0, n = 0, h[2] = {-1, -1};
+    for (int c = 0; c < j->nw; c++) top = host_blames(j, c) > top ? host_blames(j, c) : top;
+    for (int o = 0; o < j->hosts.n && o < 64; o++) {
+        int blamed = 0;
+        for (int r = j->hosts.h[o].first_rank;
+             r < j->hosts.h[o].first_rank + j->hosts.h[o].nranks && r < j->nw; r++)
+            blamed |= top > 0 && host_blames(j, r) == top;
+        if (blamed && n < 2) h[n] = o;
+        n += blamed;
+    }
+    if (n != 2 || !(hosts_blamed_by(j, h[0]) >> h[1] & 1) ||
+        !(hosts_blamed_by(j, h[1]) >> h[0] & 1))
+        return 0;
+    *a = h[0];
+    *b = h[1];
+    return 1;
+}
+
+/* Can the launcher reach host h over the network? Its own host: yes. Another: a TCP connection
+ * to the address its first rank listened on (from the rendezvous store), answered or refused
+ * within the time the ranks give a silent peer (CHORUS_HEARTBEAT_TIMEOUT_S, at most 3 s): 1
+ * yes, 0 no (no route, or no answer), -1 not known (no address). addr: the address tried. */
+static int reaches(const job *j, int h, char *addr, size_t len)
+{
+    snprintf(addr, len, "?");
+    if (j->hosts.h[h].local) return 1;
+    chorus_store *kv = NULL;
+    chorus_errbuf e;
+    char key[64], *rec = NULL;
+    int found = 0;
+    snprintf(key, sizeof(key), "rank/%d", j->hosts.h[h].first_rank);
+    if (chorus__store_connect(j->store, j->id, chorus__now() + 2, &kv, &e) != CHORUS_OK) return -1;
+    if (chorus__store_check(kv, key, &rec, NULL, &found, &e) != CHORUS_OK || !found) {
+        free(rec);
+        chorus__store_close(kv);
+        return -1;
+    }
+    chorus__store_close(kv);
+    char ip[64] = "";
+    int port = 0;
+    int ok = sscanf(rec, "%63[0-9.]:%d", ip, &port) == 2;
+    free(rec);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (!ok || inet_pton(AF_INET, ip, &sa.sin_addr) != 1) return -1;
+    snprintf(addr, len, "%s", ip);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    int rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ? errno : 0;
+    if (rc == EINPROGRESS) {
+        double wait_s = chorus__config()->heartbeat_timeout_s;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        int n = poll(&pf, 1, (int)(1000 * (wait_s > 0 && wait_s < 3 ? wait_s : 3)));
+        socklen_t sl = sizeof(rc);
+        if (n == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &rc, &sl)) rc = errno;
+        if (n != 1) rc = ETIMEDOUT;
+    }
+    close(fd);
+    return rc == 0 || rc == ECONNREFUSED; /* an answer, even a refusal, is the host's */
+}
+
+/* The line that says that hosts a and b lost each other and what the launcher reaches of them,
+ * into line. Returns the host the launcher cannot reach while it reaches the other (-1: none,
+ * or both, or not known). */
+static int lost_each_other_line(const job *j, int a, int b, char *line, size_t len)
+{
+    int reach[2];
+    char addr[2][64], what[2][340];
+    int hs[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        const char *name = j->hosts.h[hs[i]].name;
+        reach[i] = reaches(j, hs[i], addr[i], sizeof(addr[i]));
+        if (j->hosts.h[hs[i]].local)
+            snprintf(what[i], sizeof(what[i]), "%s (it runs there)", name);
+        else
+            snprintf(what[i], sizeof(what[i]), "%s at %s", name, addr[i]);
+    }
+    char tail[1024];
+    if (reach[0] == 1 && reach[1] == 0)
+        snprintf(tail, sizeof(tail), "the launcher reaches %s but not %s: %s or its link is down",
+                 what[0], what[1], j->hosts.h[b].name);
+    else if (reach[0] == 0 && reach[1] == 1)
+        snprintf(tail, sizeof(tail), "the launcher reaches %s but not %s: %s or its link is down",
+                 what[1], what[0], j->hosts.h[a].name);
+    else if (reach[0] == 1 && reach[1] == 1)
+        snprintf(tail, sizeof(tail),
+                 "the launcher still reaches both, %s and %s: the network between them failed",
+                 what[0], what[1]);
+    else if (reach[0] == 0 && reach[1] == 0)
+        snprintf(tail, sizeof(tail), "the launcher reaches neither %s nor %s", what[0], what[1]);
+    else
+        snprintf(tail, sizeof(tail), "which of them is down is not known");
+    snprintf(line, len,
+             "chorus-run: hosts %s and %s lost each other (the ranks of each lost the ranks of "
+             "the other); %s\n",
+             j->hosts.h[a].name, j->hosts.h[b].name, tail);
+    return reach[0] == 1 && reach[1] == 0 ? b : reach[0] == 0 && reach[1] == 1 ? a : -1;
 }
 
 /* Across hosts: when every rank of the root cause's host failed or was lost, ranks of other
@@ -2284,7 +2416,11 @@ static void report_host(const job *j, int cause)
  * the ranks that were stopped. Returns the exit code: the root cause's own status. */
 static int report_failure(const job *j, const outcome *out)
 {
-    int cause = root_cause(j, out);
+    int ha, hb, down = -1;
+    char pair[2048] = "";
+    if (j->hosts.n > 1 && lost_each_other(j, &ha, &hb))
+        down = lost_each_other_line(j, ha, hb, pair, sizeof(pair));
+    int cause = root_cause(j, out, down);
     const worker *cw = &j->w[cause];
     char how[128], name[320];
     describe_status(cw->status, how, sizeof(how));
@@ -2339,7 +2475,8 @@ static int report_failure(const job *j, const outcome *out)
         fprintf(stderr, "chorus-run: stopped: %s %s%s\n", rank_name(j, r, name, sizeof(name)), how,
                 why);
     }
-    report_host(j, cause);
+    if (!pair[0] || down >= 0) report_host(j, cause);
+    fputs(pair, stderr);
     int code = exit_code(cw->status);
     if (code == 0 && out->failed >= 0) code = exit_code(j->w[out->failed].status);
     return code ? code : 1;
@@ -2445,8 +2582,8 @@ int main(int argc, char **argv)
         if (supervise(&j, &o, &out) >= 0) return 1;
     } while (restart_job(&j, &out));
     chorus__store_close(j.kv);
+    rc = report(&j, &out); /* the store still serves: the summary may look up where ranks were */
     chorus__store_server_stop(server);
-    rc = report(&j, &out);
     free(j.w);
     run_hosts_free(&j.hosts);
     return rc;

@@ -17,6 +17,9 @@
 #   linkcut   host 3's link is cut during allreduces: every other rank fails within the
 #             timeout naming a rank of host 3 and its address; the launcher names the host
 #   hostkill  every process of host 2 is killed: the others fail, the launcher names host 2
+#   lostpair  host 2 of two takes its link down: the ranks of each host lose those of the
+#             other; the launcher says the two lost each other, that it still reaches host 1
+#             (it runs there) but not host 2, and names a rank of host 2 first
 #   stop      a rank of host 2 is stopped (SIGSTOP): the launcher names it as stopped
 #   elastic   --elastic with a discovery script naming host 1 and host 2: workers start on
 #             both, a third joins on host 2 when it gets a second slot and is retired when
@@ -27,7 +30,7 @@
 # After every case nothing of the job is left on any host (ip netns pids). Needs root and
 # `ip netns`; prints SKIP with the reason otherwise.
 BUILD=${BUILD:-build}
-case=${1:?usage: multihost.sh basic|hostfile|secret|fail|linkcut|hostkill|stop|elastic|iface}
+case=${1:?usage: multihost.sh basic|hostfile|secret|fail|linkcut|hostkill|lostpair|stop|elastic|iface}
 run=$PWD/$BUILD/bin/chorus-run
 coll=$PWD/$BUILD/tests/mp/coll_select
 bench=$PWD/$BUILD/bin/chorus-bench
@@ -192,7 +195,7 @@ fail)
     while [ -n "$(ip netns pids "$h1")$(ip netns pids "$h2")" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
     no_leftovers
     ;;
-linkcut | hostkill | stop)
+linkcut | hostkill | lostpair | stop)
     # allreduces until the job is broken, a second after every rank has logged its address (the
     # benchmark's own lines are block-buffered on the pipe)
     export CHORUS_TIMEOUT_S=3 CHORUS_HEARTBEAT_TIMEOUT_S=2 CHORUS_HEARTBEAT_S=0.5
@@ -204,6 +207,8 @@ linkcut | hostkill | stop)
     t0=$(date +%s)
     if [ $case = linkcut ]; then
         cluster_link_down $vi
+    elif [ $case = lostpair ]; then
+        ip -n "$victim" link set eth0 down
     elif [ $case = hostkill ]; then
         # the whole host at once: frozen first, so that no rank of it sees another die and
         # exits on its own before its own SIGKILL
@@ -228,6 +233,11 @@ linkcut | hostkill | stop)
         grep -h '^chorus-run:' "$logs/out"
         echo "multihost $case: OK"
         exit 0
+    fi
+    if [ $case = lostpair ]; then
+        expect "^chorus-run: hosts $h1 and $h2 lost each other (the ranks of each lost the ranks of the other); the launcher reaches $h1 (it runs there) but not $h2 at $(cluster_addr 2): $h2 or its link is down$"
+        grep -m1 '^chorus-run: rank' "$logs/out" | grep -q "^chorus-run: rank [23] (pid [0-9]* on host $h2) .*; it failed first$" ||
+            fail "a rank of $h1 was named first"
     fi
     expect "^chorus-run: rank [23] (pid [0-9]* on host $victim)"
     expect "^chorus-run: host $victim failed: all its ranks ($vr) failed or were lost"

@@ -2507,6 +2507,20 @@ static int report_tolerated(const job *j, const outcome *out)
                 "parameter-server worker whose loss the job tolerates)\n",
                 rank_name(j, r, name, sizeof(name)), how, w->fail_time - j->started);
     }
+    /* a host that lost every rank: what the launcher reaches of it says why */
+    for (int h = 0; h < j->hosts.n; h++) {
+        const run_host *ht = &j->hosts.h[h];
+        int all = ht->nranks > 0 && !ht->local;
+        for (int r = ht->first_rank; r < ht->first_rank + ht->nranks && r < j->nw; r++)
+            all &= j->w[r].tolerated;
+        char addr[64];
+        int reach = all ? reaches(j, h, addr, sizeof(addr)) : -1;
+        if (reach >= 0)
+            fprintf(stderr,
+                    "chorus-run: every rank of host %s was lost; the launcher %s %s at %s%s\n",
+                    ht->name, reach ? "still reaches" : "cannot reach", ht->name, addr,
+                    reach ? "" : " (the host or its link is down?)");
+    }
     return 0;
 }
 

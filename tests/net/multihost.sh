@@ -20,6 +20,9 @@
 #   lostpair  host 2 of two takes its link down: the ranks of each host lose those of the
 #             other; the launcher says the two lost each other, that it still reaches host 1
 #             (it runs there) but not host 2, and names a rank of host 2 first
+#   pslost    the same under chorus-train --mode ps-async (the server and worker 0 on host 1):
+#             host 2's workers are lost, the job finishes with worker 0 and exits 0, naming
+#             them and saying that the launcher cannot reach host 2
 #   stop      a rank of host 2 is stopped (SIGSTOP): the launcher names it as stopped
 #   elastic   --elastic with a discovery script naming host 1 and host 2: workers start on
 #             both, a third joins on host 2 when it gets a second slot and is retired when
@@ -30,7 +33,7 @@
 # After every case nothing of the job is left on any host (ip netns pids). Needs root and
 # `ip netns`; prints SKIP with the reason otherwise.
 BUILD=${BUILD:-build}
-case=${1:?usage: multihost.sh basic|hostfile|secret|fail|linkcut|hostkill|lostpair|stop|elastic|iface}
+case=${1:?usage: multihost.sh basic|hostfile|secret|fail|linkcut|hostkill|lostpair|pslost|stop|elastic|iface}
 run=$PWD/$BUILD/bin/chorus-run
 coll=$PWD/$BUILD/tests/mp/coll_select
 bench=$PWD/$BUILD/bin/chorus-bench
@@ -243,6 +246,27 @@ linkcut | hostkill | lostpair | stop)
     expect "^chorus-run: host $victim failed: all its ranks ($vr) failed or were lost"
     # the ranks of the other hosts name the lost rank's host by its address
     expect "^\[[01]\] .*rank [23] (host [^)]* at $(cluster_addr $vi))"
+    no_leftovers
+    ;;
+pslost)
+    export CHORUS_TIMEOUT_S=3 CHORUS_HEARTBEAT_TIMEOUT_S=2 CHORUS_HEARTBEAT_S=0.5
+    launch_bg -H "$h1:2,$h2:2" --servers 1 "$PWD/$BUILD/bin/chorus-train" --mode ps-async \
+        --batch 96 --max-steps 400 --log-every 1
+    # until worker 0 (rank 1) is at step 20: data loading takes what the machine's load makes it
+    while kill -0 $pid 2> /dev/null && ! grep -q '^\[1\] epoch 1/10 step 2[0-9]/' "$logs/out"; do sleep 0.1; done
+    ip -n "$h2" link set eth0 down
+    wait $pid
+    rc=$?
+    grep -v 'step [0-9]*/' "$logs/out" > "$logs/summary"
+    mv "$logs/summary" "$logs/out"
+    [ $rc = 0 ] || fail "exit $rc, not 0: the job goes on without host 2's workers"
+    expect "^\[1\] done: 400 steps"
+    for r in 2 3; do
+        expect "^chorus-run: rank $r (pid [0-9]* on host $h2) exited with status 1; the job goes on without it"
+        expect "^chorus-run: the job finished without rank $r (pid [0-9]* on host $h2), which exited with status 1"
+    done
+    expect "^chorus-run: every rank of host $h2 was lost; the launcher cannot reach $h2 at $(cluster_addr 2) (the host or its link is down?)$"
+    grep -q "stopped responding\|failed first" "$logs/out" && fail "a rank was named as the job's failure"
     no_leftovers
     ;;
 elastic)

@@ -114,11 +114,12 @@ basic)
     mkdir "$logs/bin"
     printf '#!/bin/sh\necho "$*" >> %s/ssh.log\nwhile [ $# -gt 0 ]; do case $1 in -o|-p|-i) shift 2 ;; *) break ;; esac; done\nh=$1\nshift\nexec ip netns exec "$h" "$@"\n' "$logs" > "$logs/bin/ssh"
     chmod +x "$logs/bin/ssh"
-    PATH="$logs/bin:$PATH" ip netns exec "$h1" "$run" -H "$h1:1,$h2:1" -p 2222 --ssh-identity-file /k/id sh -c 'echo "at $(cat /etc/hostname)"' > "$logs/out" 2>&1
+    : > "$logs/id" # the key file must exist (chorus-run checks it before anything starts)
+    PATH="$logs/bin:$PATH" ip netns exec "$h1" "$run" -H "$h1:1,$h2:1" -p 2222 --ssh-identity-file "$logs/id" sh -c 'echo "at $(cat /etc/hostname)"' > "$logs/out" 2>&1
     rc=$?
     [ $rc = 0 ] || fail "through ssh: exit $rc"
     expect "^\[1\] at $h2$"
-    grep -qx -- "-o BatchMode=yes -p 2222 -i /k/id $h2 $run --agent 1" "$logs/ssh.log" ||
+    grep -qx -- "-o BatchMode=yes -p 2222 -i $logs/id $h2 $run --agent 1" "$logs/ssh.log" ||
         fail "ssh was run as: $(cat "$logs/ssh.log")"
     # a remote shell that cannot reach the host: the job fails at once and says what to check
     launch --rsh false --grace 1 -H "$h1:1,$h2:1" sh -c 'sleep 30'

@@ -1224,20 +1224,18 @@ static int parse_seconds(const char *opt, const char *v, double *out)
     return 0;
 }
 
-/* A file the launcher itself needs (mode: R_OK to read, X_OK to run), checked before anything
- * starts: a typo is one line, not a job that fails later or runs without it. */
-static int check_path(const char *opt, const char *path, int mode)
+/* A file the launcher itself reads, checked before anything starts: a typo is one line, not
+ * a job that fails later or runs without it. */
+static int check_readable(const char *opt, const char *path)
 {
     struct stat st;
     if (stat(path, &st)) {
         fprintf(stderr, "chorus-run: %s %s: %s\n", opt, path, strerror(errno));
         return -1;
     }
-    if (S_ISDIR(st.st_mode) || access(path, mode)) {
+    if (S_ISDIR(st.st_mode) || access(path, R_OK)) {
         fprintf(stderr, "chorus-run: %s %s: %s\n", opt, path,
-                S_ISDIR(st.st_mode) ? "is a directory, not a file"
-                : mode == X_OK      ? "is not executable"
-                                    : "cannot be read");
+                S_ISDIR(st.st_mode) ? "is a directory, not a file" : "cannot be read");
         return -1;
     }
     return 0;
@@ -1502,7 +1500,7 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
     } else if (!strcmp(a, "-p") || !strcmp(a, "--ssh-port") || !strcmp(a, "--ssh-identity-file")) {
         int port;
         if (strcmp(a, "--ssh-identity-file") ? parse_int_arg(a, v, 1, 65535, &port)
-                                             : check_path(a, v, R_OK))
+                                             : check_readable(a, v))
             return 2;
         size_t n = strlen(j->rsh_buf);
         if (!n) n = (size_t)snprintf(j->rsh_buf, sizeof(j->rsh_buf), "ssh -o BatchMode=yes");
@@ -1537,7 +1535,11 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
     } else if (!strcmp(a, "--max-restarts")) {
         if (parse_int_arg(a, v, 0, 1 << 20, &j->max_restarts)) return 2;
     } else if (!strcmp(a, "--host-discovery-script")) {
-        if (check_path(a, v, X_OK)) return 2;
+        char why[256]; /* a command line for sh -c; a single word must be a program */
+        if (!strpbrk(v, " \t;|&<>") && !runnable(v, why, sizeof(why))) {
+            fprintf(stderr, "chorus-run: %s %s: %s\n", a, v, why);
+            return 2;
+        }
         j->discovery = v;
     } else if (!strcmp(a, "--discovery-interval")) {
         j->discovery_every = atof(v);

@@ -20,6 +20,7 @@ int main(void)
     if (test_rank == 0) {
         sleep(1);
         printf("rank 0: the checkpoint is damaged; cannot go on\n");
+        chorus_finalize(c);
         return 2;
     }
     ASSERT(!ok);
@@ -27,5 +28,6 @@ int main(void)
     ASSERT(chorus_report_peer_failure(c, chorus_size(c)) == CHORUS_ERR_INVALID_ARG);
     ASSERT_OK(chorus_report_peer_failure(c, 0));
     printf("rank %d: cannot go on: see rank 0\n", test_rank);
+    chorus_finalize(c);
     return 1;
 }

@@ -105,6 +105,12 @@ def raise_if_diverged(rows, named, step):
 _calls = [0]
 
 
+def next_step(step):
+    """step, or, when None, how many times this process checked so far (this call included)."""
+    _calls[0] += 1
+    return _calls[0] if step is None else int(step)
+
+
 def check_divergence(model_or_named_tensors, step=None, process_set=None, name=None):
     """Compares every tensor of ``model_or_named_tensors`` (a module's parameters and buffers,
     a dict of tensors, or (name, tensor) pairs) across the ranks of ``process_set`` (default:
@@ -117,8 +123,7 @@ def check_divergence(model_or_named_tensors, step=None, process_set=None, name=N
     from .._core import global_process_set
     ps = global_process_set if process_set is None else process_set
     named = named_tensors(model_or_named_tensors, "check_divergence")
-    _calls[0] += 1
-    step = _calls[0] if step is None else int(step)
+    step = next_step(step)
     row = divergence_row(named, mpi_ops.rank())
     rows = mpi_ops.allgather(row, name=name or "check_divergence", process_set=ps)
     raise_if_diverged(rows, named, step)

@@ -637,6 +637,8 @@ typedef struct trainer {
     nn_optim pipe_opt;    /* the stage's optimizer (t->opt is the whole model's, for checkpoints) */
     int first_layer;      /* --pipeline-stages: the stage's first layer in the whole model */
     uint64_t div_checked; /* --check-divergence: 1 + the last step compared */
+    double div_s;         /* --check-divergence: seconds spent comparing (part of train_time) */
+    uint64_t div_n;       /* --check-divergence: comparisons made */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -1189,8 +1191,11 @@ static void verify_replicas(trainer *t)
     nn_model *m = t->pipe ? nn_pipe_model(t->pipe) : t->m;
     if (t->o.par.zero) par_sync(&t->o.par, t->m); /* the parameters whole: after the all-gather */
     chorus_comm *group = t->pipe ? nn_pipe_replicas(t->pipe) : t->dist.comm;
+    double t0 = now_s();
     if (diverge_check(t->comm, group, m, t->first_layer, step, why, sizeof(why)))
         die("%s; stopping without a checkpoint of this state", why);
+    t->div_s += now_s() - t0;
+    t->div_n++;
 }
 
 /* After the update of a step: the test-only perturbation (train_diverge.h), then the replicas
@@ -1515,6 +1520,10 @@ static void report(trainer *t)
         else
             printf("done: %llu steps (nothing left to train)\n",
                    (unsigned long long)t->st.global_step);
+        if (t->div_n && t->train_time > 0)
+            printf("divergence checks: %llu, %.3f ms each, %.3f%% of the training time\n",
+                   (unsigned long long)t->div_n, 1e3 * t->div_s / (double)t->div_n,
+                   100.0 * t->div_s / t->train_time);
     }
     if (t->pipe) pipeline_report(t);
     if (o->dump) {

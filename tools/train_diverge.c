@@ -53,8 +53,8 @@ int diverge_check(chorus_comm *world, chorus_comm *group, const nn_model *m, int
         return 1;
     }
     for (int i = 0; i < n; i++) np[i] = names[i];
-    chorus_result r = chorus_check_divergence(group, (size_t)n, bufs, bytes, np,
-                                              chorus_rank(world), (long long)step);
+    chorus_result r = chorus_check_divergence(group, (size_t)n, bufs, bytes, np, chorus_rank(world),
+                                              (long long)step);
     free(bufs);
     free(bytes);
     free(names);
@@ -66,8 +66,7 @@ int diverge_check(chorus_comm *world, chorus_comm *group, const nn_model *m, int
     /* every group's verdict to every rank: the lowest world rank that found a divergence */
     int first[1] = {bad ? chorus_rank(world) : chorus_size(world)};
     if (chorus_allreduce(world, first, first, 1, CHORUS_INT32, CHORUS_MIN) != CHORUS_OK) {
-        snprintf(why, len, "--check-divergence: sharing the verdict: %s",
-                 chorus_last_error(world));
+        snprintf(why, len, "--check-divergence: sharing the verdict: %s", chorus_last_error(world));
         return 1;
     }
     if (!bad && first[0] < chorus_size(world))
@@ -117,8 +116,7 @@ int diverge_perturb(const char *spec, nn_model *m, int first_layer, int world_ra
         fprintf(stderr, "chorus-train[%d]: --test-perturb: changed '%s' after step %llu\n",
                 world_rank, names[hit], at);
     } else {
-        snprintf(why, len, "--test-perturb %s: rank %d has no tensor '%s'", spec, world_rank,
-                 name);
+        snprintf(why, len, "--test-perturb %s: rank %d has no tensor '%s'", spec, world_rank, name);
     }
     free(bufs);
     free(bytes);

@@ -47,9 +47,8 @@ static size_t ranks_text(char *out, size_t cap, const uint64_t *rows, size_t w, 
     return k < cap ? k : cap - 1;
 }
 
-int chorus_divergence_compare(const uint64_t *rows, int nranks, size_t n,
-                              const char *const *names, long long step, long *tensor, int *differ,
-                              char *msg, size_t cap)
+int chorus_divergence_compare(const uint64_t *rows, int nranks, size_t n, const char *const *names,
+                              long long step, long *tensor, int *differ, char *msg, size_t cap)
 {
     size_t w = n + 2;
     if (tensor) *tensor = -1;
@@ -82,7 +81,8 @@ int chorus_divergence_compare(const uint64_t *rows, int nranks, size_t n,
     for (int r = 0; r < nranks; r++) {
         if (grp[r] >= 0) continue;
         for (int q = r; q < nranks; q++)
-            if (grp[q] < 0 && rows[(size_t)q * w + (size_t)col] == rows[(size_t)r * w + (size_t)col])
+            if (grp[q] < 0 &&
+                rows[(size_t)q * w + (size_t)col] == rows[(size_t)r * w + (size_t)col])
                 grp[q] = ngroups;
         ngroups++;
     }
@@ -172,7 +172,8 @@ chorus_result chorus_check_divergence(chorus_comm *c, size_t n, const void *cons
     if (res != CHORUS_OK) goto out;
     char msg[sizeof(c->err.msg)];
     int v = chorus_divergence_compare(rows, size, n, names, step, NULL, NULL, msg, sizeof(msg));
-    if (v != 0) res = chorus__fail(&c->err, v < 0 ? CHORUS_ERR_NOMEM : CHORUS_ERR_MISMATCH, "%s", msg);
+    if (v != 0)
+        res = chorus__fail(&c->err, v < 0 ? CHORUS_ERR_NOMEM : CHORUS_ERR_MISMATCH, "%s", msg);
 out:
     free(row);
     free(rows);

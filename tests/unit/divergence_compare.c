@@ -66,7 +66,8 @@ int main(void)
     row(rows + 3 * W, 3, 0, 0);
     ASSERT_EQ(chorus_divergence_compare(rows, 4, NT, names, 1, &t, differ, msg, sizeof(msg)), 1);
     ASSERT(differ[0] == 0 && differ[1] == 1 && differ[2] == 1 && differ[3] == 0);
-    ASSERT(strstr(msg, "tensor 'fc.weight' differs on ranks 11,12 from ranks 10,13 (the reference"));
+    ASSERT(
+        strstr(msg, "tensor 'fc.weight' differs on ranks 11,12 from ranks 10,13 (the reference"));
 
     /* bitwise: -0.0 is not 0.0 */
     float z = 0.0f, nz = -0.0f;

@@ -151,6 +151,36 @@ chorus_result chorus_alltoall(chorus_comm *c, const void *send, void *recv, size
 /* Returns once every rank of c has entered the barrier. */
 chorus_result chorus_barrier(chorus_comm *c);
 
+/* ---- weight divergence (docs/TRAINING.md) --------------------------------------------------
+ *
+ * Replicas that should hold the same tensors (data-parallel weights) compared across the ranks
+ * in one collective: each rank makes a row of (2 + n) 64-bit words, [a signature of n, the
+ * names and the byte sizes; the rank's label (the number the text calls it by); the 64-bit hash
+ * of each tensor's bytes], the rows are allgathered, and the first column where they differ is
+ * named. The hash is of the bytes: NaNs with other payloads, and -0.0 against 0.0, differ. The
+ * ranks named are those outside the reference group, the largest group of ranks whose hashes
+ * are equal; on a tie (two ranks, say) the group that holds the lowest rank is the reference. */
+
+/* Fills row (2 + n words) for the n tensors bufs[i] of bytes[i] bytes named names[i]. */
+void chorus_divergence_row(size_t n, const void *const *bufs, const size_t *bytes,
+                           const char *const *names, long long label, uint64_t *row);
+
+/* rows: nranks rows made by chorus_divergence_row, in rank order. Returns 0 when they agree;
+ * 1 when a tensor differs (*tensor its index, may be NULL); 2 when the tensor lists differ;
+ * -1 out of memory. differ (nranks ints, may be NULL) gets 1 for the ranks outside the
+ * reference group; msg (cap bytes) the text, e.g. "weights diverged at step 5: tensor
+ * 'fc.weight' differs on rank 1 from ranks 0,2 (the reference is the largest group of equal
+ * ranks; 1 of 4 tensors differ; hashes: ranks 0,2 ...; rank 1 ...)". */
+int chorus_divergence_compare(const uint64_t *rows, int nranks, size_t n, const char *const *names,
+                              long long step, long *tensor, int *differ, char *msg, size_t cap);
+
+/* Collective over c: the rows above, one allgather, the comparison. CHORUS_ERR_MISMATCH when
+ * the ranks differ, with the text in chorus_last_error(c) (the communicator stays usable);
+ * label < 0 calls this rank by its rank in c. */
+chorus_result chorus_check_divergence(chorus_comm *c, size_t n, const void *const *bufs,
+                                      const size_t *bytes, const char *const *names,
+                                      long long label, long long step);
+
 /* ---- point to point (docs/P2P.md) ----------------------------------------------------------
  *
  * Messages between two ranks of a communicator, over TCP (also between ranks of one host, on

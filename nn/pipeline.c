@@ -396,6 +396,11 @@ nn_model *nn_pipe_model(nn_pipe *p)
     return p->slots[0].m;
 }
 
+chorus_comm *nn_pipe_replicas(nn_pipe *p)
+{
+    return p->dp;
+}
+
 /* Rows [off, off+nb) of the step: micro-batch j's share, as chorus-train --accum cuts it. */
 static void micro_range(int nloc, int m, int j, int *off, int *nb)
 {

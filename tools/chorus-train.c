@@ -30,6 +30,7 @@
 #include "train_tb.h"
 #include "train_balance.h"
 #include "train_pipe.h"
+#include "train_diverge.h"
 
 typedef struct opts {
     const char *model;
@@ -75,6 +76,9 @@ typedef struct opts {
     int pipe_stages;           /* --pipeline-stages P, 0: no pipeline */
     int microbatches;          /* --microbatches M per step and pipeline */
     const char *pipe_schedule; /* --schedule gpipe|1f1b */
+
+    long check_div;      /* --check-divergence N: compare the replicas every N steps (0: off) */
+    const char *perturb; /* --test-perturb RANK:STEP[:TENSOR] (tests only), or NULL */
 } opts;
 
 static int g_rank;
@@ -129,6 +133,14 @@ static void usage(FILE *f)
             "  --metrics FILE         JSON line per step: loss, acc, lr, samples/s, comm wait\n"
             "  --max-steps N          stop after N optimizer steps in all\n"
             "  --dump-params FILE     write each rank's final parameters to FILE.<rank>\n"
+            "  --check-divergence N   every N steps, compare the parameters of the ranks that\n"
+            "                         should hold equal ones (one allgather of a 64-bit hash\n"
+            "                         per tensor); a difference stops the run, before any\n"
+            "                         checkpoint, naming the tensor, the ranks and the step\n"
+            "                         (0: off) (0)\n"
+            "  --test-perturb R:S[:T] FOR TESTS ONLY: world rank R changes the first element\n"
+            "                         of tensor T (e.g. layer2.linear.bias; default the\n"
+            "                         first) after step S, so that --check-divergence finds it\n"
             "  --grad-sync fused|layer|engine  after backward, one allreduce over the whole\n"
             "                         contiguous gradient buffer (fused) or one per layer; or\n"
             "                         each layer's allreduce started by the training engine\n"
@@ -308,7 +320,9 @@ static void parse(int argc, char **argv, opts *o)
         O_STRAGGLER,
         O_PSTAGES,
         O_MICRO,
-        O_PSCHED
+        O_PSCHED,
+        O_CHECKDIV,
+        O_PERTURB
     };
     static const struct option lo[] = {{"model", 1, 0, O_MODEL},
                                        {"epochs", 1, 0, O_EPOCHS},
@@ -332,6 +346,8 @@ static void parse(int argc, char **argv, opts *o)
                                        {"max-steps", 1, 0, O_MAXSTEPS},
                                        {"data", 1, 0, O_DATA},
                                        {"dump-params", 1, 0, O_DUMP},
+                                       {"check-divergence", 1, 0, O_CHECKDIV},
+                                       {"test-perturb", 1, 0, O_PERTURB},
                                        {"grad-sync", 1, 0, O_SYNC},
                                        {"bucket-kb", 1, 0, O_BUCKET},
                                        {"log-every", 1, 0, O_LOGEVERY},
@@ -395,6 +411,12 @@ static void parse(int argc, char **argv, opts *o)
         case O_MAXSTEPS: NUM(o->max_steps, strtol(optarg, &end, 10), o->max_steps > 0); break;
         case O_DATA: o->data = optarg; break;
         case O_DUMP: o->dump = optarg; break;
+        case O_CHECKDIV: NUM(o->check_div, strtol(optarg, &end, 10), o->check_div >= 0); break;
+        case O_PERTURB:
+            if (!diverge_perturb_valid(optarg))
+                die("--test-perturb '%s': expected RANK:STEP[:TENSOR]", optarg);
+            o->perturb = optarg;
+            break;
         case O_SYNC: o->sync = optarg; break;
         case O_BUCKET: NUM(o->bucket_kb, strtol(optarg, &end, 10), o->bucket_kb >= 0); break;
         case O_LOGEVERY: NUM(o->log_every, (int)strtol(optarg, &end, 10), o->log_every > 0); break;
@@ -464,6 +486,10 @@ static void parse(int argc, char **argv, opts *o)
         die("--straggler-timeout is for --mode ps-sync, ps-async and ps-ssp; with allreduce a "
             "rank far slower than the others is named in the progress line");
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
+    if (o->check_div && strcmp(o->mode, "allreduce"))
+        die("--check-divergence works with --mode allreduce, not --mode %s (the parameter "
+            "servers hold the one copy of the parameters)",
+            o->mode);
     check_pipeline_opts(o);
     if (o->ckpt_every && !o->ckpt_dir) die("--checkpoint-every needs --checkpoint-dir");
     int adam = !strcmp(o->optim, "adamw");
@@ -609,6 +635,10 @@ typedef struct trainer {
     float *pipe_x;        /* (max_local, features) the step's samples on stage 0 */
     int32_t *pipe_y;      /* (max_local) their labels */
     nn_optim pipe_opt;    /* the stage's optimizer (t->opt is the whole model's, for checkpoints) */
+    int first_layer;      /* --pipeline-stages: the stage's first layer in the whole model */
+    uint64_t div_checked; /* --check-divergence: 1 + the last step compared */
+    double div_s;         /* --check-divergence: seconds spent comparing (part of train_time) */
+    uint64_t div_n;       /* --check-divergence: comparisons made */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -1041,6 +1071,9 @@ static void start_pipeline(trainer *t)
     if (nn_pipe_create(t->m, t->comm, P, M, kind, max_micro < 1 ? 1 : max_micro, &t->pipe))
         die("%s", nn_last_error());
     pipeline_optim_init(t, &t->pipe_opt, nn_pipe_model(t->pipe)->nparams);
+    nn_pipe_stats pst;
+    nn_pipe_get_stats(t->pipe, &pst);
+    t->first_layer = pst.layer_lo;
     t->world = D; /* the learning rate scales with the data-parallel replicas (--scale-lr) */
     t->pipe_x =
         malloc((t->max_local ? t->max_local : 1) * nn_model_in_features(t->m) * sizeof(float));
@@ -1149,6 +1182,38 @@ static void pipeline_report(trainer *t)
         die("gathering the pipeline report: %s", chorus_last_error(t->comm));
 }
 
+/* --check-divergence: the replicas compared at this step (once), before the step's metrics
+ * and any checkpoint of it; a divergence stops every rank. */
+static void verify_replicas(trainer *t)
+{
+    char why[640];
+    uint64_t step = t->st.global_step;
+    if (!t->o.check_div || t->ps || t->div_checked == step + 1) return;
+    t->div_checked = step + 1;
+    nn_model *m = t->pipe ? nn_pipe_model(t->pipe) : t->m;
+    if (t->o.par.zero) par_sync(&t->o.par, t->m); /* the parameters whole: after the all-gather */
+    chorus_comm *group = t->pipe ? nn_pipe_replicas(t->pipe) : t->dist.comm;
+    double t0 = now_s();
+    if (diverge_check(t->comm, group, m, t->first_layer, step, why, sizeof(why)))
+        die("%s; stopping without a checkpoint of this state", why);
+    t->div_s += now_s() - t0;
+    t->div_n++;
+}
+
+/* After the update of a step: the test-only perturbation (train_diverge.h), then the replicas
+ * compared every --check-divergence steps and before every checkpoint. */
+static void after_update(trainer *t)
+{
+    char why[640];
+    uint64_t step = t->st.global_step, every = (uint64_t)t->o.check_div;
+    long ck = t->o.ckpt_every;
+    if (t->o.par.zero && t->o.perturb) par_sync(&t->o.par, t->m);
+    if (diverge_perturb(t->o.perturb, t->pipe ? nn_pipe_model(t->pipe) : t->m, t->first_layer,
+                        g_rank, step, why, sizeof(why)))
+        die("%s", why);
+    if (every && (step % every == 0 || (ck && step % (uint64_t)ck == 0))) verify_replicas(t);
+}
+
 /* One optimizer step: forward and backward over this rank's share of global step `step`
  * (in --accum micro-batches), gradient sum over the ranks, update; then rank 0's metrics
  * line, progress line and step checkpoint. */
@@ -1217,6 +1282,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         par_optim_step(&t->o.par, m, &t->opt, lr);
     }
     st->global_step++;
+    if (!t->ps) after_update(t);
     st->epoch = step + 1 == t->steps_per_epoch ? epoch + 1 : epoch;
     st->step_in_epoch = step + 1 == t->steps_per_epoch ? 0 : step + 1;
     double t1 = now_s(), dt = t1 - t0;
@@ -1406,9 +1472,9 @@ static int train_epoch(trainer *t, uint64_t epoch)
     if (stop && ep.n == 0) return 1;
     if (t->rank == 0 && t->tty) printf("\n");
     report_epoch(t, epoch, &ep);
-    if ((t->rank == 0 || t->pipe) && o->ckpt_dir &&
-        !(o->ckpt_every && t->st.global_step % (uint64_t)o->ckpt_every == 0))
-        save_checkpoint(t);
+    int ckpt = o->ckpt_dir && !(o->ckpt_every && t->st.global_step % (uint64_t)o->ckpt_every == 0);
+    if (ckpt) verify_replicas(t);
+    if ((t->rank == 0 || t->pipe) && ckpt) save_checkpoint(t);
     return stop;
 }
 
@@ -1456,6 +1522,10 @@ static void report(trainer *t)
         else
             printf("done: %llu steps (nothing left to train)\n",
                    (unsigned long long)t->st.global_step);
+        if (t->div_n && t->train_time > 0)
+            printf("divergence checks: %llu, %.3f ms each, %.3f%% of the training time\n",
+                   (unsigned long long)t->div_n, 1e3 * t->div_s / (double)t->div_n,
+                   100.0 * t->div_s / t->train_time);
     }
     if (t->pipe) pipeline_report(t);
     if (o->dump) {

@@ -673,6 +673,9 @@ void nn_pipe_destroy(nn_pipe *p);
 /* The stage's own model: its params and grads are the ones to update (optimizer) and to
  * report. Valid until nn_pipe_destroy. */
 nn_model *nn_pipe_model(nn_pipe *p);
+/* The communicator of this stage's replicas (this stage in every pipeline: the ranks whose
+ * stage parameters are equal). Valid until nn_pipe_destroy. */
+chorus_comm *nn_pipe_replicas(nn_pipe *p);
 
 /* Collective over the pipeline: runs one step's forwards and backwards on nloc samples of
  * this pipeline (cut into m micro-batches of nloc/m, the first nloc%m one larger, as

@@ -17,6 +17,7 @@ from .functions import (broadcast_parameters, broadcast_optimizer_state, broadca
 from .optimizer import DistributedOptimizer  # noqa: F401
 from .balance import BalancedDistributedSampler, balanced_shares  # noqa: F401
 from .sync_batch_norm import SyncBatchNorm  # noqa: F401
+from .divergence import check_divergence, DivergenceError  # noqa: F401
 from . import elastic  # noqa: F401
 from .._lib import (ChorusError, HorovodInternalError, ChorusMismatchError,  # noqa: F401
                     ChorusPeerLostError, ChorusTimeoutError, HostsUpdatedInterrupt)
@@ -27,5 +28,5 @@ __all__ = list(_ops_all) + [
     "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "ChorusError",
     "ChorusPeerLostError", "ChorusTimeoutError", "HostsUpdatedInterrupt",
     "log_scalar",
-    "BalancedDistributedSampler", "balanced_shares",
+    "BalancedDistributedSampler", "balanced_shares", "check_divergence", "DivergenceError",
 ]

@@ -25,6 +25,13 @@ wait on a peer (subgroups inherit it). When the timeout is torch's default (30 m
 CHORUS_TIMEOUT_S is set, CHORUS_TIMEOUT_S wins. A dead peer is found sooner: its closed
 connection fails every pending call at once. Errors are RuntimeError with
 libchorus's detail, which names the peer.
+
+Weight divergence. check_divergence(module, process_group) compares the module's parameters
+and buffers across the group's ranks in one all_gather of 64-bit hashes and raises
+chorus.torch.DivergenceError naming the first divergent tensor, the ranks and the step (it
+works on any backend's group). For DDP, divergence_hook with a DivergenceHookState(module,
+process_group, every=N) does the same every N steps from DDP's communication hook, before the
+gradients of the step are averaged (docs/PYTHON.md).
 """
 
 import datetime
@@ -33,11 +40,13 @@ import importlib.util
 import os
 import socket
 
+import torch
 import torch.distributed as dist
 
 from .._lib import lib_path
+from . import divergence as _div
 
-__all__ = ["BACKEND"]
+__all__ = ["BACKEND", "check_divergence", "DivergenceHookState", "divergence_hook"]
 
 BACKEND = "chorus"
 _EXT_NAME = "_chorus_torchdist"
@@ -141,6 +150,50 @@ def _register():
         dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
     except TypeError:
         dist.Backend.register_backend(BACKEND, _create, extended_api=True)
+
+
+def check_divergence(module, process_group=None, step=None):
+    """Compares every parameter and buffer of module (or a dict / (name, tensor) pairs) across
+    the ranks of process_group (default: the world) in one all_gather of 64-bit hashes of the
+    bytes. Returns when every rank holds the same bytes; otherwise raises, on every rank,
+    chorus.torch.DivergenceError naming the first divergent tensor, the (global) ranks outside
+    the reference group and step (default: how many times this process checked so far). A
+    collective over the group."""
+    named = _div.named_tensors(module, "check_divergence")
+    step = _div.next_step(step)
+    row = _div.divergence_row(named, dist.get_rank())
+    rows = [torch.zeros_like(row) for _ in range(dist.get_world_size(process_group))]
+    dist.all_gather(rows, row, group=process_group)
+    _div.raise_if_diverged(torch.cat(rows), named, step)
+
+
+class DivergenceHookState:
+    """State of divergence_hook: the module to check (the one DDP wraps, or the DDP module
+    itself), the process group DDP averages over (None: the world) and every (a check every
+    that many optimizer steps; 0: never). steps counts the backward passes seen."""
+
+    def __init__(self, module, process_group=None, every=100):
+        if int(every) < 0:
+            raise ValueError("DivergenceHookState: every must be >= 0 (0: never)")
+        self.module = module
+        self.process_group = process_group
+        self.every = int(every)
+        self.steps = 0
+
+
+def divergence_hook(state, bucket):
+    """A DDP communication hook (ddp.register_comm_hook(DivergenceHookState(...),
+    divergence_hook)): averages each gradient bucket as torch's default_hooks.allreduce_hook
+    does (divided by the group's size, then summed), and, at the last bucket of every state.every-th backward pass,
+    first runs check_divergence(state.module, state.process_group, step) on the parameters as
+    the previous optimizer step left them (step = the backward passes before this one). A
+    divergence raises from loss.backward() with DivergenceError's message."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    if bucket.is_last():
+        done, state.steps = state.steps, state.steps + 1
+        if state.every and done and done % state.every == 0:
+            check_divergence(state.module, state.process_group, step=done)
+    return default_hooks.allreduce_hook(state.process_group, bucket)
 
 
 _register()

@@ -21,13 +21,20 @@ from .. import _core, _engine, _scalars
 from .._core import Average, Adasum, global_process_set
 from .compression import Compression
 from . import mpi_ops
+from .divergence import check_divergence
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, sparse_as_dense=False,
-                 process_set=global_process_set, bucket_cap_mb=25.0, sampler=None):
+                 process_set=global_process_set, bucket_cap_mb=25.0, sampler=None,
+                 check_divergence_every=0):
         super(self.__class__, self).__init__(params)
+        self._check_every = int(check_divergence_every)
+        if self._check_every < 0:
+            raise ValueError("chorus DistributedOptimizer: check_divergence_every must be >= 0 "
+                             "(0: never)")
+        self._chorus_steps = 0  # optimizer steps taken (the step a divergence is reported at)
         self._sampler = sampler
         self._local_samples = None  # (n_i, n) from set_local_samples
         self._compression = compression
@@ -268,7 +275,13 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "optimizer.synchronize() in your code.")
             self.synchronize()
         self._synchronized = False
-        return super(self.__class__, self).step(closure)
+        out = super(self.__class__, self).step(closure)
+        self._chorus_steps += 1
+        if self._check_every and self._chorus_steps % self._check_every == 0 and self._included():
+            check_divergence([(self._parameter_names[p], p) for g in self.param_groups
+                              for p in g["params"]], step=self._chorus_steps,
+                             process_set=self.process_set, name="check_divergence.optimizer")
+        return out
 
     def zero_grad(self, *args, **kwargs):
         if self._handles:
@@ -281,7 +294,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set, bucket_cap_mb=25.0, sampler=None):
+                         process_set=global_process_set, bucket_cap_mb=25.0, sampler=None,
+                         check_divergence_every=0):
     """Wraps a torch optimizer so that step() applies gradients averaged over all ranks.
 
     named_parameters: model.named_parameters(), naming each gradient's allreduce (the same
@@ -300,6 +314,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     the whole global batch, as an even split would give (the loss must be the mean over the
     local batch). Needs op=Average, gradient_predivide_factor=1 and one backward pass per
     step; set_local_samples(n_i, n) does the same weighting without a sampler.
+    check_divergence_every (a Chorus extension): every N optimizer steps (0: never), after
+    the update, check_divergence over the parameters it optimises (named as in
+    named_parameters): a rank whose parameters drifted from the others' raises
+    DivergenceError on every rank, naming the parameter, the ranks and the step.
     """
     if sampler is not None:
         _weighting_allowed(op, gradient_predivide_factor)
@@ -321,7 +339,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                dict(_DistributedOptimizer.__dict__))
     opt = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
               op, gradient_predivide_factor, sparse_as_dense, process_set, bucket_cap_mb,
-              sampler)
+              sampler, check_divergence_every)
     opt.state = optimizer.state  # keep state loaded into the wrapped optimizer
     return opt
 

@@ -576,6 +576,25 @@ static void fmt_eta(char *buf, size_t len, double s)
         snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
 }
 
+/* --metrics: after each record, the line is on its way to the file, or the run stops naming
+ * the file and what the system said (a full disk, /dev/full), not with a file cut mid-record.
+ * Closes the file too when closing. */
+static void metrics_written(FILE **f, const char *path, int closing)
+{
+    if (!*f) return;
+    errno = 0;
+    int bad = fflush(*f) != 0 || ferror(*f);
+    int err = errno;
+    if (closing) {
+        bad |= fclose(*f) != 0;
+        if (bad && !err) err = errno;
+        *f = NULL;
+    }
+    if (bad)
+        die("cannot write metrics to %s: %s", path,
+            err ? strerror(err) : "a write failed (the system gave no reason)");
+}
+
 /* Everything a run holds, shared by the steps of main() below. */
 typedef struct trainer {
     opts o;
@@ -787,6 +806,28 @@ static void claim_checkpoint_dir(trainer *t)
             t->o.ckpt_dir, t->rank == 0 ? why : "see rank 0");
 }
 
+/* --resume: rank 0's loaded training and optimizer state to every rank. */
+static void share_resumed_state(trainer *t)
+{
+    nn_dist *d = &t->dist;
+    nn_train_state *st = &t->st;
+    uint64_t words[7] = {st->epoch, st->step_in_epoch, st->global_step, st->seed,
+                         st->rng,   st->model_sig,     t->opt.t};
+    if (nn_dist_broadcast_bytes(d, words, sizeof(words))) die("%s", nn_last_error());
+    st->epoch = words[0];
+    st->step_in_epoch = words[1];
+    st->global_step = words[2];
+    st->seed = words[3];
+    st->rng = words[4];
+    t->opt.t = words[6];
+    size_t ns = t->opt.m ? t->opt.n : 0;
+    if ((ns && nn_dist_broadcast_bytes(d, t->opt.m, ns * sizeof(float))) ||
+        (t->opt.v && nn_dist_broadcast_bytes(d, t->opt.v, t->opt.n * sizeof(float))))
+        die("%s", nn_last_error());
+    t->m->seed = st->rng;
+    t->sampler.seed = st->seed;
+}
+
 /* Step (--resume): rank 0 loads the newest valid checkpoint and every rank gets its verdict,
  * then the training state and optimizer state (the parameters follow with the broadcast of
  * rank 0's parameters in prepare_run). */
@@ -817,21 +858,7 @@ static void restore_checkpoint(trainer *t)
     if (nn_dist_broadcast_bytes(d, &loaded, sizeof(loaded))) die("%s", nn_last_error());
     if (loaded < 0) die("cannot resume: %s", t->rank == 0 ? why : "see rank 0");
     if (loaded == 1) {
-        uint64_t words[7] = {st->epoch, st->step_in_epoch, st->global_step, st->seed,
-                             st->rng,   st->model_sig,     t->opt.t};
-        if (nn_dist_broadcast_bytes(d, words, sizeof(words))) die("%s", nn_last_error());
-        st->epoch = words[0];
-        st->step_in_epoch = words[1];
-        st->global_step = words[2];
-        st->seed = words[3];
-        st->rng = words[4];
-        t->opt.t = words[6];
-        size_t ns = t->opt.m ? t->opt.n : 0;
-        if ((ns && nn_dist_broadcast_bytes(d, t->opt.m, ns * sizeof(float))) ||
-            (t->opt.v && nn_dist_broadcast_bytes(d, t->opt.v, t->opt.n * sizeof(float))))
-            die("%s", nn_last_error());
-        t->m->seed = st->rng;
-        t->sampler.seed = st->seed;
+        share_resumed_state(t);
         if (t->rank == 0)
             printf("resumed from %s: epoch %llu, step %llu\n", info.path,
                    (unsigned long long)st->epoch + 1, (unsigned long long)st->global_step);
@@ -846,15 +873,33 @@ static void restore_checkpoint(trainer *t)
 static void resume_shards(trainer *t)
 {
     if (!t->o.resume || t->st.global_step == 0) return;
+    int64_t moved = 0; /* 1: rank 0 went back to an older step (its state follows) */
     if (t->rank == 0) {
-        if (chorus_ps_load(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
-            die("cannot resume: %s", chorus_ps_last_error(t->ps));
+        char first[1024] = "";
+        while (chorus_ps_load(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK) {
+            /* damaged shards: the newest older step whose shards and trainer checkpoint are
+             * all intact, said so (the servers said what is wrong with theirs) */
+            if (!first[0]) snprintf(first, sizeof(first), "%s", chorus_ps_last_error(t->ps));
+            nn_ckpt_info info;
+            if (nn_ckpt_load_before(t->o.ckpt_dir, t->st.global_step, t->m, &t->opt, &t->st,
+                                    &info) != CHORUS_OK)
+                die("cannot resume: %s; no older step has both its shards and its trainer "
+                    "checkpoint intact (%s)",
+                    first, nn_last_error());
+            moved = 1;
+        }
+        if (moved)
+            fprintf(stderr,
+                    "chorus-train: %s; resuming from step %llu instead, the newest older step "
+                    "whose shards and trainer checkpoint are all intact\n",
+                    first, (unsigned long long)t->st.global_step);
         printf("servers: resumed their shards of step %llu from %s\n",
                (unsigned long long)t->st.global_step, t->o.ckpt_dir);
         fflush(stdout);
     }
-    if (chorus_barrier(t->dist.comm) != CHORUS_OK)
-        die("waiting for the servers' shards: %s", chorus_last_error(t->dist.comm));
+    if (nn_dist_broadcast_bytes(&t->dist, &moved, sizeof(moved)))
+        die("waiting for the servers' shards: %s", nn_last_error());
+    if (moved) share_resumed_state(t);
 }
 
 /* --mode ps-*: the servers' current parameters into the model. */
@@ -926,7 +971,7 @@ static void serve_params(trainer *t)
         for (int w = 0; w < st.nworkers; w++)
             fprintf(f, "%s%llu", w ? "," : "", (unsigned long long)st.worker_bytes_pulled[w]);
         fprintf(f, "]}\n");
-        fclose(f);
+        metrics_written(&f, t->o.metrics, 1);
     }
 }
 
@@ -942,14 +987,15 @@ static void prepare_run(trainer *t)
         die("%s", nn_last_error());
     t->steps_per_epoch = nn_sampler_steps(&t->sampler);
     if (t->rank == 0 && o->metrics) {
-        /* Appended to, a line at a time: under --mode ps-* each server adds its own line to
-         * the same file when it finishes, which a buffered writer at its own offset would
-         * overwrite. */
+        /* Appended to, a record at a time (metrics_written flushes each whole): under --mode
+         * ps-* each server adds its own line to the same file when it finishes, which a
+         * buffered writer at its own offset would overwrite. The flush is where a failed
+         * write shows, with the system's reason. */
         t->metrics = o->resume ? NULL : fopen(o->metrics, "w");
         if (t->metrics) fclose(t->metrics);
         t->metrics = fopen(o->metrics, "a");
         if (!t->metrics) die("cannot open --metrics %s: %s", o->metrics, strerror(errno));
-        setvbuf(t->metrics, NULL, _IOLBF, 0);
+        setvbuf(t->metrics, NULL, _IOFBF, 1 << 16);
     }
     char tb_why[600];
     if (train_tb_open(&t->tb, o->tensorboard, t->comm, t->rank == 0, tb_why, sizeof(tb_why)))
@@ -1250,6 +1296,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         if (t->metrics) {
             if (t->bal) balance_write_metrics(t->bal, t->metrics);
             fprintf(t->metrics, "}\n");
+            metrics_written(&t->metrics, o->metrics, 0);
         }
         int last = step + 1 == t->steps_per_epoch || st->global_step >= t->total_steps;
         int due = t->tty ? (t1 - ep->last_print > 0.2 || last)
@@ -1382,6 +1429,7 @@ static void eval_periodic(trainer *t)
                 "{\"step\":%llu,\"train_s\":%.3f,\"test_loss\":%.6f,\"test_acc\":%.4f,"
                 "\"compress\":\"%s\"}\n",
                 (unsigned long long)t->st.global_step, trained, loss, acc, t->o.compress);
+    metrics_written(&t->metrics, t->o.metrics, 0);
 }
 
 /* Step: one epoch from where the state stands (the sampler position after a resume), then
@@ -1470,7 +1518,7 @@ static void report(trainer *t)
 /* Step: release everything and leave the job. */
 static void finish(trainer *t)
 {
-    if (t->metrics) fclose(t->metrics);
+    metrics_written(&t->metrics, t->o.metrics, 1);
     train_tb_close(&t->tb);
     nn_dist_finalize(&t->dist);
     /* A server has served its last worker; only a worker's failure to leave is an error. */

@@ -375,6 +375,11 @@ typedef struct nn_ckpt_info {
  * CHORUS_ERR_NOMEM. */
 chorus_result nn_ckpt_load_latest(const char *dir, nn_model *m, nn_optim *o, nn_train_state *st,
                                   nn_ckpt_info *info);
+/* As nn_ckpt_load_latest, among the checkpoints of steps before `below` only (a resume that
+ * cannot use the newest one: its parameter-server shards are damaged). None there is an
+ * error (CHORUS_ERR_INVALID_ARG, "no valid checkpoint ... of a step before <below>"). */
+chorus_result nn_ckpt_load_before(const char *dir, uint64_t below, nn_model *m, nn_optim *o,
+                                  nn_train_state *st, nn_ckpt_info *info);
 
 /* ---- data-parallel gradient synchronisation ------------------------------------------ */
 

@@ -623,12 +623,26 @@ typedef struct trainer {
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
     train_tb tb;          /* TensorBoard scalars (train_tb.c) */
     uint64_t tb_pushed;   /* ps: bytes pushed before this step */
+    int sps_workers;      /* ps: how many workers samples_done counts (1: this one's own) */
     train_balance *bal;   /* --mode allreduce: per-rank monitoring and load balancing */
     nn_pipe *pipe;        /* --pipeline-stages: this rank's stage; t->m then only evaluates */
     float *pipe_x;        /* (max_local, features) the step's samples on stage 0 */
     int32_t *pipe_y;      /* (max_local) their labels */
     nn_optim pipe_opt;    /* the stage's optimizer (t->opt is the whole model's, for checkpoints) */
 } trainer;
+
+/* What a samples/s figure counts, said under --mode ps-* (its workers count their own
+ * samples until the end, where they are summed): "" in allreduce mode, where every figure is
+ * the whole job's. */
+static const char *sps_whose(const trainer *t, char *buf, size_t len)
+{
+    if (!t->ps) return "";
+    if (t->sps_workers > 1)
+        snprintf(buf, len, " (%d workers together)", t->sps_workers);
+    else
+        snprintf(buf, len, " (worker 0 alone)");
+    return buf;
+}
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
 
@@ -1033,6 +1047,20 @@ static void prepare_run(trainer *t)
 static void pipeline_gather_state(trainer *t);
 
 /* Step: rank 0 saves a checkpoint of the current state. */
+/* Rank 0's line for a checkpoint it has written (the progress line on a terminal is redrawn
+ * after it). */
+static void say_checkpoint(const trainer *t)
+{
+    char path[4200];
+    if (chorus_checkpoint_path(t->o.ckpt_dir, NN_CKPT_NAME, t->st.global_step, path,
+                               sizeof(path)) != CHORUS_OK)
+        snprintf(path, sizeof(path), "%s", t->o.ckpt_dir);
+    printf("%scheckpoint step %llu written to %s%s%s\n", t->tty ? "\r" : "",
+           (unsigned long long)t->st.global_step, path,
+           t->ps ? " (and the servers' shards beside it)" : "", t->tty ? "\033[K" : "");
+    fflush(stdout);
+}
+
 static void save_checkpoint(trainer *t)
 {
     if (t->pipe) { /* every rank gathers; rank 0 writes */
@@ -1040,6 +1068,7 @@ static void save_checkpoint(trainer *t)
         int writer = t->rank == 0;
         if (writer && nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st))
             die("%s", nn_last_error());
+        if (writer) say_checkpoint(t);
         nn_optim_free(&t->opt);
         return;
     }
@@ -1051,6 +1080,7 @@ static void save_checkpoint(trainer *t)
     if (t->bal && balance_save(t->bal, t->o.ckpt_dir, t->st.global_step, why, sizeof(why)))
         die("saving the load balancer's shares: %s", why);
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
+    say_checkpoint(t);
 }
 
 /* --pipeline-stages: o as the run's optimizer over n parameters (the stage's, or the whole
@@ -1066,10 +1096,46 @@ static void pipeline_optim_init(trainer *t, nn_optim *o, size_t n)
 /* Step (--pipeline-stages): this rank becomes one stage of a pipeline of consecutive ranks;
  * the sampler is redone over the data-parallel replicas (each pipeline takes a replica's
  * share of a step) and the optimizer over the stage's parameters. */
+/* --pipeline-stages: every rank must have been given the pipeline's options alike, or the
+ * stages would exchange micro-batches of other sizes and each blame the other for it: each
+ * rank stops naming the option and the values instead. */
+static void pipeline_agree(trainer *t, int kind)
+{
+    const opts *o = &t->o;
+    int size = chorus_size(t->comm);
+    int32_t mine[3] = {o->pipe_stages, o->microbatches, kind};
+    int32_t *all = malloc(sizeof(mine) * (size_t)size);
+    if (!all) die("out of memory");
+    if (chorus_allgather(t->comm, mine, all, 3, CHORUS_INT32) != CHORUS_OK)
+        die("comparing the pipeline options of the ranks: %s", chorus_last_error(t->comm));
+    static const char *const names[3] = {"--pipeline-stages", "--microbatches", "--schedule"};
+    for (int r = 1; r < size; r++)
+        for (int i = 0; i < 3; i++) {
+            if (all[3 * r + i] == all[i]) continue;
+            char a[32], b[32];
+            const int32_t v[2] = {all[i], all[3 * r + i]};
+            char *out[2] = {a, b};
+            for (int k = 0; k < 2; k++) {
+                const char *kn = i == 2 ? chorus_pipe_kind_name((chorus_pipe_kind)v[k]) : NULL;
+                if (kn)
+                    snprintf(out[k], sizeof(a), "%s", kn);
+                else
+                    snprintf(out[k], sizeof(a), "%d", (int)v[k]);
+            }
+            die("%s differs between the ranks: rank 0 has %s %s, rank %d has %s %s; every rank "
+                "of a pipeline must be given the same",
+                names[i], names[i], a, r, names[i], b);
+        }
+    free(all);
+}
+
 static void start_pipeline(trainer *t)
 {
     const opts *o = &t->o;
     int P = o->pipe_stages, M = o->microbatches, size = chorus_size(t->comm);
+    chorus_pipe_kind kind;
+    chorus_pipe_kind_parse(o->pipe_schedule, &kind);
+    pipeline_agree(t, (int)kind);
     int D = size % P ? 0 : size / P;
     if (!D)
         die("--pipeline-stages %d does not divide the %d ranks: the world must be "
@@ -1080,8 +1146,6 @@ static void start_pipeline(trainer *t)
         die("cannot set up the sampler (batch %d, %d replicas)", o->batch, D);
     t->max_local = nn_sampler_max_local(&t->sampler);
     int max_micro = (int)((t->max_local + (size_t)M - 1) / (size_t)M);
-    chorus_pipe_kind kind;
-    chorus_pipe_kind_parse(o->pipe_schedule, &kind);
     if (nn_pipe_create(t->m, t->comm, P, M, kind, max_micro < 1 ? 1 : max_micro, &t->pipe))
         die("%s", nn_last_error());
     pipeline_optim_init(t, &t->pipe_opt, nn_pipe_model(t->pipe)->nparams);
@@ -1091,9 +1155,9 @@ static void start_pipeline(trainer *t)
     t->pipe_y = malloc((t->max_local ? t->max_local : 1) * sizeof(int32_t));
     if (!t->pipe_x || !t->pipe_y) die("out of memory");
     if (t->rank == 0)
-        printf("pipeline: %d stages x %d replica%s (%d ranks), %d micro-batches of up to %d "
+        printf("pipeline: %d stages x %d replica%s (%d ranks), %d micro-batch%s of up to %d "
                "samples per step, schedule %s; layers cut by compute\n",
-               P, D, D > 1 ? "s" : "", size, M, max_micro, o->pipe_schedule);
+               P, D, D > 1 ? "s" : "", size, M, M == 1 ? "" : "es", max_micro, o->pipe_schedule);
 }
 
 /* --pipeline-stages: this stage's forwards and backwards of the step's micro-batches (loss
@@ -1305,11 +1369,13 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             char eta[32];
             uint64_t left = t->total_steps - st->global_step;
             fmt_eta(eta, sizeof(eta), (double)left * t->train_time / (double)t->steps_done);
-            printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s ETA "
+            char whose[48];
+            printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s%s ETA "
                    "%s%s%s",
                    t->tty ? "\r" : "", (unsigned long long)epoch + 1, o->epochs, step + 1,
-                   t->steps_per_epoch, ep->loss / ep->n, ep->hits / ep->n, sps, eta,
-                   t->bal ? balance_note(t->bal) : "", t->tty ? "\033[K" : "\n");
+                   t->steps_per_epoch, ep->loss / ep->n, ep->hits / ep->n, sps,
+                   sps_whose(t, whose, sizeof(whose)), eta, t->bal ? balance_note(t->bal) : "",
+                   t->tty ? "\033[K" : "\n");
             fflush(stdout);
             ep->last_print = t1;
         }
@@ -1355,11 +1421,13 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
             snprintf(hid, sizeof(hid), ", %.0f%% of gradient comm hidden", 100.0 * hidden_share(d));
+        char whose[48];
         printf("epoch %llu/%d: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f "
-               "samples/s, comm wait %.1f%%%s\n",
+               "samples/s%s, comm wait %.1f%%%s\n",
                (unsigned long long)epoch + 1, o->epochs, ep->n ? ep->loss / ep->n : 0.0,
                ep->n ? ep->hits / ep->n : 0.0, test_loss, t->last_test_acc,
-               t->samples_done / t->train_time, 100.0 * d->wait_s / (now_s() - t->t_start), hid);
+               t->samples_done / t->train_time, sps_whose(t, whose, sizeof(whose)),
+               100.0 * d->wait_s / (now_s() - t->t_start), hid);
         fflush(stdout);
     }
 }
@@ -1396,6 +1464,8 @@ static void end_training(trainer *t)
             t->samples_done = mine;
             if (t->rank == 0)
                 printf("note: %s; samples/s below counts worker 0 alone\n", nn_last_error());
+        } else {
+            t->sps_workers = t->world;
         }
     }
     if (t->o.time_limit <= 0 || t->o.no_eval || (workers_apart(t) && t->rank != 0)) return;
@@ -1472,6 +1542,16 @@ static void report(trainer *t)
                o->mode, chorus_ps_num_servers(t->ps), chorus_ps_num_servers(t->ps) > 1 ? "s" : "",
                t->world, (double)st.bytes_pushed / 1048576.0, (double)st.bytes_pulled / 1048576.0,
                1e3 * d->comm_s / (double)t->steps_done);
+    } else if (t->rank == 0 && t->world > 1 && t->steps_done > 0 && o->par.zero) {
+        /* ZeRO sums the gradients itself (nn_zero): its own clock, not nn_dist's */
+        const nn_zero *z = &o->par.zs;
+        double k = z->steps ? 1e3 / (double)z->steps : 0.0;
+        printf("communication (--zero %d, %d ranks): %s took %.2f ms per step\n", o->par.zero,
+               t->world,
+               o->par.zero == 2 ? "reduce-scattering the gradients, layer by layer in the "
+                                  "backward pass,"
+                                : "allreducing the gradients",
+               k * (z->comm_s - z->gather_s));
     } else if (t->rank == 0 && t->world > 1 && t->steps_done > 0) {
         double steps = (double)t->steps_done, hid = d->hidden_s;
         char overlap[160];
@@ -1489,15 +1569,18 @@ static void report(trainer *t)
                t->train_time > 0 ? 100.0 * t->step_wait / t->train_time : 0.0);
     }
     if (t->bal) balance_report(t->bal);
+    char whose[48];
+    sps_whose(t, whose, sizeof(whose));
     if (t->rank == 0) {
         if (t->last_test_acc >= 0)
-            printf("done: %llu steps, test accuracy %.4f, %.0f samples/s over %.1f s of "
+            printf("done: %llu steps, test accuracy %.4f, %.0f samples/s%s over %.1f s of "
                    "training\n",
                    (unsigned long long)t->st.global_step, t->last_test_acc,
-                   t->train_time > 0 ? t->samples_done / t->train_time : 0.0, t->train_time);
+                   t->train_time > 0 ? t->samples_done / t->train_time : 0.0, whose, t->train_time);
         else if (t->steps_done > 0)
-            printf("done: %llu steps, %.0f samples/s over %.1f s of training (not evaluated)\n",
-                   (unsigned long long)t->st.global_step, t->samples_done / t->train_time,
+            printf("done: %llu steps, %.0f samples/s%s over %.1f s of training (not "
+                   "evaluated)\n",
+                   (unsigned long long)t->st.global_step, t->samples_done / t->train_time, whose,
                    t->train_time);
         else
             printf("done: %llu steps (nothing left to train)\n",

@@ -965,10 +965,12 @@ static void serve_params(trainer *t)
         len += (size_t)snprintf(per + len, sizeof(per) - len, "%s%.1f/%.1f", w ? ", " : "",
                                 (double)st.worker_bytes_pushed[w] / 1048576.0,
                                 (double)st.worker_bytes_pulled[w] / 1048576.0);
-    printf("server %d (%s): %.2f MiB of parameters and optimizer state; %llu updates; %llu pulls "
-           "delayed, largest lead %llu steps; MiB pushed/pulled per worker: %s\n",
+    printf("server %d (%s): %.2f MiB of parameters and optimizer state; %llu update%s; %llu "
+           "pull%s delayed, largest lead %llu step%s; MiB pushed/pulled per worker: %s\n",
            g_rank, t->o.mode, (double)st.server_bytes / 1048576.0, (unsigned long long)st.updates,
-           (unsigned long long)st.pulls_delayed, (unsigned long long)st.max_staleness, per);
+           st.updates == 1 ? "" : "s", (unsigned long long)st.pulls_delayed,
+           st.pulls_delayed == 1 ? "" : "s", (unsigned long long)st.max_staleness,
+           st.max_staleness == 1 ? "" : "s", per);
     fflush(stdout);
     if (t->o.metrics) {
         FILE *f = fopen(t->o.metrics, "a");
@@ -1122,6 +1124,7 @@ static void pipeline_agree(trainer *t, int kind)
                 else
                     snprintf(out[k], sizeof(a), "%d", (int)v[k]);
             }
+            chorus_barrier(t->comm); /* every rank has the values before one exits */
             die("%s differs between the ranks: rank 0 has %s %s, rank %d has %s %s; every rank "
                 "of a pipeline must be given the same",
                 names[i], names[i], a, r, names[i], b);
@@ -1569,8 +1572,8 @@ static void report(trainer *t)
                t->train_time > 0 ? 100.0 * t->step_wait / t->train_time : 0.0);
     }
     if (t->bal) balance_report(t->bal);
-    char whose[48];
-    sps_whose(t, whose, sizeof(whose));
+    char wbuf[48];
+    const char *whose = sps_whose(t, wbuf, sizeof(wbuf));
     if (t->rank == 0) {
         if (t->last_test_acc >= 0)
             printf("done: %llu steps, test accuracy %.4f, %.0f samples/s%s over %.1f s of "

@@ -146,6 +146,16 @@ bad)
         chorus-train --pipeline-stages 2 --mode ps-sync
     expect "--pipeline-stages 2 does not divide the 3 ranks" \
         chorus-run -np 3 chorus-train --pipeline-stages 2 --max-steps 1
+    # --microbatches given differently to the two stages: each names the option and both
+    # values (not "rank 0 was lost", not a mismatched receive)
+    out=$(chorus-run -np 2 sh -c 'exec chorus-train --pipeline-stages 2 --max-steps 1 --no-eval \
+        --microbatches $((2 + 2 * CHORUS_RANK))' 2>&1) && { echo "$out"; echo "accepted"; exit 1; }
+    echo "$out"
+    for r in 0 1; do
+        echo "$out" | grep -q "^\[$r\] chorus-train\[$r\]: --microbatches differs between the ranks: rank 0 has --microbatches 2, rank 1 has --microbatches 4; every rank of a pipeline must be given the same$" ||
+            { echo "rank $r did not name the --microbatches mismatch"; exit 1; }
+    done
+    echo "$out" | grep -q "was lost\|mismatched send/recv" && { echo "a rank blamed another"; exit 1; }
     ;;
 *) echo "usage: pipeline_train.sh equal gpipe|1f1b | grid | ckpt | kill | accuracy | bad"; exit 2 ;;
 esac

@@ -155,7 +155,10 @@ bad)
         echo "$out" | grep -q "^\[$r\] chorus-train\[$r\]: --microbatches differs between the ranks: rank 0 has --microbatches 2, rank 1 has --microbatches 4; every rank of a pipeline must be given the same$" ||
             { echo "rank $r did not name the --microbatches mismatch"; exit 1; }
     done
-    echo "$out" | grep -q "was lost\|mismatched send/recv" && { echo "a rank blamed another"; exit 1; }
+    if echo "$out" | grep -q "was lost\|mismatched send/recv"; then
+        echo "a rank blamed another"
+        exit 1
+    fi
     ;;
 *) echo "usage: pipeline_train.sh equal gpipe|1f1b | grid | ckpt | kill | accuracy | bad"; exit 2 ;;
 esac

@@ -1124,6 +1124,7 @@ static void pipeline_agree(trainer *t, int kind)
                 else
                     snprintf(out[k], sizeof(a), "%d", (int)v[k]);
             }
+            free(all);
             chorus_barrier(t->comm); /* every rank has the values before one exits */
             die("%s differs between the ranks: rank 0 has %s %s, rank %d has %s %s; every rank "
                 "of a pipeline must be given the same",

@@ -1023,11 +1023,19 @@ static void prepare_run(trainer *t)
             snprintf(servers, sizeof(servers), " and %d server%s (--mode %s)",
                      chorus_ps_num_servers(t->ps), chorus_ps_num_servers(t->ps) > 1 ? "s" : "",
                      o->mode);
-        printf("chorus-train: %s, %zu parameters; %d rank%s x %d BLAS thread%s%s; global batch "
-               "%d (%zu per rank, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
+        /* a pipeline's replicas hold its ranks: say ranks, not replicas */
+        char ranks[96];
+        if (t->pipe)
+            snprintf(ranks, sizeof(ranks), "%d rank%s (%d pipeline replica%s of %d stages)",
+                     chorus_size(t->comm), chorus_size(t->comm) > 1 ? "s" : "", t->world,
+                     t->world > 1 ? "s" : "", o->pipe_stages);
+        else
+            snprintf(ranks, sizeof(ranks), "%d rank%s", t->world, t->world > 1 ? "s" : "");
+        printf("chorus-train: %s, %zu parameters; %s x %d BLAS thread%s%s; global batch "
+               "%d (%zu per %s, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
                "steps\n",
-               o->model, t->m->nparams, t->world, t->world > 1 ? "s" : "", o->threads,
-               o->threads > 1 ? "s" : "", servers, o->batch, t->max_local, o->accum, o->optim,
+               o->model, t->m->nparams, ranks, o->threads, o->threads > 1 ? "s" : "", servers,
+               o->batch, t->max_local, t->pipe ? "replica" : "rank", o->accum, o->optim,
                (double)o->lr * (o->scale_lr ? t->world : 1), o->schedule,
                o->scale_lr ? " (scaled by ranks)" : "", (double)o->warmup_epochs, o->epochs,
                t->steps_per_epoch);

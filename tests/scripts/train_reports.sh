@@ -7,7 +7,8 @@
 #   ps         --mode ps-async: the samples/s of the progress and epoch lines are worker 0's
 #              own, the done line's the workers' together, and each says so
 #   checkpoint a line per checkpoint written, naming its file
-#   words      1 data-parallel replica, 1 micro-batch, a parameter server in a 1-rank job
+#   words      1 data-parallel replica, 1 micro-batch, a 2-stage pipeline's 2 ranks (not "1
+#              rank"), a parameter server in a 1-rank job
 set -u
 BUILD=${BUILD:-build}
 PATH=$BUILD/bin:$PATH
@@ -60,6 +61,8 @@ words)
     run pipe 2 $common --pipeline-stages 2 --microbatches 1
     grep -q "pipeline: 2 stages x 1 replica (2 ranks), 1 micro-batch of up to 64 samples per step" "$d/pipe.log" ||
         fail "1 micro-batch"
+    grep -q "chorus-train: mlp, [0-9]* parameters; 2 ranks (1 pipeline replica of 2 stages) x 1 BLAS thread; global batch 64 (64 per replica, " "$d/pipe.log" ||
+        fail "a pipeline's 2 ranks called 1 rank"
     out=$(chorus-train $common --mode ps-async 2>&1) && fail "a parameter server in a 1-rank job"
     echo "$out"
     echo "$out" | grep -q "chorus-train\[0\]: --mode ps-async: chorus_ps_create: a job of 1 rank has no room for a parameter server: it needs at least 2 ranks (1 server and 1 worker)$" ||

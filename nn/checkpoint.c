@@ -46,8 +46,23 @@ static int has_old_format(const char *dir, char *example, size_t len)
     return found;
 }
 
+static chorus_result load_newest(const char *dir, int bounded, uint64_t below, nn_model *m,
+                                 nn_optim *o, nn_train_state *st, nn_ckpt_info *info);
+
 chorus_result nn_ckpt_load_latest(const char *dir, nn_model *m, nn_optim *o, nn_train_state *st,
                                   nn_ckpt_info *info)
+{
+    return load_newest(dir, 0, 0, m, o, st, info);
+}
+
+chorus_result nn_ckpt_load_before(const char *dir, uint64_t below, nn_model *m, nn_optim *o,
+                                  nn_train_state *st, nn_ckpt_info *info)
+{
+    return load_newest(dir, 1, below, m, o, st, info);
+}
+
+static chorus_result load_newest(const char *dir, int bounded, uint64_t below, nn_model *m,
+                                 nn_optim *o, nn_train_state *st, nn_ckpt_info *info)
 {
     memset(info, 0, sizeof(*info));
     uint64_t *steps;
@@ -68,7 +83,8 @@ chorus_result nn_ckpt_load_latest(const char *dir, nn_model *m, nn_optim *o, nn_
     uint64_t step;
     void *data;
     size_t len;
-    r = chorus_checkpoint_load(dir, NN_CKPT_NAME, &step, &data, &len);
+    r = bounded ? chorus_checkpoint_load_before(dir, NN_CKPT_NAME, below, &step, &data, &len)
+                : chorus_checkpoint_load(dir, NN_CKPT_NAME, &step, &data, &len);
     if (r != CHORUS_OK) return nn__fail(r, "%s", chorus_last_error(NULL));
     snprintf(info->skipped, sizeof(info->skipped), "%s", chorus_last_error(NULL));
     chorus_checkpoint_path(dir, NN_CKPT_NAME, step, info->path, sizeof(info->path));

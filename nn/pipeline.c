@@ -212,11 +212,12 @@ static chorus_result slot_add(nn_pipe *p)
 /* Sets the message for a failed point-to-point call with neighbour stage `peer`. */
 static chorus_result peer_fail(nn_pipe *p, chorus_result r, int peer, const char *what, int micro)
 {
-    return nn__fail(r,
-                    "pipeline stage %d (rank %d): %s of micro-batch %d, stage %d (rank %d) is "
-                    "gone: %s (%s)",
-                    p->stage, p->world_base + p->stage, what, micro, peer, p->world_base + peer,
-                    chorus_strerror(r), chorus_last_error(p->pipe));
+    /* a neighbour that sent something else is there, and not "gone" */
+    const char *state = r == CHORUS_ERR_MISMATCH ? "does not match it" : "is gone";
+    return nn__fail(
+        r, "pipeline stage %d (rank %d): %s of micro-batch %d, stage %d (rank %d) %s: %s (%s)",
+        p->stage, p->world_base + p->stage, what, micro, peer, p->world_base + peer, state,
+        chorus_strerror(r), chorus_last_error(p->pipe));
 }
 
 /* Sets the message for a failed collective over the pipeline (whose rank i is stage i) or,

@@ -55,9 +55,11 @@ chorus_result nn__recompute_pool(nn_model *m, size_t B)
     if (!slot) return CHORUS_ERR_NOMEM;
     /* slot j of the pool: the j-th pooled buffer of a segment, as large as the largest */
     int j = 0;
+    size_t pooled = 0; /* floats the pooled buffers would take each on its own */
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *L = &m->layers[i];
         size_t need = B * nn__out_features(L);
+        if (L->buf_pooled) pooled += need;
         if (L->buf_pooled && slot[j] < need) slot[j] = need;
         if (L->buf_pooled) j++;
         if (L->recompute_end) j = 0;
@@ -74,6 +76,7 @@ chorus_result nn__recompute_pool(nn_model *m, size_t B)
         return CHORUS_ERR_NOMEM;
     }
     if (m->mem) nn_mem_add(m->mem, NN_MEM_ACTIVATIONS, total * sizeof(float));
+    m->recompute_saved = pooled > total ? (pooled - total) * sizeof(float) : 0;
     j = 0;
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *L = &m->layers[i];

@@ -22,6 +22,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -236,6 +237,9 @@ static int bad(const opts *o, const char *fmt, ...)
     return 2;
 }
 
+/* -n: the times of the iterations of one size are kept, combined over the ranks and sorted */
+#define MAX_ITERS (1 << 24)
+
 static int parse_int_arg(const char *v, int lo, int hi, int *out)
 {
     long x;
@@ -307,11 +311,23 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
                 return bad(o, "-f %s is not a step factor above 1", v);
             break;
         }
-        case 'n':
-            if (parse_int_arg(v, 1, 1 << 24, &o->iters)) return bad(o, "-n %s is not >= 1", v);
+        case 'n': {
+            long n;
+            if (chorus__parse_int(v, 1, LONG_MAX, &n))
+                return bad(o, "-n %s is not a whole number of iterations, 1 or more", v);
+            if (n > MAX_ITERS)
+                return bad(o,
+                           "-n %s: at most %d timed iterations per size; each one's time is "
+                           "kept (8 bytes) and exchanged between the ranks for the median, "
+                           "%d MiB at that count",
+                           v, MAX_ITERS, (int)((double)MAX_ITERS * 8 / 1048576));
+            o->iters = (int)n;
             break;
+        }
         case 'w':
-            if (parse_int_arg(v, 0, 1 << 24, &o->warm)) return bad(o, "-w %s is not >= 0", v);
+            if (parse_int_arg(v, 0, MAX_ITERS, &o->warm))
+                return bad(o, "-w %s is not a number of warm-up iterations from 0 to %d", v,
+                           MAX_ITERS);
             break;
         case 'c':
             if (parse_int_arg(v, 0, 1, &o->check)) return bad(o, "-c %s is not 0 or 1 (check)", v);

@@ -602,6 +602,25 @@ static void fmt_eta(char *buf, size_t len, double s)
         snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
 }
 
+/* --metrics: after each record, the line is on its way to the file, or the run stops naming
+ * the file and what the system said (a full disk, /dev/full), not with a file cut mid-record.
+ * Closes the file too when closing. */
+static void metrics_written(FILE **f, const char *path, int closing)
+{
+    if (!*f) return;
+    errno = 0;
+    int bad = fflush(*f) != 0 || ferror(*f);
+    int err = errno;
+    if (closing) {
+        bad |= fclose(*f) != 0;
+        if (bad && !err) err = errno;
+        *f = NULL;
+    }
+    if (bad)
+        die("cannot write metrics to %s: %s", path,
+            err ? strerror(err) : "a write failed (the system gave no reason)");
+}
+
 /* Everything a run holds, shared by the steps of main() below. */
 typedef struct trainer {
     opts o;
@@ -630,6 +649,7 @@ typedef struct trainer {
     chorus_ps *ps;        /* --mode ps-*: this rank's side of the parameter server */
     train_tb tb;          /* TensorBoard scalars (train_tb.c) */
     uint64_t tb_pushed;   /* ps: bytes pushed before this step */
+    int sps_workers;      /* ps: how many workers samples_done counts (1: this one's own) */
     train_balance *bal;   /* --mode allreduce: per-rank monitoring and load balancing */
     nn_pipe *pipe;        /* --pipeline-stages: this rank's stage; t->m then only evaluates */
     float *pipe_x;        /* (max_local, features) the step's samples on stage 0 */
@@ -640,6 +660,19 @@ typedef struct trainer {
     double div_s;         /* --check-divergence: seconds spent comparing (part of train_time) */
     uint64_t div_n;       /* --check-divergence: comparisons made */
 } trainer;
+
+/* What a samples/s figure counts, said under --mode ps-* (its workers count their own
+ * samples until the end, where they are summed): "" in allreduce mode, where every figure is
+ * the whole job's. */
+static const char *sps_whose(const trainer *t, char *buf, size_t len)
+{
+    if (!t->ps) return "";
+    if (t->sps_workers > 1)
+        snprintf(buf, len, " (%d workers together)", t->sps_workers);
+    else
+        snprintf(buf, len, " (worker 0 alone)");
+    return buf;
+}
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
 
@@ -818,6 +851,28 @@ static void claim_checkpoint_dir(trainer *t)
             t->o.ckpt_dir, t->rank == 0 ? why : "see rank 0");
 }
 
+/* --resume: rank 0's loaded training and optimizer state to every rank. */
+static void share_resumed_state(trainer *t)
+{
+    nn_dist *d = &t->dist;
+    nn_train_state *st = &t->st;
+    uint64_t words[7] = {st->epoch, st->step_in_epoch, st->global_step, st->seed,
+                         st->rng,   st->model_sig,     t->opt.t};
+    if (nn_dist_broadcast_bytes(d, words, sizeof(words))) die("%s", nn_last_error());
+    st->epoch = words[0];
+    st->step_in_epoch = words[1];
+    st->global_step = words[2];
+    st->seed = words[3];
+    st->rng = words[4];
+    t->opt.t = words[6];
+    size_t ns = t->opt.m ? t->opt.n : 0;
+    if ((ns && nn_dist_broadcast_bytes(d, t->opt.m, ns * sizeof(float))) ||
+        (t->opt.v && nn_dist_broadcast_bytes(d, t->opt.v, t->opt.n * sizeof(float))))
+        die("%s", nn_last_error());
+    t->m->seed = st->rng;
+    t->sampler.seed = st->seed;
+}
+
 /* Step (--resume): rank 0 loads the newest valid checkpoint and every rank gets its verdict,
  * then the training state and optimizer state (the parameters follow with the broadcast of
  * rank 0's parameters in prepare_run). */
@@ -849,21 +904,7 @@ static void restore_checkpoint(trainer *t)
     if (loaded < 0 && t->rank != 0) chorus_report_peer_failure(d->comm, 0); /* its verdict */
     if (loaded < 0) die("cannot resume: %s", t->rank == 0 ? why : "see rank 0");
     if (loaded == 1) {
-        uint64_t words[7] = {st->epoch, st->step_in_epoch, st->global_step, st->seed,
-                             st->rng,   st->model_sig,     t->opt.t};
-        if (nn_dist_broadcast_bytes(d, words, sizeof(words))) die("%s", nn_last_error());
-        st->epoch = words[0];
-        st->step_in_epoch = words[1];
-        st->global_step = words[2];
-        st->seed = words[3];
-        st->rng = words[4];
-        t->opt.t = words[6];
-        size_t ns = t->opt.m ? t->opt.n : 0;
-        if ((ns && nn_dist_broadcast_bytes(d, t->opt.m, ns * sizeof(float))) ||
-            (t->opt.v && nn_dist_broadcast_bytes(d, t->opt.v, t->opt.n * sizeof(float))))
-            die("%s", nn_last_error());
-        t->m->seed = st->rng;
-        t->sampler.seed = st->seed;
+        share_resumed_state(t);
         if (t->rank == 0)
             printf("resumed from %s: epoch %llu, step %llu\n", info.path,
                    (unsigned long long)st->epoch + 1, (unsigned long long)st->global_step);
@@ -878,15 +919,33 @@ static void restore_checkpoint(trainer *t)
 static void resume_shards(trainer *t)
 {
     if (!t->o.resume || t->st.global_step == 0) return;
+    int64_t moved = 0; /* 1: rank 0 went back to an older step (its state follows) */
     if (t->rank == 0) {
-        if (chorus_ps_load(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
-            die("cannot resume: %s", chorus_ps_last_error(t->ps));
+        char first[1024] = "";
+        while (chorus_ps_load(t->ps, t->o.ckpt_dir, t->st.global_step) != CHORUS_OK) {
+            /* damaged shards: the newest older step whose shards and trainer checkpoint are
+             * all intact, said so (the servers said what is wrong with theirs) */
+            if (!first[0]) snprintf(first, sizeof(first), "%s", chorus_ps_last_error(t->ps));
+            nn_ckpt_info info;
+            if (nn_ckpt_load_before(t->o.ckpt_dir, t->st.global_step, t->m, &t->opt, &t->st,
+                                    &info) != CHORUS_OK)
+                die("cannot resume: %s; no older step has both its shards and its trainer "
+                    "checkpoint intact (%s)",
+                    first, nn_last_error());
+            moved = 1;
+        }
+        if (moved)
+            fprintf(stderr,
+                    "chorus-train: %s; resuming from step %llu instead, the newest older step "
+                    "whose shards and trainer checkpoint are all intact\n",
+                    first, (unsigned long long)t->st.global_step);
         printf("servers: resumed their shards of step %llu from %s\n",
                (unsigned long long)t->st.global_step, t->o.ckpt_dir);
         fflush(stdout);
     }
-    if (chorus_barrier(t->dist.comm) != CHORUS_OK)
-        die("waiting for the servers' shards: %s", chorus_last_error(t->dist.comm));
+    if (nn_dist_broadcast_bytes(&t->dist, &moved, sizeof(moved)))
+        die("waiting for the servers' shards: %s", nn_last_error());
+    if (moved) share_resumed_state(t);
 }
 
 /* --mode ps-*: the servers' current parameters into the model. */
@@ -938,10 +997,12 @@ static void serve_params(trainer *t)
         len += (size_t)snprintf(per + len, sizeof(per) - len, "%s%.1f/%.1f", w ? ", " : "",
                                 (double)st.worker_bytes_pushed[w] / 1048576.0,
                                 (double)st.worker_bytes_pulled[w] / 1048576.0);
-    printf("server %d (%s): %.2f MiB of parameters and optimizer state; %llu updates; %llu pulls "
-           "delayed, largest lead %llu steps; MiB pushed/pulled per worker: %s\n",
+    printf("server %d (%s): %.2f MiB of parameters and optimizer state; %llu update%s; %llu "
+           "pull%s delayed, largest lead %llu step%s; MiB pushed/pulled per worker: %s\n",
            g_rank, t->o.mode, (double)st.server_bytes / 1048576.0, (unsigned long long)st.updates,
-           (unsigned long long)st.pulls_delayed, (unsigned long long)st.max_staleness, per);
+           st.updates == 1 ? "" : "s", (unsigned long long)st.pulls_delayed,
+           st.pulls_delayed == 1 ? "" : "s", (unsigned long long)st.max_staleness,
+           st.max_staleness == 1 ? "" : "s", per);
     fflush(stdout);
     if (t->o.metrics) {
         FILE *f = fopen(t->o.metrics, "a");
@@ -958,7 +1019,7 @@ static void serve_params(trainer *t)
         for (int w = 0; w < st.nworkers; w++)
             fprintf(f, "%s%llu", w ? "," : "", (unsigned long long)st.worker_bytes_pulled[w]);
         fprintf(f, "]}\n");
-        fclose(f);
+        metrics_written(&f, t->o.metrics, 1);
     }
 }
 
@@ -974,14 +1035,15 @@ static void prepare_run(trainer *t)
         die("%s", nn_last_error());
     t->steps_per_epoch = nn_sampler_steps(&t->sampler);
     if (t->rank == 0 && o->metrics) {
-        /* Appended to, a line at a time: under --mode ps-* each server adds its own line to
-         * the same file when it finishes, which a buffered writer at its own offset would
-         * overwrite. */
+        /* Appended to, a record at a time (metrics_written flushes each whole): under --mode
+         * ps-* each server adds its own line to the same file when it finishes, which a
+         * buffered writer at its own offset would overwrite. The flush is where a failed
+         * write shows, with the system's reason. */
         t->metrics = o->resume ? NULL : fopen(o->metrics, "w");
         if (t->metrics) fclose(t->metrics);
         t->metrics = fopen(o->metrics, "a");
         if (!t->metrics) die("cannot open --metrics %s: %s", o->metrics, strerror(errno));
-        setvbuf(t->metrics, NULL, _IOLBF, 0);
+        setvbuf(t->metrics, NULL, _IOFBF, 1 << 16);
     }
     char tb_why[600];
     if (train_tb_open(&t->tb, o->tensorboard, t->comm, t->rank == 0, tb_why, sizeof(tb_why)))
@@ -993,11 +1055,19 @@ static void prepare_run(trainer *t)
             snprintf(servers, sizeof(servers), " and %d server%s (--mode %s)",
                      chorus_ps_num_servers(t->ps), chorus_ps_num_servers(t->ps) > 1 ? "s" : "",
                      o->mode);
-        printf("chorus-train: %s, %zu parameters; %d rank%s x %d BLAS thread%s%s; global batch "
-               "%d (%zu per rank, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
+        /* a pipeline's replicas hold its ranks: say ranks, not replicas */
+        char ranks[96];
+        if (t->pipe)
+            snprintf(ranks, sizeof(ranks), "%d rank%s (%d pipeline replica%s of %d stages)",
+                     chorus_size(t->comm), chorus_size(t->comm) > 1 ? "s" : "", t->world,
+                     t->world > 1 ? "s" : "", o->pipe_stages);
+        else
+            snprintf(ranks, sizeof(ranks), "%d rank%s", t->world, t->world > 1 ? "s" : "");
+        printf("chorus-train: %s, %zu parameters; %s x %d BLAS thread%s%s; global batch "
+               "%d (%zu per %s, accum %d); %s lr %g %s%s, warm-up %g epochs; %d epochs of %zu "
                "steps\n",
-               o->model, t->m->nparams, t->world, t->world > 1 ? "s" : "", o->threads,
-               o->threads > 1 ? "s" : "", servers, o->batch, t->max_local, o->accum, o->optim,
+               o->model, t->m->nparams, ranks, o->threads, o->threads > 1 ? "s" : "", servers,
+               o->batch, t->max_local, t->pipe ? "replica" : "rank", o->accum, o->optim,
                (double)o->lr * (o->scale_lr ? t->world : 1), o->schedule,
                o->scale_lr ? " (scaled by ranks)" : "", (double)o->warmup_epochs, o->epochs,
                t->steps_per_epoch);
@@ -1019,6 +1089,20 @@ static void prepare_run(trainer *t)
 static void pipeline_gather_state(trainer *t);
 
 /* Step: rank 0 saves a checkpoint of the current state. */
+/* Rank 0's line for a checkpoint it has written (the progress line on a terminal is redrawn
+ * after it). */
+static void say_checkpoint(const trainer *t)
+{
+    char path[4200];
+    if (chorus_checkpoint_path(t->o.ckpt_dir, NN_CKPT_NAME, t->st.global_step, path,
+                               sizeof(path)) != CHORUS_OK)
+        snprintf(path, sizeof(path), "%s", t->o.ckpt_dir);
+    printf("%scheckpoint step %llu written to %s%s%s\n", t->tty ? "\r" : "",
+           (unsigned long long)t->st.global_step, path,
+           t->ps ? " (and the servers' shards beside it)" : "", t->tty ? "\033[K" : "");
+    fflush(stdout);
+}
+
 static void save_checkpoint(trainer *t)
 {
     if (t->pipe) { /* every rank gathers; rank 0 writes */
@@ -1026,6 +1110,7 @@ static void save_checkpoint(trainer *t)
         int writer = t->rank == 0;
         if (writer && nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st))
             die("%s", nn_last_error());
+        if (writer) say_checkpoint(t);
         nn_optim_free(&t->opt);
         return;
     }
@@ -1037,6 +1122,7 @@ static void save_checkpoint(trainer *t)
     if (t->bal && balance_save(t->bal, t->o.ckpt_dir, t->st.global_step, why, sizeof(why)))
         die("saving the load balancer's shares: %s", why);
     if (nn_ckpt_save(t->o.ckpt_dir, t->m, &t->opt, &t->st)) die("%s", nn_last_error());
+    say_checkpoint(t);
 }
 
 /* --pipeline-stages: o as the run's optimizer over n parameters (the stage's, or the whole
@@ -1052,10 +1138,48 @@ static void pipeline_optim_init(trainer *t, nn_optim *o, size_t n)
 /* Step (--pipeline-stages): this rank becomes one stage of a pipeline of consecutive ranks;
  * the sampler is redone over the data-parallel replicas (each pipeline takes a replica's
  * share of a step) and the optimizer over the stage's parameters. */
+/* --pipeline-stages: every rank must have been given the pipeline's options alike, or the
+ * stages would exchange micro-batches of other sizes and each blame the other for it: each
+ * rank stops naming the option and the values instead. */
+static void pipeline_agree(trainer *t, int kind)
+{
+    const opts *o = &t->o;
+    int size = chorus_size(t->comm);
+    int32_t mine[3] = {o->pipe_stages, o->microbatches, kind};
+    int32_t *all = malloc(sizeof(mine) * (size_t)size);
+    if (!all) die("out of memory");
+    if (chorus_allgather(t->comm, mine, all, 3, CHORUS_INT32) != CHORUS_OK)
+        die("comparing the pipeline options of the ranks: %s", chorus_last_error(t->comm));
+    static const char *const names[3] = {"--pipeline-stages", "--microbatches", "--schedule"};
+    for (int r = 1; r < size; r++)
+        for (int i = 0; i < 3; i++) {
+            if (all[3 * r + i] == all[i]) continue;
+            char a[32], b[32];
+            const int32_t v[2] = {all[i], all[3 * r + i]};
+            char *out[2] = {a, b};
+            for (int k = 0; k < 2; k++) {
+                const char *kn = i == 2 ? chorus_pipe_kind_name((chorus_pipe_kind)v[k]) : NULL;
+                if (kn)
+                    snprintf(out[k], sizeof(a), "%s", kn);
+                else
+                    snprintf(out[k], sizeof(a), "%d", (int)v[k]);
+            }
+            free(all);
+            chorus_barrier(t->comm); /* every rank has the values before one exits */
+            die("%s differs between the ranks: rank 0 has %s %s, rank %d has %s %s; every rank "
+                "of a pipeline must be given the same",
+                names[i], names[i], a, r, names[i], b);
+        }
+    free(all);
+}
+
 static void start_pipeline(trainer *t)
 {
     const opts *o = &t->o;
     int P = o->pipe_stages, M = o->microbatches, size = chorus_size(t->comm);
+    chorus_pipe_kind kind;
+    chorus_pipe_kind_parse(o->pipe_schedule, &kind);
+    pipeline_agree(t, (int)kind);
     int D = size % P ? 0 : size / P;
     if (!D)
         die("--pipeline-stages %d does not divide the %d ranks: the world must be "
@@ -1066,8 +1190,6 @@ static void start_pipeline(trainer *t)
         die("cannot set up the sampler (batch %d, %d replicas)", o->batch, D);
     t->max_local = nn_sampler_max_local(&t->sampler);
     int max_micro = (int)((t->max_local + (size_t)M - 1) / (size_t)M);
-    chorus_pipe_kind kind;
-    chorus_pipe_kind_parse(o->pipe_schedule, &kind);
     if (nn_pipe_create(t->m, t->comm, P, M, kind, max_micro < 1 ? 1 : max_micro, &t->pipe))
         die("%s", nn_last_error());
     pipeline_optim_init(t, &t->pipe_opt, nn_pipe_model(t->pipe)->nparams);
@@ -1080,9 +1202,9 @@ static void start_pipeline(trainer *t)
     t->pipe_y = malloc((t->max_local ? t->max_local : 1) * sizeof(int32_t));
     if (!t->pipe_x || !t->pipe_y) die("out of memory");
     if (t->rank == 0)
-        printf("pipeline: %d stages x %d replica%s (%d ranks), %d micro-batches of up to %d "
+        printf("pipeline: %d stages x %d replica%s (%d ranks), %d micro-batch%s of up to %d "
                "samples per step, schedule %s; layers cut by compute\n",
-               P, D, D > 1 ? "s" : "", size, M, max_micro, o->pipe_schedule);
+               P, D, D > 1 ? "s" : "", size, M, M == 1 ? "" : "es", max_micro, o->pipe_schedule);
 }
 
 /* --pipeline-stages: this stage's forwards and backwards of the step's micro-batches (loss
@@ -1318,6 +1440,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
         if (t->metrics) {
             if (t->bal) balance_write_metrics(t->bal, t->metrics);
             fprintf(t->metrics, "}\n");
+            metrics_written(&t->metrics, o->metrics, 0);
         }
         int last = step + 1 == t->steps_per_epoch || st->global_step >= t->total_steps;
         int due = t->tty ? (t1 - ep->last_print > 0.2 || last)
@@ -1326,11 +1449,13 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
             char eta[32];
             uint64_t left = t->total_steps - st->global_step;
             fmt_eta(eta, sizeof(eta), (double)left * t->train_time / (double)t->steps_done);
-            printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s ETA "
+            char whose[48];
+            printf("%sepoch %llu/%d step %zu/%zu loss %.4f acc %.4f %.0f samples/s%s ETA "
                    "%s%s%s",
                    t->tty ? "\r" : "", (unsigned long long)epoch + 1, o->epochs, step + 1,
-                   t->steps_per_epoch, ep->loss / ep->n, ep->hits / ep->n, sps, eta,
-                   t->bal ? balance_note(t->bal) : "", t->tty ? "\033[K" : "\n");
+                   t->steps_per_epoch, ep->loss / ep->n, ep->hits / ep->n, sps,
+                   sps_whose(t, whose, sizeof(whose)), eta, t->bal ? balance_note(t->bal) : "",
+                   t->tty ? "\033[K" : "\n");
             fflush(stdout);
             ep->last_print = t1;
         }
@@ -1376,11 +1501,13 @@ static void report_epoch(trainer *t, uint64_t epoch, const epoch_stats *ep)
         char hid[64] = "";
         if (d->eng && d->comm_s > 0)
             snprintf(hid, sizeof(hid), ", %.0f%% of gradient comm hidden", 100.0 * hidden_share(d));
+        char whose[48];
         printf("epoch %llu/%d: train loss %.4f acc %.4f | test loss %.4f acc %.4f | %.0f "
-               "samples/s, comm wait %.1f%%%s\n",
+               "samples/s%s, comm wait %.1f%%%s\n",
                (unsigned long long)epoch + 1, o->epochs, ep->n ? ep->loss / ep->n : 0.0,
                ep->n ? ep->hits / ep->n : 0.0, test_loss, t->last_test_acc,
-               t->samples_done / t->train_time, 100.0 * d->wait_s / (now_s() - t->t_start), hid);
+               t->samples_done / t->train_time, sps_whose(t, whose, sizeof(whose)),
+               100.0 * d->wait_s / (now_s() - t->t_start), hid);
         fflush(stdout);
     }
 }
@@ -1417,6 +1544,8 @@ static void end_training(trainer *t)
             t->samples_done = mine;
             if (t->rank == 0)
                 printf("note: %s; samples/s below counts worker 0 alone\n", nn_last_error());
+        } else {
+            t->sps_workers = t->world;
         }
     }
     if (t->o.time_limit <= 0 || t->o.no_eval || (workers_apart(t) && t->rank != 0)) return;
@@ -1450,6 +1579,7 @@ static void eval_periodic(trainer *t)
                 "{\"step\":%llu,\"train_s\":%.3f,\"test_loss\":%.6f,\"test_acc\":%.4f,"
                 "\"compress\":\"%s\"}\n",
                 (unsigned long long)t->st.global_step, trained, loss, acc, t->o.compress);
+    metrics_written(&t->metrics, t->o.metrics, 0);
 }
 
 /* Step: one epoch from where the state stands (the sampler position after a resume), then
@@ -1492,6 +1622,16 @@ static void report(trainer *t)
                o->mode, chorus_ps_num_servers(t->ps), chorus_ps_num_servers(t->ps) > 1 ? "s" : "",
                t->world, (double)st.bytes_pushed / 1048576.0, (double)st.bytes_pulled / 1048576.0,
                1e3 * d->comm_s / (double)t->steps_done);
+    } else if (t->rank == 0 && t->world > 1 && t->steps_done > 0 && o->par.zero) {
+        /* ZeRO sums the gradients itself (nn_zero): its own clock, not nn_dist's */
+        const nn_zero *z = &o->par.zs;
+        double k = z->steps ? 1e3 / (double)z->steps : 0.0;
+        printf("communication (--zero %d, %d ranks): %s took %.2f ms per step\n", o->par.zero,
+               t->world,
+               o->par.zero == 2 ? "reduce-scattering the gradients, layer by layer in the "
+                                  "backward pass,"
+                                : "allreducing the gradients",
+               k * (z->comm_s - z->gather_s));
     } else if (t->rank == 0 && t->world > 1 && t->steps_done > 0) {
         double steps = (double)t->steps_done, hid = d->hidden_s;
         char overlap[160];
@@ -1509,15 +1649,18 @@ static void report(trainer *t)
                t->train_time > 0 ? 100.0 * t->step_wait / t->train_time : 0.0);
     }
     if (t->bal) balance_report(t->bal);
+    char wbuf[48];
+    const char *whose = sps_whose(t, wbuf, sizeof(wbuf));
     if (t->rank == 0) {
         if (t->last_test_acc >= 0)
-            printf("done: %llu steps, test accuracy %.4f, %.0f samples/s over %.1f s of "
+            printf("done: %llu steps, test accuracy %.4f, %.0f samples/s%s over %.1f s of "
                    "training\n",
                    (unsigned long long)t->st.global_step, t->last_test_acc,
-                   t->train_time > 0 ? t->samples_done / t->train_time : 0.0, t->train_time);
+                   t->train_time > 0 ? t->samples_done / t->train_time : 0.0, whose, t->train_time);
         else if (t->steps_done > 0)
-            printf("done: %llu steps, %.0f samples/s over %.1f s of training (not evaluated)\n",
-                   (unsigned long long)t->st.global_step, t->samples_done / t->train_time,
+            printf("done: %llu steps, %.0f samples/s%s over %.1f s of training (not "
+                   "evaluated)\n",
+                   (unsigned long long)t->st.global_step, t->samples_done / t->train_time, whose,
                    t->train_time);
         else
             printf("done: %llu steps (nothing left to train)\n",
@@ -1542,7 +1685,7 @@ static void report(trainer *t)
 /* Step: release everything and leave the job. */
 static void finish(trainer *t)
 {
-    if (t->metrics) fclose(t->metrics);
+    metrics_written(&t->metrics, t->o.metrics, 1);
     train_tb_close(&t->tb);
     nn_dist_finalize(&t->dist);
     /* A server has served its last worker; only a worker's failure to leave is an error. */

@@ -66,8 +66,9 @@ chorus_comm *par_grid(train_par *p, chorus_comm *world, const char **metrics, co
         *dump = d; /* lives as long as the process */
     }
     if (w == 0)
-        printf("chorus-train: %d ranks = %d data-parallel replicas x %d tensor-parallel shards\n",
-               n, n / T, T);
+        printf("chorus-train: %d ranks = %d data-parallel replica%s x %d tensor-parallel "
+               "shard%s\n",
+               n, n / T, n / T == 1 ? "" : "s", T, T == 1 ? "" : "s");
     if (p->tp_rank > 0) {
         *metrics = NULL;
         if (!freopen("/dev/null", "w", stdout)) die("cannot quiet the output of rank %d", w);
@@ -138,6 +139,11 @@ static void parts_text(const double *v, char *out, size_t len)
 
 void par_setup(train_par *p, nn_model *m, const nn_optim *o)
 {
+    if (p->recompute && m->recompute_saved == 0 && chorus_rank(p->world) == 0)
+        printf("chorus-train: --recompute changes nothing for this model: cut into segments of "
+               "about %d of its %d layers, every activation buffer is a segment's output or in "
+               "the last segment, which are kept anyway; no memory is saved\n",
+               m->recompute, m->nlayers);
     nn_mem_add(&p->mem, NN_MEM_OPTIMIZER, nn_optim_state_count(o) * sizeof(float));
     if (p->zero) {
         chorus_comm *c = p->dp_comm ? p->dp_comm : p->world;

@@ -24,10 +24,11 @@ static void print_rank(const double *v, int r, int stages, int micro, FILE *f)
             r, mib(v[F_PARAMS]), mib(v[F_GRADS]), mib(v[F_OPT]), mib(v[F_ACT]), mib(peak));
     fprintf(f,
             "bubble rank %d (stage %d, layers %d-%d): waited for neighbours %.1f%% of the "
-            "pipeline step; formula (p-1)/(m+p-1) = %.1f%%; at most %d micro-batches in flight\n",
+            "pipeline step; formula (p-1)/(m+p-1) = %.1f%%; at most %d micro-batch%s in flight\n",
             r, (int)v[F_STAGE], (int)v[F_LO], (int)v[F_HI] - 1,
             v[F_STEP] > 0 ? 100.0 * v[F_WAIT] / v[F_STEP] : 0.0,
-            100.0 * chorus_pipe_bubble_formula(stages, micro), (int)v[F_INFLIGHT]);
+            100.0 * chorus_pipe_bubble_formula(stages, micro), (int)v[F_INFLIGHT],
+            (int)v[F_INFLIGHT] == 1 ? "" : "es");
 }
 
 chorus_result train_pipe_report(nn_pipe *p, chorus_comm *world, const nn_optim *opt, int is_root,

@@ -51,6 +51,14 @@ chorus_result chorus_checkpoint_save(const char *dir, const char *name, uint64_t
 chorus_result chorus_checkpoint_load(const char *dir, const char *name, uint64_t *step, void **data,
                                      size_t *len);
 
+/* As chorus_checkpoint_load, among the checkpoints of steps before `below` only: the one to
+ * fall back to when the newest valid one cannot be used with other state saved beside it (a
+ * parameter server's shards of that step that are damaged).
+ * Errors: those of chorus_checkpoint_load ("no valid checkpoint '<name>' in <dir> of a step
+ * before <below>"). */
+chorus_result chorus_checkpoint_load_before(const char *dir, const char *name, uint64_t below,
+                                            uint64_t *step, void **data, size_t *len);
+
 /* Lists the steps of the checkpoint files of `name` in dir, newest first, whether valid or not
  * (validity is checked by loading): *steps is malloc'ed (free it; NULL when *count is 0). A
  * directory that does not exist holds no checkpoints (CHORUS_OK, *count 0).

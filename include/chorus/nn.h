@@ -125,6 +125,8 @@ typedef struct nn_model {
     int no_grads;    /* finalize allocates no gradient buffer: the caller points the layers'
                         dw/db (sharded gradients, nn_zero stage 2) */
     float *act_pool; /* recomputation: the activation buffers one segment reuses */
+    size_t recompute_saved; /* set by finalize: activation bytes recomputation does not keep
+                               (0: with these layers it keeps them all, changing nothing) */
     chorus_result comm_err; /* first failed collective in forward/backward (tensor parallel) */
     struct nn_mem *mem;     /* when set, finalize records its buffers there (nn_mem_*) */
     nn_grad_hook fwd_hook;  /* when set, called by nn_forward before each layer with
@@ -375,6 +377,11 @@ typedef struct nn_ckpt_info {
  * CHORUS_ERR_NOMEM. */
 chorus_result nn_ckpt_load_latest(const char *dir, nn_model *m, nn_optim *o, nn_train_state *st,
                                   nn_ckpt_info *info);
+/* As nn_ckpt_load_latest, among the checkpoints of steps before `below` only (a resume that
+ * cannot use the newest one: its parameter-server shards are damaged). None there is an
+ * error (CHORUS_ERR_INVALID_ARG, "no valid checkpoint ... of a step before <below>"). */
+chorus_result nn_ckpt_load_before(const char *dir, uint64_t below, nn_model *m, nn_optim *o,
+                                  nn_train_state *st, nn_ckpt_info *info);
 
 /* ---- data-parallel gradient synchronisation ------------------------------------------ */
 

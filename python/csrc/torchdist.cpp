@@ -87,9 +87,17 @@ static chorus_op op_of(const c10d::ReduceOp &op, const at::Tensor &t)
     case c10d::ReduceOp::PRODUCT: return CHORUS_PROD;
     case c10d::ReduceOp::MIN: return CHORUS_MIN;
     case c10d::ReduceOp::MAX: return CHORUS_MAX;
-    default:
-        TORCH_CHECK(false, "chorus: reduce op ", (int)kind,
+    default: {
+        /* c10d::ReduceOp's order: the name a user wrote, not its number */
+        static const char *const names[] = {"SUM",  "AVG", "PRODUCT", "MIN",       "MAX",
+                                            "BAND", "BOR", "BXOR",    "PREMUL_SUM"};
+        int k = (int)kind;
+        std::string name = k >= 0 && k < (int)(sizeof(names) / sizeof(names[0]))
+                               ? std::string(names[k])
+                               : "number " + std::to_string(k);
+        TORCH_CHECK(false, "chorus: reduce op ", name,
                     " is not supported (SUM, AVG, PRODUCT, MIN and MAX are)");
+    }
     }
 }
 

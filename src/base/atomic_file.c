@@ -361,8 +361,10 @@ static int read_file(const char *path, unsigned char **buf, size_t *len)
     return 0;
 }
 
-chorus_result chorus_checkpoint_load(const char *dir, const char *name, uint64_t *step, void **data,
-                                     size_t *len)
+/* chorus_checkpoint_load and chorus_checkpoint_load_before: the newest valid checkpoint,
+ * of a step before `below` when bounded. */
+static chorus_result load_newest(const char *dir, const char *name, int bounded, uint64_t below,
+                                 uint64_t *step, void **data, size_t *len)
 {
     chorus_errbuf *e = chorus__init_errbuf();
     e->msg[0] = 0;
@@ -373,6 +375,7 @@ chorus_result chorus_checkpoint_load(const char *dir, const char *name, uint64_t
     CHORUS_CHECK(list_steps(dir, name, &steps, &n, e));
     char skipped[sizeof(e->msg)] = "";
     for (size_t i = 0; i < n; i++) {
+        if (bounded && steps[i] >= below) continue;
         char path[4200], why[200];
         ckpt_path(path, sizeof(path), dir, name, steps[i]);
         unsigned char *buf = NULL;
@@ -406,6 +409,19 @@ chorus_result chorus_checkpoint_load(const char *dir, const char *name, uint64_t
     free(steps);
     char msg[sizeof(e->msg)] = "";
     append(msg, sizeof(msg), "no valid checkpoint '%s' in %s", name, dir);
+    if (bounded) append(msg, sizeof(msg), " of a step before %llu", (unsigned long long)below);
     if (skipped[0]) append(msg, sizeof(msg), " (%s)", skipped);
     return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "%s", msg);
+}
+
+chorus_result chorus_checkpoint_load(const char *dir, const char *name, uint64_t *step, void **data,
+                                     size_t *len)
+{
+    return load_newest(dir, name, 0, 0, step, data, len);
+}
+
+chorus_result chorus_checkpoint_load_before(const char *dir, const char *name, uint64_t below,
+                                            uint64_t *step, void **data, size_t *len)
+{
+    return load_newest(dir, name, 1, below, step, data, len);
 }

@@ -84,6 +84,14 @@ void chorus__log_set_rank(int rank);
     do {                                                                                           \
         if (CHORUS__LOG_ON(CHORUS_LOG_WARN)) chorus__log(CHORUS_LOG_WARN, sub, __VA_ARGS__);       \
     } while (0)
+/* A warning said also when CHORUS_DEBUG is unset (not when it asks for NONE): a reason the
+ * user needs and would otherwise only see as an echo elsewhere (why a parameter server refused
+ * a worker's request, which worker it goes on without). */
+int chorus__log_note_on(void);
+#define CHORUS_NOTE(sub, ...)                                                                      \
+    do {                                                                                           \
+        if (chorus__log_note_on()) chorus__log(CHORUS_LOG_WARN, sub, __VA_ARGS__);                 \
+    } while (0)
 #define CHORUS_INFO(sub, ...)                                                                      \
     do {                                                                                           \
         if (CHORUS__LOG_ON(CHORUS_LOG_INFO)) chorus__log(CHORUS_LOG_INFO, sub, __VA_ARGS__);       \

@@ -17,7 +17,7 @@
  *   LIST("a,b")  comma-separated names of the list, any case (const char *: listed spellings)
  */
 /* clang-format off */
-CHORUS_CFG(CHORUS_DEBUG, debug, ENUM("NONE,OFF,VERSION,ERROR,WARN,INFO,DEBUG,TRACE"), NULL, "Log level, any case: WARN (ERROR is the same: failures are returned to the caller, warnings logged); INFO adds the library version, the variables that are set and how each communicator is set up; TRACE (or DEBUG) adds every collective's algorithm and why it was chosen. VERSION prints the version only; NONE or OFF nothing. Unset: warnings only where a tool asks for them. Lines are prefixed with host, pid and rank.")
+CHORUS_CFG(CHORUS_DEBUG, debug, ENUM("NONE,OFF,VERSION,ERROR,WARN,INFO,DEBUG,TRACE"), NULL, "Log level, any case: WARN (ERROR is the same: failures are returned to the caller, warnings logged); INFO adds the library version, the variables that are set and how each communicator is set up; TRACE (or DEBUG) adds every collective's algorithm and why it was chosen. VERSION prints the version only; NONE or OFF nothing. Unset: warnings only where a tool asks for them, and those a user must see anyway (a parameter server's reason for refusing a request, a worker it goes on without). Lines are prefixed with host, pid and rank.")
 CHORUS_CFG(CHORUS_DEBUG_SUBSYS, debug_subsys, LIST("INIT,BOOT,COLL,TCP,SHM,ENGINE,ELASTIC,ALL"), "ALL", "Comma-separated subsystems to log: INIT,BOOT,COLL,TCP,SHM,ENGINE,ELASTIC or ALL.")
 CHORUS_CFG(CHORUS_DEBUG_FILE, debug_file, STR, NULL, "Write log lines to this file instead of stderr; %h is replaced by the host, %p by the pid.")
 CHORUS_CFG(CHORUS_TIMEOUT_S, timeout_s, POSNUM, "300", "Seconds any wait on a peer (rendezvous, connect, collective) may take before CHORUS_ERR_TIMEOUT.")

@@ -84,6 +84,7 @@ static void open_log_file(const char *pattern)
 }
 
 static int default_level = CHORUS_LOG_NONE;
+static int note_on = 1; /* CHORUS_NOTE lines: off only when CHORUS_DEBUG asks for nothing */
 
 void chorus__log_default_level(int level)
 {
@@ -99,6 +100,7 @@ static void log_setup(void)
     log_subsys = parse_subsys(cfg->debug_subsys);
     if (cfg->debug_file) open_log_file(cfg->debug_file);
     int level = cfg->debug ? parse_level(cfg->debug) : default_level;
+    note_on = !cfg->debug || level >= CHORUS_LOG_WARN;
     __atomic_store_n(&chorus__log_level, level, __ATOMIC_RELEASE);
 }
 
@@ -106,6 +108,12 @@ int chorus__log_init(void)
 {
     pthread_once(&log_once, log_setup);
     return __atomic_load_n(&chorus__log_level, __ATOMIC_ACQUIRE);
+}
+
+int chorus__log_note_on(void)
+{
+    chorus__log_init();
+    return note_on;
 }
 
 void chorus__log_set_rank(int rank)

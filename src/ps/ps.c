@@ -78,6 +78,10 @@ static chorus_result check_opts(const chorus_ps_opts *o, int size)
     if (o->staleness < 0)
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_ps_create: staleness %d is negative",
                             o->staleness);
+    if (size < 2) /* no count of servers works: say so rather than offer 1..0 */
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
+                            "chorus_ps_create: a job of 1 rank has no room for a parameter "
+                            "server: it needs at least 2 ranks (1 server and 1 worker)");
     if (o->nservers < 1 || o->nservers >= size)
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
                             "chorus_ps_create: %d server%s in a job of %d rank%s leaves %s; "

@@ -45,7 +45,7 @@ static chorus_result on_gone(chorus_ps *ps, int worker);
 static chorus_result worker_lost(chorus_ps *ps, int worker)
 {
     if (ps->gone[worker]) return CHORUS_OK;
-    CHORUS_WARN(CHORUS_LOG_ALL, "server %d: worker %d (rank %d) is lost (%s); going on without it",
+    CHORUS_NOTE(CHORUS_LOG_ALL, "server %d: worker %d (rank %d) is lost (%s); going on without it",
                 ps->rank, worker, ps->nservers + worker, chorus_last_error(ps->comm));
     ps->st.workers_lost++;
     return on_gone(ps, worker);
@@ -261,7 +261,7 @@ static chorus_result on_shard(chorus_ps *ps, int worker, int type, uint64_t step
     if (st.count > 0 && dir[st.count - 1] == '\0') {
         res = type == PS_SAVE ? chorus__ps_save_shard(ps, dir, step)
                               : chorus__ps_load_shard(ps, dir, step);
-        if (res != CHORUS_OK) CHORUS_WARN(CHORUS_LOG_ALL, "%s", ps->err.msg);
+        if (res != CHORUS_OK) CHORUS_NOTE(CHORUS_LOG_ALL, "%s", ps->err.msg);
     }
     r = chorus_send(ps->comm, &res, 1, CHORUS_INT64, src, PS_TAG_SAVED);
     if (r != CHORUS_OK)

@@ -202,8 +202,8 @@ static chorus_result ask_servers(chorus_ps *ps, int type, const char *dir, uint6
                                  chorus_last_error(ps->comm));
         else if (ok != CHORUS_OK)
             first = chorus__fail(&ps->err, (chorus_result)ok,
-                                 "%s: server %d could not %s its shard of step %llu in %s (its "
-                                 "log says why)",
+                                 "%s: server %d could not %s its shard of step %llu in %s (the "
+                                 "server's own message says why)",
                                  call, s, type == PS_SAVE ? "save" : "load",
                                  (unsigned long long)step, dir);
     }

@@ -87,6 +87,18 @@ int main(void)
     ASSERT(memcmp(data, payload, 40) == 0);
     ASSERT_EQ(chorus_last_error(NULL)[0], 0); /* nothing skipped */
     free(data);
+    /* the newest before a step: 1 before 2; none before 1 */
+    ASSERT_OK(chorus_checkpoint_load_before(dir, "state", 2, &step, &data, &len));
+    ASSERT_EQ(step, 1);
+    ASSERT_EQ(((unsigned char *)data)[0], 0);
+    free(data);
+    ASSERT_OK(chorus_checkpoint_load_before(dir, "state", 1000, &step, &data, &len));
+    ASSERT_EQ(step, 2);
+    free(data);
+    ASSERT_EQ(chorus_checkpoint_load_before(dir, "state", 1, &step, &data, &len),
+              CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "no valid checkpoint 'state' in ");
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), " of a step before 1");
 
     char p2[512];
     path_of(p2, sizeof(p2), 2);

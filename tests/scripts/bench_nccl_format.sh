@@ -75,4 +75,11 @@ chorus-run -np 2 chorus-bench -c allreduce >"$out" 2>&1; rc=$?
 cat "$out"
 [ $rc = 2 ] && [ "$(grep -c "^\[[0-9]*\] chorus-bench: -c allreduce is not 0 or 1 (check)" "$out")" = 1 ] ||
     fail "-c is nccl-tests' check flag"
+# an iteration count over the limit: the limit and why, not "is not >= 1"
+out2=$(chorus-bench -n 50000000 2>&1); rc=$?
+echo "$out2"
+[ $rc = 2 ] && echo "$out2" | grep -q "^chorus-bench: -n 50000000: at most 16777216 timed iterations per size; each one's time is kept (8 bytes) and exchanged between the ranks for the median, 128 MiB at that count$" ||
+    fail "-n over the limit"
+out2=$(chorus-bench -n 0 2>&1)
+echo "$out2" | grep -q "^chorus-bench: -n 0 is not a whole number of iterations, 1 or more$" || fail "-n 0"
 echo "bench_nccl_format: ok"

@@ -44,10 +44,11 @@ equal)
     cat "$d/pp.log"
     same "$d/ref.0" "$d/pp" 0 1
     # activations held: gpipe all 4 micro-batches on both stages; 1f1b p - stage
-    if [ "$2" = gpipe ]; then in0=4 in1=4; else in0=2 in1=1; fi
-    grep -q "bubble rank 0 (stage 0, .*at most $in0 micro-batches in flight" "$d/pp.log" &&
-        grep -q "bubble rank 1 (stage 1, .*at most $in1 micro-batches in flight" "$d/pp.log" ||
-        { echo "not $in0 and $in1 micro-batches in flight"; exit 1; }
+    # (one is "1 micro-batch")
+    if [ "$2" = gpipe ]; then in0="4 micro-batches" in1="4 micro-batches"; else in0="2 micro-batches" in1="1 micro-batch"; fi
+    grep -q "bubble rank 0 (stage 0, .*at most $in0 in flight" "$d/pp.log" &&
+        grep -q "bubble rank 1 (stage 1, .*at most $in1 in flight" "$d/pp.log" ||
+        { echo "not $in0 and $in1 in flight"; exit 1; }
     echo "$2, 2 stages x 4 micro-batches: parameters identical to one rank with --accum 4"
     ;;
 grid)
@@ -145,6 +146,19 @@ bad)
         chorus-train --pipeline-stages 2 --mode ps-sync
     expect "--pipeline-stages 2 does not divide the 3 ranks" \
         chorus-run -np 3 chorus-train --pipeline-stages 2 --max-steps 1
+    # --microbatches given differently to the two stages: each names the option and both
+    # values (not "rank 0 was lost", not a mismatched receive)
+    out=$(chorus-run -np 2 sh -c 'exec chorus-train --pipeline-stages 2 --max-steps 1 --no-eval \
+        --microbatches $((2 + 2 * CHORUS_RANK))' 2>&1) && { echo "$out"; echo "accepted"; exit 1; }
+    echo "$out"
+    for r in 0 1; do
+        echo "$out" | grep -q "^\[$r\] chorus-train\[$r\]: --microbatches differs between the ranks: rank 0 has --microbatches 2, rank 1 has --microbatches 4; every rank of a pipeline must be given the same$" ||
+            { echo "rank $r did not name the --microbatches mismatch"; exit 1; }
+    done
+    if echo "$out" | grep -q "was lost\|mismatched send/recv"; then
+        echo "a rank blamed another"
+        exit 1
+    fi
     ;;
 *) echo "usage: pipeline_train.sh equal gpipe|1f1b | grid | ckpt | kill | accuracy | bad"; exit 2 ;;
 esac

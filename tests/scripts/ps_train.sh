@@ -12,7 +12,12 @@
 #                    the job fails naming it; --resume continues from the shards' last
 #                    checkpoint and ends with the parameters of a run never interrupted
 #   kill_worker      ps-async: a worker killed mid-run; the others make all their steps, and
-#                    chorus-run exits 0 naming the lost worker
+#                    chorus-run exits 0 naming the lost worker; the server says, without
+#                    CHORUS_DEBUG, that it goes on without it
+#   damaged_shards   ps-sync checkpoints of steps 4 and 6; the server's shard of step 6 is
+#                    damaged: the server says what is wrong with it (without CHORUS_DEBUG), the
+#                    resume falls back to step 4, says so, and ends with the parameters of a
+#                    run never interrupted
 #   time_limit       with --time-limit the learning-rate schedule spans the time budget (in
 #                    allreduce mode and in a parameter-server mode); allreduce ranks agree
 set -u
@@ -93,8 +98,8 @@ kill_worker)
     # ps-async, 1 server and 3 workers; worker 2 (rank 3) is killed mid-run: the server goes on
     # without it and the other workers make all their steps; worker 0 evaluates and reports;
     # chorus-run lets the job finish (the workers told it that the job tolerates their loss),
-    # exits 0 and names the lost worker
-    CHORUS_DEBUG=WARN chorus-run -np 4 chorus-train --mode ps-async --servers 1 --batch 96 \
+    # exits 0 and names the lost worker; the server's line prints without CHORUS_DEBUG
+    chorus-run -np 4 chorus-train --mode ps-async --servers 1 --batch 96 \
         --max-steps 150 --log-every 1 > "$d/log" 2>&1 &
     run=$!
     i=0
@@ -122,6 +127,38 @@ kill_worker)
     grep -q "^\[1\] done: 150 steps, test accuracy" "$d/log" ||
         { echo "worker 0 did not finish its 150 steps"; exit 1; }
     ;;
+damaged_shards)
+    common="--mode ps-sync --servers 1 --no-eval --batch 64 --log-every 1000"
+    ck="--checkpoint-dir $d/ck --checkpoint-every 2"
+    chorus-run -np 3 chorus-train $common $ck --max-steps 6 > "$d/first.log" 2>&1 ||
+        { cat "$d/first.log"; exit 1; }
+    shard=$(ls "$d"/ck/ps-shard-0-of-1-at-6.*.ckpt) || { ls "$d/ck"; exit 1; }
+    printf 'X' | dd of="$shard" bs=1 seek=100 conv=notrunc 2>/dev/null
+    chorus-run -np 3 chorus-train $common $ck --resume --max-steps 8 --dump-params "$d/resumed" \
+        > "$d/resumed.log" 2>&1
+    rc=$?
+    cat "$d/resumed.log"
+    [ $rc = 0 ] || { echo "the resume failed"; exit 1; }
+    grep -q "^\[0\] .*server 0: no shard of step 6: .*ps-shard-0-of-1-at-6\.[0-9]*\.ckpt: payload checksum mismatch" "$d/resumed.log" ||
+        { echo "the server did not say what is wrong with its shard"; exit 1; }
+    grep -q "chorus-train: chorus_ps_load: server 0 could not load its shard of step 6 in $d/ck (the server's own message says why); resuming from step 4 instead, the newest older step whose shards and trainer checkpoint are all intact" "$d/resumed.log" ||
+        { echo "no word of the fallback to step 4"; exit 1; }
+    grep -q "servers: resumed their shards of step 4 from $d/ck" "$d/resumed.log" || exit 1
+    chorus-run -np 3 chorus-train $common --max-steps 8 --dump-params "$d/straight" \
+        > "$d/straight.log" 2>&1 || { cat "$d/straight.log"; exit 1; }
+    cmp "$d/resumed.0" "$d/straight.0" || { echo "the resumed run ended elsewhere"; exit 1; }
+    # no intact older step either: refused, saying both what failed and why nothing is left
+    shard=$(ls "$d"/ck/ps-shard-0-of-1-at-8.*.ckpt) || { ls "$d/ck"; exit 1; }
+    printf 'X' | dd of="$shard" bs=1 seek=100 conv=notrunc 2>/dev/null
+    rm -f "$d"/ck/ps-shard-0-of-1-at-6.*.ckpt "$d"/ck/ps-shard-0-of-1-at-4.*.ckpt
+    out=$(chorus-run -np 3 chorus-train $common $ck --resume --max-steps 10 2>&1)
+    rc=$?
+    echo "$out"
+    [ $rc != 0 ] || { echo "resumed without intact shards"; exit 1; }
+    echo "$out" | grep -q "cannot resume: chorus_ps_load: server 0 could not load its shard of step 8 .*; no older step has both its shards and its trainer checkpoint intact" ||
+        { echo "no reason for the refusal"; exit 1; }
+    echo "damaged shards of step 6: resumed from step 4, parameters identical to an uninterrupted run"
+    ;;
 time_limit)
     # the schedule spans the budget: the rate starts at --lr and has nearly vanished at the end;
     # the allreduce ranks take the same rate every step (identical parameters)
@@ -140,5 +177,5 @@ time_limit)
     done
     cmp "$d/allreduce.0" "$d/allreduce.1" || { echo "allreduce ranks differ"; exit 1; }
     ;;
-*) echo "usage: ps_train.sh equal W K OPTIM | accuracy | bad | kill_server | kill_worker | time_limit"; exit 2 ;;
+*) echo "usage: ps_train.sh equal W K OPTIM | accuracy | bad | kill_server | kill_worker | damaged_shards | time_limit"; exit 2 ;;
 esac

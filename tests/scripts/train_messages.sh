@@ -2,7 +2,8 @@
 # chorus-train's refusals as a user meets them: a learning rate that makes the loss non-finite
 # stops the run with a message and leaves the metrics file valid JSON (no NaN in it); a
 # non-finite --lr is refused; a resume with another --dropout says what differs; a checkpoint
-# directory that cannot be written is refused before training, not at the first save.
+# directory that cannot be written is refused before training, not at the first save; a
+# metrics file that cannot be written (a full disk: /dev/full) stops the run naming it.
 set -u
 fail() { echo "FAILED: $*"; exit 1; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/train_messages.XXXXXX")
@@ -55,4 +56,10 @@ echo "$out"
 [ $rc = 1 ] && echo "$out" | grep -q "cannot write checkpoints to --checkpoint-dir $ro (checked before training)" ||
     fail "unwritable checkpoint directory"
 echo "$out" | grep -q "step 1/\|done:" && fail "it trained before refusing"
+# --metrics on a full disk: the run fails at the first record, naming the file and the reason
+out=$(chorus-train $common --lr 0.05 --metrics /dev/full 2>&1); rc=$?
+echo "$out"
+[ $rc = 1 ] && echo "$out" | grep -q "chorus-train\[0\]: cannot write metrics to /dev/full: No space left on device$" ||
+    fail "--metrics /dev/full"
+echo "$out" | grep -q "done:" && fail "it went on to the end with its metrics lost"
 echo "train_messages: ok"

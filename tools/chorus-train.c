@@ -711,7 +711,7 @@ static void describe_config(const opts *o, int world, rec_config *c)
     /* with a compressor's memory, its tensors are those of the sync mode, on each rank */
     rec_add(c, keeps ? REC_RESULT : REC_RANKS, "--grad-sync", "%s", o->sync);
     rec_add(c, keeps ? REC_RESULT : REC_RANKS, "--bucket-kb", "%ld", o->bucket_kb);
-    rec_add(c, keeps ? REC_RESULT : REC_RANKS, "ranks", "%d", world);
+    rec_add(c, keeps ? REC_RESULT : REC_RANKS, "-np", "%d", world); /* the number of ranks */
     rec_add(c, REC_RANKS, "--epochs", "%d", o->epochs);
     rec_add(c, REC_RANKS, "--max-steps", "%ld", o->max_steps);
     rec_add(c, REC_RANKS, "--time-limit", "%.17g", o->time_limit);
@@ -747,8 +747,9 @@ static void check_config(trainer *t)
             "step): %s. Start every rank with the same options",
             why);
     char verdict[sizeof(why)] = "";
+    /* a directory that cannot be read is reported by the steps that use it */
     if (g_rank == 0 && o->ckpt_dir &&
-        rec_check_dir(&t->rec, o->ckpt_dir, o->resume, why, sizeof(why), note, sizeof(note)))
+        rec_check_dir(&t->rec, o->ckpt_dir, o->resume, why, sizeof(why), note, sizeof(note)) == 1)
         snprintf(verdict, sizeof(verdict), "%s%s", o->resume ? "cannot resume: " : "", why);
     if (chorus_broadcast(t->comm, verdict, sizeof(verdict), CHORUS_UINT8, 0) != CHORUS_OK)
         die("checking --checkpoint-dir: %s", chorus_last_error(t->comm));

@@ -202,7 +202,8 @@ int rec_check_dir(const rec_config *c, const char *dir, int resume, char *why, s
                 append(why, len, &used, "%s%s was %s in the checkpoint, now %s", used ? "; " : "",
                        name, have_old ? old : "not used", have_new ? mine : "not used");
             else if (k == REC_NOTE && have_old && have_new)
-                append(note, nlen, &nused, "%s%s %s is not used: the run goes on with the "
+                append(note, nlen, &nused,
+                       "%s%s %s is not used: the run goes on with the "
                        "checkpoint's %s",
                        nused ? "; " : "", name, mine, old);
         }

@@ -39,7 +39,7 @@ int rec_agree(const rec_config *c, chorus_comm *comm, char *why, size_t len);
  * why); for --resume, compares c with the configuration recorded in dir: 1 and why naming each
  * REC_RESULT option that differs, else 0 with note (possibly empty) for the REC_NOTE ones. A
  * directory without a record (written before records were kept) passes. -1 when dir cannot be
- * read. */
+ * read (why says so). */
 int rec_check_dir(const rec_config *c, const char *dir, int resume, char *why, size_t len,
                   char *note, size_t nlen);
 

@@ -29,8 +29,7 @@ static int is_ef(const chorus_compressor *c)
 
 static chorus_result bad_state(const char *why)
 {
-    return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
-                        "compressor state: %s", why);
+    return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG, "compressor state: %s", why);
 }
 
 /* Bytes of one tensor's record. */
@@ -69,15 +68,15 @@ chorus_result chorus_compressor_save_state(chorus_compressor *c, void **data, si
         p = put(put(put(p, STATE_MAGIC, 8), spec, SPEC_BYTES), &nt, sizeof(nt));
         for (int i = 0; i < s->nt; i++) {
             const ef_tensor *t = s->t[i];
-            uint64_t w[TENSOR_WORDS] = {
-                strlen(t->name),
-                t->count,
-                t->step,
-                t->cols_hint,
-                t->rows,
-                t->cols,
-                t->r,
-                (t->resid ? F_RESID : 0) | (t->idx ? F_IDX : 0) | (t->q ? F_Q : 0)};
+            uint64_t w[TENSOR_WORDS] = {strlen(t->name),
+                                        t->count,
+                                        t->step,
+                                        t->cols_hint,
+                                        t->rows,
+                                        t->cols,
+                                        t->r,
+                                        (t->resid ? F_RESID : 0) | (t->idx ? F_IDX : 0) |
+                                            (t->q ? F_Q : 0)};
             p = put(p, w, TENSOR_WORDS * sizeof(uint64_t));
             p = put(p, t->name, w[0]);
             if (t->resid) p = put(p, t->resid, t->count * sizeof(float));

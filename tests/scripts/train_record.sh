@@ -99,6 +99,9 @@ bad)
     printf '\125' | dd of="$d/ck/config.00000000000000000000.ckpt" bs=1 seek=60 conv=notrunc 2>/dev/null
     expect 0 "chorus-train: warning: .*skipped damaged checkpoint $d/ck/config.00000000000000000000.ckpt: payload checksum mismatch.*cannot be compared with this one" \
         chorus-train $common --max-steps 6 --checkpoint-dir "$d/ck" --resume
+    printf '\125' | dd of="$d/ck/model.00000000000000000000.ckpt" bs=1 seek=50 conv=notrunc 2>/dev/null
+    expect 0 "chorus-train: warning: .*skipped damaged checkpoint $d/ck/model.00000000000000000000.ckpt: .*cannot be compared with this one" \
+        chorus-train $common --max-steps 8 --checkpoint-dir "$d/ck" --resume
     ;;
 *) fail "unknown case '$1'" ;;
 esac

@@ -142,7 +142,7 @@ static chorus_result restore_tensor(ef_tensor *t, const uint64_t *w, const void 
 /* Checks one record at the cursor and, with apply, restores it into a new entry of s. */
 static chorus_result read_tensor(cursor *cur, ef_comp *s, int apply)
 {
-    const uint64_t *wp = take(cur, TENSOR_WORDS * sizeof(uint64_t));
+    const void *wp = take(cur, TENSOR_WORDS * sizeof(uint64_t));
     if (!wp) return bad_state("truncated");
     uint64_t w[TENSOR_WORDS];
     memcpy(w, wp, sizeof(w));
@@ -206,8 +206,9 @@ chorus_result chorus_compressor_load_state(chorus_compressor *c, const void *dat
     cursor cur = {data, len};
     const unsigned char *magic = take(&cur, 8);
     const char *spec = take(&cur, SPEC_BYTES);
-    const uint64_t *ntp = take(&cur, sizeof(uint64_t));
-    if (!magic || memcmp(magic, STATE_MAGIC, 8) || !ntp) return bad_state("no state header");
+    const void *ntp = take(&cur, sizeof(uint64_t));
+    if (!magic || !spec || !ntp || memcmp(magic, STATE_MAGIC, 8))
+        return bad_state("no state header");
     if (memchr(spec, 0, SPEC_BYTES) == NULL || strcmp(spec, s->name))
         return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
                             "compressor state: saved by compressor '%.*s', this one is '%s'",

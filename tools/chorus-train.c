@@ -619,7 +619,6 @@ typedef struct trainer {
     nn_optim pipe_opt;    /* the stage's optimizer (t->opt is the whole model's, for checkpoints) */
     rec_config rec;       /* the options that decide the result (train_record.c) */
     int comp_state;       /* --compress keeps memory: every rank saves its own with a checkpoint */
-    uint64_t comp_saved[2]; /* steps of this rank's last two compressor saves (older first) */
 } trainer;
 
 #define PS_KEY 0 /* the whole flat parameter buffer is one key, cut across the servers */
@@ -911,7 +910,6 @@ static void restore_compressor(trainer *t)
     if (nn_dist_sum(&t->dist, &bad, 1)) die("%s", nn_last_error());
     if (mine) die("cannot resume: %s", why);
     if (bad > 0) die("cannot resume: another rank could not restore its compressor state");
-    t->comp_saved[1] = t->st.global_step;
 }
 
 /* Step (--resume): rank 0 loads the newest valid checkpoint and every rank gets its verdict,
@@ -1131,12 +1129,10 @@ static void save_checkpoint(trainer *t)
     if (t->comp_state) {
         char cwhy[1024];
         double bad = rec_save_compressor(t->dist.comp, t->o.ckpt_dir, t->rank, t->st.global_step,
-                                         t->comp_saved[0], cwhy, sizeof(cwhy)) != 0;
+                                         cwhy, sizeof(cwhy)) != 0;
         if (bad) fprintf(stderr, "chorus-train[%d]: %s\n", g_rank, cwhy);
         if (nn_dist_sum(&t->dist, &bad, 1)) die("%s", nn_last_error());
         if (bad > 0) die("a rank could not save its compressor state (see its message)");
-        t->comp_saved[0] = t->comp_saved[1];
-        t->comp_saved[1] = t->st.global_step;
         if (t->rank != 0) return;
     }
     /* --mode ps-*: every server's shard first, so that a step the trainer's checkpoint names

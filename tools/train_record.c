@@ -3,6 +3,7 @@
  * fresh run's claim on its checkpoint directory, and each rank's compressor memory beside the
  * checkpoints (train_record.h).
  */
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,12 +229,31 @@ static void comp_name(char *out, size_t len, int rank, uint64_t step)
     snprintf(out, len, "compress-rank%d-at-%llu", rank, (unsigned long long)step);
 }
 
+/* Deletes this rank's compressor files other than those of step keep1 and keep2. */
+static void prune_compressor(const char *dir, int rank, uint64_t keep1, uint64_t keep2)
+{
+    DIR *dd = opendir(dir);
+    if (!dd) return;
+    struct dirent *e;
+    char path[4200];
+    while ((e = readdir(dd))) {
+        int r, end = 0;
+        unsigned long long at, step;
+        if (sscanf(e->d_name, "compress-rank%d-at-%llu.%llu.ckpt%n", &r, &at, &step, &end) != 3 ||
+            e->d_name[end] || r != rank || at != step || step == keep1 || step == keep2)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(dd);
+}
+
 int rec_save_compressor(chorus_compressor *comp, const char *dir, int rank, uint64_t step,
-                        uint64_t prev, char *why, size_t len)
+                        char *why, size_t len)
 {
     void *data;
     size_t n;
-    char name[96], path[4200];
+    char name[96];
     if (chorus_compressor_save_state(comp, &data, &n) != CHORUS_OK) {
         snprintf(why, len, "saving the compressor's state: %s", chorus_last_error(NULL));
         return -1;
@@ -245,9 +265,17 @@ int rec_save_compressor(chorus_compressor *comp, const char *dir, int rank, uint
         snprintf(why, len, "saving the compressor's state: %s", chorus_last_error(NULL));
         return -1;
     }
-    comp_name(name, sizeof(name), rank, prev);
-    if (prev != step && chorus_checkpoint_path(dir, name, prev, path, sizeof(path)) == CHORUS_OK)
-        unlink(path);
+    /* rank 0 writes the step's checkpoint next and keeps it and the newest before it: so
+     * does this rank with its compressor files (older ones, of runs resumed, go) */
+    uint64_t *steps;
+    size_t count;
+    if (chorus_checkpoint_list(dir, NN_CKPT_NAME, &steps, &count) == CHORUS_OK) {
+        uint64_t before = 0;
+        for (size_t i = 0; i < count; i++)
+            if (steps[i] < step && steps[i] > before) before = steps[i];
+        free(steps);
+        prune_compressor(dir, rank, step, before);
+    }
     return 0;
 }
 

@@ -57,9 +57,10 @@ int rec_load_text(const char *dir, const char *name, char **data, size_t *n);
 int rec_save(const rec_config *c, const char *dir, char *why, size_t len);
 
 /* This rank's compressor memory as checkpoint `step` of dir (the file names the rank and the
- * step; the one saved two checkpoints ago, prev, is deleted). 0, or -1 with why. */
+ * step), before rank 0 writes the step's checkpoint; this rank's files of other steps than
+ * this one and the newest checkpoint before it are deleted. 0, or -1 with why. */
 int rec_save_compressor(chorus_compressor *comp, const char *dir, int rank, uint64_t step,
-                        uint64_t prev, char *why, size_t len);
+                        char *why, size_t len);
 /* Restores this rank's compressor memory saved with checkpoint `step`. 0, or -1 with why. */
 int rec_load_compressor(chorus_compressor *comp, const char *dir, int rank, uint64_t step,
                         char *why, size_t len);

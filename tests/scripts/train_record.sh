@@ -4,6 +4,9 @@
 #                    ranks: 4 steps, then --resume to 8, ends with the parameters of 8 steps
 #                    straight, bit for bit (each rank's compressor memory is in the checkpoint);
 #                    a rank's missing compressor state and another number of ranks are refused
+#   modes_resume     --mode ps-async and ps-ssp with one worker: 4 steps, then --resume to 8,
+#                    equals 8 straight, bit for bit (with several workers the servers apply
+#                    gradients in arrival order and no two runs repeat: docs/TRAINING.md)
 #   fresh_dir        a fresh run into a directory holding another run's checkpoints is refused,
 #                    deletes nothing, and --resume then continues the first run
 #   resume_refused   --resume with another --batch, or a parameter-server checkpoint with
@@ -49,12 +52,26 @@ compress_resume)
         echo "--compress $c (--grad-sync $sync): 4 + 4 resumed steps = 8 straight, bit for bit"
     done
     k="$d/fused-topk:0.1.ck"
+    [ "$(ls "$k" | grep -c "^compress-rank0-at-")" = 2 ] ||
+        fail "rank 0 keeps other compressor files than those of the two checkpoints: $(ls "$k")"
     expect 1 "cannot resume: -np was 2 in the checkpoint, now 1" \
         chorus-train $common --compress topk:0.1 --max-steps 12 --checkpoint-dir "$k" --resume
     rm "$k"/compress-rank1-at-8.*
     expect 1 "cannot resume: rank 1's compressor state of step 8: no valid checkpoint" \
         chorus-run -np 2 chorus-train $common --compress topk:0.1 --max-steps 12 \
         --checkpoint-dir "$k" --resume
+    ;;
+modes_resume)
+    for m in ps-async ps-ssp; do
+        run="chorus-run -np 2 chorus-train $common --mode $m --servers 1"
+        $run --max-steps 8 --dump-params "$d/$m.straight" > "$d/log" 2>&1 || { cat "$d/log"; exit 1; }
+        $run --max-steps 4 --checkpoint-dir "$d/$m.ck" > "$d/log" 2>&1 || { cat "$d/log"; exit 1; }
+        $run --max-steps 8 --checkpoint-dir "$d/$m.ck" --resume --dump-params "$d/$m.resumed" \
+            > "$d/log" 2>&1 || { cat "$d/log"; exit 1; }
+        grep -q "servers: resumed their shards of step 4" "$d/log" || { cat "$d/log"; fail "$m: did not resume"; }
+        cmp "$d/$m.straight.0" "$d/$m.resumed.0" || fail "--mode $m: resumed elsewhere than straight"
+        echo "--mode $m, one worker: 4 + 4 resumed steps = 8 straight, bit for bit"
+    done
     ;;
 fresh_dir)
     chorus-train $common --max-steps 12 --checkpoint-every 6 --checkpoint-dir "$d/ck" \

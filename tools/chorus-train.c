@@ -670,11 +670,6 @@ static int compress_keeps_state(const opts *o)
            !strncmp(o->compress, "powersgd:", 9);
 }
 
-/* The resolved options that decide the result (docs/TRAINING.md lists them), as compared across
- * the ranks and recorded beside the checkpoints. The length of the run (--epochs, --max-steps,
- * --time-limit) must agree across ranks but may grow on resume; the ways of splitting the same
- * computation (--pipeline-stages, --tensor-parallel, --zero, the number of ranks) too, since a
- * checkpoint is always of the whole model. */
 /* The shortest text that reads back as v (0.05, not 0.0500000007). */
 static const char *float_text(float v, char buf[32])
 {
@@ -685,6 +680,11 @@ static const char *float_text(float v, char buf[32])
     return buf;
 }
 
+/* The resolved options that decide the result (docs/TRAINING.md lists them), as compared across
+ * the ranks and recorded beside the checkpoints. The length of the run (--epochs, --max-steps,
+ * --time-limit) must agree across ranks but may grow on resume; the ways of splitting the same
+ * computation (--pipeline-stages, --tensor-parallel, --zero, the number of ranks) too, since a
+ * checkpoint is always of the whole model. */
 static void describe_config(const opts *o, int world, rec_config *c)
 {
     char f[5][32];
@@ -714,7 +714,8 @@ static void describe_config(const opts *o, int world, rec_config *c)
     /* with a compressor's memory, its tensors are those of the sync mode, on each rank */
     rec_add(c, keeps ? REC_RESULT : REC_RANKS, "--grad-sync", "%s", o->sync);
     rec_add(c, keeps ? REC_RESULT : REC_RANKS, "--bucket-kb", "%ld", o->bucket_kb);
-    rec_add(c, keeps ? REC_RESULT : REC_RANKS, "-np", "%d", world); /* the number of ranks */
+    rec_add(c, keeps ? REC_RESULT : REC_BITS, "-np", "%d", world); /* the number of ranks */
+    rec_add(c, REC_BITS, "--threads", "%d", o->threads);
     rec_add(c, REC_RANKS, "--epochs", "%d", o->epochs);
     rec_add(c, REC_RANKS, "--max-steps", "%ld", o->max_steps);
     rec_add(c, REC_RANKS, "--time-limit", "%.17g", o->time_limit);

@@ -99,7 +99,7 @@ int rec_agree(const rec_config *c, chorus_comm *comm, char *why, size_t len)
     char k, name[128], v0[LINE], vr[LINE];
     const char *t0 = all;
     for (int i = 0; line_at(t0, strlen(t0), i, &k, name, v0); i++)
-        for (int r = 1; r < size; r++) {
+        for (int r = 1; r < size && k != REC_BITS; r++) {
             const char *tr = all + (size_t)r * w;
             if (lookup(tr, strnlen(tr, w), name, NULL, vr) && !strcmp(vr, v0)) continue;
             append(why, len, &used, "%s%s: rank 0 has %s, rank %d has %s", used ? "; " : "", name,
@@ -207,6 +207,12 @@ int rec_check_dir(const rec_config *c, const char *dir, int resume, char *why, s
                        "%s%s %s is not used: the run goes on with the "
                        "checkpoint's %s",
                        nused ? "; " : "", name, mine, old);
+            else if (k == REC_BITS && have_old && have_new)
+                append(note, nlen, &nused,
+                       "%s%s was %s in the checkpoint, now %s: floating-point sums run in another "
+                       "order, so the last bits of the result may differ from an uninterrupted "
+                       "run's",
+                       nused ? "; " : "", name, old, mine);
         }
     }
     free(saved);

@@ -14,11 +14,18 @@
 #include "chorus.h"
 #include "chorus/engine.h"
 
-/* How an option is checked: every kind is compared across the ranks; REC_RESULT also against
- * the checkpoint on --resume (refused when it differs), REC_NOTE noted when it differs there
- * (the checkpoint's value wins), REC_RANKS is compared across ranks only (a layout or length
- * that may change on resume). */
-typedef enum rec_kind { REC_RESULT = 'R', REC_NOTE = 'N', REC_RANKS = 'A' } rec_kind;
+/* How an option is checked: REC_RESULT, REC_NOTE and REC_RANKS are compared across the ranks;
+ * REC_RESULT also against the checkpoint on --resume (refused when it differs), REC_NOTE noted
+ * when it differs there (the checkpoint's value wins), REC_RANKS is compared across ranks only
+ * (a layout or length that may change on resume). REC_BITS may differ between ranks and is
+ * noted when it differs from the checkpoint's: it changes the order of floating-point sums
+ * (BLAS threads, the number of ranks), so the last bits of the result. */
+typedef enum rec_kind {
+    REC_RESULT = 'R',
+    REC_NOTE = 'N',
+    REC_RANKS = 'A',
+    REC_BITS = 'B'
+} rec_kind;
 
 /* Lines "<kind> --<name> <value>\n". */
 typedef struct rec_config {

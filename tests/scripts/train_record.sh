@@ -11,7 +11,8 @@
 #                    deletes nothing, and --resume then continues the first run
 #   resume_refused   --resume with another --batch, or a parameter-server checkpoint with
 #                    --mode allreduce, is refused naming the option with both values; another
-#                    --seed is noted; a longer run (--epochs, --max-steps) is allowed
+#                    --seed is noted, and so is another --threads; a longer run (--epochs,
+#                    --max-steps) is allowed
 #   ranks_disagree   ranks started with different --lr/--batch, --optim/--momentum stop before
 #                    the first step naming each option and the ranks' values
 #   bad              --servers with --mode allreduce; a damaged record beside the checkpoints
@@ -90,8 +91,8 @@ resume_refused)
         { cat "$d/a.log"; exit 1; }
     expect 1 "chorus-train\[0\]: cannot resume: --batch was 1000 in the checkpoint, now 500; --lr was 0.05 in the checkpoint, now 0.1. These change the result" \
         chorus-train $common --batch 500 --lr 0.1 --max-steps 8 --checkpoint-dir "$d/ck" --resume
-    expect 0 "note: --seed 9 is not used: the run goes on with the checkpoint's 3" \
-        chorus-train $common --seed 9 --max-steps 6 --checkpoint-dir "$d/ck" --resume
+    expect 0 "note: --seed 9 is not used: the run goes on with the checkpoint's 3; --threads was 1 in the checkpoint, now 2: floating-point sums run in another order" \
+        chorus-train $common --seed 9 --threads 2 --max-steps 6 --checkpoint-dir "$d/ck" --resume
     expect 0 "resumed from .*step 6" \
         chorus-train $common --epochs 12 --max-steps 8 --checkpoint-dir "$d/ck" --resume
     chorus-run -np 2 chorus-train $common --mode ps-sync --servers 1 --max-steps 4 \

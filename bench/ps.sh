@@ -100,8 +100,8 @@ one_run() {
     mode=$1 slow=$2 secs=$3
     if [ "$mode" = allreduce ]; then np=2 ns=0; else np=3 ns=1; fi
     log=$OUT/$mode-$slow-$secs.log
-    "$RUN" -np $np "$TRAIN" --model "$MODEL" --batch "$BATCH" --mode "$mode" --servers 1 --staleness "$STALENESS" \
-        --time-limit "$secs" --log-every 1000 $([ "$mode" = allreduce ] || echo "$PS_ARGS") \
+    "$RUN" -np $np "$TRAIN" --model "$MODEL" --batch "$BATCH" --mode "$mode" --time-limit "$secs" \
+        --log-every 1000 $([ "$mode" = allreduce ] || echo "--servers 1 --staleness $STALENESS $PS_ARGS") \
         > "$log" 2>&1 &
     pid=$!
     [ -n "$JOB" ] && place $pid $np $ns

@@ -31,6 +31,7 @@
 #include "train_balance.h"
 #include "train_pipe.h"
 #include "train_diverge.h"
+#include "train_record.h"
 
 typedef struct opts {
     const char *model;
@@ -127,9 +128,12 @@ static void usage(FILE *f)
             "  --seed S               initialisation, shuffling and dropout (1)\n"
             "  --threads T            BLAS threads per rank (1)\n"
             "  --data DIR             Fashion-MNIST directory (" NN_FASHION_DEFAULT_DIR ")\n"
-            "  --checkpoint-dir D     save checkpoints there (each epoch, and see below)\n"
+            "  --checkpoint-dir D     save checkpoints there (each epoch, and see below); a\n"
+            "                         fresh run refuses a D holding another run's checkpoints\n"
             "  --checkpoint-every N   also every N optimizer steps\n"
-            "  --resume               continue from the newest valid checkpoint in D\n"
+            "  --resume               continue from the newest valid checkpoint in D; refused\n"
+            "                         when an option that changes the result differs from the\n"
+            "                         checkpoint's (docs/TRAINING.md lists them)\n"
             "  --metrics FILE         JSON line per step: loss, acc, lr, samples/s, comm wait\n"
             "  --max-steps N          stop after N optimizer steps in all\n"
             "  --dump-params FILE     write each rank's final parameters to FILE.<rank>\n"
@@ -157,7 +161,8 @@ static void usage(FILE *f)
             "                         gradients and pull parameters: every step in step\n"
             "                         (sync), never waiting (async) or at most --staleness\n"
             "                         steps ahead of the slowest worker (ssp) (allreduce)\n"
-            "  --servers K            parameter servers (chorus-run --servers K, else 1)\n"
+            "  --servers K            ps modes: parameter servers (chorus-run --servers K,\n"
+            "                         else 1)\n"
             "  --staleness S          ps-ssp: steps a worker may run ahead (2)\n"
             "  --ps-grad-dtype T      ps: gradients travel as float32, float16 or bfloat16\n"
             "                         (float32)\n"
@@ -485,6 +490,9 @@ static void parse(int argc, char **argv, opts *o)
     if (o->straggler_timeout > 0 && !strcmp(o->mode, "allreduce"))
         die("--straggler-timeout is for --mode ps-sync, ps-async and ps-ssp; with allreduce a "
             "rank far slower than the others is named in the progress line");
+    if (o->servers && !strcmp(o->mode, "allreduce"))
+        die("--servers is for --mode ps-sync, ps-async and ps-ssp (the parameter servers); with "
+            "--mode allreduce every rank trains and there is no server");
     if (o->resume && !o->ckpt_dir) die("--resume needs --checkpoint-dir");
     if (o->check_div && strcmp(o->mode, "allreduce"))
         die("--check-divergence works with --mode allreduce, not --mode %s (the parameter "
@@ -659,6 +667,8 @@ typedef struct trainer {
     uint64_t div_checked; /* --check-divergence: 1 + the last step compared */
     double div_s;         /* --check-divergence: seconds spent comparing (part of train_time) */
     uint64_t div_n;       /* --check-divergence: comparisons made */
+    rec_config rec;       /* the options that decide the result (train_record.c) */
+    int comp_state;       /* --compress keeps memory: every rank saves its own with a checkpoint */
 } trainer;
 
 /* What a samples/s figure counts, said under --mode ps-* (its workers count their own
@@ -715,6 +725,109 @@ static void start_ps(trainer *t)
     }
 }
 
+/* Whether --compress keeps memory between steps (error feedback, PowerSGD's Q, random-k's
+ * permutation): each rank's is its own and is saved with every checkpoint. */
+static int compress_keeps_state(const opts *o)
+{
+    return !strncmp(o->compress, "topk:", 5) || !strncmp(o->compress, "randomk:", 8) ||
+           !strncmp(o->compress, "powersgd:", 9);
+}
+
+/* The shortest text that reads back as v (0.05, not 0.0500000007). */
+static const char *float_text(float v, char buf[32])
+{
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, 32, "%.*g", digits, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
+/* The resolved options that decide the result (docs/TRAINING.md lists them), as compared across
+ * the ranks and recorded beside the checkpoints. The length of the run (--epochs, --max-steps,
+ * --time-limit) must agree across ranks but may grow on resume; the ways of splitting the same
+ * computation (--pipeline-stages, --tensor-parallel, --zero, the number of ranks) too, since a
+ * checkpoint is always of the whole model. */
+static void describe_config(const opts *o, int world, rec_config *c)
+{
+    char f[5][32];
+    memset(c, 0, sizeof(*c));
+    int keeps = compress_keeps_state(o);
+    rec_add(c, REC_RESULT, "--model", "%s", o->model);
+    rec_add(c, REC_RESULT, "--batch", "%d", o->batch);
+    rec_add(c, REC_RESULT, "--lr", "%s", float_text(o->lr, f[0]));
+    rec_add(c, REC_RESULT, "--scale-lr", "%s", o->scale_lr ? "on" : "off");
+    rec_add(c, REC_RESULT, "--lr-schedule", "%s", o->schedule);
+    rec_add(c, REC_RESULT, "--warmup-epochs", "%s", float_text(o->warmup_epochs, f[1]));
+    rec_add(c, REC_RESULT, "--optim", "%s", o->optim);
+    int sgd = !strcmp(o->optim, "sgd"), ps = !!strncmp(o->mode, "allreduce", 9);
+    rec_add(c, sgd ? REC_RESULT : REC_RANKS, "--momentum", "%s", float_text(o->momentum, f[2]));
+    rec_add(c, REC_RESULT, "--weight-decay", "%s", float_text(o->wd, f[3]));
+    rec_add(c, sgd ? REC_RESULT : REC_RANKS, "--no-nesterov", "%s", o->nesterov ? "off" : "on");
+    /* a pipeline's micro-batches add up as --accum's do (a pipeline checkpoint resumes on one
+     * rank with --accum M) */
+    rec_add(c, REC_RESULT, "--accum", "%d", o->pipe_stages ? o->microbatches : o->accum);
+    rec_add(c, REC_RESULT, "--compress", "%s", o->compress);
+    rec_add(c, REC_RESULT, "--mode", "%s", o->mode);
+    rec_add(c, ps ? REC_RESULT : REC_RANKS, "--ps-grad-dtype", "%s", o->ps_grad);
+    rec_add(c, !strcmp(o->mode, "ps-ssp") ? REC_RESULT : REC_RANKS, "--staleness", "%d",
+            o->staleness);
+    rec_add(c, REC_NOTE, "--seed", "%llu", (unsigned long long)o->seed);
+    rec_add(c, REC_RANKS, "--dropout", "%s", float_text(o->dropout, f[4])); /* see restore */
+    /* with a compressor's memory, its tensors are those of the sync mode, on each rank */
+    rec_add(c, keeps ? REC_RESULT : REC_RANKS, "--grad-sync", "%s", o->sync);
+    rec_add(c, keeps ? REC_RESULT : REC_RANKS, "--bucket-kb", "%ld", o->bucket_kb);
+    rec_add(c, keeps ? REC_RESULT : REC_BITS, "-np", "%d", world); /* the number of ranks */
+    rec_add(c, REC_BITS, "--threads", "%d", o->threads);
+    rec_add(c, REC_RANKS, "--epochs", "%d", o->epochs);
+    rec_add(c, REC_RANKS, "--max-steps", "%ld", o->max_steps);
+    rec_add(c, REC_RANKS, "--time-limit", "%.17g", o->time_limit);
+    rec_add(c, REC_RANKS, "--resume", "%s", o->resume ? "on" : "off");
+    rec_add(c, REC_RANKS, "--checkpoint-every", "%ld", o->ckpt_every);
+    rec_add(c, REC_RANKS, "--eval-every", "%ld", o->eval_every);
+    rec_add(c, REC_RANKS, "--no-eval", "%s", o->no_eval ? "on" : "off");
+    rec_add(c, REC_RANKS, "--servers", "%d", o->servers);
+    rec_add(c, REC_RANKS, "--tensor-parallel", "%d", o->par.tp);
+    rec_add(c, REC_RANKS, "--zero", "%d", o->par.zero);
+    rec_add(c, REC_RANKS, "--recompute", "%d", o->par.recompute);
+    rec_add(c, REC_RANKS, "--pipeline-stages", "%d", o->pipe_stages);
+    rec_add(c, REC_RANKS, "--schedule", "%s", o->pipe_schedule ? o->pipe_schedule : "-");
+    rec_add(c, REC_RANKS, "--balance", "%s", o->balance);
+    rec_add(c, REC_RANKS, "--balance-every", "%d", o->balance_every);
+    rec_add(c, REC_RANKS, "--balance-shares", "%s", o->balance_shares ? o->balance_shares : "-");
+}
+
+/* Step (before anything is split or trained): every rank must hold the same options that
+ * decide the result; rank 0 then checks the checkpoint directory: a fresh run may not mix with
+ * another run's checkpoints, a --resume may not change an option the checkpoints depend on.
+ * Every rank stops with the same message. */
+static void check_config(trainer *t)
+{
+    opts *o = &t->o;
+    describe_config(o, chorus_size(t->comm), &t->rec);
+    t->comp_state = compress_keeps_state(o);
+    char why[3072] = "", note[1024] = "";
+    int r = rec_agree(&t->rec, t->comm, why, sizeof(why));
+    if (r < 0) die("%s", why);
+    if (r > 0)
+        die("the ranks disagree on options that change the result (compared before the first "
+            "step): %s. Start every rank with the same options",
+            why);
+    char verdict[sizeof(why)] = "";
+    /* a directory that cannot be read is reported by the steps that use it */
+    if (g_rank == 0 && o->ckpt_dir &&
+        rec_check_dir(&t->rec, o->ckpt_dir, o->resume, why, sizeof(why), note, sizeof(note)) == 1)
+        snprintf(verdict, sizeof(verdict), "%s%s", o->resume ? "cannot resume: " : "", why);
+    if (chorus_broadcast(t->comm, verdict, sizeof(verdict), CHORUS_UINT8, 0) != CHORUS_OK)
+        die("checking --checkpoint-dir: %s", chorus_last_error(t->comm));
+    verdict[sizeof(verdict) - 1] = '\0';
+    if (verdict[0]) die("%s", verdict);
+    if (note[0]) fprintf(stderr, "chorus-train: note: %s\n", note);
+    char seed[64];
+    if (o->ckpt_dir && o->resume && !rec_saved_value(o->ckpt_dir, "--seed", seed, sizeof(seed)))
+        rec_set(&t->rec, "--seed", seed); /* recorded as the run goes on with it */
+}
+
 /* Step: join the job (chorus_init), set up gradient synchronisation and BLAS threads. */
 static void start_job(trainer *t)
 {
@@ -722,6 +835,7 @@ static void start_job(trainer *t)
     if (cr != CHORUS_OK)
         die("chorus_init failed: %s (%s)", chorus_strerror(cr), chorus_last_error(NULL));
     g_rank = chorus_rank(t->comm);
+    check_config(t);
     openblas_set_num_threads(t->o.threads);
     chorus_comm *train_comm = par_grid(&t->o.par, t->comm, &t->o.metrics, &t->o.dump);
     if (strncmp(t->o.mode, "ps-", 3) == 0) {
@@ -810,11 +924,10 @@ static void arch_text(const opts *o, char *out, size_t len)
  * (mine); 0 when they are the same or were not saved. */
 static int other_arch(const trainer *t, char *out, size_t len, char *mine, size_t mlen)
 {
-    void *saved = NULL;
+    char *saved = NULL;
     size_t n = 0;
-    uint64_t step;
     arch_text(&t->o, mine, mlen);
-    if (chorus_checkpoint_load(t->o.ckpt_dir, ARCH_NAME, &step, &saved, &n) != CHORUS_OK) return 0;
+    if (rec_load_text(t->o.ckpt_dir, ARCH_NAME, &saved, &n)) return 0;
     int differs = n < len && (n != strlen(mine) || memcmp(saved, mine, n));
     if (differs) snprintf(out, len, "%.*s", (int)n, (const char *)saved);
     free(saved);
@@ -844,11 +957,24 @@ static void claim_checkpoint_dir(trainer *t)
         snprintf(why, sizeof(why), "%s", chorus_last_error(NULL));
         ok = 0;
     }
+    if (t->rank == 0 && ok && rec_save(&t->rec, t->o.ckpt_dir, why, sizeof(why))) ok = 0;
     if (nn_dist_broadcast_bytes(&t->dist, &ok, sizeof(ok))) die("%s", nn_last_error());
     if (!ok && t->rank != 0) chorus_report_peer_failure(t->dist.comm, 0); /* its verdict */
     if (!ok)
         die("cannot write checkpoints to --checkpoint-dir %s (checked before training): %s",
             t->o.ckpt_dir, t->rank == 0 ? why : "see rank 0");
+}
+
+/* --resume with a compressor's memory: every rank restores its own, saved with the step. */
+static void restore_compressor(trainer *t)
+{
+    char why[1024];
+    int mine = rec_load_compressor(t->dist.comp, t->o.ckpt_dir, t->rank, t->st.global_step, why,
+                                   sizeof(why)) != 0;
+    double bad = mine;
+    if (nn_dist_sum(&t->dist, &bad, 1)) die("%s", nn_last_error());
+    if (mine) die("cannot resume: %s", why);
+    if (bad > 0) die("cannot resume: another rank could not restore its compressor state");
 }
 
 /* --resume: rank 0's loaded training and optimizer state to every rank. */
@@ -871,6 +997,7 @@ static void share_resumed_state(trainer *t)
         die("%s", nn_last_error());
     t->m->seed = st->rng;
     t->sampler.seed = st->seed;
+    if (t->comp_state) restore_compressor(t);
 }
 
 /* Step (--resume): rank 0 loads the newest valid checkpoint and every rank gets its verdict,
@@ -891,7 +1018,8 @@ static void restore_checkpoint(trainer *t)
         } else {
             loaded = info.found;
             if (info.skipped[0])
-                fprintf(stderr, "chorus-train: %s; using previous %s\n", info.skipped, info.path);
+                fprintf(stderr, "chorus-train: warning: %s; using previous %s\n", info.skipped,
+                        info.path);
             char saved[128], mine[128];
             if (info.found && other_arch(t, saved, sizeof(saved), mine, sizeof(mine)))
                 fprintf(stderr,
@@ -1113,6 +1241,17 @@ static void save_checkpoint(trainer *t)
         if (writer) say_checkpoint(t);
         nn_optim_free(&t->opt);
         return;
+    }
+    /* every rank's compressor memory first, so that a step the trainer's checkpoint names
+     * always has it on disk */
+    if (t->comp_state) {
+        char cwhy[1024];
+        double bad = rec_save_compressor(t->dist.comp, t->o.ckpt_dir, t->rank, t->st.global_step,
+                                         cwhy, sizeof(cwhy)) != 0;
+        if (bad) fprintf(stderr, "chorus-train[%d]: %s\n", g_rank, cwhy);
+        if (nn_dist_sum(&t->dist, &bad, 1)) die("%s", nn_last_error());
+        if (bad > 0) die("a rank could not save its compressor state (see its message)");
+        if (t->rank != 0) return;
     }
     /* --mode ps-*: every server's shard first, so that a step the trainer's checkpoint names
      * always has its shards on disk */
@@ -1475,7 +1614,7 @@ static void train_step(trainer *t, uint64_t epoch, size_t step, epoch_stats *ep)
                         .bytes_dense = dense};
     char tb_why[600];
     if (train_tb_log_step(&t->tb, &ts, tb_why, sizeof(tb_why))) die("%s", tb_why);
-    if ((t->rank == 0 || t->pipe) && o->ckpt_every &&
+    if ((t->rank == 0 || t->pipe || t->comp_state) && o->ckpt_every &&
         st->global_step % (uint64_t)o->ckpt_every == 0)
         save_checkpoint(t);
 }
@@ -1604,7 +1743,7 @@ static int train_epoch(trainer *t, uint64_t epoch)
     report_epoch(t, epoch, &ep);
     int ckpt = o->ckpt_dir && !(o->ckpt_every && t->st.global_step % (uint64_t)o->ckpt_every == 0);
     if (ckpt) verify_replicas(t);
-    if ((t->rank == 0 || t->pipe) && ckpt) save_checkpoint(t);
+    if ((t->rank == 0 || t->pipe || t->comp_state) && ckpt) save_checkpoint(t);
     return stop;
 }
 

@@ -166,6 +166,16 @@ void chorus_compressor_destroy(chorus_compressor *c);
  * was seen with another count or c is not from chorus_compressor_create. */
 chorus_result chorus_compressor_residual(chorus_compressor *c, const char *tensor, float *out,
                                          size_t count);
+/* A compressor's memory (per tensor: residual, step, random-k's permutation, PowerSGD's
+ * warm-start Q) as a malloc'ed buffer of *len bytes (free it) for a checkpoint; *data NULL and
+ * *len 0 for a compressor without memory (fp16, bf16). It is this rank's own: each rank saves
+ * its own. Errors: CHORUS_ERR_INVALID_ARG (NULL argument), CHORUS_ERR_NOMEM. */
+chorus_result chorus_compressor_save_state(chorus_compressor *c, void **data, size_t *len);
+/* Replaces c's memory with one saved by chorus_compressor_save_state from a compressor of the
+ * same spec, so that compression goes on as if never interrupted. Everything is checked first:
+ * on error c is unchanged. Errors: CHORUS_ERR_INVALID_ARG (another spec, damaged or truncated
+ * data: chorus_last_error(NULL) says which), CHORUS_ERR_NOMEM. */
+chorus_result chorus_compressor_load_state(chorus_compressor *c, const void *data, size_t len);
 /* PowerSGD: view that tensor as a matrix of cols columns (a layer's weight (out, in) followed
  * by its bias: cols = in) instead of the default ceil(sqrt(n)). Takes effect before the
  * tensor's first use; ignored by the other kinds. CHORUS_ERR_INVALID_ARG for cols 0. */

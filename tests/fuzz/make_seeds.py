@@ -67,3 +67,16 @@ answer += b'\1' + s32(b'fc.grad') + meta(comp=b'fp16', rounds=((0, 0, 4, 10),)) 
 answer += b'\2' + s32(b'x') + bytes([5]) + s32(b"tensor 'x': ranks disagree")
 answer += b'\4' + s32(b'stall shutdown after 2.0 s')
 put('fuzz_engine_msg', 'answer', b'\1' + answer)
+
+# a compressor's saved memory for fuzz_compress_state: top-k (first byte 0) with one tensor "g"
+# of 4 elements and its residual; PowerSGD (first byte 2) with a 2 x 2 view and a rank-2 Q
+def comp_state(spec, tensors):
+    out = b'CHCMPST1' + spec.ljust(32, b'\0') + struct.pack('<Q', len(tensors))
+    for name, count, words, arrays in tensors:
+        out += struct.pack('<8Q', len(name), count, *words) + name + arrays
+    return out
+put('fuzz_compress_state', 'topk',
+    b'\0' + comp_state(b'topk:0.5', [(b'g', 4, (3, 0, 0, 0, 0, 1), struct.pack('<4f', 1, -2, 0.5, 0))]))
+put('fuzz_compress_state', 'powersgd',
+    b'\2' + comp_state(b'powersgd:2', [(b'w', 4, (7, 2, 2, 2, 2, 5),
+                                        struct.pack('<4f', 1, 2, 3, 4) + struct.pack('<4f', 0.5, 0.5, -0.5, 0.5))]))

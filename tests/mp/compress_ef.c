@@ -14,6 +14,9 @@
  *                 plain allreduce that fuses with the reduce rounds) and every output has the
  *                 bits of chorus_compressed_allreduce on a second compressor of the same spec;
  *   small         a tensor under the dense threshold is reduced exactly, with no residual;
+ *   saved state   a compressor restored from chorus_compressor_save_state after 10 steps gives
+ *                 the bits of the one that went on, for 10 more steps; a truncated buffer, a
+ *                 flipped length and another spec's state are refused naming why;
  *   join          with "join" (random-k, PowerSGD): rank 0 has one batch more, the others join
  *                 for it; afterwards they are a step behind rank 0 on the tensor (their draws,
  *                 their warm start), so the next step fails on every rank with
@@ -196,6 +199,52 @@ static void small_stays_dense(const char *spec)
     chorus_compressor_destroy(c);
 }
 
+static void saved_state(const char *spec)
+{
+    chorus_compressor *c, *back, *other;
+    ASSERT_OK(chorus_compressor_create(spec, 0, &c));
+    ASSERT_OK(chorus_compressor_create(spec, 0, &back));
+    ASSERT_OK(
+        chorus_compressor_create(strncmp(spec, "topk", 4) ? "topk:0.5" : "randomk:0.5", 0, &other));
+    float *g = malloc(N * sizeof(float)), *a = malloc(N * sizeof(float));
+    float *b = malloc(N * sizeof(float));
+    ASSERT(g && a && b);
+    void *st = NULL;
+    size_t len = 0;
+    for (int s = 0; s < 20; s++) {
+        if (s == 10) {
+            ASSERT_OK(chorus_compressor_save_state(c, &st, &len));
+            ASSERT(len > N * sizeof(float));
+            ASSERT_EQ(chorus_compressor_load_state(back, st, len - 1), CHORUS_ERR_INVALID_ARG);
+            ASSERT(strstr(chorus_last_error(NULL), "compressor state: "));
+            uint64_t saved;
+            memcpy(&saved, (char *)st + 48, sizeof(saved)); /* the first tensor's name length */
+            uint64_t bad = saved + 1000;
+            memcpy((char *)st + 48, &bad, sizeof(bad));
+            ASSERT_EQ(chorus_compressor_load_state(back, st, len), CHORUS_ERR_INVALID_ARG);
+            memcpy((char *)st + 48, &saved, sizeof(saved));
+            ASSERT_EQ(chorus_compressor_load_state(other, st, len), CHORUS_ERR_INVALID_ARG);
+            ASSERT(strstr(chorus_last_error(NULL), "saved by compressor"));
+            ASSERT_OK(chorus_compressor_load_state(back, st, len));
+            free(st);
+        }
+        gradient(g, s, rank_);
+        ASSERT_OK(
+            chorus_compressed_allreduce(comm, c, "grad", g, a, N, CHORUS_FLOAT32, CHORUS_SUM));
+        if (s < 10) continue;
+        ASSERT_OK(
+            chorus_compressed_allreduce(comm, back, "grad", g, b, N, CHORUS_FLOAT32, CHORUS_SUM));
+        if (memcmp(a, b, N * sizeof(float)))
+            test_fail(__FILE__, __LINE__, "%s step %d: the restored compressor's output differs",
+                      spec, s);
+    }
+    if (rank_ == 0) printf("%s: a compressor restored after 10 steps gives the same bits\n", spec);
+    free(g), free(a), free(b);
+    chorus_compressor_destroy(c);
+    chorus_compressor_destroy(back);
+    chorus_compressor_destroy(other);
+}
+
 static void out_of_step(const char *spec)
 {
     chorus_compressor *c;
@@ -252,6 +301,7 @@ int main(int argc, char **argv)
     int use_engine = argc > 2 && !strcmp(argv[2], "engine");
     round_trip(argv[1]);
     small_stays_dense(argv[1]);
+    saved_state(argv[1]);
     error_feedback(argv[1], use_engine);
     ASSERT_OK(chorus_finalize(comm));
     return 0;

@@ -163,9 +163,9 @@ time_limit)
     # the schedule spans the budget: the rate starts at --lr and has nearly vanished at the end;
     # the allreduce ranks take the same rate every step (identical parameters)
     for mode in allreduce ps-async; do
-        np=2
-        [ $mode = allreduce ] || np=3
-        chorus-run -np $np chorus-train --mode $mode --servers 1 --batch 64 --time-limit 1.5 \
+        np=2 servers=""
+        [ $mode = allreduce ] || np=3 servers="--servers 1"
+        chorus-run -np $np chorus-train --mode $mode $servers --batch 64 --time-limit 1.5 \
             --metrics "$d/$mode.jsonl" --dump-params "$d/$mode" > "$d/$mode.log" 2>&1 ||
             { cat "$d/$mode.log"; exit 1; }
         grep "after .* s: test loss" "$d/$mode.log" || { cat "$d/$mode.log"; exit 1; }

@@ -54,6 +54,8 @@ typedef struct ef_comp {
 /* The tensor of that name, made with count elements (residual zero) the first time; NULL when
  * out of memory or when the name was seen with another count (*why says which). */
 ef_tensor *chorus__ef_tensor(ef_comp *s, const char *name, size_t count, const char **why);
+/* Frees an entry and its arrays (NULL is ignored). */
+void chorus__ef_free_tensor(ef_tensor *t);
 /* The entry of that name or NULL (no allocation). Caller holds s->mu. */
 ef_tensor *chorus__ef_find(ef_comp *s, const char *name);
 

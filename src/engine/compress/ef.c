@@ -8,7 +8,7 @@
 
 #include "engine/compress/compress.h"
 
-static void tensor_free(ef_tensor *t)
+void chorus__ef_free_tensor(ef_tensor *t)
 {
     if (!t) return;
     free(t->name);
@@ -25,7 +25,7 @@ void chorus_compressor_destroy(chorus_compressor *c)
 {
     if (!c) return;
     ef_comp *s = (ef_comp *)c; /* pub is the first member */
-    for (int i = 0; i < s->nt; i++) tensor_free(s->t[i]);
+    for (int i = 0; i < s->nt; i++) chorus__ef_free_tensor(s->t[i]);
     free(s->t);
     free(s->hist);
     pthread_mutex_destroy(&s->mu);

@@ -1675,12 +1675,14 @@ static void python_path(char *out, size_t len)
         snprintf(out, len, "%s", beside);
 }
 
-/* The argument vector with the Python in front (kept for the job's life: never freed). */
+/* The argument vector with the Python in front (kept for the job's life, in a static). */
 static char **with_python(char **argv, int argc)
 {
     static char python[4200];
+    static char **out;
     python_path(python, sizeof(python));
-    char **out = calloc((size_t)argc + 2, sizeof(char *));
+    free(out);
+    out = calloc((size_t)argc + 2, sizeof(char *));
     if (!out) return NULL;
     out[0] = python;
     for (int i = 0; i < argc; i++) out[i + 1] = argv[i];

@@ -20,6 +20,14 @@ store protocol. Under chorus-run (CHORUS_RANK set) chorus-run's store is used as
 ranks that init_process_group was given must match the ones libchorus finds, or init fails
 saying both.
 
+Launchers. Under mpirun, srun or a Kubernetes Indexed Job, which do not set torch's RANK,
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT, env:// goes through _env_rendezvous (put in front of
+torch's handler on import): the ranks meet through libchorus's reading of the launcher's
+variables, rank 0 serves torch's TCPStore, and torchrun's variables are set. Filling the
+variables at import instead would need rank 0's address and a free port agreed before the
+ranks have met; a creator that ignored the store would leave torch (new_group, Gloo subgroups)
+without one. docs/PYTHON.md, "Launchers".
+
 Timeout. init_process_group's timeout becomes CHORUS_TIMEOUT_S, libchorus's deadline for any
 wait on a peer (subgroups inherit it). When the timeout is torch's default (30 minutes) and
 CHORUS_TIMEOUT_S is set, CHORUS_TIMEOUT_S wins. A dead peer is found sooner: its closed

@@ -6,6 +6,8 @@
 #          Gloo's parameters to the bit; each rank's INFO log says it is an mpirun rank
 #   gloo   a Gloo script that imports chorus.torch.distributed runs too, and its ranks see
 #          torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR) set
+#   hvd    hvd.init() (chorus.torch) after init_process_group("chorus") in the same ranks:
+#          both worlds work side by side (the variables set for torch do not mislead it)
 #   size   init_process_group("chorus", world_size=3) under -np 2 fails on every rank, saying
 #          both sizes
 set -u
@@ -68,6 +70,30 @@ EOF2
             fail "rank $r: no sum of 3 with torchrun's variables"
     done
     ;;
+hvd)
+    cat > "$d/hvd.py" << 'EOF2'
+import torch
+import torch.distributed as dist
+import chorus.torch as hvd
+import chorus.torch.distributed  # noqa: F401
+
+dist.init_process_group("chorus")
+hvd.init()
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+h = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
+print("rank %d of %d: torch.distributed sum %g, hvd rank %d of %d sum %g" % (
+    dist.get_rank(), dist.get_world_size(), t.item(), hvd.rank(), hvd.size(), h.item()))
+EOF2
+    run /usr/bin/python3 "$d/hvd.py"
+    rc=$?
+    cat "$d/log"
+    [ $rc = 0 ] || fail "mpirun -np 2 of init_process_group then hvd.init(): exit $rc"
+    for r in 0 1; do
+        grep -qx "\[$r\] rank $r of 2: torch.distributed sum 3, hvd rank $r of 2 sum 3" "$d/log" ||
+            fail "rank $r: no sum of 3 from both"
+    done
+    ;;
 size)
     run /usr/bin/python3 -c 'import torch.distributed as dist, chorus.torch.distributed
 dist.init_process_group("chorus", world_size=3)'
@@ -80,7 +106,7 @@ dist.init_process_group("chorus", world_size=3)'
     done
     ;;
 *)
-    fail "usage: torchdist_mpirun.sh ddp|gloo|size"
+    fail "usage: torchdist_mpirun.sh ddp|gloo|hvd|size"
     ;;
 esac
 echo "torchdist_mpirun $1: OK"

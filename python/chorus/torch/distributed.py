@@ -23,7 +23,7 @@ saying both.
 Launchers. Under mpirun, srun or a Kubernetes Indexed Job, which do not set torch's RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT, env:// goes through _env_rendezvous (put in front of
 torch's handler on import): the ranks meet through libchorus's reading of the launcher's
-variables, rank 0 serves torch's TCPStore, and torchrun's variables are set. Filling the
+variables, rank 0 serves torch's TCPStore, and torchrun's variables are set (not MASTER_PORT). Filling the
 variables at import instead would need rank 0's address and a free port agreed before the
 ranks have met; a creator that ignored the store would leave torch (new_group, Gloo subgroups)
 without one. docs/PYTHON.md, "Launchers".
@@ -174,7 +174,7 @@ def _env_rendezvous(url, timeout=dist.distributed_c10d.default_pg_timeout, **kwa
     """torch's env:// handler, unless its variables are missing in a job whose launcher says
     where each rank is: then the ranks meet through libchorus's own rendezvous (as hvd.init()
     does there), rank 0 serves torch's store, and torchrun's variables are set for the rest of
-    the program."""
+    the program (MASTER_PORT aside)."""
     query = urlparse(url).query
     rank, size = _asked(query, "rank", "RANK"), _asked(query, "world_size", "WORLD_SIZE")
     launcher = _launcher()
@@ -225,8 +225,11 @@ def _meet(launcher, want_rank, want_size, timeout_s):
         if asked is not None and asked != got:
             raise ValueError("%s: init_process_group was given %s %d, but the launcher says %d"
                              % (what, name, asked, got))
+    # torchrun's variables for the program, MASTER_PORT aside: torch's store holds that port,
+    # where a later chorus_init (hvd.init()) would otherwise try to serve its own store.
+    # MASTER_ADDR is where the backend's rank 0 serves libchorus's store (_job_env).
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank),
-                      LOCAL_WORLD_SIZE=str(local_size), MASTER_ADDR=host, MASTER_PORT=port)
+                      LOCAL_WORLD_SIZE=str(local_size), MASTER_ADDR=host)
     return store, rank, size
 
 

@@ -23,10 +23,10 @@ saying both.
 Launchers. Under mpirun, srun or a Kubernetes Indexed Job, which do not set torch's RANK,
 WORLD_SIZE, MASTER_ADDR and MASTER_PORT, env:// goes through _env_rendezvous (put in front of
 torch's handler on import): the ranks meet through libchorus's reading of the launcher's
-variables, rank 0 serves torch's TCPStore, and torchrun's variables are set (not MASTER_PORT). Filling the
-variables at import instead would need rank 0's address and a free port agreed before the
-ranks have met; a creator that ignored the store would leave torch (new_group, Gloo subgroups)
-without one. docs/PYTHON.md, "Launchers".
+variables, rank 0 serves torch's TCPStore, and torchrun's variables but MASTER_PORT are set.
+Filling the variables at import instead would need rank 0's address and a free port agreed
+before the ranks have met; a creator that ignored the store would leave torch (new_group,
+Gloo subgroups) without one. docs/PYTHON.md, "Launchers".
 
 Timeout. init_process_group's timeout becomes CHORUS_TIMEOUT_S, libchorus's deadline for any
 wait on a peer (subgroups inherit it). When the timeout is torch's default (30 minutes) and
@@ -45,10 +45,10 @@ from urllib.parse import parse_qs, urlparse
 
 import torch.distributed as dist
 
-# The module (torch.distributed.rendezvous names its function of the same name there).
-_rdzv = importlib.import_module("torch.distributed.rendezvous")
-
 from .._lib import DTYPE, check, lib, lib_path, raise_for
+
+# The module (torch.distributed names its function rendezvous after it).
+_rdzv = importlib.import_module("torch.distributed.rendezvous")
 
 __all__ = ["BACKEND"]
 
@@ -183,7 +183,7 @@ def _env_rendezvous(url, timeout=dist.distributed_c10d.default_pg_timeout, **kwa
         return (yield from _torch_env_handler(url, timeout=timeout, **kwargs))
     store, rank, size = _meet(launcher, rank, size, _seconds(timeout))
     yield store, rank, size
-    raise RuntimeError("chorus: the job %s formed cannot form again in this process" % launcher)
+    raise RuntimeError("chorus: unable to perform re-rendezvous using env:// under %s" % launcher)
 
 
 def _meet(launcher, want_rank, want_size, timeout_s):

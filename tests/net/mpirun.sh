@@ -58,6 +58,7 @@ EOF2
 chmod +x "$logs/rsh"
 
 if [ "${1:-}" = ddp ]; then
+    py=${TEST_PYTHON:-/usr/bin/python3}
     [ -e "$BUILD/lib/_chorus_torchdist.so" ] || { echo "mpirun: the torch.distributed backend is not built"; exit 1; }
     # The script ends with os._exit, which skips atexit and so libchorus's PMIx_Finalize: Open
     # MPI would call that an abnormal end. Here its os._exit is a normal exit.
@@ -67,8 +68,8 @@ runpy.run_path("tests/python/torchdist_ddp.py", run_name="__main__")'
     ip netns exec "$h1" env -u MASTER_ADDR -u MASTER_PORT -u CHORUS_STORE_ADDR -u CHORUS_RANK \
         -u CHORUS_SIZE -u CHORUS_JOB_ID -u CHORUS_IFACE -u RANK -u WORLD_SIZE -u LOCAL_RANK \
         timeout 120 mpirun --allow-run-as-root --mca plm_rsh_agent "$logs/rsh" -H "$h1:1,$h2:1" \
-        --output-filename "$logs/out" -x PYTHONPATH="$PWD/python" -x GLOO_SOCKET_IFNAME=eth0 \
-        -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT /usr/bin/python3 -c "$ddp" > "$logs/ddp.log" 2>&1
+        --output-filename "$logs/out" -x PYTHONPATH="$PWD/python" ${CHORUS_LIB:+-x CHORUS_LIB} -x GLOO_SOCKET_IFNAME=eth0 \
+        -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT "$py" -c "$ddp" > "$logs/ddp.log" 2>&1
     rc=$?
     for r in 0 1; do
         cat "$logs/out/1/rank.$r/stdout" "$logs/out/1/rank.$r/stderr" 2> /dev/null | sed "s/^/[$r] /"

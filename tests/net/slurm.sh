@@ -107,13 +107,14 @@ echo "slurm: 2 nodes idle after $i polls"
 
 # srun -n 2, then srun -N 2 -n 2, of the DDP script; no variable of torch's or Chorus's set.
 if [ "$mode" = ddp ]; then
+    py=${TEST_PYTHON:-/usr/bin/python3}
     for nodes in 1 2; do
         ip netns exec "$h1" env -u MASTER_ADDR -u MASTER_PORT -u CHORUS_STORE_ADDR \
             -u CHORUS_RANK -u CHORUS_SIZE -u CHORUS_LOCAL_RANK -u CHORUS_LOCAL_SIZE \
             -u CHORUS_JOB_ID -u CHORUS_IFACE -u RANK -u WORLD_SIZE -u LOCAL_RANK \
             PYTHONPATH="$PWD/python" GLOO_SOCKET_IFNAME=eth0 CHORUS_DEBUG=INFO \
             CHORUS_DEBUG_SUBSYS=INIT timeout 120 srun -N $nodes -n 2 --label \
-            --kill-on-bad-exit=1 /usr/bin/python3 tests/python/torchdist_ddp.py \
+            --kill-on-bad-exit=1 "$py" tests/python/torchdist_ddp.py \
             > "$d/ddp$nodes.log" 2>&1
         rc=$?
         grep -v " CHORUS INFO " "$d/ddp$nodes.log"

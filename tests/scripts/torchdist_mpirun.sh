@@ -10,8 +10,10 @@
 #          both worlds work side by side (the variables set for torch do not mislead it)
 #   size   init_process_group("chorus", world_size=3) under -np 2 fails on every rank, saying
 #          both sizes
+# Python is $TEST_PYTHON (default /usr/bin/python3).
 set -u
 BUILD=${BUILD:-build}
+py=${TEST_PYTHON:-/usr/bin/python3}
 command -v mpirun > /dev/null 2>&1 || { echo "SKIP torchdist_mpirun: mpirun is not installed (Debian: openmpi-bin)"; exit 0; }
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT INT TERM
@@ -35,7 +37,7 @@ run() {
 
 case "${1:-}" in
 ddp)
-    run -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT /usr/bin/python3 tests/python/torchdist_ddp.py
+    run -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT "$py" tests/python/torchdist_ddp.py
     rc=$?
     grep -v " CHORUS INFO " "$d/log"
     [ $rc = 0 ] || fail "mpirun -np 2 of a DDP script: exit $rc"
@@ -61,7 +63,7 @@ print("gloo rank %d of %d: sum %g; RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s MASTER_AD
     os.environ["LOCAL_RANK"], os.environ["WORLD_SIZE"], os.environ["MASTER_ADDR"]))
 dist.destroy_process_group()
 EOF2
-    run /usr/bin/python3 "$d/gloo.py"
+    run "$py" "$d/gloo.py"
     rc=$?
     cat "$d/log"
     [ $rc = 0 ] || fail "mpirun -np 2 of a Gloo script: exit $rc"
@@ -85,7 +87,7 @@ h = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum)
 print("rank %d of %d: torch.distributed sum %g, hvd rank %d of %d sum %g" % (
     dist.get_rank(), dist.get_world_size(), t.item(), hvd.rank(), hvd.size(), h.item()))
 EOF2
-    run /usr/bin/python3 "$d/hvd.py"
+    run "$py" "$d/hvd.py"
     rc=$?
     cat "$d/log"
     [ $rc = 0 ] || fail "mpirun -np 2 of init_process_group then hvd.init(): exit $rc"
@@ -95,7 +97,7 @@ EOF2
     done
     ;;
 size)
-    run /usr/bin/python3 -c 'import torch.distributed as dist, chorus.torch.distributed
+    run "$py" -c 'import torch.distributed as dist, chorus.torch.distributed
 dist.init_process_group("chorus", world_size=3)'
     rc=$?
     cat "$d/log"

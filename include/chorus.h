@@ -335,6 +335,14 @@ const char *chorus_last_error(const chorus_comm *c);
  * no thread changes the environment. */
 int chorus_config_is_set(const char *name);
 
+/* This host's address for a service other ranks must reach, chosen as libchorus chooses the
+ * one its rank 0 serves the rendezvous store on when the launcher gives no meeting point
+ * (several hosts under mpirun): CHORUS_IFACE's IPv4 address when set, else the host's first
+ * IPv4 address that is up and not loopback, else 127.0.0.1. Writes it, NUL-terminated, to ip
+ * (at least 16 bytes). CHORUS_ERR_ENV when CHORUS_IFACE names no interface with an IPv4
+ * address (chorus_last_error(NULL) says so); CHORUS_ERR_INVALID_ARG for a NULL or short ip. */
+chorus_result chorus_host_address(char *ip, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -147,6 +147,11 @@ static void usage(FILE *f)
         "HOROVOD_CROSS_RANK HOROVOD_CROSS_SIZE, and PYTHONUNBUFFERED=1 unless set.\n"
         "Options take '--name value' or '--name=value'; torchrun's --names_with_underscores too.\n"
         "\n"
+        "A program named *.py runs with Python, as torchrun runs it: python3 beside chorus-run\n"
+        "(pip installs both in an environment's bin/), else python3 from PATH; --no-python\n"
+        "runs it as it is. Name the interpreter to choose another: chorus-run -np 2 python3.12\n"
+        "train.py.\n"
+        "\n"
         "options:\n"
         "  -np N, -n N, --nproc-per-node N\n"
         "                   number of ranks (required unless a discovery script gives it)\n"
@@ -194,9 +199,14 @@ static void usage(FILE *f)
         "  --cache-capacity N                 CHORUS_CACHE_CAPACITY\n"
         "  --stall-check-warning-time-seconds S, --stall-check-shutdown-time-seconds S\n"
         "                                     CHORUS_STALL_WARN_S, CHORUS_STALL_SHUTDOWN_S\n"
-        "  --timeline-mark-cycles, and torchrun's --standalone and --no-python, are what\n"
-        "  Chorus always does; --master-port P sets MASTER_PORT, as torchrun's does. Other\n"
-        "  launchers' flags that do not apply here are refused with what to use instead.\n"
+        "  --autotune                         CHORUS_AUTOTUNE=1: the engine tries algorithms,\n"
+        "                                     fusion thresholds and cycle times, keeps the "
+        "fastest\n"
+        "  --autotune-warmup-samples N        CHORUS_AUTOTUNE_WARMUP (steps before tuning)\n"
+        "  --autotune-steps-per-sample N      CHORUS_AUTOTUNE_STEPS (measured steps a candidate)\n"
+        "  --timeline-mark-cycles, and torchrun's --standalone, are what Chorus always does;\n"
+        "  --master-port P sets MASTER_PORT, as torchrun's does. Other launchers' flags that\n"
+        "  do not apply here are refused with what to use instead.\n"
         "\n"
         "elastic jobs (the program uses chorus_elastic_run; output is prefixed [worker id]):\n"
         "  --elastic        keep the job alive when workers fail: survivors form a new\n"
@@ -1269,7 +1279,8 @@ typedef struct run_opts {
     double grace;   /* --grace: seconds the others get to report a failed rank */
     int bind_req;   /* --bind-to: 1 core, 0 none, -1 not given */
     int max_np_set;
-    int prog; /* index in argv of the program to run */
+    int no_python; /* --no-python: a program named *.py is run as it is, not with Python */
+    int prog;      /* index in argv of the program to run */
 } run_opts;
 
 /* Flags of horovodrun and torchrun that are a variable of every rank: the launcher sets it
@@ -1287,6 +1298,8 @@ static const struct {
     {"--cache-capacity", "CHORUS_CACHE_CAPACITY", ""},
     {"--stall-check-warning-time-seconds", "CHORUS_STALL_WARN_S", ""},
     {"--stall-check-shutdown-time-seconds", "CHORUS_STALL_SHUTDOWN_S", ""},
+    {"--autotune-warmup-samples", "CHORUS_AUTOTUNE_WARMUP", ""},
+    {"--autotune-steps-per-sample", "CHORUS_AUTOTUNE_STEPS", ""},
     {"--master-port", "MASTER_PORT", ""},
     {"--servers", "CHORUS_PS_SERVERS", ""}, /* last: check_servers */
 };
@@ -1295,9 +1308,12 @@ static const struct {
     "launch across hosts with -H host:slots,... or --hostfile FILE (or with mpirun or srun; "      \
     "see docs/LAUNCHER.md)"
 #define MULTI_HOST "chorus-run has no rendezvous service of torchrun's kind; " ACROSS_HOSTS
-#define NO_AUTOTUNE                                                                                \
-    "Chorus has no autotuner; set the fusion threshold and cycle time yourself "                   \
-    "(--fusion-threshold-mb, --cycle-time-ms)"
+#define AUTOTUNE_LOG                                                                               \
+    "Chorus's autotuner (--autotune) has rank 0 log every candidate with its step time, and its "  \
+    "choice, on stderr; keep them with --log-dir DIR"
+#define AUTOTUNE_FIXED                                                                             \
+    "Chorus's autotuner (--autotune) measures a fixed list of candidates, each over "              \
+    "--autotune-steps-per-sample steps, rather than sampling a Bayesian model; drop the flag"
 
 /* Flags of other launchers that do not map onto chorus-run, and what to use instead. */
 static const struct {
@@ -1309,8 +1325,9 @@ static const struct {
     {"--rdzv-conf", MULTI_HOST},
     {"--node-rank", MULTI_HOST},
     {"--master-addr", MULTI_HOST},
-    {"--autotune", NO_AUTOTUNE},
-    {"--autotune-log-file", NO_AUTOTUNE},
+    {"--autotune-log-file", AUTOTUNE_LOG},
+    {"--autotune-bayes-opt-max-samples", AUTOTUNE_FIXED},
+    {"--autotune-gaussian-process-noise", AUTOTUNE_FIXED},
     {"--gloo", "Chorus always runs over its own TCP and shared-memory transports; drop the flag"},
     {"--mpi", "to run under Open MPI, start the program with mpirun itself (Chorus reads "
               "OMPI_COMM_WORLD_*)"},
@@ -1472,10 +1489,13 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
         j->prefix = 0;
     } else if (!strcmp(a, "--tag-output")) {
         j->prefix = 1; /* Open MPI's: each line says which rank printed it */
-    } else if (!strcmp(a, "--standalone") || !strcmp(a, "--no-python") ||
-               !strcmp(a, "--timeline-mark-cycles")) {
-        /* torchrun's: one node with its own rendezvous; run the program as given. Horovod's:
-         * mark each negotiation cycle in the timeline. All are what Chorus always does. */
+    } else if (!strcmp(a, "--standalone") || !strcmp(a, "--timeline-mark-cycles")) {
+        /* torchrun's: one node with its own rendezvous. Horovod's: mark each negotiation cycle
+         * in the timeline. Both are what Chorus always does. */
+    } else if (!strcmp(a, "--no-python")) {
+        o->no_python = 1;
+    } else if (!strcmp(a, "--autotune")) {
+        setenv("CHORUS_AUTOTUNE", "1", 1); /* horovodrun's: HOROVOD_AUTOTUNE=1 */
     } else if (!strcmp(a, "--verbose")) {
         j->verbose = 1;
         setenv("CHORUS_DEBUG", "INFO", 0);
@@ -1625,6 +1645,48 @@ static int check_timeline(const job *j)
             : !S_ISDIR(st.st_mode) ? "is not a directory"
                                    : "is not writable");
     return -1;
+}
+
+/* A program named *.py: torchrun runs its script with Python, and so does chorus-run. */
+static int is_python_script(const char *prog)
+{
+    size_t n = strlen(prog);
+    return n > 3 && !strcmp(prog + n - 3, ".py");
+}
+
+/* The Python that runs a *.py program: python3 beside this executable, where pip installs
+ * both into an environment's bin/ (the environment's own Python, as torchrun uses the one
+ * that runs it: the path is kept, not resolved, so that a venv's python3 stays the venv's),
+ * else python3 from PATH, as typing `python3 train.py` would run it. */
+static void python_path(char *out, size_t len)
+{
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    snprintf(out, len, "python3");
+    if (n <= 0) return;
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (!slash) return;
+    *slash = 0;
+    char beside[4200];
+    snprintf(beside, sizeof(beside), "%s/python3", self);
+    struct stat st;
+    if (!stat(beside, &st) && S_ISREG(st.st_mode) && !access(beside, X_OK))
+        snprintf(out, len, "%s", beside);
+}
+
+/* The argument vector with the Python in front (kept for the job's life, in a static). */
+static char **with_python(char **argv, int argc)
+{
+    static char python[4200];
+    static char **out;
+    python_path(python, sizeof(python));
+    free(out);
+    out = calloc((size_t)argc + 2, sizeof(char *));
+    if (!out) return NULL;
+    out[0] = python;
+    for (int i = 0; i < argc; i++) out[i + 1] = argv[i];
+    return out;
 }
 
 /* Step 1: reads the options into j and o. Returns -1 to go on, else the exit code (help
@@ -1795,8 +1857,19 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
     j->desired = j->np;
     j->argv = argv + o->prog;
     char why[256];
-    if (local_ranks(j) > 0 && !runnable(argv[o->prog], why, sizeof(why))) {
-        fprintf(stderr, "chorus-run: cannot run '%s': %s\n", argv[o->prog], why);
+    if (!o->no_python && is_python_script(j->argv[0])) {
+        if (access(j->argv[0], R_OK)) {
+            fprintf(stderr, "chorus-run: cannot run '%s': %s\n", j->argv[0], strerror(errno));
+            return 127;
+        }
+        j->argv = with_python(j->argv, argc - o->prog);
+        if (!j->argv) {
+            fprintf(stderr, "chorus-run: out of memory\n");
+            return 1;
+        }
+    }
+    if (local_ranks(j) > 0 && !runnable(j->argv[0], why, sizeof(why))) {
+        fprintf(stderr, "chorus-run: cannot run '%s': %s\n", j->argv[0], why);
         return 127;
     }
     return -1;

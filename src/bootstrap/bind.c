@@ -75,3 +75,15 @@ chorus_result chorus__store_host_ip(const chorus_config *cfg, char *ip, size_t l
     freeifaddrs(ifs);
     return CHORUS_OK;
 }
+
+chorus_result chorus_host_address(char *ip, size_t len)
+{
+    chorus_errbuf *e = chorus__init_errbuf();
+    e->msg[0] = 0;
+    if (!ip || len < 16)
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
+                            "chorus_host_address: ip must hold at least 16 bytes");
+    chorus_config cfg;
+    CHORUS_CHECK(chorus__config_load(&cfg, e));
+    return chorus__store_host_ip(&cfg, ip, len, e);
+}

@@ -2,7 +2,8 @@
  * bind_addr.c - which address a rank that serves the rendezvous store listens on
  * (src/bootstrap/bind.c): MASTER_ADDR's address, CHORUS_IFACE's, or every address only with
  * CHORUS_BIND_ANY=1; a bad CHORUS_IFACE or an address of another host fails with a message
- * that says what to set.
+ * that says what to set. chorus_host_address, the address a host is reached at when the job
+ * names none: CHORUS_IFACE's, else an IPv4 address of the host.
  */
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -90,6 +91,24 @@ int main(void)
     ASSERT_EQ(chorus__store_bind_ip(env_now(), "no-such-host.invalid:1", ip, sizeof(ip), &e),
               CHORUS_ERR_ENV);
     ASSERT_STR_CONTAINS(e.msg, "CHORUS_BIND_ANY=1");
+    /* chorus_host_address: CHORUS_IFACE's address (a name or an address), else one of this
+     * host's IPv4 addresses; a bad CHORUS_IFACE and a short buffer are said */
+    setenv("CHORUS_IFACE", "lo", 1);
+    ASSERT_OK(chorus_host_address(ip, sizeof(ip)));
+    ASSERT(!strcmp(ip, "127.0.0.1"));
+    setenv("CHORUS_IFACE", "10.1.2.3", 1);
+    ASSERT_OK(chorus_host_address(ip, sizeof(ip)));
+    ASSERT(!strcmp(ip, "10.1.2.3"));
+    setenv("CHORUS_IFACE", "no-such-iface0", 1);
+    ASSERT_EQ(chorus_host_address(ip, sizeof(ip)), CHORUS_ERR_ENV);
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL),
+                        "CHORUS_IFACE=no-such-iface0 is neither an IPv4 address nor an interface");
+    unsetenv("CHORUS_IFACE");
+    ASSERT_OK(chorus_host_address(ip, sizeof(ip)));
+    struct in_addr a;
+    ASSERT_EQ(inet_pton(AF_INET, ip, &a), 1);
+    ASSERT_EQ(chorus_host_address(ip, 8), CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "at least 16 bytes");
     printf("ok: %s\n", "the store listens where it is asked to, never everywhere by default");
     return 0;
 }

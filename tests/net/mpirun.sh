@@ -9,6 +9,11 @@
 # address from PMIx and a world on 2 hosts. Also checked: neither libchorus.so nor a program
 # linked with libchorus.a needs MPI or PMIx (readelf -d).
 #
+# sh tests/net/mpirun.sh ddp: instead, `mpirun -H h1:1,h2:1` of a DistributedDataParallel
+# script on the torch.distributed backend "chorus" (tests/python/torchdist_ddp.py: parameters
+# identical to Gloo's) with none of torch's variables: init_process_group meets through PMIx
+# and rank 0 serves torch's store on its host's address (chorus_host_address).
+#
 # sh tests/net/mpirun.sh noserver: a rank that looks like a multi-host mpirun rank
 # (PMIX_NAMESPACE set) but has no PMIx server fails at once, saying so (needs no root).
 BUILD=${BUILD:-build}
@@ -51,6 +56,36 @@ shift
 exec ip netns exec "$host" sh -c "$*"
 EOF2
 chmod +x "$logs/rsh"
+
+if [ "${1:-}" = ddp ]; then
+    py=${TEST_PYTHON:-/usr/bin/python3}
+    [ -e "$BUILD/lib/_chorus_torchdist.so" ] || { echo "mpirun: the torch.distributed backend is not built"; exit 1; }
+    # The script ends with os._exit, which skips atexit and so libchorus's PMIx_Finalize: Open
+    # MPI would call that an abnormal end. Here its os._exit is a normal exit.
+    ddp='import os, runpy, sys
+os._exit = sys.exit
+runpy.run_path("tests/python/torchdist_ddp.py", run_name="__main__")'
+    ip netns exec "$h1" env -u MASTER_ADDR -u MASTER_PORT -u CHORUS_STORE_ADDR -u CHORUS_RANK \
+        -u CHORUS_SIZE -u CHORUS_JOB_ID -u CHORUS_IFACE -u RANK -u WORLD_SIZE -u LOCAL_RANK \
+        timeout 120 mpirun --allow-run-as-root --mca plm_rsh_agent "$logs/rsh" -H "$h1:1,$h2:1" \
+        --output-filename "$logs/out" -x PYTHONPATH="$PWD/python" ${CHORUS_LIB:+-x CHORUS_LIB} -x GLOO_SOCKET_IFNAME=eth0 \
+        -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT "$py" -c "$ddp" > "$logs/ddp.log" 2>&1
+    rc=$?
+    for r in 0 1; do
+        cat "$logs/out/1/rank.$r/stdout" "$logs/out/1/rank.$r/stderr" 2> /dev/null | sed "s/^/[$r] /"
+    done > "$logs/ranks.log"
+    grep -v " CHORUS INFO " "$logs/ranks.log"
+    [ $rc = 0 ] || { cat "$logs/ddp.log"; echo "mpirun: mpirun -H h1:1,h2:1 of a DDP script failed (exit $rc)"; exit 1; }
+    for r in 0 1; do
+        [ "$(grep -c "^\[$r\] torchdist ddp: .* on 2 ranks: identical to gloo" "$logs/ranks.log")" = 2 ] ||
+            { echo "mpirun: rank $r did not end identical to gloo"; exit 1; }
+        grep -q "^\[$r\] .*rank $r: store 10.234.0.1:[0-9]*, from the launcher's PMIx server" "$logs/ranks.log" &&
+            grep -q "^\[$r\] .*rank $r: local rank 0 of 1, 2 hosts, listening on 10.234.0.$((r + 1)):" "$logs/ranks.log" ||
+            { echo "mpirun: rank $r did not meet through PMIx on host h$((r + 1))"; exit 1; }
+    done
+    echo "mpirun: OK (DDP on \"chorus\" under mpirun -H h1:1,h2:1, no variable set by hand)"
+    exit 0
+fi
 
 # Under AddressSanitizer, LeakSanitizer would report what libpmix itself never frees
 # (pmix_rte_init, pmix_bfrops_base_value_load, more after a second PMIx_Init): suppressed for

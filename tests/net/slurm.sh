@@ -10,9 +10,17 @@
 # slurmd runs in its host's network namespace through nsenter rather than `ip netns exec`:
 # the latter mounts a fresh /sys, hiding /sys/fs/cgroup, and Slurm 22.05's slurmd refuses to
 # start without a cgroup file system; /etc/hosts of the host is bound in by hand instead.
+#
+# sh tests/net/slurm.sh ddp: instead, a DistributedDataParallel script on the torch.distributed
+# backend "chorus" (tests/python/torchdist_ddp.py: parameters identical to Gloo's) under
+# `srun -n 2` (both ranks on one node) and `srun -N 2 -n 2` (one on each), with none of torch's
+# variables set: each rank's RANK, WORLD_SIZE and meeting point come from Slurm's. (Gloo, the
+# reference, is told its interface: this machine's name does not resolve to a host's address.)
 BUILD=${BUILD:-build}
+mode=${1:-collectives}
 prog=$BUILD/tests/mp/coll_select
-[ -x "$prog" ] || { echo "slurm: $prog is not built"; exit 1; }
+[ "$mode" = ddp ] && prog=$BUILD/lib/_chorus_torchdist.so
+[ -e "$prog" ] || { echo "slurm: $prog is not built"; exit 1; }
 for t in munged slurmctld slurmd srun sinfo nsenter unshare; do
     command -v $t > /dev/null 2>&1 ||
         { echo "SKIP slurm: $t is not installed (Debian packages: slurm-wlm munge util-linux)"; exit 0; }
@@ -96,6 +104,34 @@ while [ "$state" != "idle" ]; do
     state=$(ip netns exec "$h1" sinfo -h -o %t 2> /dev/null | sort -u | tr -d ' \n')
 done
 echo "slurm: 2 nodes idle after $i polls"
+
+# srun -n 2, then srun -N 2 -n 2, of the DDP script; no variable of torch's or Chorus's set.
+if [ "$mode" = ddp ]; then
+    py=${TEST_PYTHON:-/usr/bin/python3}
+    for nodes in 1 2; do
+        ip netns exec "$h1" env -u MASTER_ADDR -u MASTER_PORT -u CHORUS_STORE_ADDR \
+            -u CHORUS_RANK -u CHORUS_SIZE -u CHORUS_LOCAL_RANK -u CHORUS_LOCAL_SIZE \
+            -u CHORUS_JOB_ID -u CHORUS_IFACE -u RANK -u WORLD_SIZE -u LOCAL_RANK \
+            PYTHONPATH="$PWD/python" GLOO_SOCKET_IFNAME=eth0 CHORUS_DEBUG=INFO \
+            CHORUS_DEBUG_SUBSYS=INIT timeout 120 srun -N $nodes -n 2 --label \
+            --kill-on-bad-exit=1 "$py" tests/python/torchdist_ddp.py \
+            > "$d/ddp$nodes.log" 2>&1
+        rc=$?
+        grep -v " CHORUS INFO " "$d/ddp$nodes.log"
+        [ $rc = 0 ] || { echo "slurm: srun -N $nodes -n 2 of a DDP script failed (exit $rc)"; show_logs; exit 1; }
+        for r in 0 1; do
+            [ "$(grep -c "^ *$r: torchdist ddp: .* on 2 ranks: identical to gloo" "$d/ddp$nodes.log")" = 2 ] ||
+                { echo "slurm: rank $r of srun -N $nodes -n 2 did not end identical to gloo"; exit 1; }
+            where="local rank $r of 2, 1 host,"
+            [ $nodes = 2 ] && where="local rank 0 of 1, 2 hosts, listening on 10.233.0.$((r + 1)):"
+            grep -q "^ *$r: .*launcher srun: rank $r of 2, job slurm-" "$d/ddp$nodes.log" &&
+                grep -q "^ *$r: .*rank $r: $where" "$d/ddp$nodes.log" ||
+                { echo "slurm: rank $r of srun -N $nodes -n 2 is not an srun rank ($where)"; exit 1; }
+        done
+    done
+    echo "slurm: OK (DDP on \"chorus\" under srun -n 2 and srun -N 2 -n 2, no variable set by hand)"
+    exit 0
+fi
 
 # No meeting point given: whatever a caller had set is removed (srun passes its environment on).
 ip netns exec "$h1" env -u MASTER_ADDR -u MASTER_PORT -u CHORUS_STORE_ADDR -u CHORUS_RANK \

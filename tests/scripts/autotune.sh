@@ -9,6 +9,9 @@
 #   quiet            without CHORUS_DEBUG the choice is still shown, by rank 0 only
 #   train            chorus-train --grad-sync engine on 2 ranks tunes and its ranks end with
 #                    bitwise identical parameters
+#   launcher         chorus-run --autotune (horovodrun's flag), with no CHORUS_AUTOTUNE* in the
+#                    environment, tunes as CHORUS_AUTOTUNE=1 does; --autotune-steps-per-sample
+#                    and --autotune-warmup-samples set the steps
 #   bad              a malformed CHORUS_AUTOTUNE or an out-of-range CHORUS_AUTOTUNE_STEPS or
 #                    CHORUS_AUTOTUNE_WARMUP is refused with a message naming it
 set -u
@@ -82,6 +85,23 @@ train)
     cmp "$d/p.0" "$d/p.1" || fail "the ranks' parameters differ"
     echo "chorus-train --grad-sync engine tuned; ranks bitwise identical"
     ;;
+launcher)
+    env -u CHORUS_AUTOTUNE -u CHORUS_AUTOTUNE_STEPS -u CHORUS_AUTOTUNE_WARMUP -u HOROVOD_AUTOTUNE \
+        CHORUS_DEBUG=INFO chorus-run -np 2 --autotune --autotune-steps-per-sample 1 \
+        --autotune-warmup-samples 1 "$BUILD/tests/mp/engine_autotune" 40 > "$d/log" 2>&1 ||
+        { cat "$d/log"; fail "run failed"; }
+    grep " autotune: " "$d/log" | grep -v " (set)$"
+    grep -q "^\[0\] .*CHORUS_AUTOTUNE_STEPS=1 (set)$" "$d/log" ||
+        fail "--autotune-steps-per-sample 1 did not reach the ranks"
+    grep -q "^\[0\] .*CHORUS_AUTOTUNE_WARMUP=1 (set)$" "$d/log" ||
+        fail "--autotune-warmup-samples 1 did not reach the ranks"
+    c=$(chosen "$d/log")
+    [ -n "$c" ] || fail "no choice line: --autotune did not turn the autotuner on"
+    grep -q "^\[1\] .*autotune: rank 1 applies $c\$" "$d/log" ||
+        fail "rank 1 does not apply rank 0's choice ($c)"
+    grep -q "results identical on 2 ranks" "$d/log" || fail "no result line"
+    echo "chorus-run --autotune: every rank applied $c"
+    ;;
 bad)
     out=$(CHORUS_AUTOTUNE=maybe chorus-run -np 2 "$BUILD/tests/mp/engine_autotune" 3 2>&1)
     rc=$?
@@ -105,6 +125,6 @@ bad)
         fail "chorus-train does not name CHORUS_AUTOTUNE_WARMUP=5000"
     ;;
 *)
-    fail "usage: autotune.sh engine NP [VAR=VALUE...]|forced|quiet|train|bad"
+    fail "usage: autotune.sh engine NP [VAR=VALUE...]|forced|quiet|train|launcher|bad"
     ;;
 esac

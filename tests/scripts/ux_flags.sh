@@ -97,12 +97,16 @@ echo "$out"
 [ "$(cat "$tmp/logs2/attempt_0/0/stderr.log")" = "err" ] && [ ! -e "$tmp/logs2/attempt_0/0/stdout.log" ] || fail "--redirects 2: files"
 
 # horovodrun's tuning flags are CHORUS_* variables of every rank; torchrun's --master-port is
-# MASTER_PORT; --standalone and --no-python are what chorus-run does anyway
+# MASTER_PORT; --standalone is what chorus-run does anyway (--no-python: tests/scripts/launcher_python.sh)
 out=$(chorus-run -np 1 --fusion-threshold-mb 8 --cycle-time-ms 3 --cache-capacity 10 \
     --stall-check-warning-time-seconds 7 --stall-check-shutdown-time-seconds 9 --master-port 29777 \
-    --standalone --no-python sh -c 'echo "$CHORUS_FUSION_THRESHOLD $CHORUS_CYCLE_TIME_MS $CHORUS_CACHE_CAPACITY $CHORUS_STALL_WARN_S $CHORUS_STALL_SHUTDOWN_S $MASTER_PORT"' 2>&1)
+    --standalone sh -c 'echo "$CHORUS_FUSION_THRESHOLD $CHORUS_CYCLE_TIME_MS $CHORUS_CACHE_CAPACITY $CHORUS_STALL_WARN_S $CHORUS_STALL_SHUTDOWN_S $MASTER_PORT"' 2>&1)
 echo "$out"
 [ "$out" = "[0] 8M 3 10 7 9 29777" ] || fail "horovodrun's tuning flags"
+out=$(env -u CHORUS_AUTOTUNE chorus-run -np 1 --autotune --autotune-warmup-samples 4 \
+    --autotune-steps-per-sample 2 sh -c 'echo "$CHORUS_AUTOTUNE $CHORUS_AUTOTUNE_WARMUP $CHORUS_AUTOTUNE_STEPS"' 2>&1)
+echo "$out"
+[ "$out" = "[0] 1 4 2" ] || fail "horovodrun's --autotune flags"
 refused "CHORUS_CYCLE_TIME_MS=abc is not a non-negative number (set by --cycle-time-ms)" --cycle-time-ms abc
 
 # The flags that reach the library, shown through Python ranks (a sanitized libchorus cannot be
@@ -133,7 +137,8 @@ fi
 chorus-run -np 1 --timeline-mark-cycles true || fail "--timeline-mark-cycles"
 
 # flags of other launchers that do not apply, each with what to use instead
-refused "Chorus has no autotuner; set the fusion threshold and cycle time yourself" --autotune
+refused "rank 0 log every candidate with its step time, and its choice, on stderr" --autotune-log-file f
+refused "rather than sampling a Bayesian model" --autotune-bayes-opt-max-samples 5
 refused "force one with -x CHORUS_ALGO_ALLREDUCE=name" --hierarchical-allreduce
 refused "chorus-run has no rendezvous service of torchrun's kind; launch across hosts with -H" --rdzv-endpoint=node1:29400
 refused "chorus-run -np N python3 -m MODULE" -m

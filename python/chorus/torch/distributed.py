@@ -20,6 +20,14 @@ store protocol. Under chorus-run (CHORUS_RANK set) chorus-run's store is used as
 ranks that init_process_group was given must match the ones libchorus finds, or init fails
 saying both.
 
+Launchers. Under mpirun, srun or a Kubernetes Indexed Job, which do not set torch's RANK,
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT, env:// goes through _env_rendezvous (put in front of
+torch's handler on import): the ranks meet through libchorus's reading of the launcher's
+variables, rank 0 serves torch's TCPStore, and torchrun's variables but MASTER_PORT are set.
+Filling the variables at import instead would need rank 0's address and a free port agreed
+before the ranks have met; a creator that ignored the store would leave torch (new_group,
+Gloo subgroups) without one. docs/PYTHON.md, "Launchers".
+
 Timeout. init_process_group's timeout becomes CHORUS_TIMEOUT_S, libchorus's deadline for any
 wait on a peer (subgroups inherit it). When the timeout is torch's default (30 minutes) and
 CHORUS_TIMEOUT_S is set, CHORUS_TIMEOUT_S wins. A dead peer is found sooner: its closed
@@ -34,17 +42,22 @@ process_group, every=N) does the same every N steps from DDP's communication hoo
 gradients of the step are averaged (docs/PYTHON.md).
 """
 
+import ctypes
 import datetime
 import hashlib
 import importlib.util
 import os
 import socket
+from urllib.parse import parse_qs, urlparse
 
 import torch
 import torch.distributed as dist
 
-from .._lib import lib_path
+from .._lib import DTYPE, check, lib, lib_path, raise_for
 from . import divergence as _div
+
+# The module (torch.distributed names its function rendezvous after it).
+_rdzv = importlib.import_module("torch.distributed.rendezvous")
 
 __all__ = ["BACKEND", "check_divergence", "DivergenceHookState", "divergence_hook"]
 
@@ -142,8 +155,126 @@ def _create(opts, pg_options=None):
     return _world_backend().new_group(ranks, tag)
 
 
+# ---- env:// under mpirun, srun and an Indexed Job -------------------------------------------
+
+# The launchers whose ranks know their place without torch's variables: their variables, as
+# libchorus's chorus_init reads them (src/bootstrap/env.c, where the other launchers are).
+_LAUNCHERS = (("OMPI_COMM_WORLD_RANK", "mpirun"), ("PMI_RANK", "mpirun (PMI)"),
+              ("SLURM_STEP_ID", "srun"), ("JOB_COMPLETION_INDEX", "a Kubernetes Indexed Job"))
+_ADDR_LEN = 256
+_torch_env_handler = None
+
+
+def _launcher():
+    """The launcher that started this process without torch's variables, or None."""
+    for var, name in _LAUNCHERS:
+        if os.environ.get(var) and (var != "SLURM_STEP_ID" or os.environ.get("SLURM_PROCID")):
+            return name
+    return None
+
+
+def _asked(query, name, var):
+    """init_process_group's rank= or world_size= (in the URL's query), else torch's variable."""
+    v = parse_qs(query).get(name, [os.environ.get(var)])[0]
+    return int(v) if v not in (None, "") else None
+
+
+def _env_rendezvous(url, timeout=dist.distributed_c10d.default_pg_timeout, **kwargs):
+    """torch's env:// handler, unless its variables are missing in a job whose launcher says
+    where each rank is: then the ranks meet through libchorus's own rendezvous (as hvd.init()
+    does there), rank 0 serves torch's store, and torchrun's variables are set for the rest of
+    the program (MASTER_PORT aside)."""
+    query = urlparse(url).query
+    rank, size = _asked(query, "rank", "RANK"), _asked(query, "world_size", "WORLD_SIZE")
+    launcher = _launcher()
+    if launcher is None or (rank is not None and size is not None and
+                            os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT")):
+        return (yield from _torch_env_handler(url, timeout=timeout, **kwargs))
+    store, rank, size = _meet(launcher, rank, size, _seconds(timeout))
+    yield store, rank, size
+    raise RuntimeError("chorus: unable to perform re-rendezvous using env:// under %s" % launcher)
+
+
+def _meet(launcher, want_rank, want_size, timeout_s):
+    """Forms a libchorus communicator from the launcher's variables, has rank 0 serve a
+    TCPStore on a free port and broadcast its address (or why it could not), and closes the
+    communicator. Returns (store, rank, size)."""
+    what = "chorus: init_process_group under %s" % launcher
+    saved = os.environ.get("CHORUS_TIMEOUT_S")
+    if not saved:
+        os.environ["CHORUS_TIMEOUT_S"] = "%g" % max(timeout_s, 1.0)
+    comm = ctypes.c_void_p()
+    try:
+        check(lib.chorus_init(ctypes.byref(comm)), None, what)
+    finally:
+        if not saved:
+            os.environ.pop("CHORUS_TIMEOUT_S", None)
+    try:
+        rank, size = lib.chorus_rank(comm), lib.chorus_size(comm)
+        local_rank, local_size = lib.chorus_local_rank(comm), lib.chorus_local_size(comm)
+        store, addr = None, ctypes.create_string_buffer(_ADDR_LEN)
+        if rank == 0:
+            try:
+                host = "127.0.0.1" if local_size == size else _host_address()
+                store = _tcp_store(host, 0, size, True, timeout_s)
+                addr.value = ("%s:%d" % (host, store.port)).encode()
+            except Exception as e:  # said to every rank, so that none waits for the store
+                addr.value = ("!%s" % e).encode()[:_ADDR_LEN - 1]
+        check(lib.chorus_broadcast(comm, addr, _ADDR_LEN, DTYPE["uint8"], 0), comm, what)
+        text = addr.value.decode()
+        if text.startswith("!"):
+            raise RuntimeError("%s: rank 0 could not serve torch.distributed's store: %s"
+                               % (what, text[1:]))
+        host, port = text.rsplit(":", 1)
+        if store is None:
+            store = _tcp_store(host, int(port), size, False, timeout_s)
+    finally:
+        lib.chorus_finalize(comm)
+    for asked, got, name in ((want_rank, rank, "rank"), (want_size, size, "world size")):
+        if asked is not None and asked != got:
+            raise ValueError("%s: init_process_group was given %s %d, but the launcher says %d"
+                             % (what, name, asked, got))
+    # torchrun's variables for the program, MASTER_PORT aside: torch's store holds that port,
+    # where a later chorus_init (hvd.init()) would otherwise try to serve its own store.
+    # MASTER_ADDR is where the backend's rank 0 serves libchorus's store (_job_env).
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank),
+                      LOCAL_WORLD_SIZE=str(local_size), MASTER_ADDR=host)
+    return store, rank, size
+
+
+def _host_address():
+    buf = ctypes.create_string_buffer(64)
+    code = lib.chorus_host_address(buf, len(buf))
+    if code:
+        raise_for(code, None, "chorus_host_address")
+    return buf.value.decode()
+
+
+def _tcp_store(host, port, size, is_master, timeout_s):
+    return dist.TCPStore(host, port, size, is_master, datetime.timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
+
+
+def _hook_env_rendezvous():
+    """Puts _env_rendezvous in front of torch's env:// handler (torch offers no way to replace
+    a handler: register_rendezvous_handler refuses a scheme it has)."""
+    global _torch_env_handler
+    handlers = _rdzv._rendezvous_handlers
+    if handlers.get("env") is not _env_rendezvous:
+        _torch_env_handler = handlers["env"]
+        handlers["env"] = _env_rendezvous
+
+
+lib.chorus_broadcast.restype = ctypes.c_int
+lib.chorus_broadcast.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                                 ctypes.c_int]
+lib.chorus_host_address.restype = ctypes.c_int
+lib.chorus_host_address.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+
+
 def _register():
     _extension()  # a missing build fails the import, saying how to get it
+    _hook_env_rendezvous()
     if hasattr(dist.Backend, BACKEND.upper()):
         return
     try:  # torch 2.x: the devices the backend serves

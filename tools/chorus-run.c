@@ -1583,7 +1583,7 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
 /* MASTER_PORT, whether --master-port or the environment set it: a TCP port. */
 static int check_master_port(void)
 {
-    const char *v = getenv("MASTER_PORT");
+    const char *v = chorus__env("MASTER_PORT");
     long port;
     if (!v || !chorus__parse_int(v, 1, 65535, &port)) return 0;
     char var[600];
@@ -1603,7 +1603,7 @@ static int check_master_port(void)
  * work. */
 static int check_servers(const job *j)
 {
-    const char *v = getenv("CHORUS_PS_SERVERS");
+    const char *v = chorus__env("CHORUS_PS_SERVERS");
     long k;
     if (!v || j->np < 1) return 0; /* a malformed value is the configuration check's */
     if (chorus__parse_int(v, 1, 4096, &k) || k < j->np) return 0;
@@ -1627,7 +1627,7 @@ static int check_servers(const job *j)
  * its directory must exist. */
 static int check_timeline(const job *j)
 {
-    const char *f = getenv("CHORUS_TIMELINE");
+    const char *f = chorus__env("CHORUS_TIMELINE");
     if (!f || !*f || (j->hosts.n > 0 && !j->hosts.h[0].local)) return 0;
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", f);

@@ -7,6 +7,8 @@ futures, object collectives and point-to-point are covered. Prints "torchdist co
 passed on R ranks" on success; raises (and so exits non-zero) at the first difference.
 """
 import datetime
+import functools
+import operator
 import sys
 
 import torch
@@ -222,13 +224,20 @@ def collectives(group, members):
 
 
 def errors():
-    t = torch.ones(2, dtype=torch.int32)
+    """The bitwise ops run on integers and raise on floats, naming the op (as Gloo does)."""
+    n, me = dist.get_world_size(), dist.get_rank()
+    t = torch.tensor([1 << me, 7, me], dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.BOR)
+    same(t, torch.tensor([(1 << n) - 1, 7, functools.reduce(operator.or_, range(n))],
+                         dtype=torch.int32), "BOR on int32")
+    t = torch.ones(2, dtype=torch.float32)
     try:
         dist.all_reduce(t, op=dist.ReduceOp.BAND)
     except RuntimeError as e:
-        same("is not supported" in str(e), True, "BAND raises: %s" % e)
+        same("ReduceOp.BAND needs an integer or bool tensor, got Float" in str(e), True,
+             "BAND on float32 raises: %s" % e)
     else:
-        raise AssertionError("all_reduce with BAND did not raise")
+        raise AssertionError("all_reduce with BAND on float32 did not raise")
 
 
 def main():

@@ -78,6 +78,9 @@ static long long reduce_ref(int n, size_t i, chorus_op op)
         if (op == CHORUS_PROD) a *= v;
         if (op == CHORUS_MIN) a = v < a ? v : a;
         if (op == CHORUS_MAX) a = v > a ? v : a;
+        if (op == CHORUS_BAND) a &= v;
+        if (op == CHORUS_BOR) a |= v;
+        if (op == CHORUS_BXOR) a ^= v;
     }
     return a;
 }

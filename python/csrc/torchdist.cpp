@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/csrc/utils/pybind.h>
 
@@ -121,6 +122,9 @@ static Reduction reduction_of(const c10d::ReduceOp &rop, const at::Tensor &t, co
         TORCH_CHECK(false, "chorus: ", call, ": cannot reduce tensors of dtype ", st,
                     " (float32/64, float16, bfloat16, int8/32/64, uint8 and bool can be)");
     }
+    /* Gloo computes an average by dividing in place, which fails on integers */
+    TORCH_CHECK(kind != c10d::ReduceOp::AVG || at::isFloatingType(st), "chorus: ", call,
+                ": ReduceOp.AVG needs a floating-point tensor, got ", st);
     switch (kind) {
     case c10d::ReduceOp::SUM: return {CHORUS_SUM};
     case c10d::ReduceOp::AVG: return {CHORUS_AVG};
@@ -310,6 +314,70 @@ class P2PWork : public Work
     std::mutex p2p_mu_;
 };
 
+/* ---- completing work off the worker --------------------------------------------------------- */
+
+/* Completes collectives' work handles (their futures' callbacks run there) on threads other
+ * than the group's worker: a callback may start another collective of the group and wait for
+ * it (DDP's PowerSGD hook does), which the worker must be free to run. One thread normally;
+ * a completion that finds every thread busy (blocked in such a callback) gets a new one. */
+class Completer
+{
+  public:
+    void post(std::function<void()> fn)
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        queue_.push_back(std::move(fn));
+        if (idle_ == 0)
+            threads_.emplace_back([this] { loop(); });
+        else
+            cv_.notify_one();
+    }
+
+    /* Finishes what was posted, then ends the threads. */
+    void stop()
+    {
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        for (;;) {
+            std::thread t;
+            {
+                std::lock_guard<std::mutex> g(mu_);
+                if (threads_.empty()) return;
+                t = std::move(threads_.back());
+                threads_.pop_back();
+            }
+            t.join();
+        }
+    }
+
+  private:
+    void loop()
+    {
+        std::unique_lock<std::mutex> g(mu_);
+        for (;;) {
+            idle_++;
+            cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
+            idle_--;
+            if (queue_.empty()) return;
+            std::function<void()> fn = std::move(queue_.front());
+            queue_.pop_front();
+            g.unlock();
+            fn();
+            g.lock();
+        }
+    }
+
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<std::function<void()>> queue_;
+    std::vector<std::thread> threads_;
+    int idle_ = 0;
+    bool stop_ = false;
+};
+
 /* ---- the backend ------------------------------------------------------------------------ */
 
 /* Tags of the point-to-point twin of a group and of a split, apart from any group name's hash. */
@@ -337,14 +405,16 @@ class ChorusBackend : public BackendBase
             stop_ = true;
         }
         cv_.notify_all();
-        /* A future's callbacks run on the worker and may need the GIL (a Python comm hook):
-         * the destructor, run by Python's garbage collection, must not hold it while it waits
-         * (torch 1.13's Gloo group deadlocks there). */
+        /* A future's callbacks run on the completer and may need the GIL (a Python comm
+         * hook): the destructor, run by Python's garbage collection, must not hold it while it
+         * waits (torch 1.13's Gloo group deadlocks there). */
         if (Py_IsInitialized() && PyGILState_Check()) {
             pybind11::gil_scoped_release nogil;
             worker_.join();
+            completer_.stop();
         } else {
             worker_.join();
+            completer_.stop();
         }
         chorus_finalize(p2p_);
         chorus_finalize(coll_);
@@ -735,7 +805,8 @@ class ChorusBackend : public BackendBase
             } catch (...) {
                 e = std::current_exception();
             }
-            job.first->done(e);
+            auto w = job.first;
+            completer_.post([w, e] { w->done(e); });
         }
     }
 
@@ -826,6 +897,7 @@ class ChorusBackend : public BackendBase
     std::condition_variable cv_;
     std::deque<std::pair<c10::intrusive_ptr<CollWork>, std::function<void()>>> queue_;
     bool stop_ = false;
+    Completer completer_; /* declared before the worker, which posts to it */
     std::thread worker_;
 };
 

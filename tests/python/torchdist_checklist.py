@@ -739,8 +739,9 @@ def plain(v):
 
 
 class Job:
-    """The default group of this rank's job, made anew (through a file store each time) when an
-    operation raised on any rank; the ranks agree on that through a store of their own."""
+    """The default group of this rank's job. Gloo's is made anew (through a file store each
+    time) when an operation raised on any rank, the ranks agreeing on that through a store of
+    their own: after an error Gloo fails or desynchronises the calls that follow."""
 
     def __init__(self, backend, rank_, size, dirname):
         self.backend, self.rank, self.size, self.dir = backend, rank_, size, dirname
@@ -755,6 +756,8 @@ class Job:
                                 rank=self.rank, world_size=self.size)
 
     def settle(self, raised):
+        if self.backend != "gloo":  # "chorus" checks its arguments before it sends anything
+            return
         self.step += 1
         self.control.set("%d.%d" % (self.step, self.rank), "1" if raised else "0")
         keys = ["%d.%d" % (self.step, r) for r in range(self.size)]

@@ -4,17 +4,18 @@ for bit, or the same exception type).
 
     PYTHONPATH=python python3 tests/python/torchdist_checklist.py
 
-starts two 2-rank jobs of this file with Python (the one running it: the same interpreter
-serves torch 1.13 and a torch 2.x venv), ranks meeting through env:// variables, one job per
-backend; each rank writes what every operation gave, and this process compares them. An
-operation the installed torch lacks (FSDP2, DTensor, ... on torch 1.13) is skipped on both,
-with the reason. PREMUL_SUM raises on Gloo; on "chorus" its values are checked against the
-sum computed here instead. Prints a line per operation that differs and ends with
-"torchdist checklist: N operations: M same as gloo, ..., 0 differ"; exits 1 when any differs.
+starts a 2-rank job of this file with the Python running it (the same file serves torch 1.13
+and a torch 2.x venv), its ranks meeting through file stores in a temporary folder; they run
+every operation on Gloo, then on "chorus", and write what each gave; this process compares
+them. An operation the installed torch lacks (FSDP2, DTensor, ... on torch 1.13) is skipped on
+both, with the reason. Where Gloo raises (a dtype it does not move, PREMUL_SUM; on torch 1.13
+also AVG and all_to_all), what "chorus" gives must be the values this file computes. Prints a
+line per operation that differs and ends with "torchdist checklist on torch V: N operations:
+... , 0 differ"; exits 1 when any differs. CHECKLIST_VERBOSE=1 prints each operation's time.
 
-    python3 tests/python/torchdist_checklist.py --rank-run BACKEND OUT.json
+    python3 tests/python/torchdist_checklist.py --rank-run gloo,chorus OUTDIR
 
-is one rank of one job (RANK and CHECKLIST_DIR, a folder the ranks share, set).
+is one rank of the job (RANK set).
 """
 import datetime
 import json
@@ -22,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -771,61 +773,60 @@ class Job:
 JOB = None
 
 
-def rank_run(backend, out):
+def rank_run(backends, outdir):
+    """This rank's part: the checklist on each backend in turn, its results in outdir."""
     global JOB
-    if backend == "chorus":
-        import chorus.torch.distributed  # noqa: F401  registers "chorus"
-    JOB = Job(backend, int(os.environ["RANK"]), RANKS, os.environ["CHECKLIST_DIR"])
-    results = {}
-    for name, fn, reason in CASES:
-        if reason:
-            results[name] = ["skipped", reason]
-            continue
-        if os.environ.get("CHECKLIST_VERBOSE"):
-            print("rank %d: %s" % (rank(), name), flush=True)
-        res = attempt(fn)
-        results[name] = ["ok", plain(res[1])] if res[0] == "ok" else res
-    with open(out, "w") as f:
-        json.dump(results, f)
-    dist.destroy_process_group()
+    import chorus.torch.distributed  # noqa: F401  registers "chorus"
+    for backend in backends.split(","):
+        jobdir = os.path.join(outdir, backend)
+        os.makedirs(jobdir, exist_ok=True)
+        JOB = Job(backend, int(os.environ["RANK"]), RANKS, jobdir)
+        results = {}
+        for name, fn, reason in CASES:
+            if reason:
+                results[name] = ["skipped", reason]
+                continue
+            start = time.monotonic()
+            res = attempt(fn)
+            if os.environ.get("CHECKLIST_VERBOSE"):
+                print("rank %d: %s: %s: %.2f s" % (rank(), backend, name,
+                                                   time.monotonic() - start), flush=True)
+            results[name] = ["ok", plain(res[1])] if res[0] == "ok" else res
+        with open(os.path.join(outdir, "%s.%s.json" % (backend, os.environ["RANK"])), "w") as f:
+            json.dump(results, f)
+        dist.destroy_process_group()
 
 
-def run_job(backend, outdir):
-    """One 2-rank job; a rank that fails ends the other (never a hang on a dead peer)."""
-    jobdir = os.path.join(outdir, backend)
-    os.mkdir(jobdir)
-    env = dict(os.environ, CHECKLIST_DIR=jobdir, WORLD_SIZE=str(RANKS))
+def run_job(backends, outdir):
+    """One 2-rank job (the ranks run every backend in turn, which spares a second start of
+    torch); a rank that fails ends the other (never a hang on a dead peer)."""
+    env = dict(os.environ, WORLD_SIZE=str(RANKS))
     env.pop("CHORUS_RANK", None)
-    procs = []
-    for r in range(RANKS):
-        env["RANK"] = str(r)
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-run",
-                                       backend, os.path.join(outdir, "%s.%d.json" % (backend, r))],
-                                      env=dict(env)))
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--rank-run",
+                               ",".join(backends), outdir], env=dict(env, RANK=str(r)))
+             for r in range(RANKS)]
     failed = None
-    while any(p.poll() is None for p in procs) and failed is None:
+    while failed is None and any(p.poll() is None for p in procs):
         for r, p in enumerate(procs):
             try:
                 if p.wait(timeout=0.5) != 0:
-                    failed = "rank %d of the %s job exited with status %d" % (r, backend,
-                                                                             p.returncode)
+                    failed = r
             except subprocess.TimeoutExpired:
                 pass
     for p in procs:
         if p.poll() is None:
             p.kill()
-            p.wait()
-    if failed is None:
-        bad = [r for r, p in enumerate(procs) if p.returncode != 0]
-        if bad:
-            failed = "rank %d of the %s job exited with status %d" % (bad[0], backend,
-                                                                      procs[bad[0]].returncode)
-    if failed:
-        raise SystemExit("torchdist checklist: " + failed)
-    out = []
-    for r in range(RANKS):
-        with open(os.path.join(outdir, "%s.%d.json" % (backend, r))) as f:
-            out.append(json.load(f))
+        p.wait()
+    bad = [r for r, p in enumerate(procs) if p.returncode != 0]
+    if bad:
+        raise SystemExit("torchdist checklist: rank %d exited with status %d"
+                         % (bad[0], procs[bad[0]].returncode))
+    out = {}
+    for b in backends:
+        out[b] = []
+        for r in range(RANKS):
+            with open(os.path.join(outdir, "%s.%d.json" % (b, r))) as f:
+                out[b].append(json.load(f))
     return out
 
 
@@ -849,7 +850,8 @@ def beyond_ok(g, c):
 
 def compare():
     with tempfile.TemporaryDirectory(prefix="chorus-checklist-") as d:
-        gloo, chorus = run_job("gloo", d), run_job("chorus", d)
+        res = run_job(["gloo", "chorus"], d)
+        gloo, chorus = res["gloo"], res["chorus"]
     same = skipped = beyond = 0
     differ = []
     for name, _, _ in CASES:
@@ -880,7 +882,7 @@ def compare():
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--rank-run":
+    if len(sys.argv) == 4 and sys.argv[1] == "--rank-run":  # BACKEND[,BACKEND...] OUTDIR
         rank_run(sys.argv[2], sys.argv[3])
     else:
         sys.exit(compare())

@@ -314,70 +314,6 @@ class P2PWork : public Work
     std::mutex p2p_mu_;
 };
 
-/* ---- completing work off the worker --------------------------------------------------------- */
-
-/* Completes collectives' work handles (their futures' callbacks run there) on threads other
- * than the group's worker: a callback may start another collective of the group and wait for
- * it (DDP's PowerSGD hook does), which the worker must be free to run. One thread normally;
- * a completion that finds every thread busy (blocked in such a callback) gets a new one. */
-class Completer
-{
-  public:
-    void post(std::function<void()> fn)
-    {
-        std::lock_guard<std::mutex> g(mu_);
-        queue_.push_back(std::move(fn));
-        if (idle_ == 0)
-            threads_.emplace_back([this] { loop(); });
-        else
-            cv_.notify_one();
-    }
-
-    /* Finishes what was posted, then ends the threads. */
-    void stop()
-    {
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            stop_ = true;
-        }
-        cv_.notify_all();
-        for (;;) {
-            std::thread t;
-            {
-                std::lock_guard<std::mutex> g(mu_);
-                if (threads_.empty()) return;
-                t = std::move(threads_.back());
-                threads_.pop_back();
-            }
-            t.join();
-        }
-    }
-
-  private:
-    void loop()
-    {
-        std::unique_lock<std::mutex> g(mu_);
-        for (;;) {
-            idle_++;
-            cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
-            idle_--;
-            if (queue_.empty()) return;
-            std::function<void()> fn = std::move(queue_.front());
-            queue_.pop_front();
-            g.unlock();
-            fn();
-            g.lock();
-        }
-    }
-
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::deque<std::function<void()>> queue_;
-    std::vector<std::thread> threads_;
-    int idle_ = 0;
-    bool stop_ = false;
-};
-
 /* ---- the backend ------------------------------------------------------------------------ */
 
 /* Tags of the point-to-point twin of a group and of a split, apart from any group name's hash. */
@@ -393,9 +329,11 @@ class ChorusBackend : public BackendBase
   public:
     /* Takes ownership of coll and p2p (communicators of the same ranks). */
     ChorusBackend(chorus_comm *coll, chorus_comm *p2p)
-        : BackendBase(chorus_rank(coll), chorus_size(coll)), coll_(coll), p2p_(p2p),
-          worker_([this] { run(); })
+        : BackendBase(chorus_rank(coll), chorus_size(coll)), coll_(coll), p2p_(p2p)
     {
+        std::lock_guard<std::mutex> g(mu_); /* run() checks active_ under it */
+        worker_ = std::thread([this] { run(); });
+        active_ = worker_.get_id();
     }
 
     ~ChorusBackend() override
@@ -410,11 +348,9 @@ class ChorusBackend : public BackendBase
          * waits (torch 1.13's Gloo group deadlocks there). */
         if (Py_IsInitialized() && PyGILState_Check()) {
             pybind11::gil_scoped_release nogil;
-            worker_.join();
-            completer_.stop();
+            join_workers();
         } else {
-            worker_.join();
-            completer_.stop();
+            join_workers();
         }
         chorus_finalize(p2p_);
         chorus_finalize(coll_);
@@ -777,14 +713,23 @@ class ChorusBackend : public BackendBase
 
     /* ---- the worker: collectives in the order they were called ---- */
 
+    /* A work handle completes on the worker, which runs its future's callbacks there. A
+     * callback that starts a collective of this group (DDP's PowerSGD hook does, then waits
+     * for it) hands the queue to a new worker thread: the old one ends once the callback
+     * returns, and the collectives keep their order. */
     WorkPtr enqueue(OpType type, Tensors outputs, std::function<void()> fn)
     {
         auto w = c10::make_intrusive<CollWork>(type, std::move(outputs));
         {
             std::lock_guard<std::mutex> g(mu_);
             queue_.emplace_back(w, std::move(fn));
+            if (std::this_thread::get_id() == active_) {
+                retired_.push_back(std::move(worker_));
+                worker_ = std::thread([this] { run(); });
+                active_ = worker_.get_id();
+            }
         }
-        cv_.notify_one();
+        cv_.notify_all();
         return w;
     }
 
@@ -794,8 +739,9 @@ class ChorusBackend : public BackendBase
             std::pair<c10::intrusive_ptr<CollWork>, std::function<void()>> job;
             {
                 std::unique_lock<std::mutex> g(mu_);
-                cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
-                if (queue_.empty()) return;
+                auto me = std::this_thread::get_id();
+                cv_.wait(g, [this, me] { return stop_ || !queue_.empty() || active_ != me; });
+                if (active_ != me || queue_.empty()) return;
                 job = std::move(queue_.front());
                 queue_.pop_front();
             }
@@ -805,9 +751,19 @@ class ChorusBackend : public BackendBase
             } catch (...) {
                 e = std::current_exception();
             }
-            auto w = job.first;
-            completer_.post([w, e] { w->done(e); });
+            job.first->done(e);
         }
+    }
+
+    void join_workers()
+    {
+        std::vector<std::thread> all;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            all = std::move(retired_);
+            all.push_back(std::move(worker_));
+        }
+        for (auto &t : all) t.join();
     }
 
     /* ---- the collectives the torch calls share ---- */
@@ -897,8 +853,9 @@ class ChorusBackend : public BackendBase
     std::condition_variable cv_;
     std::deque<std::pair<c10::intrusive_ptr<CollWork>, std::function<void()>>> queue_;
     bool stop_ = false;
-    Completer completer_; /* declared before the worker, which posts to it */
     std::thread worker_;
+    std::thread::id active_;           /* the worker that runs the queue (under mu_) */
+    std::vector<std::thread> retired_; /* workers that handed it on, ending or ended */
 };
 
 /* ---- making groups ------------------------------------------------------------------------ */

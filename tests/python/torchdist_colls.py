@@ -238,6 +238,18 @@ def errors():
              "BAND on float32 raises: %s" % e)
     else:
         raise AssertionError("all_reduce with BAND on float32 did not raise")
+    for op, want in ((dist.ReduceOp.AVG, "ReduceOp.AVG needs a floating-point tensor, got Long"),
+                     (dist._make_nccl_premul_sum(2.0),
+                      "ReduceOp.PREMUL_SUM needs a floating-point tensor, got Long")):
+        try:
+            dist.all_reduce(torch.ones(2, dtype=torch.int64), op=op)
+        except RuntimeError as e:
+            same(want in str(e), True, "%s raises: %s" % (want.split()[0], e))
+        else:
+            raise AssertionError("all_reduce with %s on int64 did not raise" % want.split()[0])
+    t = torch.full((3,), float(me + 1))
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+    same(t, torch.full((3,), n * (n + 1) / 4.0), "PREMUL_SUM by 0.5")
 
 
 def main():

@@ -264,6 +264,15 @@ def main():
         g = dist.new_group(members)
         if rank in members:
             collectives(g, members)
+    if hasattr(dist, "split_group"):  # torch >= 2.8: splits of the world, ranks in given order
+        parts = [list(range(size - 1, 0, -1)) or [0], [0]] if size > 1 else [[0]]
+        g = dist.split_group(split_ranks=parts)
+        mine = next(p for p in parts if rank in p)
+        if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
+            same(dist.get_rank(g), mine.index(rank), "rank in the split")
+            t = torch.tensor([float(rank)])
+            dist.all_reduce(t, group=g)
+            same(t, torch.tensor([float(sum(mine))]), "all_reduce in the split")
     dist.barrier()
     dist.destroy_process_group()
     print("torchdist colls: %d checks passed on rank %d of %d" % (checks, rank, size))

@@ -89,6 +89,9 @@ typedef enum {
     CHORUS_MIN,
     CHORUS_MAX,
     CHORUS_AVG,
+    CHORUS_BAND, /* bitwise and, or, exclusive or: integer dtypes only */
+    CHORUS_BOR,
+    CHORUS_BXOR,
     CHORUS_OP_COUNT
 } chorus_op;
 
@@ -128,7 +131,8 @@ int chorus_local_rank(const chorus_comm *c);
 int chorus_local_size(const chorus_comm *c);
 
 /* recv[i] = op over ranks of send[i]. send == recv is in place. Every rank gets the same
- * bits. CHORUS_AVG divides the sum by the size (integer division for integer types). */
+ * bits. CHORUS_AVG divides the sum by the size (integer division for integer types).
+ * CHORUS_BAND/BOR/BXOR on a floating-point dtype fail with CHORUS_ERR_INVALID_ARG. */
 chorus_result chorus_allreduce(chorus_comm *c, const void *send, void *recv, size_t count,
                                chorus_dtype t, chorus_op op);
 

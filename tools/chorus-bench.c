@@ -79,6 +79,9 @@ static long long reduce_ref(int n, size_t i, chorus_op op)
         if (op == CHORUS_PROD) a *= v;
         if (op == CHORUS_MIN) a = v < a ? v : a;
         if (op == CHORUS_MAX) a = v > a ? v : a;
+        if (op == CHORUS_BAND) a &= v;
+        if (op == CHORUS_BOR) a |= v;
+        if (op == CHORUS_BXOR) a ^= v;
     }
     return a;
 }
@@ -179,7 +182,8 @@ static void usage(FILE *f)
         "  -w, --warmup_iters N   warm-up iterations per size (default: by size)\n"
         "  -c, --check 0|1        verify each size's result, out-of-place and in-place, and\n"
         "                         report it in #wrong (default 1)\n"
-        "  -o, --op OP            sum (default), prod, min, max, avg, or all of them\n"
+        "  -o, --op OP            sum (default), prod, min, max, avg (all: these five),\n"
+        "                         band, bor, bxor (integer types)\n"
         "  -d, --datatype TYPE    int8, uint8, int32, int64, half (float16), bfloat16,\n"
         "                         float (float32, default), double (float64), or all\n"
         "  -r, --root R           root of broadcast (default 0)\n"
@@ -374,7 +378,8 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
             for (int k = 0; k < CHORUS_OP_COUNT; k++)
                 if (!strcasecmp(v, chorus__op_name(k))) b->op = (chorus_op)k;
             if (b->op == CHORUS_OP_COUNT)
-                return bad(o, "unknown op '%s' (sum, prod, min, max, avg, all)", v);
+                return bad(o, "unknown op '%s' (sum, prod, min, max, avg, band, bor, bxor, all)",
+                           v);
             break;
         case 'A': o->algos = v; break;
         case 'P':
@@ -746,7 +751,7 @@ int main(int argc, char **argv)
     totals tot = {0, 0, 0};
     int types = o.all_types ? CHORUS_DTYPE_COUNT : 1;
     int ops =
-        o.all_ops && (b.coll == C_ALLREDUCE || b.coll == C_REDUCE_SCATTER) ? CHORUS_OP_COUNT : 1;
+        o.all_ops && (b.coll == C_ALLREDUCE || b.coll == C_REDUCE_SCATTER) ? CHORUS_AVG + 1 : 1;
     char *ranks = NULL;
     r = gather_ranks(&b, &ranks);
     if (r != CHORUS_OK) {

@@ -11,6 +11,18 @@
 
 #include <torch/version.h>
 
+/* torch >= major.minor */
+#define CHORUS_TORCH_AT_LEAST(major, minor)                                                        \
+    (TORCH_VERSION_MAJOR > (major) ||                                                              \
+     (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+/* CHORUS_TORCH_COALESCED: the backend implements allgather_into_tensor_coalesced and
+ * reduce_scatter_tensor_coalesced (torch 2.x's all-gather and reduce-scatter of FSDP2, DTensor
+ * and functional collectives). CHORUS_TORCH_SPLIT: Backend::split(store, ranks, options), which
+ * torch.distributed.split_group calls. */
+#define CHORUS_TORCH_COALESCED CHORUS_TORCH_AT_LEAST(2, 1)
+#define CHORUS_TORCH_SPLIT     CHORUS_TORCH_AT_LEAST(2, 8)
+
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 namespace chorus_td
@@ -24,5 +36,19 @@ namespace chorus_td
 using BackendBase = c10d::ProcessGroup;
 }
 #endif
+
+/* PREMUL_SUM's factor: torch 1.x keeps a list of tensors, torch 2.x one tensor. */
+namespace chorus_td
+{
+using PreMulSupplement = c10d::NCCLPreMulSumSupplement;
+static inline at::Tensor premul_tensor(const PreMulSupplement &s)
+{
+#if TORCH_VERSION_MAJOR >= 2
+    return s.tensor_factor;
+#else
+    return s.tensor_factors.empty() ? at::Tensor() : s.tensor_factors[0];
+#endif
+}
+} // namespace chorus_td
 
 #endif /* CHORUS_TORCH_COMPAT_H */

@@ -11,12 +11,14 @@
  * never holds up the collectives queued behind it. Python (chorus/torch/distributed.py)
  * creates the groups and registers the backend.
  */
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <torch/csrc/utils/pybind.h>
 
@@ -71,34 +73,89 @@ static Buf buf_of(const at::Tensor &t)
     }
 }
 
-static chorus_op op_of(const c10d::ReduceOp &op, const at::Tensor &t)
+/* torch's name of a reduce op, for messages. */
+static const char *op_name(c10d::ReduceOp::RedOpType kind)
 {
-    auto kind = static_cast<c10d::ReduceOp::RedOpType>(op);
-    if (t.scalar_type() == at::kBool) { /* or and and, as Gloo does them */
-        if (kind == c10d::ReduceOp::SUM || kind == c10d::ReduceOp::MAX) return CHORUS_MAX;
-        if (kind == c10d::ReduceOp::PRODUCT || kind == c10d::ReduceOp::MIN) return CHORUS_MIN;
+    switch (kind) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+    }
+}
+
+/* A torch reduce op as libchorus runs it: a chorus op, and for PREMUL_SUM the factor each
+ * rank's input is multiplied by before the sum (a number or a one-element tensor). */
+struct Reduction {
+    Reduction(chorus_op o) : op(o) {}
+    chorus_op op;
+    bool premul = false;
+    double factor = 1.0;
+    at::Tensor tensor_factor;
+};
+
+static Reduction reduction_of(const c10d::ReduceOp &rop, const at::Tensor &t, const char *call)
+{
+    auto kind = static_cast<c10d::ReduceOp::RedOpType>(rop);
+    bool bitwise =
+        kind == c10d::ReduceOp::BAND || kind == c10d::ReduceOp::BOR || kind == c10d::ReduceOp::BXOR;
+    at::ScalarType st = t.scalar_type();
+    if (bitwise) {
+        TORCH_CHECK(at::isIntegralType(st, /*includeBool=*/true), "chorus: ", call, ": ReduceOp.",
+                    op_name(kind), " needs an integer or bool tensor, got ", st);
+        TORCH_CHECK(st != at::kShort, "chorus: ", call, ": cannot reduce tensors of dtype ", st,
+                    " (int8/32/64, uint8 and bool can be with ReduceOp.", op_name(kind), ")");
+        return {kind == c10d::ReduceOp::BAND  ? CHORUS_BAND
+                : kind == c10d::ReduceOp::BOR ? CHORUS_BOR
+                                              : CHORUS_BXOR};
+    }
+    if (st == at::kBool) { /* or and and, as Gloo does them */
+        if (kind == c10d::ReduceOp::SUM || kind == c10d::ReduceOp::MAX) return {CHORUS_MAX};
+        if (kind == c10d::ReduceOp::PRODUCT || kind == c10d::ReduceOp::MIN) return {CHORUS_MIN};
     } else if (buf_of(t).bytes) {
-        TORCH_CHECK(false, "chorus: cannot reduce tensors of dtype ", t.scalar_type(),
+        TORCH_CHECK(false, "chorus: ", call, ": cannot reduce tensors of dtype ", st,
                     " (float32/64, float16, bfloat16, int8/32/64, uint8 and bool can be)");
     }
+    /* Gloo computes an average by dividing in place, which fails on integers */
+    TORCH_CHECK(kind != c10d::ReduceOp::AVG || at::isFloatingType(st), "chorus: ", call,
+                ": ReduceOp.AVG needs a floating-point tensor, got ", st);
     switch (kind) {
-    case c10d::ReduceOp::SUM: return CHORUS_SUM;
-    case c10d::ReduceOp::AVG: return CHORUS_AVG;
-    case c10d::ReduceOp::PRODUCT: return CHORUS_PROD;
-    case c10d::ReduceOp::MIN: return CHORUS_MIN;
-    case c10d::ReduceOp::MAX: return CHORUS_MAX;
-    default: {
-        /* c10d::ReduceOp's order: the name a user wrote, not its number */
-        static const char *const names[] = {"SUM",  "AVG", "PRODUCT", "MIN",       "MAX",
-                                            "BAND", "BOR", "BXOR",    "PREMUL_SUM"};
-        int k = (int)kind;
-        std::string name = k >= 0 && k < (int)(sizeof(names) / sizeof(names[0]))
-                               ? std::string(names[k])
-                               : "number " + std::to_string(k);
-        TORCH_CHECK(false, "chorus: reduce op ", name,
-                    " is not supported (SUM, AVG, PRODUCT, MIN and MAX are)");
+    case c10d::ReduceOp::SUM: return {CHORUS_SUM};
+    case c10d::ReduceOp::AVG: return {CHORUS_AVG};
+    case c10d::ReduceOp::PRODUCT: return {CHORUS_PROD};
+    case c10d::ReduceOp::MIN: return {CHORUS_MIN};
+    case c10d::ReduceOp::MAX: return {CHORUS_MAX};
+    case c10d::ReduceOp::PREMUL_SUM: {
+        TORCH_CHECK(at::isFloatingType(st), "chorus: ", call,
+                    ": ReduceOp.PREMUL_SUM needs a floating-point tensor, got ", st);
+        Reduction r{CHORUS_SUM};
+        r.premul = true;
+        auto *sup = dynamic_cast<PreMulSupplement *>(rop.supplement_.get());
+        TORCH_CHECK(sup, "chorus: ", call, ": ReduceOp.PREMUL_SUM without its factor");
+        r.factor = sup->double_factor;
+        r.tensor_factor = premul_tensor(*sup);
+        return r;
     }
+    default:
+        TORCH_CHECK(false, "chorus: ", call, ": ReduceOp.", op_name(kind), " on ", st,
+                    " is not supported (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM; BAND, BOR and "
+                    "BXOR on integers and bool are)");
     }
+}
+
+/* in as a PREMUL_SUM sends it: multiplied by the factor, in its own dtype (in itself for other
+ * ops). */
+static at::Tensor premultiplied(const at::Tensor &in, const Reduction &r)
+{
+    if (!r.premul) return in;
+    if (r.tensor_factor.defined()) return at::mul(in, r.tensor_factor.to(in.scalar_type()));
+    return at::mul(in, r.factor);
 }
 
 static void check_cpu(const at::Tensor &t)
@@ -259,14 +316,24 @@ class P2PWork : public Work
 
 /* ---- the backend ------------------------------------------------------------------------ */
 
+/* Tags of the point-to-point twin of a group and of a split, apart from any group name's hash. */
+static const uint64_t P2P_TAG = 0x7032702d74776e31ull;
+static const uint64_t SPLIT_TAG = 0x73706c6974677270ull;
+
+class ChorusBackend;
+static c10::intrusive_ptr<ChorusBackend> subgroup(chorus_comm *c, const std::vector<int> &ranks,
+                                                  uint64_t tag);
+
 class ChorusBackend : public BackendBase
 {
   public:
     /* Takes ownership of coll and p2p (communicators of the same ranks). */
     ChorusBackend(chorus_comm *coll, chorus_comm *p2p)
-        : BackendBase(chorus_rank(coll), chorus_size(coll)), coll_(coll), p2p_(p2p),
-          worker_([this] { run(); })
+        : BackendBase(chorus_rank(coll), chorus_size(coll)), coll_(coll), p2p_(p2p)
     {
+        std::lock_guard<std::mutex> g(mu_); /* run() checks active_ under it */
+        worker_ = std::thread([this] { run(); });
+        active_ = worker_.get_id();
     }
 
     ~ChorusBackend() override
@@ -276,14 +343,14 @@ class ChorusBackend : public BackendBase
             stop_ = true;
         }
         cv_.notify_all();
-        /* A future's callbacks run on the worker and may need the GIL (a Python comm hook):
-         * the destructor, run by Python's garbage collection, must not hold it while it waits
-         * (torch 1.13's Gloo group deadlocks there). */
+        /* A future's callbacks run on the completer and may need the GIL (a Python comm
+         * hook): the destructor, run by Python's garbage collection, must not hold it while it
+         * waits (torch 1.13's Gloo group deadlocks there). */
         if (Py_IsInitialized() && PyGILState_Check()) {
             pybind11::gil_scoped_release nogil;
-            worker_.join();
+            join_workers();
         } else {
-            worker_.join();
+            join_workers();
         }
         chorus_finalize(p2p_);
         chorus_finalize(coll_);
@@ -316,10 +383,11 @@ class ChorusBackend : public BackendBase
     WorkPtr allreduce(Tensors &ts, const c10d::AllreduceOptions &o) override
     {
         check_cpu(ts);
-        std::vector<chorus_op> ops;
-        for (auto &t : ts) ops.push_back(op_of(o.reduceOp, t));
-        return enqueue(OpType::ALLREDUCE, ts, [this, ts, ops] {
-            for (size_t i = 0; i < ts.size(); i++) reduce_into(ts[i], ts[i], ops[i]);
+        std::vector<Reduction> rs;
+        for (auto &t : ts) rs.push_back(reduction_of(o.reduceOp, t, "all_reduce"));
+        return enqueue(OpType::ALLREDUCE, ts, [this, ts, rs] {
+            for (size_t i = 0; i < ts.size(); i++)
+                reduce_into(premultiplied(ts[i], rs[i]), ts[i], rs[i].op);
         });
     }
 
@@ -332,12 +400,12 @@ class ChorusBackend : public BackendBase
     {
         check_cpu(ts);
         TORCH_CHECK(ts.size() == 1, "chorus: reduce takes one tensor per rank");
-        chorus_op op = op_of(o.reduceOp, ts[0]);
+        Reduction red = reduction_of(o.reduceOp, ts[0], "reduce");
         int root = (int)o.rootRank;
-        return enqueue(OpType::REDUCE, ts, [this, ts, op, root] {
+        return enqueue(OpType::REDUCE, ts, [this, ts, red, root] {
             /* libchorus has no rooted reduce: the others reduce into a scratch copy */
             at::Tensor out = rank_ == root ? ts[0] : at::empty_like(ts[0]);
-            reduce_into(ts[0], out, op);
+            reduce_into(premultiplied(ts[0], red), out, red.op);
         });
     }
 
@@ -361,11 +429,7 @@ class ChorusBackend : public BackendBase
     WorkPtr _allgather_base(at::Tensor &out, at::Tensor &in,
                             const c10d::AllgatherOptions &) override
     {
-        check_cpu(out);
-        check_cpu(in);
-        TORCH_CHECK(out.scalar_type() == in.scalar_type() && out.numel() == in.numel() * size_,
-                    "chorus: all_gather_into_tensor: the output must hold ", size_,
-                    " times the input's elements of its dtype");
+        check_gather_sizes(out, in);
         return enqueue(OpType::_ALLGATHER_BASE, {out}, [this, out, in] {
             Dense o(out);
             gather_into(in, o.ptr());
@@ -453,28 +517,62 @@ class ChorusBackend : public BackendBase
                     "chorus: reduce_scatter takes one output and a list of ", size_,
                     " inputs per rank");
         for (auto &t : ins[0]) check_same(outs[0], t, "reduce_scatter");
-        chorus_op op = op_of(o.reduceOp, outs[0]);
+        Reduction red = reduction_of(o.reduceOp, outs[0], "reduce_scatter");
         at::Tensor out = outs[0];
         Tensors in = ins[0];
-        return enqueue(OpType::REDUCE_SCATTER, outs, [this, out, in, op] {
+        return enqueue(OpType::REDUCE_SCATTER, outs, [this, out, in, red] {
             at::Tensor flat = at::empty({size_, out.numel()}, out.options());
             for (int r = 0; r < size_; r++) flat[r].copy_(in[r].reshape({-1}));
-            scatter_reduce(flat, out, op);
+            scatter_reduce(premultiplied(flat, red), out, red.op);
         });
     }
 
     WorkPtr _reduce_scatter_base(at::Tensor &out, at::Tensor &in,
                                  const c10d::ReduceScatterOptions &o) override
     {
-        check_cpu(out);
-        check_cpu(in);
-        TORCH_CHECK(out.scalar_type() == in.scalar_type() && in.numel() == out.numel() * size_,
-                    "chorus: reduce_scatter_tensor: the input must hold ", size_,
-                    " times the output's elements of its dtype");
-        chorus_op op = op_of(o.reduceOp, out);
-        return enqueue(OpType::_REDUCE_SCATTER_BASE, {out},
-                       [this, out, in, op] { scatter_reduce(in, out, op); });
+        check_scatter_sizes(out, in);
+        Reduction red = reduction_of(o.reduceOp, out, "reduce_scatter_tensor");
+        return enqueue(OpType::_REDUCE_SCATTER_BASE, {out}, [this, out, in, red] {
+            scatter_reduce(premultiplied(in, red), out, red.op);
+        });
     }
+
+#if CHORUS_TORCH_COALESCED
+    /* torch 2.x's all-gather and reduce-scatter of several tensors at once (FSDP2, DTensor,
+     * functional collectives, _coalescing_manager): one collective per pair, in order. */
+    WorkPtr allgather_into_tensor_coalesced(Tensors &outs, Tensors &ins,
+                                            const c10d::AllgatherOptions &) override
+    {
+        TORCH_CHECK(outs.size() == ins.size(),
+                    "chorus: all_gather_into_tensor_coalesced: ", outs.size(), " outputs for ",
+                    ins.size(), " inputs");
+        for (size_t i = 0; i < ins.size(); i++) check_gather_sizes(outs[i], ins[i]);
+        return enqueue(OpType::COALESCED, outs, [this, outs, ins] {
+            for (size_t i = 0; i < ins.size(); i++) {
+                Dense o(outs[i]);
+                gather_into(ins[i], o.ptr());
+                o.put_back();
+            }
+        });
+    }
+
+    WorkPtr reduce_scatter_tensor_coalesced(Tensors &outs, Tensors &ins,
+                                            const c10d::ReduceScatterOptions &o) override
+    {
+        TORCH_CHECK(outs.size() == ins.size(),
+                    "chorus: reduce_scatter_tensor_coalesced: ", outs.size(), " outputs for ",
+                    ins.size(), " inputs");
+        std::vector<Reduction> rs;
+        for (size_t i = 0; i < ins.size(); i++) {
+            check_scatter_sizes(outs[i], ins[i]);
+            rs.push_back(reduction_of(o.reduceOp, outs[i], "reduce_scatter_tensor_coalesced"));
+        }
+        return enqueue(OpType::COALESCED, outs, [this, outs, ins, rs] {
+            for (size_t i = 0; i < ins.size(); i++)
+                scatter_reduce(premultiplied(ins[i], rs[i]), outs[i], rs[i].op);
+        });
+    }
+#endif
 
     WorkPtr alltoall_base(at::Tensor &out, at::Tensor &in, std::vector<int64_t> &out_splits,
                           std::vector<int64_t> &in_splits, const c10d::AllToAllOptions &) override
@@ -568,17 +666,70 @@ class ChorusBackend : public BackendBase
         return recv(ts, CHORUS_ANY_SOURCE, tag);
     }
 
+#if CHORUS_TORCH_SPLIT
+    /* torch.distributed.split_group: ranks are this group's, in the new group's order; a rank
+     * outside them joins nothing. The members tell this split apart from others of the same
+     * ranks by the group name torch gives them all. */
+    bool supportsSplitting() const override
+    {
+        return true;
+    }
+
+    c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override
+    {
+        return c10::make_intrusive<c10d::Backend::Options>("chorus");
+    }
+
+    c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store> &,
+                                            const std::vector<int> &ranks,
+                                            const c10::intrusive_ptr<Options> &opts) override
+    {
+        if (std::find(ranks.begin(), ranks.end(), rank_) == ranks.end()) return nullptr;
+        std::string name = opts ? opts->group_name : std::string();
+        uint64_t tag = 0xcbf29ce484222325ull; /* FNV-1a of the name */
+        for (unsigned char ch : name) tag = (tag ^ ch) * 0x100000001b3ull;
+        return subgroup(coll_, ranks, tag ^ SPLIT_TAG);
+    }
+#endif
+
   private:
+    void check_gather_sizes(const at::Tensor &out, const at::Tensor &in)
+    {
+        check_cpu(out);
+        check_cpu(in);
+        TORCH_CHECK(out.scalar_type() == in.scalar_type() && out.numel() == in.numel() * size_,
+                    "chorus: all_gather_into_tensor: the output must hold ", size_,
+                    " times the input's elements of its dtype");
+    }
+
+    void check_scatter_sizes(const at::Tensor &out, const at::Tensor &in)
+    {
+        check_cpu(out);
+        check_cpu(in);
+        TORCH_CHECK(out.scalar_type() == in.scalar_type() && in.numel() == out.numel() * size_,
+                    "chorus: reduce_scatter_tensor: the input must hold ", size_,
+                    " times the output's elements of its dtype");
+    }
+
     /* ---- the worker: collectives in the order they were called ---- */
 
+    /* A work handle completes on the worker, which runs its future's callbacks there. A
+     * callback that starts a collective of this group (DDP's PowerSGD hook does, then waits
+     * for it) hands the queue to a new worker thread: the old one ends once the callback
+     * returns, and the collectives keep their order. */
     WorkPtr enqueue(OpType type, Tensors outputs, std::function<void()> fn)
     {
         auto w = c10::make_intrusive<CollWork>(type, std::move(outputs));
         {
             std::lock_guard<std::mutex> g(mu_);
             queue_.emplace_back(w, std::move(fn));
+            if (std::this_thread::get_id() == active_) {
+                retired_.push_back(std::move(worker_));
+                worker_ = std::thread([this] { run(); });
+                active_ = worker_.get_id();
+            }
         }
-        cv_.notify_one();
+        cv_.notify_all();
         return w;
     }
 
@@ -588,8 +739,9 @@ class ChorusBackend : public BackendBase
             std::pair<c10::intrusive_ptr<CollWork>, std::function<void()>> job;
             {
                 std::unique_lock<std::mutex> g(mu_);
-                cv_.wait(g, [this] { return stop_ || !queue_.empty(); });
-                if (queue_.empty()) return;
+                auto me = std::this_thread::get_id();
+                cv_.wait(g, [this, me] { return stop_ || !queue_.empty() || active_ != me; });
+                if (active_ != me || queue_.empty()) return;
                 job = std::move(queue_.front());
                 queue_.pop_front();
             }
@@ -601,6 +753,17 @@ class ChorusBackend : public BackendBase
             }
             job.first->done(e);
         }
+    }
+
+    void join_workers()
+    {
+        std::vector<std::thread> all;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            all = std::move(retired_);
+            all.push_back(std::move(worker_));
+        }
+        for (auto &t : all) t.join();
     }
 
     /* ---- the collectives the torch calls share ---- */
@@ -691,12 +854,28 @@ class ChorusBackend : public BackendBase
     std::deque<std::pair<c10::intrusive_ptr<CollWork>, std::function<void()>>> queue_;
     bool stop_ = false;
     std::thread worker_;
+    std::thread::id active_;           /* the worker that runs the queue (under mu_) */
+    std::vector<std::thread> retired_; /* workers that handed it on, ending or ended */
 };
 
 /* ---- making groups ------------------------------------------------------------------------ */
 
-/* Tags of the point-to-point twin of a group, apart from any group name's hash. */
-static const uint64_t P2P_TAG = 0x7032702d74776e31ull;
+/* A group of ranks of c (in group order), made by its members only: a communicator for the
+ * collectives and a point-to-point twin. */
+static c10::intrusive_ptr<ChorusBackend> subgroup(chorus_comm *c, const std::vector<int> &ranks,
+                                                  uint64_t tag)
+{
+    chorus_comm *coll = nullptr, *p2p = nullptr;
+    CHECK_CHORUS(c, chorus_comm_create_group(c, (int)ranks.size(), ranks.data(), tag, &coll),
+                 "new_group");
+    chorus_result r =
+        chorus_comm_create_group(c, (int)ranks.size(), ranks.data(), tag ^ P2P_TAG, &p2p);
+    if (r != CHORUS_OK) {
+        chorus_finalize(coll);
+        fail(c, r, "new_group");
+    }
+    return c10::make_intrusive<ChorusBackend>(coll, p2p);
+}
 
 /* The world: chorus_init (the job from the environment that Python has set up), checked
  * against the rank and size torch.distributed was given. */
@@ -726,16 +905,7 @@ static c10::intrusive_ptr<ChorusBackend> make_world(int rank, int size)
 static c10::intrusive_ptr<ChorusBackend> make_group(const c10::intrusive_ptr<ChorusBackend> &world,
                                                     const std::vector<int> &ranks, uint64_t tag)
 {
-    chorus_comm *w = world->comm(), *coll = nullptr, *p2p = nullptr;
-    CHECK_CHORUS(w, chorus_comm_create_group(w, (int)ranks.size(), ranks.data(), tag, &coll),
-                 "new_group");
-    chorus_result r =
-        chorus_comm_create_group(w, (int)ranks.size(), ranks.data(), tag ^ P2P_TAG, &p2p);
-    if (r != CHORUS_OK) {
-        chorus_finalize(coll);
-        fail(w, r, "new_group");
-    }
-    return c10::make_intrusive<ChorusBackend>(coll, p2p);
+    return subgroup(world->comm(), ranks, tag);
 }
 
 } // namespace chorus_td

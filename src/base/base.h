@@ -235,6 +235,8 @@ static inline int chorus__mul_overflow(size_t a, size_t b, size_t *out)
 /* "float32", ...; "unknown-dtype" out of range. */
 const char *chorus__dtype_name(int dtype);
 int chorus__dtype_is_float(chorus_dtype t);
+/* 1 when op is CHORUS_BAND, CHORUS_BOR or CHORUS_BXOR (integer dtypes only). */
+int chorus__op_is_bitwise(chorus_op op);
 /* Writes one element holding the identity of op for t (0 for sum/avg, 1 for prod, the largest
  * value or +inf for min, the smallest or -inf for max) to elem (8 bytes suffice); -1 if t or
  * op is unknown. Little-endian hosts only, as the wire format. */

@@ -51,6 +51,11 @@ const char *chorus_dtype_name(int t)
     return d ? d->name : NULL;
 }
 
+int chorus__op_is_bitwise(chorus_op op)
+{
+    return op == CHORUS_BAND || op == CHORUS_BOR || op == CHORUS_BXOR;
+}
+
 int chorus__dtype_is_float(chorus_dtype t)
 {
     const dtype_row *d = row((int)t);
@@ -60,11 +65,13 @@ int chorus__dtype_is_float(chorus_dtype t)
 int chorus__dtype_identity(chorus_dtype t, chorus_op op, void *elem)
 {
     const dtype_row *d = row((int)t);
-    if (!d || (unsigned)op >= CHORUS_OP_COUNT) return -1;
-    uint64_t bits = op == CHORUS_PROD  ? d->one
-                    : op == CHORUS_MIN ? d->largest
-                    : op == CHORUS_MAX ? d->smallest
-                                       : 0; /* sum, avg: 0 and +0.0 are all-zero bits */
+    if (!d || (unsigned)op >= CHORUS_OP_COUNT || (d->is_float && chorus__op_is_bitwise(op)))
+        return -1;
+    uint64_t bits = op == CHORUS_PROD   ? d->one
+                    : op == CHORUS_MIN  ? d->largest
+                    : op == CHORUS_MAX  ? d->smallest
+                    : op == CHORUS_BAND ? ~(uint64_t)0
+                                        : 0; /* sum, avg, or, xor: 0 and +0.0 are all-zero bits */
     unsigned char *p = elem;
     for (unsigned i = 0; i < d->size; i++) p[i] = (unsigned char)(bits >> (8 * i));
     return 0;

@@ -26,9 +26,12 @@ static chorus_result check(chorus_comm *c, const char *fn, size_t count, size_t 
     return chorus__net_error(c->net, &c->err);
 }
 
-static chorus_result check_op(chorus_comm *c, const char *fn, chorus_op op)
+static chorus_result check_op(chorus_comm *c, const char *fn, chorus_op op, chorus_dtype t)
 {
     if ((unsigned)op >= CHORUS_OP_COUNT) return BAD("%s: unknown op %d", fn, (int)op);
+    if (chorus__op_is_bitwise(op) && chorus__dtype_is_float(t))
+        return BAD("%s: op %s needs an integer dtype, not %s", fn, chorus__op_name(op),
+                   chorus__dtype_name((int)t));
     return CHORUS_OK;
 }
 
@@ -97,7 +100,7 @@ static chorus_result allreduce_call(chorus_comm *c, const void *send, void *recv
 {
     size_t bytes;
     CHORUS_CHECK(check(c, "chorus_allreduce", count, 1, t, &bytes));
-    CHORUS_CHECK(check_op(c, "chorus_allreduce", op));
+    CHORUS_CHECK(check_op(c, "chorus_allreduce", op, t));
     const chorus_algo *algo;
     CHORUS_CHECK(pick(c, CHORUS_COLL_ALLREDUCE, bytes, &algo, ci));
     if (count && (!send || !recv))
@@ -162,7 +165,7 @@ static chorus_result reduce_scatter_call(chorus_comm *c, const void *send, void 
     size_t bytes, all;
     CHORUS_CHECK(check(c, "chorus_reduce_scatter", recvcount, 1, t, &bytes));
     CHORUS_CHECK(check(c, "chorus_reduce_scatter", recvcount, (size_t)c->size, t, &all));
-    CHORUS_CHECK(check_op(c, "chorus_reduce_scatter", op));
+    CHORUS_CHECK(check_op(c, "chorus_reduce_scatter", op, t));
     if (recvcount && (!send || !recv))
         return BAD("chorus_reduce_scatter: NULL buffer with count %zu", recvcount);
     const chorus_algo *algo;

@@ -291,6 +291,9 @@ chorus_result chorus_engine_allreduce(chorus_engine *e, const char *name, const 
     CHORUS_CHECK(check_count(e, fn, name, count, 1, t));
     if ((unsigned)op >= CHORUS_OP_COUNT)
         return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): unknown op %d", fn, name, (int)op);
+    if (chorus__op_is_bitwise(op) && chorus__dtype_is_float(t))
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): op %s needs an integer dtype, not %s",
+                       fn, name, chorus__op_name(op), chorus__dtype_name((int)t));
     if (count && (!send || !recv))
         return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL buffer with count %zu", fn, name,
                        count);
@@ -382,6 +385,9 @@ chorus_result chorus_engine_reduce_scatter(chorus_engine *e, const char *name, c
     CHORUS_CHECK(check_count(e, fn, name, count, 1, t));
     if ((unsigned)op >= CHORUS_OP_COUNT)
         return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): unknown op %d", fn, name, (int)op);
+    if (chorus__op_is_bitwise(op) && chorus__dtype_is_float(t))
+        return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): op %s needs an integer dtype, not %s",
+                       fn, name, chorus__op_name(op), chorus__dtype_name((int)t));
     if (count && !send)
         return set_err(e, CHORUS_ERR_INVALID_ARG, "%s('%s'): NULL send buffer with count %zu", fn,
                        name, count);

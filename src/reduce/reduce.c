@@ -83,6 +83,9 @@ uint16_t chorus__f32_to_bf16(float f)
 #define OP_PROD(x, y) ((x) * (y))
 #define OP_MIN(x, y)  ((y) < (x) ? (y) : (x))
 #define OP_MAX(x, y)  ((y) > (x) ? (y) : (x))
+#define OP_BAND(x, y) ((x) & (y))
+#define OP_BOR(x, y)  ((x) | (y))
+#define OP_BXOR(x, y) ((x) ^ (y))
 
 #define KERNEL(name, T, OP)                                                                        \
     static VEC void name(void *dst_, const void *a_, const void *b_, size_t n)                     \
@@ -107,7 +110,10 @@ uint16_t chorus__f32_to_bf16(float f)
         for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] * (U)b[i]);                            \
     }                                                                                              \
     KERNEL(min_##T, T, OP_MIN)                                                                     \
-    KERNEL(max_##T, T, OP_MAX)
+    KERNEL(max_##T, T, OP_MAX)                                                                     \
+    KERNEL(band_##T, T, OP_BAND)                                                                   \
+    KERNEL(bor_##T, T, OP_BOR)                                                                     \
+    KERNEL(bxor_##T, T, OP_BXOR)
 
 KERNELS_INT(int8_t, uint32_t)
 KERNELS_INT(uint8_t, uint32_t)
@@ -249,12 +255,19 @@ HALF_KERNEL(max_bf16, bf16_to_f32_inline, f32_to_bf16_inline, OP_MAX)
 
 typedef void (*kernel_fn)(void *, const void *, const void *, size_t);
 
-/* [dtype][op] with op in SUM PROD MIN MAX (AVG uses SUM) */
-static const kernel_fn kernels[CHORUS_DTYPE_COUNT][4] = {
-    [CHORUS_INT8] = {sum_int8_t, prod_int8_t, min_int8_t, max_int8_t},
-    [CHORUS_UINT8] = {sum_uint8_t, prod_uint8_t, min_uint8_t, max_uint8_t},
-    [CHORUS_INT32] = {sum_int32_t, prod_int32_t, min_int32_t, max_int32_t},
-    [CHORUS_INT64] = {sum_int64_t, prod_int64_t, min_int64_t, max_int64_t},
+/* [dtype][op] (AVG uses SUM's; the bitwise ops exist for integer dtypes only, which the
+ * callers check: chorus__op_is_bitwise) */
+#define INT_KERNELS(T)                                                                             \
+    {                                                                                              \
+        [CHORUS_SUM] = sum_##T, [CHORUS_PROD] = prod_##T, [CHORUS_MIN] = min_##T,                  \
+        [CHORUS_MAX] = max_##T, [CHORUS_BAND] = band_##T, [CHORUS_BOR] = bor_##T,                  \
+        [CHORUS_BXOR] = bxor_##T                                                                   \
+    }
+static const kernel_fn kernels[CHORUS_DTYPE_COUNT][CHORUS_OP_COUNT] = {
+    [CHORUS_INT8] = INT_KERNELS(int8_t),
+    [CHORUS_UINT8] = INT_KERNELS(uint8_t),
+    [CHORUS_INT32] = INT_KERNELS(int32_t),
+    [CHORUS_INT64] = INT_KERNELS(int64_t),
     [CHORUS_FLOAT16] = {sum_f16, prod_f16, min_f16, max_f16},
     [CHORUS_BFLOAT16] = {sum_bf16, prod_bf16, min_bf16, max_bf16},
     [CHORUS_FLOAT32] = {sum_float, prod_float, min_float, max_float},

@@ -170,7 +170,7 @@ chorus_result chorus__wire_decode_kv(const unsigned char *in, size_t len, chorus
 
 const char *chorus__op_name(int op)
 {
-    static const char *names[] = {"sum", "prod", "min", "max", "avg"};
+    static const char *names[] = {"sum", "prod", "min", "max", "avg", "band", "bor", "bxor"};
     return op >= 0 && op < CHORUS_OP_COUNT ? names[op] : "unknown-op";
 }
 

@@ -21,6 +21,8 @@ static const chorus_dtype dtypes[] = {CHORUS_INT8,    CHORUS_UINT8,   CHORUS_INT
                                       CHORUS_INT64,   CHORUS_FLOAT16, CHORUS_BFLOAT16,
                                       CHORUS_FLOAT32, CHORUS_FLOAT64};
 static const chorus_op ops[] = {CHORUS_SUM, CHORUS_PROD, CHORUS_MIN, CHORUS_MAX, CHORUS_AVG};
+/* the bitwise ops, on the integer dtypes (the first four) */
+static const chorus_op bit_ops[] = {CHORUS_BAND, CHORUS_BOR, CHORUS_BXOR};
 
 /* The integer rank r contributes at index i for op. */
 static long long value(int r, size_t i, chorus_op op, chorus_dtype t, uint64_t salt)
@@ -69,6 +71,9 @@ static void reference(void *ref, size_t i, chorus_op op, chorus_dtype t, uint64_
         case CHORUS_PROD: acc *= v; break;
         case CHORUS_MIN: acc = v < acc ? v : acc; break;
         case CHORUS_MAX: acc = v > acc ? v : acc; break;
+        case CHORUS_BAND: acc &= v; break;
+        case CHORUS_BOR: acc |= v; break;
+        case CHORUS_BXOR: acc ^= v; break;
         default: break;
         }
     }
@@ -286,6 +291,10 @@ int main(int argc, char **argv)
                 for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
                     for (int ip = 0; ip < 2; ip++)
                         test_allreduce(counts[k], dtypes[d], ops[o], ip, salt++);
+        for (size_t d = 0; d < 4; d++)
+            for (size_t o = 0; o < sizeof(bit_ops) / sizeof(bit_ops[0]); o++)
+                for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
+                    test_allreduce(counts[k], dtypes[d], bit_ops[o], (int)(k % 2), salt++);
         /* a count that spans many pipeline segments */
         for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++)
             test_allreduce(262147, dtypes[d], CHORUS_SUM, d % 2, salt++);
@@ -295,6 +304,9 @@ int main(int argc, char **argv)
         for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
             for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
                 test_reduce_scatter(counts[k], dtypes[d], ops[o], (int)(k % 2), salt++);
+    for (size_t d = 0; d < 4; d++)
+        for (size_t o = 0; o < sizeof(bit_ops) / sizeof(bit_ops[0]); o++)
+            test_reduce_scatter(1000, dtypes[d], bit_ops[o], (int)(o % 2), salt++);
     static const char *bcast_algos[] = {"tree", "chain", "shm"};
     for (int a = 0; a < 3 - noshm; a++) {
         test_set_config(comm, "CHORUS_ALGO_BROADCAST", bcast_algos[a]);

@@ -319,6 +319,9 @@ static void case_shutdown(void)
     ASSERT(chorus_engine_allreduce(e, "x", x, y, 4, CHORUS_FLOAT32, (chorus_op)77, NULL, &h) ==
            CHORUS_ERR_INVALID_ARG);
     ASSERT_STR_CONTAINS(chorus_engine_last_error(e), "unknown op 77");
+    ASSERT(chorus_engine_allreduce(e, "x", x, y, 4, CHORUS_FLOAT32, CHORUS_BOR, NULL, &h) ==
+           CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_engine_last_error(e), "op bor needs an integer dtype, not float32");
     int32_t iv[4] = {0}, io[4];
     chorus_engine_tensor_opts sc = {.prescale = 0.5};
     ASSERT(chorus_engine_allreduce(e, "x", iv, io, 4, CHORUS_INT32, CHORUS_SUM, &sc, &h) ==

@@ -32,6 +32,11 @@ int main(void)
                    "allreduce dtype 42", "unknown dtype 42");
     expect_invalid(chorus_allreduce(c, buf, out, 4, CHORUS_FLOAT32, (chorus_op)-1),
                    "allreduce op -1", "unknown op -1");
+    expect_invalid(chorus_allreduce(c, buf, out, 4, CHORUS_FLOAT32, CHORUS_BAND),
+                   "allreduce band on float32", "op band needs an integer dtype, not float32");
+    expect_invalid(chorus_reduce_scatter(c, buf, out, 1, CHORUS_BFLOAT16, CHORUS_BXOR),
+                   "reduce_scatter bxor on bfloat16",
+                   "op bxor needs an integer dtype, not bfloat16");
     expect_invalid(chorus_allreduce(c, buf, out, SIZE_MAX / 2, CHORUS_FLOAT64, CHORUS_SUM),
                    "allreduce count overflow", "overflows");
     expect_invalid(chorus_broadcast(c, out, 4, CHORUS_FLOAT32, n), "broadcast root = size", "root");

@@ -7,6 +7,8 @@ futures, object collectives and point-to-point are covered. Prints "torchdist co
 passed on R ranks" on success; raises (and so exits non-zero) at the first difference.
 """
 import datetime
+import functools
+import operator
 import sys
 
 import torch
@@ -222,14 +224,32 @@ def collectives(group, members):
 
 
 def errors():
-    t = torch.ones(2, dtype=torch.int32)
+    """The bitwise ops run on integers and raise on floats, naming the op (as Gloo does)."""
+    n, me = dist.get_world_size(), dist.get_rank()
+    t = torch.tensor([1 << me, 7, me], dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.BOR)
+    same(t, torch.tensor([(1 << n) - 1, 7, functools.reduce(operator.or_, range(n))],
+                         dtype=torch.int32), "BOR on int32")
+    t = torch.ones(2, dtype=torch.float32)
     try:
         dist.all_reduce(t, op=dist.ReduceOp.BAND)
     except RuntimeError as e:
-        same("chorus: reduce op BAND is not supported (SUM, AVG, PRODUCT, MIN and MAX are)" in str(e),
-             True, "BAND raises, naming it: %s" % e)
+        same("ReduceOp.BAND needs an integer or bool tensor, got Float" in str(e), True,
+             "BAND on float32 raises: %s" % e)
     else:
-        raise AssertionError("all_reduce with BAND did not raise")
+        raise AssertionError("all_reduce with BAND on float32 did not raise")
+    for op, want in ((dist.ReduceOp.AVG, "ReduceOp.AVG needs a floating-point tensor, got Long"),
+                     (dist._make_nccl_premul_sum(2.0),
+                      "ReduceOp.PREMUL_SUM needs a floating-point tensor, got Long")):
+        try:
+            dist.all_reduce(torch.ones(2, dtype=torch.int64), op=op)
+        except RuntimeError as e:
+            same(want in str(e), True, "%s raises: %s" % (want.split()[0], e))
+        else:
+            raise AssertionError("all_reduce with %s on int64 did not raise" % want.split()[0])
+    t = torch.full((3,), float(me + 1))
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5))
+    same(t, torch.full((3,), n * (n + 1) / 4.0), "PREMUL_SUM by 0.5")
 
 
 def main():
@@ -244,6 +264,15 @@ def main():
         g = dist.new_group(members)
         if rank in members:
             collectives(g, members)
+    if hasattr(dist, "split_group"):  # torch >= 2.8: splits of the world, ranks in given order
+        parts = [list(range(size - 1, 0, -1)) or [0], [0]] if size > 1 else [[0]]
+        g = dist.split_group(split_ranks=parts)
+        mine = next(p for p in parts if rank in p)
+        if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER:
+            same(dist.get_rank(g), mine.index(rank), "rank in the split")
+            t = torch.tensor([float(rank)])
+            dist.all_reduce(t, group=g)
+            same(t, torch.tensor([float(sum(mine))]), "all_reduce in the split")
     dist.barrier()
     dist.destroy_process_group()
     print("torchdist colls: %d checks passed on rank %d of %d" % (checks, rank, size))

@@ -31,6 +31,10 @@ int main(void)
     for (int t = 0; t < CHORUS_DTYPE_COUNT; t++)
         for (int op = 0; op < CHORUS_OP_COUNT; op++) {
             size_t es = sizes[t];
+            if (t >= CHORUS_FLOAT16 && chorus__op_is_bitwise(op)) { /* integers only */
+                ASSERT_EQ(chorus__dtype_identity((chorus_dtype)t, (chorus_op)op, e), -1);
+                continue;
+            }
             unsigned char x[N * 8], id[N * 8], out[N * 8];
             for (size_t i = 0; i < N * es; i++) x[i] = (unsigned char)test_rand(&s);
             if (t >= CHORUS_FLOAT16) /* no NaNs: they compare unequal to themselves */

@@ -44,9 +44,9 @@ while [ $r -le "$ROUNDS" ]; do
     out=$BUILD/test-under-load.out
     mkdir -p "$BUILD"
     t0=$(date +%s)
-    $MAKE --no-print-directory test > "$out" 2>&1
-    rc=$?
-    cat "$out"
+    { $MAKE --no-print-directory test 2>&1; echo $? > "$out.rc"; } | tee "$out"
+    rc=$(cat "$out.rc")
+    rm -f "$out.rc"
     line="round $r: $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)"
     [ "$line" = "round $r: " ] && line="round $r: make test exited $rc before its summary"
     line="$line; $(($(date +%s) - t0)) s, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"

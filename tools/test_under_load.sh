@@ -17,13 +17,17 @@ positive() {
 positive ROUNDS "$ROUNDS"
 positive LOAD "$LOAD"
 
+# The busy loops and the running make test are this script's background jobs, so a signal
+# interrupts its wait at once and the trap stops them (a foreground command would delay it).
 loops=""
-stop_loops() {
+run=""
+stop() {
+    [ -n "$run" ] && kill "$run" 2> /dev/null
     for p in $loops; do kill "$p" 2> /dev/null; done
     for p in $loops; do wait "$p" 2> /dev/null; done
     loops=""
 }
-trap stop_loops EXIT
+trap stop EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 trap 'exit 129' HUP
@@ -44,9 +48,14 @@ while [ $r -le "$ROUNDS" ]; do
     out=$BUILD/test-under-load.out
     mkdir -p "$BUILD"
     t0=$(date +%s)
-    { $MAKE --no-print-directory test 2>&1; echo $? > "$out.rc"; } | tee "$out"
-    rc=$(cat "$out.rc")
-    rm -f "$out.rc"
+    $MAKE --no-print-directory test > "$out" 2>&1 &
+    run=$!
+    tail -n +1 -f --pid="$run" "$out" &
+    show=$!
+    wait "$run"
+    rc=$?
+    run=""
+    wait "$show"
     line="round $r: $(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out" | tail -n 1)"
     [ "$line" = "round $r: " ] && line="round $r: make test exited $rc before its summary"
     line="$line; $(($(date +%s) - t0)) s, load average $(cut -d' ' -f1-3 /proc/loadavg) at the end"

@@ -3,6 +3,7 @@
 #   make                 library + chorus-run, chorus-bench (needs a C compiler and libsodium)
 #   make trainer         libchorus_nn + chorus-train (adds OpenBLAS and zlib)
 #   make test            build and run every test   make demo   train on 2 local ranks
+#   make test-under-load [ROUNDS=3] [LOAD=N]   make test beside N busy loops (default nproc)
 #   make install [PREFIX=/usr/local] [DESTDIR=stage]     make uninstall (same variables)
 #   make SANITIZE=address,undefined   (or thread) builds into build-<sanitizer>/
 #
@@ -63,7 +64,7 @@ WORLD_TARGETS = $(ALL_TARGETS)
 .DEFAULT_GOAL := all
 include $(sort $(wildcard mk/*.mk))
 
-.PHONY: all deps deps-core deps-format test demo install uninstall clean format format-check check-structure
+.PHONY: all deps deps-core deps-format test test-under-load demo install uninstall clean format format-check check-structure
 .SECONDARY:
 all: deps-core $(ALL_TARGETS)
 
@@ -119,6 +120,11 @@ $(BUILD)/lib/pkgconfig/chorus.pc: Makefile $(wildcard mk/*.mk) include/chorus.h
 test: deps $(WORLD_TARGETS) $(TEST_BINS)
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) CHORUS_TEST_JOBS=$${CHORUS_TEST_JOBS:-$(TEST_JOBS)} \
 	    bash tests/run.sh $(TESTS)
+
+# make test while busy loops (LOAD, default one per core) keep the machine loaded, ROUNDS
+# times (default 1): tests must hold on a machine busy with other work (tools/test_under_load.sh).
+test-under-load:
+	@BUILD=$(BUILD) MAKE="$(MAKE)" sh tools/test_under_load.sh
 
 demo: deps-demo $(WORLD_TARGETS)
 	@BUILD=$(BUILD) sh tools/demo.sh

@@ -3,6 +3,9 @@
 #     <name> <timeout-seconds> <command...>
 # run from the repository root in its own process group with a timeout. $BUILD is the build
 # directory (build/ or build-<sanitizer>/). Arguments select tests whose name contains them.
+# The timeout only catches a hang: it is several times what the test takes on a machine busy
+# with other work (`make test-under-load`); the deadlines a test checks come from what it
+# waits for (CHORUS_TIMEOUT_S, set to 20 s below), never from how fast the machine is.
 #
 # CHORUS_TEST_JOBS runs that many tests at once (default 1; `make test` sets 2). Most tests
 # spend their time waiting (for a timeout to expire, a peer to be declared lost, processes to

@@ -29,18 +29,23 @@ export CHORUS_HEARTBEAT_TIMEOUT_S=2 CHORUS_HEARTBEAT_S=0.5
 
 case $case in
 join)
-    echo "localhost:2" > "$tmp/slots"
+    # slots N: what the discovery script says from now on; the file is replaced whole
+    # (rename), so the script never reads it half written (empty: no slots, retire everyone)
+    slots() { echo "localhost:$1" > "$tmp/slots.new" && mv "$tmp/slots.new" "$tmp/slots"; }
+    slots 2
     printf '#!/bin/sh\ncat %s\n' "$tmp/slots" > "$tmp/discover.sh"
     chmod +x "$tmp/discover.sh"
+    # the workers wait at step 50 until the job has grown to 3 and shrunk back to 2, however
+    # long the third worker takes to start on a loaded machine
     chorus-run --elastic --min-np 1 --max-np 3 --host-discovery-script "$tmp/discover.sh" \
-        --discovery-interval 0.2 "$prog" --steps 150 --step-ms 20 --dim 300 --tag "$tag" \
-        >"$out" 2>&1 &
+        --discovery-interval 0.2 "$prog" --steps 150 --step-ms 20 --dim 300 --hold-at 50 \
+        --hold-sizes 3,2 --tag "$tag" >"$out" 2>&1 &
     runner=$!
     wait_for '\] gen 1 size 2' 2
     wait_for '^\[0\] commit' 2
-    echo "localhost:3" > "$tmp/slots"
+    slots 3
     wait_for '^\[2\] gen [0-9]* size 3 rank 2 step [0-9]* joined$' 1
-    echo "localhost:2" > "$tmp/slots"
+    slots 2
     wait $runner
     rc=$?
     [ $rc = 0 ] || fail "chorus-run exited $rc"

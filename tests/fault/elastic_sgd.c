@@ -3,6 +3,7 @@
  *
  *   chorus-run [--elastic ...] -np N elastic_sgd [--steps S] [--commit K] [--dim D]
  *                                                 [--step-ms MS] [--tag TAG]
+ *                                                 [--hold-at S --hold-sizes N1,N2,...]
  *
  * Each step the global batch of 24 samples is sharded over the ranks (sample i belongs to
  * rank i % size), every rank sums integer-valued gradients of its samples, an allreduce sums
@@ -12,7 +13,16 @@
  * A replayed or skipped step, or state taken from a stale rank, would change them.
  *
  * The state (w, step) is committed every K steps. Each worker checks that after re-forming
- * it never resumes before its own last commit. Lines printed for the test scripts:
+ * it never resumes before its own last commit.
+ *
+ * --hold-at S --hold-sizes 3,2: from the first commit at or after step S on, the ranks stay
+ * at each commit point (committing again every MS milliseconds) until the job has had each
+ * of these sizes in turn (here: grown to 3, then shrunk to 2). A test that changes the
+ * membership during the run then waits for what it waits for (a worker starting and joining,
+ * on a machine however loaded), not for a number of steps guessed to last long enough. The
+ * decision is collective (the largest "still holding" of every rank), so the ranks never
+ * disagree on it; the test's own time limit bounds the wait. Lines printed for the test
+ * scripts:
  *   started worker W pid P            at start
  *   gen G size N rank R step S        after each (re)formation (joined: first time)
  *   commit S                          (rank 0 only)
@@ -39,7 +49,9 @@ typedef struct ctx {
     double *w;    /* state */
     double *g;
     int dim, steps, commit_every, step_ms;
-    int64_t my_last_commit; /* step of this worker's last commit, -1 */
+    int64_t hold_at;            /* --hold-at; -1: never hold */
+    int holds[8], nholds, seen; /* --hold-sizes, and how many of them the job has had */
+    int64_t my_last_commit;     /* step of this worker's last commit, -1 */
     long last_gen;
     int rank, size;
 } ctx;
@@ -74,7 +86,19 @@ static chorus_result reset(chorus_elastic *el, chorus_comm *c, void *arg)
         test_fail(__FILE__, __LINE__, "resumed at step %lld, not a commit point",
                   (long long)x->step);
     x->last_gen = gen;
+    if (x->seen < x->nholds && x->size == x->holds[x->seen]) x->seen++;
     return CHORUS_OK;
+}
+
+/* Collective: does some rank still wait for a size of --hold-sizes at this commit point? */
+static chorus_result holding(chorus_comm *c, ctx *x, int *hold)
+{
+    *hold = 0;
+    if (x->hold_at < 0 || x->step < x->hold_at) return CHORUS_OK;
+    int32_t h = x->seen < x->nholds;
+    chorus_result r = chorus_allreduce(c, &h, &h, 1, CHORUS_INT32, CHORUS_MAX);
+    *hold = h;
+    return r;
 }
 
 static chorus_result train(chorus_elastic *el, chorus_comm *c, void *arg)
@@ -95,15 +119,20 @@ static chorus_result train(chorus_elastic *el, chorus_comm *c, void *arg)
             struct timespec ts = {0, (long)x->step_ms * 1000000L};
             nanosleep(&ts, NULL);
         }
-        if (x->step % x->commit_every == 0) {
+        for (int hold = x->step % x->commit_every == 0, again = 0; hold; again = 1) {
             r = chorus_elastic_commit(el);
             /* the copy is taken even when the membership check then fails */
             if (r == CHORUS_OK || r == CHORUS_ERR_MEMBERSHIP) x->my_last_commit = x->step;
-            if (x->rank == 0 && r == CHORUS_OK) {
+            if (x->rank == 0 && r == CHORUS_OK && !again) {
                 printf("commit %lld\n", (long long)x->step);
                 fflush(stdout);
             }
             if (r != CHORUS_OK) return r;
+            if ((r = holding(c, x, &hold)) != CHORUS_OK) return r;
+            if (hold && x->step_ms) {
+                struct timespec ts = {0, (long)x->step_ms * 1000000L};
+                nanosleep(&ts, NULL);
+            }
         }
     }
     return CHORUS_OK;
@@ -111,7 +140,12 @@ static chorus_result train(chorus_elastic *el, chorus_comm *c, void *arg)
 
 int main(int argc, char **argv)
 {
-    ctx x = {.dim = 1000, .steps = 60, .commit_every = 5, .step_ms = 20, .my_last_commit = -1};
+    ctx x = {.dim = 1000,
+             .steps = 60,
+             .commit_every = 5,
+             .step_ms = 20,
+             .my_last_commit = -1,
+             .hold_at = -1};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--steps"))
             x.steps = atoi(argv[i + 1]);
@@ -121,7 +155,15 @@ int main(int argc, char **argv)
             x.dim = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--step-ms"))
             x.step_ms = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--tag")) { /* only marks the process for the test scripts */
+        else if (!strcmp(argv[i], "--hold-at"))
+            x.hold_at = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--hold-sizes")) {
+            char *p = argv[i + 1], *end;
+            for (x.nholds = 0; *p && x.nholds < 8; p = *end ? end + 1 : end) {
+                x.holds[x.nholds++] = (int)strtol(p, &end, 10);
+                if (end == p) return 2;
+            }
+        } else if (!strcmp(argv[i], "--tag")) { /* only marks the process for the test scripts */
         } else {
             fprintf(stderr, "elastic_sgd: unknown option %s\n", argv[i]);
             return 2;

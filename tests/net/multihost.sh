@@ -26,7 +26,8 @@
 #   stop      a rank of host 2 is stopped (SIGSTOP): the launcher names it as stopped
 #   elastic   --elastic with a discovery script naming host 1 and host 2: workers start on
 #             both, a third joins on host 2 when it gets a second slot and is retired when
-#             it loses it; the finishers' parameters equal the serial reference
+#             it loses it (the workers wait for both at step 50); the finishers' parameters
+#             equal the serial reference
 #   iface     CHORUS_IFACE (--network-interface) on hosts with a second link: the store and
 #             every rank listen on that link's addresses; a launcher on none of the hosts
 #             (host 3) serves the store on its CHORUS_IFACE address
@@ -271,18 +272,28 @@ pslost)
     no_leftovers
     ;;
 elastic)
-    printf '%s:1\n%s:1\n' "$h1" "$h2" > "$logs/slots"
+    # slots H1 H2: what the discovery script says from now on. The file is replaced whole
+    # (rename), so the script never reads it half written: an empty answer would be "no
+    # slots" and retire every worker.
+    slots() {
+        printf '%s:%s\n%s:%s\n' "$h1" "$1" "$h2" "$2" > "$logs/slots.new"
+        mv "$logs/slots.new" "$logs/slots"
+    }
+    slots 1 1
     printf '#!/bin/sh\ncat %s\n' "$logs/slots" > "$logs/discover.sh"
     chmod +x "$logs/discover.sh"
     export CHORUS_HEARTBEAT_TIMEOUT_S=2 CHORUS_HEARTBEAT_S=0.5
+    # The workers wait at step 50 until the job has grown to 3 and shrunk back to 2, however
+    # long starting the third worker on host 2 takes on a loaded machine.
     launch_bg --elastic --min-np 1 --max-np 3 --host-discovery-script "$logs/discover.sh" \
         --discovery-interval 0.2 -x CHORUS_DEBUG=INFO -x CHORUS_DEBUG_SUBSYS=INIT \
-        "$PWD/$BUILD/tests/fault/elastic_sgd" --steps 150 --step-ms 20 --dim 300 --tag "mh$tag"
+        "$PWD/$BUILD/tests/fault/elastic_sgd" --steps 150 --step-ms 20 --dim 300 \
+        --hold-at 50 --hold-sizes 3,2 --tag "mh$tag"
     wait_for '\] gen 1 size 2' 2
     wait_for '^\[0\] commit' 2
-    printf '%s:1\n%s:2\n' "$h1" "$h2" > "$logs/slots"
+    slots 1 2
     wait_for '^\[2\] gen [0-9]* size 3 rank 2 step [0-9]* joined$' 1
-    printf '%s:1\n%s:1\n' "$h1" "$h2" > "$logs/slots"
+    slots 1 1
     wait $pid
     rc=$?
     [ $rc = 0 ] || fail "exit $rc"

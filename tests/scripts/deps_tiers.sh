@@ -5,7 +5,10 @@
 # trainer, the tests and the Python package name exactly what they miss with the apt-get
 # command; as root the missing ones are installed (an apt-get on PATH records the call);
 # CHORUS_SKIP_DEPS=1 skips the check. Runs in a copy of the tree that starts from this
-# build's objects, so make only archives and links.
+# build's objects, so make only archives and links; the machine with only the core tier has
+# no Python either, so plain make skips the torch.distributed extension there, saying why
+# (compiling it against this machine's torch would be most of the test's time on a busy
+# machine, and is not what a user with the core tier sees).
 set -u
 BUILD=${BUILD:-build}
 top=$PWD
@@ -43,12 +46,17 @@ as_user() {
         "$@"
     fi
 }
-# mk WHO INSTALLED ARGS...: make in the copy with that dpkg view; output in $tmp/out
+# mk WHO INSTALLED ARGS...: make in the copy with that dpkg view (a Python, $PYTHON, only
+# when everything is installed), as a make of its own (none of the enclosing make's flags);
+# output in $tmp/out
 mk() {
     who=$1 inst=$2
     shift 2
-    (cd "$tmp/tree" && $who env HOME="$tmp" PATH="$tmp/fakebin:$PATH" FAKE_INSTALLED="$inst" \
-        make --no-print-directory BUILD=b SANITIZE="${SANITIZE:-}" "$@") > "$tmp/out" 2>&1
+    py=/usr/bin/python3
+    [ "$inst" = all ] || py=$tmp/no-python/python3
+    (cd "$tmp/tree" && $who env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL HOME="$tmp" \
+        PATH="$tmp/fakebin:$PATH" FAKE_INSTALLED="$inst" \
+        make --no-print-directory BUILD=b SANITIZE="${SANITIZE:-}" PYTHON="$py" "$@") > "$tmp/out" 2>&1
 }
 
 echo "== not root, only a compiler and libsodium: make -j2"
@@ -62,6 +70,10 @@ for f in lib/libchorus.a lib/libchorus.so bin/chorus-run bin/chorus-bench lib/pk
     [ -f "$tmp/tree/b/$f" ] || fail "make did not build $f"
 done
 [ -e "$tmp/tree/b/bin/chorus-train" ] && fail "plain make built the trainer's tier"
+if [ -z "${SANITIZE:-}" ]; then # (a sanitized build has no torch.distributed extension)
+    grep "^torchdist: skipped" "$tmp/out" || fail "plain make without Python did not skip the torch.distributed extension, saying why"
+fi
+[ -e "$tmp/tree/b/lib/_chorus_torchdist.so" ] && fail "plain make without Python built the torch.distributed extension"
 needed=$(readelf -d "$tmp/tree/b/lib/libchorus.so" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | tr '\n' ' ')
 echo "libchorus.so needs: $needed"
 for lib in $needed; do

@@ -11,7 +11,8 @@
  * stuck kernel call) keeps its socket open, so a watchdog thread sends a PING on every
  * connection that has been idle for CHORUS_HEARTBEAT_S and reads whatever is pending (which
  * also keeps queued sends moving while the application computes); a peer from which nothing
- * at all arrived for CHORUS_HEARTBEAT_TIMEOUT_S is declared lost, naming its rank and host.
+ * at all arrived for CHORUS_HEARTBEAT_TIMEOUT_S is declared lost, naming its rank and host
+ * (but for a peer the job may lose, whose silence is left to the deadlines: see watchdog()).
  * Every rank has a direct connection to every other, so each survivor notices on its own.
  *
  * Lanes: a pair of ranks holds CHORUS_TCP_LANES connections (lane 0 .. L-1, each opened with
@@ -1563,7 +1564,13 @@ static void *watchdog(void *arg)
             if (p == n->rank || n->peers[p].bye) continue;
             peer *pe = &n->peers[p];
             char what[240];
-            if (pe->lanes[0].fd >= 0 && now - pe->last_rx > n->hb_timeout) {
+            /* A peer the job may lose (a parameter server's worker) is lost when its
+             * connection closes; one that falls silent (stopped, hung) is left to the deadline
+             * of whatever waits for it, which names it (timeout_locked). Declaring it lost here
+             * too would make the verdict (going on without it, or timing out) depend on which
+             * of two equal deadlines a busy machine happens to check first. */
+            int silent = pe->lanes[0].fd >= 0 && now - pe->last_rx > n->hb_timeout;
+            if (silent && !pe->expendable) {
                 snprintf(what, sizeof(what),
                          "nothing arrived from it for %.1f s, not even a heartbeat: the process "
                          "is hung or stopped (SIGSTOP?) or its host is unreachable "
@@ -1578,7 +1585,7 @@ static void *watchdog(void *arg)
             for (int l = 0; l < n->nlanes && n->broken == CHORUS_OK && !pe->lost; l++) {
                 lane *ln = &pe->lanes[l];
                 if (ln->fd < 0 || ln->bye) continue;
-                if (now - ln->last_rx > n->hb_timeout + 2 * n->hb_interval) {
+                if (!silent && now - ln->last_rx > n->hb_timeout + 2 * n->hb_interval) {
                     snprintf(what, sizeof(what),
                              "nothing arrived on its TCP lane %d of %d for %.1f s, not even a "
                              "heartbeat, while its other lanes still talk: that connection is "

@@ -18,7 +18,7 @@
 #                       without an import (the entry point), then every test of
 #                       $(TORCH2_LISTS) runs with the venv's Python ($$TEST_PYTHON in the list
 #                       lines) and the installed library and backend, but those in
-#                       $(TORCH2_SKIP) (which test Debian's own torch).
+#                       TORCH2_SKIP (which run Debian's own Python and torch).
 #   make check-torch2-headers [TORCH2_HEADERS_VERSION=2.1.2]
 #                       only compiles it (types and overrides; no link, no run) against torch
 #                       2.x's headers, from the CPU-only aarch64 wheel (90-200 MB; the headers
@@ -78,8 +78,9 @@ TORCH2_VENV    ?= $(BUILD)/torch2-venv
 TORCH2_PKGS     = torch==$(TORCH2_VERSION) numpy pytest tensorboard pytorch-lightning
 TORCH2_PY       = $(abspath $(TORCH2_VENV))/bin/python
 TORCH2_LISTS    = tests/list/python.list tests/list/torchdist.list
-# Tests of Debian's torch and of building against it (the venv's torch is tested above them).
-TORCH2_SKIP     =
+# Tests that run Debian's /usr/bin/python3 themselves whatever $TEST_PYTHON is (the launchers'
+# tests start their ranks with it): they test Debian's torch, which `make test` does.
+TORCH2_SKIP     = py_launch
 # The installed package's own library; the backend it built lies beside it.
 TORCH2_LIB      = $$($(TORCH2_PY) -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')/chorus/libchorus.so
 
@@ -100,8 +101,9 @@ check-torch2: $(BUILD)/lib/libchorus.so $(BUILD)/bin/chorus-run torch2-venv
 	@out=$$(cd $(BUILD) && env -u PYTHONPATH -u CHORUS_LIB PATH=$(abspath $(TORCH2_VENV))/bin:$$PATH \
 	    chorus-run -np 2 $(TORCH2_PY) -c 'import torch, torch.distributed as d; \
 	    d.init_process_group("chorus"); t = torch.ones(1); d.all_reduce(t); \
-	    print("rank", d.get_rank(), "sum", t.item(), "torch", torch.__version__)' 2>&1); \
-	    echo "$$out"; [ "$$(echo "$$out" | grep -c "sum 2.0")" = 2 ] || \
+	    print("rank", d.get_rank(), "sum", t.item(), "torch", torch.__version__); \
+	    d.destroy_process_group()' 2>&1); rc=$$?; \
+	    echo "$$out"; [ $$rc = 0 ] && [ "$$(echo "$$out" | grep -c "sum 2.0")" = 2 ] || \
 	    { echo "check-torch2: init_process_group(\"chorus\") without an import failed"; exit 1; }
 	BUILD=$(BUILD) TEST_PYTHON=$(TORCH2_PY) CHORUS_LIB=$(TORCH2_LIB) TEST_LOGDIR=$(BUILD)/torch2-test-logs \
 	    TEST_LISTS="$(TORCH2_LISTS)" TEST_SKIP="$(TORCH2_SKIP)" \

@@ -66,7 +66,9 @@ def torch_flags():
     """(flags, None) for the torch of the environment being installed into, or (None, why).
     Under pip's build isolation (plain `pip install ./python`) the build runs in a separate
     environment without torch; the installing interpreter without that environment's
-    PYTHONPATH still sees its own site-packages, where torch is."""
+    PYTHONPATH still sees its own site-packages, where torch is. pip runs this file three
+    times per install: the flags are kept in build/torch-flags for the same interpreter and
+    torch (its path and modification time), since importing torch takes seconds."""
     import subprocess
     import sys
     script = os.path.join(HERE, "csrc", "torch_flags.py")
@@ -74,9 +76,27 @@ def torch_flags():
     if "PYTHONPATH" in os.environ or "PYTHONNOUSERSITE" in os.environ:
         envs.append({k: v for k, v in os.environ.items()
                      if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")})
+    cache = os.path.join(HERE, "build", "torch-flags")
     for env in envs:
+        where = subprocess.run([sys.executable, "-c", "import importlib.util as u; "
+                                "s = u.find_spec('torch'); print(s.origin if s else '')"],
+                               capture_output=True, text=True, env=env).stdout.strip()
+        key = ""
+        if where:
+            key = "%s %s %d" % (sys.executable, where, os.stat(where).st_mtime_ns)
+            try:
+                with open(cache) as f:
+                    seen, flags = f.read().split("\n", 1)
+                if seen == key:
+                    return flags.strip(), None
+            except (OSError, ValueError):
+                pass
         r = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env)
         if r.returncode == 0:
+            if key:
+                os.makedirs(os.path.dirname(cache), exist_ok=True)
+                with open(cache, "w") as f:
+                    f.write(key + "\n" + r.stdout.strip() + "\n")
             return r.stdout.strip(), None
         lines = r.stderr.strip().split("\n")
         why = lines[-1] if lines else "exit status %d" % r.returncode

@@ -14,7 +14,8 @@
 # Python is $TEST_PYTHON in the list lines (default Debian's /usr/bin/python3), so one list
 # runs on another Python and torch too (make check-torch2: a venv with torch from PyPI).
 # TEST_LISTS names the list files to read (default all), TEST_SKIP test names not to run
-# there, TEST_LOGDIR where the logs go (default $BUILD/test-logs).
+# there, TEST_LOGDIR where the logs go (default $BUILD/test-logs), TEST_TIMEOUT_SCALE a whole
+# number every timeout is multiplied by (default 1: for an interpreter slower to start).
 BUILD=${BUILD:-build}
 export BUILD
 export TEST_PYTHON=${TEST_PYTHON:-/usr/bin/python3}
@@ -22,6 +23,8 @@ export CHORUS_TIMEOUT_S=${CHORUS_TIMEOUT_S:-20}
 export PATH="$PWD/$BUILD/bin:$PATH"
 jobs=${CHORUS_TEST_JOBS:-1}
 case "$jobs" in '' | *[!0-9]* | 0) echo "run.sh: CHORUS_TEST_JOBS must be a positive integer, not '$jobs'" >&2; exit 2 ;; esac
+scale=${TEST_TIMEOUT_SCALE:-1}
+case "$scale" in '' | *[!0-9]* | 0) echo "run.sh: TEST_TIMEOUT_SCALE must be a positive integer, not '$scale'" >&2; exit 2 ;; esac
 logdir=${TEST_LOGDIR:-$BUILD/test-logs}
 mkdir -p "$logdir"
 pass=0; fail=0; failed=""
@@ -82,6 +85,7 @@ while read -r alone name tmo cmd; do
     if [ -n "${SANITIZE:-}" ]; then
         case "$name" in py_*) printf 'SKIP  %-40s (Python tests run in the plain build)\n' "$name"; continue ;; esac
     fi
+    tmo=$((tmo * scale))
     if [ "$alone" = 1 ]; then reap 1; else reap "$jobs"; fi
     t0=$(date +%s.%N)
     timeout -k 5 "$tmo" sh -c "$cmd" > "$logdir/$name.log" 2>&1 < /dev/null &

@@ -12,13 +12,14 @@
 #                       venv (default $(BUILD)/torch2-venv, kept between runs; TORCH2_VENV
 #                       puts it elsewhere, outside the build tree that `make clean` removes)
 #                       gets torch, numpy, pytest, tensorboard and pytorch-lightning from PyPI
-#                       (the x86_64 wheel depends on CUDA's libraries: about 5 GB; pip's cache
-#                       keeps the download for the next venv), then `pip install ./python`
-#                       builds the backend against that torch; init_process_group("chorus")
-#                       without an import (the entry point), then every test of
-#                       $(TORCH2_LISTS) runs with the venv's Python ($$TEST_PYTHON in the list
-#                       lines) and the installed library and backend, but those in
-#                       TORCH2_SKIP (which run Debian's own Python and torch).
+#                       (the x86_64 wheel depends on CUDA's libraries: 5.5 GB, 433 s on the
+#                       CI machine; pip's cache keeps downloads where the index allows), then
+#                       `pip install ./python` builds the backend against that torch;
+#                       init_process_group("chorus") without an import (the entry point),
+#                       then every test of TORCH2_LISTS runs with the venv's Python
+#                       ($TEST_PYTHON in the list lines), twice the timeouts, and the
+#                       installed library and backend, but those in TORCH2_SKIP (which run
+#                       Debian's own Python and torch). docs/PYTHON.md has its costs.
 #   make check-torch2-headers [TORCH2_HEADERS_VERSION=2.1.2]
 #                       only compiles it (types and overrides; no link, no run) against torch
 #                       2.x's headers, from the CPU-only aarch64 wheel (90-200 MB; the headers

@@ -13,18 +13,27 @@
 # whose first line is "#@ alone" has its tests run with nothing else beside them: tests that
 # measure or that load every core. Results print in the order tests finish; the summary and
 # the exit status cover them all.
+#
+# Python is $TEST_PYTHON in the list lines (default Debian's /usr/bin/python3), so one list
+# runs on another Python and torch too (make check-torch2: a venv with torch from PyPI).
+# TEST_LISTS names the list files to read (default all), TEST_SKIP test names not to run
+# there, TEST_LOGDIR where the logs go (default $BUILD/test-logs), TEST_TIMEOUT_SCALE a whole
+# number every timeout is multiplied by (default 1: for an interpreter slower to start).
 BUILD=${BUILD:-build}
 export BUILD
+export TEST_PYTHON=${TEST_PYTHON:-/usr/bin/python3}
 export CHORUS_TIMEOUT_S=${CHORUS_TIMEOUT_S:-20}
 export PATH="$PWD/$BUILD/bin:$PATH"
 jobs=${CHORUS_TEST_JOBS:-1}
 case "$jobs" in '' | *[!0-9]* | 0) echo "run.sh: CHORUS_TEST_JOBS must be a positive integer, not '$jobs'" >&2; exit 2 ;; esac
-logdir=$BUILD/test-logs
+scale=${TEST_TIMEOUT_SCALE:-1}
+case "$scale" in '' | *[!0-9]* | 0) echo "run.sh: TEST_TIMEOUT_SCALE must be a positive integer, not '$scale'" >&2; exit 2 ;; esac
+logdir=${TEST_LOGDIR:-$BUILD/test-logs}
 mkdir -p "$logdir"
 pass=0; fail=0; failed=""
 start=$(date +%s)
 tmp=$(mktemp)
-for list in tests/list/*.list; do
+for list in ${TEST_LISTS:-tests/list/*.list}; do
     [ -e "$list" ] || continue
     alone=0
     head -n 1 "$list" | grep -q '^#@ alone' && alone=1
@@ -75,9 +84,11 @@ while read -r alone name tmo cmd; do
     fi
     # Under a sanitizer the C library is checked by the C tests; the Python ones would load a
     # sanitized libchorus.so into an interpreter built without it, which cannot work.
+    case " ${TEST_SKIP:-} " in *" $name "*) printf 'SKIP  %-40s (TEST_SKIP)\n' "$name"; continue ;; esac
     if [ -n "${SANITIZE:-}" ]; then
         case "$name" in py_*) printf 'SKIP  %-40s (Python tests run in the plain build)\n' "$name"; continue ;; esac
     fi
+    tmo=$((tmo * scale))
     if [ "$alone" = 1 ]; then reap 1; else reap "$jobs"; fi
     t0=$(date +%s.%N)
     timeout -k 5 "$tmo" sh -c "$cmd" > "$logdir/$name.log" 2>&1 < /dev/null &

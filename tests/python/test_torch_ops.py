@@ -1,6 +1,9 @@
 """Every chorus.torch collective, every CPU dtype, async handles, grouped ops, process sets,
 object collectives and the errors of mismatched calls. Run with 2 and 3 ranks."""
 
+import argparse
+import fractions
+
 import pytest
 import torch
 
@@ -181,6 +184,16 @@ def test_objects():
     allo = hvd.allgather_object(obj)
     assert [o["rank"] for o in allo] == list(range(N))
     assert [o["s"] for o in allo] == ["x" * r for r in range(N)]
+
+
+def test_objects_of_any_class():
+    # Horovod pickles any object; torch 2.6 and later unpickle only tensors and plain types
+    # unless asked not to, so a Fraction or a Namespace would fail there
+    obj = {"f": fractions.Fraction(R + 1, 3), "ns": argparse.Namespace(rank=R)}
+    got = hvd.broadcast_object(obj, root_rank=N - 1)
+    assert got == {"f": fractions.Fraction(N, 3), "ns": argparse.Namespace(rank=N - 1)}
+    allo = hvd.allgather_object(obj["f"])
+    assert allo == [fractions.Fraction(r + 1, 3) for r in range(N)]
 
 
 def test_barrier_and_compression():

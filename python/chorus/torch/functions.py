@@ -69,7 +69,9 @@ def _dumps(obj):
 
 
 def _loads(data):
-    return torch.load(io.BytesIO(data), map_location="cpu")
+    # Any picklable object travels, as with Horovod: torch 2.6 and later load only tensors
+    # and plain containers unless told otherwise (torch 1.13 has the flag, defaulting to False).
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):

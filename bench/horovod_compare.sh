@@ -42,6 +42,7 @@ fi
 "$VENV/bin/horovodrun" --check-build | grep -q "\[X\] PyTorch" ||
     { echo "horovod_compare.sh: Horovod was built without PyTorch" >&2; exit 1; }
 
+export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" CHORUS_LIB="$ROOT/$BUILD/lib/libchorus.so"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT INT TERM
 args="--steps $STEPS --batch $BATCH"
@@ -60,8 +61,7 @@ while [ $i -lt "$REPEAT" ]; do
         "$ROOT/bench/hvd_train.py" --api horovod $args
     run hvd_mpi "$VENV/bin/horovodrun" --mpi -np 2 -H localhost:2 "$VENV/bin/python" \
         "$ROOT/bench/hvd_train.py" --api horovod $args
-    PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" CHORUS_LIB="$ROOT/$BUILD/lib/libchorus.so" \
-        run chorus "$ROOT/$BUILD/bin/chorus-run" -np 2 "$PYTHON" "$ROOT/bench/hvd_train.py" \
+    run chorus "$ROOT/$BUILD/bin/chorus-run" -np 2 "$PYTHON" "$ROOT/bench/hvd_train.py" \
         --api chorus $args
     i=$((i + 1))
 done

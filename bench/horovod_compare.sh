@@ -39,7 +39,7 @@ if ! "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then
         exit 1
     }
 fi
-"$VENV/bin/horovodrun" --check-build | grep -q "\[X\] PyTorch" ||
+"$VENV/bin/horovodrun" --check-build | grep "\[X\] PyTorch" > /dev/null ||
     { echo "horovod_compare.sh: Horovod was built without PyTorch" >&2; exit 1; }
 
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" CHORUS_LIB="$ROOT/$BUILD/lib/libchorus.so"

@@ -34,6 +34,8 @@ import subprocess
 import sys
 import time
 
+from hipri import raise_priority  # bench/hipri.py, beside this script
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -106,19 +108,6 @@ def make_model(args, torch):
     for i in range(len(dims) - 1):
         layers += [torch.nn.Linear(dims[i], dims[i + 1]), torch.nn.ReLU()]
     return torch.nn.Sequential(*layers[:-1]), dims, loss
-
-
-def raise_priority():
-    """With HIPRI=1 (bench/hipri.sh), the scheduling group of this rank's session gets nice
-    -19: torchrun and horovodrun start each rank in a session of its own, outside the one
-    that hipri.sh raised. Linux shares the CPU between such groups first, so on a machine
-    shared with other sessions this is what makes the run see a mostly idle machine."""
-    if os.environ.get("HIPRI") == "1":
-        try:
-            with open("/proc/self/autogroup", "w") as f:
-                f.write("-19")
-        except OSError as e:
-            print("hipri: /proc/self/autogroup: %s" % e, file=sys.stderr)
 
 
 def usage():

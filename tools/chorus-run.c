@@ -144,7 +144,8 @@ static void usage(FILE *f)
         "torchrun's RANK LOCAL_RANK WORLD_SIZE LOCAL_WORLD_SIZE GROUP_RANK ROLE_RANK MASTER_ADDR\n"
         "MASTER_PORT (a free port for torch.distributed's own store; yours if MASTER_PORT is\n"
         "set), horovodrun's HOROVOD_RANK HOROVOD_SIZE HOROVOD_LOCAL_RANK HOROVOD_LOCAL_SIZE\n"
-        "HOROVOD_CROSS_RANK HOROVOD_CROSS_SIZE, and PYTHONUNBUFFERED=1 unless set.\n"
+        "HOROVOD_CROSS_RANK HOROVOD_CROSS_SIZE, PYTHONUNBUFFERED=1 unless set, and, with\n"
+        "several ranks on this host, OMP_NUM_THREADS (unless set) = its share of the CPUs.\n"
         "Options take '--name value' or '--name=value'; torchrun's --names_with_underscores too.\n"
         "\n"
         "A program named *.py runs with Python, as torchrun runs it: python3 beside chorus-run\n"
@@ -470,6 +471,17 @@ static void plan_binding(job *j, int requested)
     j->bind = 1;
 }
 
+/* Threads each of local_size ranks on this host should use for its own computation
+ * (OMP_NUM_THREADS): its block of CPUs when ranks are pinned, else an even share of the CPUs
+ * this launcher may use, at least 1. */
+static int threads_per_rank(const job *j, int local_size)
+{
+    if (j->bind && j->per > 0) return j->per;
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof(set), &set) ? 1 : CPU_COUNT(&set);
+    return n / local_size > 1 ? n / local_size : 1;
+}
+
 static void signal_all(job *j, int sig)
 {
     for (int i = 0; i < j->nw; i++)
@@ -538,7 +550,8 @@ static const char *const launcher_vars[] = {"CHORUS_RANK=",
  * them (a plain job: its ranks are all there is); HOROVOD_RANK, HOROVOD_SIZE, ... as
  * horovodrun sets them (an elastic worker's are its plan: where it starts; its generations
  * decide the rest); PYTHONUNBUFFERED=1 unless set, so that Python ranks print as they go
- * instead of when their pipe's buffer fills. */
+ * instead of when their pipe's buffer fills; OMP_NUM_THREADS unless set, when ranks share this
+ * host. */
 static char **child_env(const job *j, int rank, int size, int wid)
 {
     size_t n = 0;
@@ -611,6 +624,10 @@ static char **child_env(const job *j, int rank, int size, int wid)
     PUT("HOROVOD_CROSS_RANK=%d", group);
     PUT("HOROVOD_CROSS_SIZE=%d", groups);
     if (!chorus__env("PYTHONUNBUFFERED")) PUT("PYTHONUNBUFFERED=1");
+    /* As torchrun does: ranks sharing a host would each start a thread per CPU (torch's
+     * intra-op pool, OpenMP, OpenBLAS), oversubscribing the cores. */
+    if (!chorus__env("OMP_NUM_THREADS") && local_size > 1)
+        PUT("OMP_NUM_THREADS=%d", threads_per_rank(j, local_size));
     if (j->elastic) {
         PUT("CHORUS_ELASTIC=1");
         PUT("CHORUS_WORKER_ID=%d", wid);

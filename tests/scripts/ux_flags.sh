@@ -7,7 +7,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*"; exit 1; }
 export PYTHONPATH="$PWD/python" CHORUS_LIB="$PWD/$BUILD/lib/libchorus.so"
-unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT PYTHONUNBUFFERED CHORUS_DEBUG
+unset RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT PYTHONUNBUFFERED CHORUS_DEBUG OMP_NUM_THREADS
 PY=/usr/bin/python3
 ALLREDUCE='import chorus, numpy as np; chorus.init(); print("sum", chorus.allreduce(np.ones(2), op=chorus.Sum)[0])'
 RANK1_LATE='import os, time, chorus
@@ -39,6 +39,19 @@ set -- $ports
 [ $# = 2 ] && [ "$1" -gt 0 ] && [ "$1" != "$2" ] || fail "MASTER_PORT '$ports' is not a port of its own"
 out=$(MASTER_PORT=29555 chorus-run -np 1 sh -c 'echo "port $MASTER_PORT"' 2>&1)
 echo "$out" | grep -q '^\[0\] port 29555$' || fail "the user's MASTER_PORT was not kept"
+
+# OMP_NUM_THREADS, as torchrun sets it: ranks sharing the host get their share of its CPUs
+# (pinned or not), one rank alone gets none, and a value already set is kept
+share() { n=$(( $(nproc) / $1 )); [ $n -ge 1 ] || n=1; echo $n; }
+out=$(chorus-run -np 2 sh -c 'echo "omp $OMP_NUM_THREADS"' 2>&1)
+echo "$out"
+[ "$(echo "$out" | grep -c "^\[[01]\] omp $(share 2)\$")" = 2 ] || fail "OMP_NUM_THREADS of 2 ranks"
+out=$(chorus-run -np 3 --bind-to none sh -c 'echo "omp $OMP_NUM_THREADS"' 2>&1)
+[ "$(echo "$out" | grep -c "^\[[0-2]\] omp $(share 3)\$")" = 3 ] || fail "OMP_NUM_THREADS of 3 ranks: $out"
+out=$(chorus-run -np 1 sh -c 'echo "omp ${OMP_NUM_THREADS-unset}"' 2>&1)
+echo "$out" | grep -q '^\[0\] omp unset$' || fail "OMP_NUM_THREADS set for a rank alone: $out"
+out=$(OMP_NUM_THREADS=3 chorus-run -np 2 sh -c 'echo "omp $OMP_NUM_THREADS"' 2>&1)
+echo "$out" | grep -q '^\[1\] omp 3$' || fail "the user's OMP_NUM_THREADS was not kept: $out"
 
 # torchrun: --nproc-per-node / --nproc_per_node=N, --nnodes 1 (more: not by this launcher)
 out=$(chorus-run --nnodes 1 --nproc_per_node=2 sh -c 'echo "r $RANK"' 2>&1)

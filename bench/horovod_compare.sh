@@ -1,0 +1,77 @@
+#!/bin/sh
+# horovod_compare.sh - the same Horovod-API training script (bench/hvd_train.py: the MLP
+# 784-512-256-10, 64 samples per rank per step, hvd.DistributedOptimizer) under Horovod 0.28.1
+# itself, over Gloo (horovodrun --gloo) and over MPI (horovodrun --mpi, Open MPI), and under
+# chorus-run with chorus.torch, np=2, in one invocation: samples per second, the median and
+# spread (min-max) of REPEAT interleaved runs (default 5), and Chorus's ratio to Horovod's
+# better transport.
+#
+# Horovod is not part of Chorus and is never committed: the first run builds it from PyPI into
+# a venv at $BUILD/hvd-venv (--system-site-packages over Debian's python3-torch: pip install
+# --no-build-isolation horovod==$HOROVOD_VERSION with PyTorch, Gloo and MPI; needs g++, cmake
+# and Open MPI's headers; about 5 minutes on 2 cores, then reused). Needs `make` (libchorus,
+# chorus-run). The numbers mean something only on a quiet machine: the load average is printed
+# before and after. HIPRI=1 (root): each run goes in a session of its own whose scheduling
+# group has nice -19, so that on a shared machine the other sessions' load takes little of
+# its CPU (the table says so when it is used). Every run is stopped after 300 s.
+#
+#   bench/horovod_compare.sh            REPEAT=5 STEPS=200 BATCH=64 bench/horovod_compare.sh
+set -e
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-build}
+PYTHON=${PYTHON:-/usr/bin/python3}
+REPEAT=${REPEAT:-5}
+STEPS=${STEPS:-200}
+BATCH=${BATCH:-64}
+HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
+VENV="$ROOT/$BUILD/hvd-venv"
+. "$ROOT/bench/hipri.sh"
+
+[ -x "$ROOT/$BUILD/bin/chorus-run" ] || { echo "horovod_compare.sh: run make first" >&2; exit 1; }
+if ! "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then
+    echo "# building Horovod $HOROVOD_VERSION into $VENV (once; about 5 minutes)"
+    "$PYTHON" -m venv --system-site-packages "$VENV"
+    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
+        HOROVOD_WITHOUT_MXNET=1 "$VENV/bin/pip" install -q --no-build-isolation \
+        "horovod==$HOROVOD_VERSION" > "$ROOT/$BUILD/hvd-venv.log" 2>&1 || {
+        tail -20 "$ROOT/$BUILD/hvd-venv.log" >&2
+        echo "horovod_compare.sh: building Horovod failed (log: $BUILD/hvd-venv.log)" >&2
+        exit 1
+    }
+fi
+"$VENV/bin/horovodrun" --check-build | grep "\[X\] PyTorch" > /dev/null ||
+    { echo "horovod_compare.sh: Horovod was built without PyTorch" >&2; exit 1; }
+
+export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" CHORUS_LIB="$ROOT/$BUILD/lib/libchorus.so"
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT INT TERM
+args="--steps $STEPS --batch $BATCH"
+run() { # name command...: one run, its samples/s appended to $out/name
+    name=$1
+    shift
+    hipri timeout -k 5 300 "$@" 2>&1 | sed -n 's/.*hvd_train: .*samples_per_s \([0-9.]*\).*/\1/p' \
+        >> "$out/$name"
+}
+
+echo "# $(date -u '+%F %T') UTC, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)$HIPRI_NOTE"
+echo "# torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), Horovod $HOROVOD_VERSION, chorus $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
+i=0
+while [ $i -lt "$REPEAT" ]; do
+    run hvd_gloo "$VENV/bin/horovodrun" --gloo -np 2 -H localhost:2 "$VENV/bin/python" \
+        "$ROOT/bench/hvd_train.py" --api horovod $args
+    run hvd_mpi "$VENV/bin/horovodrun" --mpi -np 2 -H localhost:2 "$VENV/bin/python" \
+        "$ROOT/bench/hvd_train.py" --api horovod $args
+    run chorus "$ROOT/$BUILD/bin/chorus-run" -np 2 "$PYTHON" "$ROOT/bench/hvd_train.py" \
+        --api chorus $args
+    i=$((i + 1))
+done
+
+printf '\n| np=2, %s samples per rank per step, %s runs | median samples/s | min - max | spread |\n|---|---|---|---|\n' "$BATCH" "$REPEAT"
+for n in hvd_gloo hvd_mpi chorus; do
+    label=$(case $n in hvd_gloo) echo "Horovod, horovodrun --gloo";; hvd_mpi) echo "Horovod, horovodrun --mpi";; *) echo "chorus.torch, chorus-run";; esac)
+    stats "$label" < "$out/$n"
+done
+best=$( (median < "$out/hvd_gloo"; median < "$out/hvd_mpi") | sort -g | tail -1)
+c=$(median < "$out/chorus")
+printf '\nchorus.torch / Horovod (better transport): %s\n' "$(echo "$c $best" | awk '$2 > 0 {printf "%.2fx", $1 / $2}')"
+echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"

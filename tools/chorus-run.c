@@ -1932,8 +1932,21 @@ static void note_failure(worker *w, outcome *out, int index, double now)
     }
 }
 
-/* Takes the complete lines of what a rank wrote on its status pipe (here, or relayed by its
- * agent): "failed <rank> <blamed> <result>" lines (base/status.h). The first one counts. */
+/* Did expendable worker w fail because it lost a rank that is not expendable (a parameter
+ * server that died or stopped responding)? Then its end is not a loss the job tolerates: the
+ * job cannot go on without that rank, and going on would wait for it for ever. */
+static int lost_a_needed_rank(const job *j, const worker *w)
+{
+    int b = w->st.blamed;
+    if (!w->st.reported || b < 0 || b == w->wid) return 0;
+    for (int r = 0; r < j->nw; r++)
+        if (j->w[r].wid == b) return !j->w[r].st.expendable;
+    return 0;
+}
+
+/* Takes the complete lines of rank index's status pipe of what a rank wrote on its status pipe
+ * (here, or relayed by its agent): "failed <rank> <blamed> <result>" lines (base/status.h). The
+ * first one counts. */
 static void parse_status(job *j, int index, outcome *out)
 {
     worker *w = &j->w[index];
@@ -1947,8 +1960,10 @@ static void parse_status(job *j, int index, outcome *out)
             p->reported = 1;
             p->blamed = blamed;
             snprintf(p->what, sizeof(p->what), "%s", what);
-            /* an expendable rank's failure is its own end's: the job may go on without it */
-            if (!j->elastic && !p->expendable) note_failure(w, out, index, chorus__now());
+            /* an expendable rank's failure is its own end's: the job may go on without it;
+             * unless it lost a rank the job cannot go without (a parameter server) */
+            if (!j->elastic && (!p->expendable || lost_a_needed_rank(j, w)))
+                note_failure(w, out, index, chorus__now());
         } else if (sscanf(p->buf, "expendable %d", &rank) == 1) {
             p->expendable = 1;
         }
@@ -2028,7 +2043,8 @@ static void reap(job *j, outcome *out)
             w->agent_in = -1;
             if (!j->elastic) {
                 read_status(j, r, out); /* what it said before it ended */
-                if (!out->stopping && failed_status(status) && w->st.expendable) {
+                if (!out->stopping && failed_status(status) && w->st.expendable &&
+                    !lost_a_needed_rank(j, w)) {
                     tolerate(j, w, out);
                 } else if (!out->stopping && failed_status(status)) {
                     w->failed_alone = 1;

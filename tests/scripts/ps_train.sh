@@ -14,6 +14,11 @@
 #   kill_worker      ps-async: a worker killed mid-run; the others make all their steps, and
 #                    chorus-run exits 0 naming the lost worker; the server says, without
 #                    CHORUS_DEBUG, that it goes on without it
+#   stop_server      ps-async and ps-ssp: the server stopped (SIGSTOP) mid-run: the workers
+#                    lose it, and although the job tolerates a lost worker, a worker that
+#                    lost the server is no such loss: chorus-run stops the job, names the
+#                    stopped server as the rank that failed first, and exits non-zero (it
+#                    used to wait for the stopped server for ever)
 #   damaged_shards   ps-sync checkpoints of steps 4 and 6; the server's shard of step 6 is
 #                    damaged: the server says what is wrong with it (without CHORUS_DEBUG), the
 #                    resume falls back to step 4, says so, and ends with the parameters of a
@@ -62,6 +67,31 @@ bad)
     out=$(chorus-run -np 2 chorus-train --mode ps-async --servers 2 2>&1)
     echo "$out"
     echo "$out" | grep -q "2 servers in a job of 2 ranks leaves no worker; use 1..1 servers" || exit 1
+    ;;
+stop_server)
+    # the workers find the stopped server after CHORUS_HEARTBEAT_TIMEOUT_S seconds of silence
+    for m in ps-async ps-ssp; do
+        CHORUS_HEARTBEAT_TIMEOUT_S=2 chorus-run -np 3 sh -c "echo \$\$ > $d/pid.\$CHORUS_RANK; exec chorus-train --mode $m --servers 1 --no-eval --batch 64 --log-every 1" \
+            > "$d/stopped.log" 2>&1 &
+        run=$!
+        i=0
+        until grep -q "step [3-9]/" "$d/stopped.log" 2>/dev/null; do
+            i=$((i + 1))
+            [ $i -lt 1200 ] || { kill $run; cat "$d/stopped.log"; echo "the run never got to step 3"; exit 1; }
+            sleep 0.05
+        done
+        server=$(cat "$d/pid.0")
+        kill -STOP "$server"
+        wait $run
+        rc=$?
+        grep -v "^\[.\] \(epoch\|memory\|per rank\)" "$d/stopped.log" | tail -6
+        [ $rc != 0 ] || { echo "$m: chorus-run exited 0 without its server"; exit 1; }
+        grep -q "^chorus-run: rank 0 (pid $server) stopped responding (it was stopped, SIGSTOP?) and was killed by signal 15 (Terminated); it failed first$" "$d/stopped.log" ||
+            { echo "$m: chorus-run did not name the stopped server"; exit 1; }
+        grep -q "the job goes on without it" "$d/stopped.log" &&
+            { echo "$m: a worker that lost the server was taken for a tolerated loss"; exit 1; }
+        echo "$m: the stopped server is named and the job ends"
+    done
     ;;
 kill_server)
     common="--mode ps-sync --servers 1 --no-eval --batch 64 --checkpoint-dir $d/ck --checkpoint-every 10"

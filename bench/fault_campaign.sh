@@ -44,8 +44,9 @@ while getopts s:n:o: o; do
 done
 shift $((OPTIND - 1))
 cats=${*:-kill stop ckpt disk mismatch fuzz env}
-BUILD=${BUILD:-build}
-PATH=$PWD/$BUILD/bin:$PATH
+BUILD=${BUILD:-build} # the build to try (another tree's, to compare: BUILD=/path/to/build)
+case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
+PATH=$BUILD/bin:$PATH
 [ -x "$BUILD/bin/chorus-train" ] || { echo "build first: make trainer" >&2; exit 2; }
 out=${out:-$(mktemp -d "${TMPDIR:-/tmp}/fault_campaign.XXXXXX")}
 mkdir -p "$out"
@@ -64,9 +65,10 @@ RUN_S=${RUN_S:-120}
 deadline=$((2 * (CHORUS_TIMEOUT_S + CHORUS_HEARTBEAT_TIMEOUT_S + GRACE) + RUN_S))
 common="--model mlp --batch 200 --no-eval --log-every 1000 --lr 0.05 --seed 3"
 
-pick() { # pick WORD...: one of the words at random
+pick() { # pick WORD...: one of the words at random, in REPLY (not in a subshell, whose
+    # RANDOM would not follow the seed)
     local a=("$@")
-    echo "${a[RANDOM % ${#a[@]}]}"
+    REPLY=${a[RANDOM % ${#a[@]}]}
 }
 
 verdict() { # verdict CATEGORY TRIAL VERDICT WHAT LOG
@@ -118,7 +120,8 @@ modes=("allreduce|3|"
 
 trial_kill() { # trial_kill CATEGORY N SIGNAL
     local cat=$1 t=$2 sig=$3 m name np opts dir v delay pid alive ps=0
-    m=$(pick "${modes[@]}")
+    pick "${modes[@]}"
+    m=$REPLY
     IFS='|' read -r name np opts <<< "$m"
     dir="$out/$cat.$t"
     mkdir -p "$dir"
@@ -194,7 +197,8 @@ ck_modes=("allreduce|2|" "compress|2|--compress topk:0.1" "zero1|2|--zero 1"
     "balance|2|--balance dynamic --balance-every 2")
 trial_ckpt() {
     local cat=ckpt t=$1 m name np opts dir files f size how step newest
-    m=$(pick "${ck_modes[@]}")
+    pick "${ck_modes[@]}"
+    m=$REPLY
     IFS='|' read -r name np opts <<< "$m"
     dir="$out/ckpt.$t"
     mkdir -p "$dir"
@@ -242,7 +246,8 @@ trial_disk() {
     local cat=disk t=$1 dir o kb fill need mnt="$out/mnt" big="$out/big" what np=2 env=()
     dir="$out/disk.$t"
     mkdir -p "$dir" "$mnt" "$big"
-    o=$(pick metrics tensorboard dump-params checkpoint-dir timeline devfull)
+    pick metrics tensorboard dump-params checkpoint-dir timeline devfull
+    o=$REPLY
     local args=(--max-steps 4)
     if [ "$o" = devfull ]; then
         run "$dir/log" chorus-run -np $np chorus-train $common "${args[@]}" --metrics /dev/full
@@ -301,7 +306,8 @@ mm_opts=("--lr|0.05|0.1" "--batch|200|400" "--optim|sgd|adamw" "--momentum|0.9|0
     "--recompute|-|" "--ps-grad-dtype|float32|float16")
 trial_mismatch() {
     local cat=mismatch t=$1 m opt v0 v1 a0 a1 dir
-    m=$(pick "${mm_opts[@]}")
+    pick "${mm_opts[@]}"
+    m=$REPLY
     IFS='|' read -r opt v0 v1 <<< "$m"
     dir="$out/mismatch.$t"
     mkdir -p "$dir"
@@ -343,8 +349,10 @@ fuzz_opts=(--epochs --batch --accum --optim --lr --lr-schedule --warmup-epochs -
     --balance-every --straggler-timeout --pipeline-stages --microbatches --schedule)
 trial_fuzz() {
     local cat=fuzz t=$1 opt val dir np
-    opt=$(pick "${fuzz_opts[@]}")
-    val=$(pick "${fuzz_values[@]}")
+    pick "${fuzz_opts[@]}"
+    opt=$REPLY
+    pick "${fuzz_values[@]}"
+    val=$REPLY
     dir="$out/fuzz.$t"
     mkdir -p "$dir"
     np=$((1 + RANDOM % 3))
@@ -383,11 +391,14 @@ env_vars=(CHORUS_DEBUG CHORUS_DEBUG_SUBSYS CHORUS_DEBUG_FILE CHORUS_HEARTBEAT_S 
     CHORUS_TIMEOUT_S CHORUS_START_TIMEOUT_S CHORUS_SECRET CHORUS_BIND_ANY)
 trial_env() {
     local cat=env t=$1 var val dir mode
-    var=$(pick "${env_vars[@]}")
-    val=$(pick "${fuzz_values[@]}")
+    pick "${env_vars[@]}"
+    var=$REPLY
+    pick "${fuzz_values[@]}"
+    val=$REPLY
     dir="$out/env.$t"
     mkdir -p "$dir"
-    mode=$(pick "" "--grad-sync engine" "--mode ps-sync --servers 1" "--zero 1")
+    pick "" "--grad-sync engine" "--mode ps-sync --servers 1" "--zero 1"
+    mode=$REPLY
     case $var in
         CHORUS_TIMEOUT_S | CHORUS_START_TIMEOUT_S | CHORUS_HEARTBEAT_TIMEOUT_S | CHORUS_STALL_*)
             # a long timeout makes a long wait legitimate: keep the deadline above it

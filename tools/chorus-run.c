@@ -1933,20 +1933,27 @@ static void note_failure(worker *w, outcome *out, int index, double now)
 }
 
 /* Did expendable worker w fail because it lost a rank that is not expendable (a parameter
- * server that died or stopped responding)? Then its end is not a loss the job tolerates: the
- * job cannot go on without that rank, and going on would wait for it for ever. */
-static int lost_a_needed_rank(const job *j, const worker *w)
+ * server that died, or stopped responding), with no other expendable rank left running or
+ * finished? Then the job cannot go on: no worker is left to serve, and going on would wait
+ * for ever for a stopped server. (While another worker runs, a worker cut off from the
+ * servers is a loss the job tolerates: the servers go on with the others.) */
+static int lost_the_servers(const job *j, const worker *w)
 {
-    int b = w->st.blamed;
+    int b = w->st.blamed, needed = 0;
     if (!w->st.reported || b < 0 || b == w->wid) return 0;
     for (int r = 0; r < j->nw; r++)
-        if (j->w[r].wid == b) return !j->w[r].st.expendable;
-    return 0;
+        if (j->w[r].wid == b) needed = !j->w[r].st.expendable;
+    if (!needed) return 0;
+    for (int r = 0; r < j->nw; r++) {
+        const worker *o = &j->w[r];
+        if (o == w || !o->st.expendable) continue;
+        if (o->running || (!o->tolerated && !failed_status(o->status))) return 0;
+    }
+    return 1;
 }
 
-/* Takes the complete lines of rank index's status pipe of what a rank wrote on its status pipe
- * (here, or relayed by its agent): "failed <rank> <blamed> <result>" lines (base/status.h). The
- * first one counts. */
+/* Takes the complete lines of what a rank wrote on its status pipe (here, or relayed by its
+ * agent): "failed <rank> <blamed> <result>" lines (base/status.h). The first one counts. */
 static void parse_status(job *j, int index, outcome *out)
 {
     worker *w = &j->w[index];
@@ -1960,10 +1967,8 @@ static void parse_status(job *j, int index, outcome *out)
             p->reported = 1;
             p->blamed = blamed;
             snprintf(p->what, sizeof(p->what), "%s", what);
-            /* an expendable rank's failure is its own end's: the job may go on without it;
-             * unless it lost a rank the job cannot go without (a parameter server) */
-            if (!j->elastic && (!p->expendable || lost_a_needed_rank(j, w)))
-                note_failure(w, out, index, chorus__now());
+            /* an expendable rank's failure is its own end's: the job may go on without it */
+            if (!j->elastic && !p->expendable) note_failure(w, out, index, chorus__now());
         } else if (sscanf(p->buf, "expendable %d", &rank) == 1) {
             p->expendable = 1;
         }
@@ -2044,7 +2049,7 @@ static void reap(job *j, outcome *out)
             if (!j->elastic) {
                 read_status(j, r, out); /* what it said before it ended */
                 if (!out->stopping && failed_status(status) && w->st.expendable &&
-                    !lost_a_needed_rank(j, w)) {
+                    !lost_the_servers(j, w)) {
                     tolerate(j, w, out);
                 } else if (!out->stopping && failed_status(status)) {
                     w->failed_alone = 1;

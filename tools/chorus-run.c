@@ -2080,13 +2080,56 @@ static void stop_all(job *j, outcome *out, double now)
     signal_all(j, SIGTERM);
 }
 
+/* A plain job whose only running ranks are stopped (SIGSTOP), every other rank having ended,
+ * would wait for them for ever: after `grace` seconds so, each is said, and stopped: a failure
+ * of the job, or, for a rank whose loss the job tolerates (an asynchronous parameter-server
+ * worker that its servers already went on without), a loss it finished without. */
+static void left_stopped(job *j, outcome *out, double now, double grace, double *since)
+{
+    int stopped = 0, ended = 0;
+    for (int r = 0; r < j->nw; r++) {
+        if (j->w[r].running && !j->w[r].stopped) {
+            *since = 0;
+            return;
+        }
+        stopped += j->w[r].running;
+        ended += !j->w[r].running;
+    }
+    if (!stopped || !ended) {
+        *since = 0;
+        return;
+    }
+    if (!*since) *since = now;
+    if (now - *since <= grace) return;
+    for (int r = 0; r < j->nw; r++) {
+        worker *w = &j->w[r];
+        if (!w->running) continue;
+        char name[320];
+        fprintf(stderr,
+                "chorus-run: %s is stopped (SIGSTOP?) and every other rank has ended; "
+                "stopping it%s\n",
+                rank_name(j, r, name, sizeof(name)),
+                w->st.expendable ? ": the job finished without it (a parameter-server worker "
+                                   "whose loss the job tolerates)"
+                                 : "");
+        if (w->st.expendable) {
+            w->tolerated = 1;
+            w->fail_time = now;
+            if (out->tolerated < 0) out->tolerated = r;
+        } else {
+            note_failure(w, out, r, now);
+        }
+    }
+    stop_all(j, out, now);
+}
+
 /* Step 5: until every rank has ended and its output is drained, forwards output, signals and
  * failures: a plain job's ranks are stopped `grace` seconds after one fails; an elastic job
  * re-forms (elastic_tick). Stopping ranks get SIGKILL after 3 seconds. Returns -1 when
  * every rank has ended, 1 when out of memory. */
 static int supervise(job *j, const run_opts *o, outcome *out)
 {
-    double start = j->started;
+    double start = j->started, all_stopped_since = 0;
     struct pollfd *pf = NULL;
     int *who = NULL, pf_cap = 0;
     for (;;) {
@@ -2163,6 +2206,8 @@ static int supervise(job *j, const run_opts *o, outcome *out)
                 stop_all(j, out, now);
             }
         }
+        if (!j->elastic && !out->stopping && running > 0)
+            left_stopped(j, out, now, o->grace, &all_stopped_since);
         if (!j->elastic && out->failed >= 0 && !out->stopping && running > 0 &&
             now - out->fail_time > o->grace)
             stop_all(j, out, now);

@@ -17,6 +17,7 @@
 #             CHORUS_TIMELINE) on a small tmpfs (mounted here, needs root) that is too small,
 #             or --metrics /dev/full
 #   mismatch  rank 1 started with another value of one option than rank 0
+#   envmismatch  rank 1 started with one CHORUS_* variable that rank 0 does not have
 #   fuzz      one option with a random, often invalid, value
 #   env       one CHORUS_* variable with a random, often invalid, value
 #
@@ -43,7 +44,7 @@ while getopts s:n:o: o; do
     esac
 done
 shift $((OPTIND - 1))
-cats=${*:-kill stop ckpt disk mismatch fuzz env}
+cats=${*:-kill stop ckpt disk mismatch envmismatch fuzz env}
 BUILD=${BUILD:-build} # the build to try (another tree's, to compare: BUILD=/path/to/build)
 case $BUILD in /*) ;; *) BUILD=$PWD/$BUILD ;; esac
 PATH=$BUILD/bin:$PATH
@@ -130,7 +131,7 @@ trial_kill() { # trial_kill CATEGORY N SIGNAL
     case $name in ps-async | ps-ssp) ps=1 ;; esac
     # enough steps that the victim is usually still training when the signal comes
     timeout -k 5 "$deadline" chorus-run --grace $GRACE -np "$np" sh -c \
-        "echo \$\$ > $dir/pid.\$CHORUS_RANK; exec chorus-train $common $opts --max-steps 400" \
+        "echo \$\$ > $dir/pid.\$CHORUS_RANK; exec chorus-train $common $opts --max-steps 3000" \
         > "$dir/log" 2>&1 &
     local runner=$! t0
     t0=$(date +%s)
@@ -191,10 +192,13 @@ trial_kill() { # trial_kill CATEGORY N SIGNAL
     fi
 }
 
-ck_modes=("allreduce|2|" "compress|2|--compress topk:0.1" "zero1|2|--zero 1"
-    "pipeline|2|--pipeline-stages 2" "tp|2|--tensor-parallel 2"
-    "ps-sync|2|--mode ps-sync --servers 1" "ps-async|2|--mode ps-async --servers 1"
-    "balance|2|--balance dynamic --balance-every 2")
+# the modes that write checkpoints and whose straight runs repeat bit for bit (--zero and
+# --tensor-parallel refuse --checkpoint-dir; --balance dynamic splits by measured speed, so no
+# two runs repeat; ps-async repeats with one worker only)
+ck_modes=("allreduce|2|" "topk|2|--compress topk:0.1" "randomk|2|--grad-sync engine --compress randomk:0.1"
+    "powersgd|2|--grad-sync layer --compress powersgd:2" "fp16|2|--compress fp16"
+    "pipeline|2|--pipeline-stages 2" "ps-sync|3|--mode ps-sync --servers 1"
+    "ps-async|2|--mode ps-async --servers 1" "ps-ssp|2|--mode ps-ssp --servers 1")
 trial_ckpt() {
     local cat=ckpt t=$1 m name np opts dir files f size how step newest
     pick "${ck_modes[@]}"
@@ -337,6 +341,35 @@ trial_mismatch() {
     fi
 }
 
+# a variable of rank 1 only, and the trainer's options
+em_vars=("CHORUS_SHM=0|" "CHORUS_SHM_CMA=0|" "CHORUS_SHM_CMA=1|" "CHORUS_TCP_LANES=2|"
+    "CHORUS_ALGO_ALLREDUCE=ring|" "CHORUS_ALGO_ALLREDUCE=rd|" "CHORUS_COMPRESSION=fp16|--grad-sync engine"
+    "CHORUS_COMPRESSION=bf16|--grad-sync engine" "CHORUS_FUSION_THRESHOLD=0|--grad-sync engine"
+    "CHORUS_CACHE_CAPACITY=0|--grad-sync engine" "CHORUS_CYCLE_TIME_MS=20|--grad-sync engine"
+    "CHORUS_AUTOTUNE=1|--grad-sync engine" "CHORUS_ALGO_BROADCAST=chain|" "CHORUS_SHM_CHUNK=262144|"
+    "CHORUS_SHM_ONESHOT_MAX=0|" "CHORUS_TCP_ONESHOT_MAX=0|" "CHORUS_PS_SERVERS=2|--mode ps-sync"
+    "CHORUS_SHM_CMA_MIN=0|" "CHORUS_SHM_CMA_MAX=0|")
+trial_envmismatch() {
+    local cat=envmismatch t=$1 var opts dir
+    pick "${em_vars[@]}"
+    IFS='|' read -r var opts <<< "$REPLY"
+    dir="$out/envmismatch.$t"
+    mkdir -p "$dir"
+    run "$dir/log" chorus-run -np 2 sh -c "[ \$CHORUS_RANK = 1 ] && export $var; exec chorus-train $common --max-steps 4 $opts --dump-params $dir/p"
+    local what="rank 1 only: $var $opts (rc $rc, ${secs}s)"
+    if [ $rc != 0 ]; then
+        verdict $cat "$t" "$(judge_failure "$dir/log")" "$what" "$dir/log"
+        return
+    fi
+    # exit 0: the variable changes no result, or both ranks still hold the same parameters
+    run "$dir/ref.log" chorus-run -np 2 chorus-train $common --max-steps 4 $opts --dump-params "$dir/ref"
+    if cmp -s "$dir/p.0" "$dir/p.1" 2> /dev/null || [ ! -e "$dir/p.1" ]; then
+        verdict $cat "$t" ok "$what: the ranks hold the same parameters" "$dir/log"
+    else
+        verdict $cat "$t" wrong-state "$what: the ranks' parameters differ" "$dir/log"
+    fi
+}
+
 fuzz_values=("" "-1" "0" "1e999" "nan" "inf" "-inf" "99999999999999999999" "0x10" "1.5" "abc"
     "-" "--" " 1" "1 " "%s%n" "$(printf 'x%.0s' {1..5000})" "/nonexistent/x" "/dev/full" "2147483648"
     "-2147483649" "1e-300" "0.0000001" "3," "topk:" "topk:2" "topk:-1" "powersgd:0"
@@ -426,6 +459,7 @@ for c in $cats; do
             ckpt) trial_ckpt "$t" ;;
             disk) trial_disk "$t" ;;
             mismatch) trial_mismatch "$t" ;;
+            envmismatch) trial_envmismatch "$t" ;;
             fuzz) trial_fuzz "$t" ;;
             env) trial_env "$t" ;;
             *) echo "unknown category $c" >&2; exit 2 ;;

@@ -127,11 +127,12 @@ trial_kill() { # trial_kill CATEGORY N SIGNAL
     dir="$out/$cat.$t"
     mkdir -p "$dir"
     v=$((RANDOM % np))
-    delay=$(awk -v ms=$((RANDOM % 3000)) 'BEGIN { printf "%.3f", ms / 1000 }')
+    delay=$((RANDOM % 1500)) # milliseconds, drawn here: a subshell's RANDOM ignores the seed
+    delay=$(awk -v ms=$delay 'BEGIN { printf "%.3f", ms / 1000 }')
     case $name in ps-async | ps-ssp) ps=1 ;; esac
     # enough steps that the victim is usually still training when the signal comes
     timeout -k 5 "$deadline" chorus-run --grace $GRACE -np "$np" sh -c \
-        "echo \$\$ > $dir/pid.\$CHORUS_RANK; exec chorus-train $common $opts --max-steps 3000" \
+        "echo \$\$ > $dir/pid.\$CHORUS_RANK; exec chorus-train $common $opts --max-steps 600" \
         > "$dir/log" 2>&1 &
     local runner=$! t0
     t0=$(date +%s)

@@ -821,6 +821,9 @@ static void check_config(trainer *t)
     if (chorus_broadcast(t->comm, verdict, sizeof(verdict), CHORUS_UINT8, 0) != CHORUS_OK)
         die("checking --checkpoint-dir: %s", chorus_last_error(t->comm));
     verdict[sizeof(verdict) - 1] = '\0';
+    /* rank 0's verdict: the others say it too, and tell the launcher that rank 0 is the cause
+     * (else the first to exit would be named as the job's failure) */
+    if (verdict[0] && g_rank != 0) chorus_report_peer_failure(t->comm, 0);
     if (verdict[0]) die("%s", verdict);
     if (note[0]) fprintf(stderr, "chorus-train: note: %s\n", note);
     char seed[64];

@@ -1773,7 +1773,9 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
     }
     if (j->log_dir && !j->redirects) j->redirects = 3;
     if (check_master_port() || check_servers(j) || check_timeline(j)) return 2;
-    if (j->log_dir && (chorus__mkdir_p(j->log_dir) || access(j->log_dir, W_OK))) {
+    struct stat ld;
+    if (j->log_dir && (chorus__mkdir_p(j->log_dir) || access(j->log_dir, W_OK) ||
+                       stat(j->log_dir, &ld) || (!S_ISDIR(ld.st_mode) && (errno = ENOTDIR)))) {
         fprintf(stderr, "chorus-run: --log-dir %s: %s\n", j->log_dir, strerror(errno));
         return 2;
     }

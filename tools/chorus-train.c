@@ -835,11 +835,8 @@ static void check_config(trainer *t)
 static void start_job(trainer *t)
 {
     chorus_result cr = chorus_init(&t->comm);
-    if (cr != CHORUS_OK) {
-        const char *launched = getenv("CHORUS_RANK"); /* the message names this rank */
-        if (launched) g_rank = atoi(launched);
+    if (cr != CHORUS_OK)
         die("chorus_init failed: %s (%s)", chorus_strerror(cr), chorus_last_error(NULL));
-    }
     g_rank = chorus_rank(t->comm);
     check_config(t);
     openblas_set_num_threads(t->o.threads);

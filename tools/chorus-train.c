@@ -465,6 +465,9 @@ static void parse(int argc, char **argv, opts *o)
     }
 #undef NUM
     if (optind < argc) die("unexpected argument '%s' (see --help)", argv[optind]);
+    if (!o->compress[0])
+        die("--compress must be none, fp16, bf16, topk:R, randomk:R or powersgd:N, not ''");
+    if (o->dump && !o->dump[0]) die("--dump-params needs a file name, not ''");
     int cnn = !strcmp(o->model, "cnn");
     if (!cnn && strcmp(o->model, "mlp") && strcmp(o->model, "large"))
         die("--model must be mlp, cnn or large, not '%s'", o->model);

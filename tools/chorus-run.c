@@ -1852,7 +1852,9 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
     }
     if (j->log_dir && !j->redirects) j->redirects = 3;
     if (check_master_port() || check_servers(j) || check_timeline(j)) return 2;
-    if (j->log_dir && (chorus__mkdir_p(j->log_dir) || access(j->log_dir, W_OK))) {
+    struct stat ld;
+    if (j->log_dir && (chorus__mkdir_p(j->log_dir) || access(j->log_dir, W_OK) ||
+                       stat(j->log_dir, &ld) || (!S_ISDIR(ld.st_mode) && (errno = ENOTDIR)))) {
         fprintf(stderr, "chorus-run: --log-dir %s: %s\n", j->log_dir, strerror(errno));
         return 2;
     }
@@ -2022,6 +2024,26 @@ static void note_failure(worker *w, outcome *out, int index, double now)
     }
 }
 
+/* Did expendable worker w fail because it lost a rank that is not expendable (a parameter
+ * server that died, or stopped responding), with no other expendable rank left running or
+ * finished? Then the job cannot go on: no worker is left to serve, and going on would wait
+ * for ever for a stopped server. (While another worker runs, a worker cut off from the
+ * servers is a loss the job tolerates: the servers go on with the others.) */
+static int lost_the_servers(const job *j, const worker *w)
+{
+    int b = w->st.blamed, needed = 0;
+    if (!w->st.reported || b < 0 || b == w->wid) return 0;
+    for (int r = 0; r < j->nw; r++)
+        if (j->w[r].wid == b) needed = !j->w[r].st.expendable;
+    if (!needed) return 0;
+    for (int r = 0; r < j->nw; r++) {
+        const worker *o = &j->w[r];
+        if (o == w || !o->st.expendable) continue;
+        if (o->running || (!o->tolerated && !failed_status(o->status))) return 0;
+    }
+    return 1;
+}
+
 /* Takes the complete lines of what a rank wrote on its status pipe (here, or relayed by its
  * agent): "failed <rank> <blamed> <result>" lines (base/status.h). The first one counts. */
 static void parse_status(job *j, int index, outcome *out)
@@ -2118,7 +2140,8 @@ static void reap(job *j, outcome *out)
             w->agent_in = -1;
             if (!j->elastic) {
                 read_status(j, r, out); /* what it said before it ended */
-                if (!out->stopping && failed_status(status) && w->st.expendable) {
+                if (!out->stopping && failed_status(status) && w->st.expendable &&
+                    !lost_the_servers(j, w)) {
                     tolerate(j, w, out);
                 } else if (!out->stopping && failed_status(status)) {
                     w->failed_alone = 1;
@@ -2149,13 +2172,56 @@ static void stop_all(job *j, outcome *out, double now)
     signal_all(j, SIGTERM);
 }
 
+/* A plain job whose only running ranks are stopped (SIGSTOP), every other rank having ended,
+ * would wait for them for ever: after `grace` seconds so, each is said, and stopped: a failure
+ * of the job, or, for a rank whose loss the job tolerates (an asynchronous parameter-server
+ * worker that its servers already went on without), a loss it finished without. */
+static void left_stopped(job *j, outcome *out, double now, double grace, double *since)
+{
+    int stopped = 0, ended = 0;
+    for (int r = 0; r < j->nw; r++) {
+        if (j->w[r].running && !j->w[r].stopped) {
+            *since = 0;
+            return;
+        }
+        stopped += j->w[r].running;
+        ended += !j->w[r].running;
+    }
+    if (!stopped || !ended) {
+        *since = 0;
+        return;
+    }
+    if (!*since) *since = now;
+    if (now - *since <= grace) return;
+    for (int r = 0; r < j->nw; r++) {
+        worker *w = &j->w[r];
+        if (!w->running) continue;
+        char name[320];
+        fprintf(stderr,
+                "chorus-run: %s is stopped (SIGSTOP?) and every other rank has ended; "
+                "stopping it%s\n",
+                rank_name(j, r, name, sizeof(name)),
+                w->st.expendable ? ": the job finished without it (a parameter-server worker "
+                                   "whose loss the job tolerates)"
+                                 : "");
+        if (w->st.expendable) {
+            w->tolerated = 1;
+            w->fail_time = now;
+            if (out->tolerated < 0) out->tolerated = r;
+        } else {
+            note_failure(w, out, r, now);
+        }
+    }
+    stop_all(j, out, now);
+}
+
 /* Step 5: until every rank has ended and its output is drained, forwards output, signals and
  * failures: a plain job's ranks are stopped `grace` seconds after one fails; an elastic job
  * re-forms (elastic_tick). Stopping ranks get SIGKILL after 3 seconds. Returns -1 when
  * every rank has ended, 1 when out of memory. */
 static int supervise(job *j, const run_opts *o, outcome *out)
 {
-    double start = j->started;
+    double start = j->started, all_stopped_since = 0;
     struct pollfd *pf = NULL;
     int *who = NULL, pf_cap = 0;
     for (;;) {
@@ -2232,6 +2298,8 @@ static int supervise(job *j, const run_opts *o, outcome *out)
                 stop_all(j, out, now);
             }
         }
+        if (!j->elastic && !out->stopping && running > 0)
+            left_stopped(j, out, now, o->grace, &all_stopped_since);
         if (!j->elastic && out->failed >= 0 && !out->stopping && running > 0 &&
             now - out->fail_time > o->grace)
             stop_all(j, out, now);

@@ -465,6 +465,9 @@ static void parse(int argc, char **argv, opts *o)
     }
 #undef NUM
     if (optind < argc) die("unexpected argument '%s' (see --help)", argv[optind]);
+    if (!o->compress[0])
+        die("--compress must be none, fp16, bf16, topk:R, randomk:R or powersgd:N, not ''");
+    if (o->dump && !o->dump[0]) die("--dump-params needs a file name, not ''");
     int cnn = !strcmp(o->model, "cnn");
     if (!cnn && strcmp(o->model, "mlp") && strcmp(o->model, "large"))
         die("--model must be mlp, cnn or large, not '%s'", o->model);
@@ -821,6 +824,9 @@ static void check_config(trainer *t)
     if (chorus_broadcast(t->comm, verdict, sizeof(verdict), CHORUS_UINT8, 0) != CHORUS_OK)
         die("checking --checkpoint-dir: %s", chorus_last_error(t->comm));
     verdict[sizeof(verdict) - 1] = '\0';
+    /* rank 0's verdict: the others say it too, and tell the launcher that rank 0 is the cause
+     * (else the first to exit would be named as the job's failure) */
+    if (verdict[0] && g_rank != 0) chorus_report_peer_failure(t->comm, 0);
     if (verdict[0]) die("%s", verdict);
     if (note[0]) fprintf(stderr, "chorus-train: note: %s\n", note);
     char seed[64];

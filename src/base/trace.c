@@ -25,6 +25,7 @@ struct chorus_trace {
     int closed; /* the bracket is written at offset end */
     long end;
     int rank, nrows;
+    int write_failed; /* a write or flush failed: said once, the file is incomplete */
     double t0, last_flush;
 };
 
@@ -34,13 +35,28 @@ static int g_atexit;
 
 static const char CLOSE[] = "\n]\n";
 
+/* Under g_mu: flushes t's buffered events; the first failure (a full disk, a quota) is said
+ * once, naming the file, as a note the user sees without CHORUS_DEBUG: the run goes on, but
+ * its timeline is incomplete and no later event is written. */
+static void flush_checked(chorus_trace *t)
+{
+    if (fflush(t->f) == 0 && !ferror(t->f)) return;
+    int err = errno;
+    if (t->write_failed) return;
+    t->write_failed = 1;
+    CHORUS_NOTE(CHORUS_LOG_COLL,
+                "CHORUS_TIMELINE: cannot write the timeline file %s: %s; the file is "
+                "incomplete and this run writes no more events to it",
+                t->path, strerror(err ? err : EIO));
+}
+
 /* Under g_mu: writes the bracket so that the file is valid JSON from here. */
 static void close_bracket(chorus_trace *t)
 {
-    if (!t->f || t->closed) return;
+    if (!t->f || t->closed || t->write_failed) return;
     t->end = ftell(t->f);
     fputs(CLOSE, t->f);
-    fflush(t->f);
+    flush_checked(t);
     t->closed = 1;
 }
 
@@ -147,6 +163,10 @@ int chorus__trace_row(chorus_trace *t, const char *name)
     chorus__json_string(q, sizeof(q), name);
     pthread_mutex_lock(&g_mu);
     int id = ++t->nrows;
+    if (t->write_failed) {
+        pthread_mutex_unlock(&g_mu);
+        return id;
+    }
     sep(t);
     fprintf(t->f,
             "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":%s}}",
@@ -160,13 +180,18 @@ void chorus__trace_event(chorus_trace *t, int tid, const char *fmt, ...)
     va_list ap;
     va_start(ap, fmt);
     pthread_mutex_lock(&g_mu);
+    if (t->write_failed) {
+        pthread_mutex_unlock(&g_mu);
+        va_end(ap);
+        return;
+    }
     sep(t);
     fprintf(t->f, "{\"pid\":%d,\"tid\":%d,", t->rank, tid);
     vfprintf(t->f, fmt, ap);
     fputc('}', t->f);
     double now = chorus__now();
     if (now - t->last_flush >= 0.5) { /* a run that hangs or dies still leaves its events */
-        fflush(t->f);
+        flush_checked(t);
         t->last_flush = now;
     }
     pthread_mutex_unlock(&g_mu);
@@ -176,7 +201,7 @@ void chorus__trace_event(chorus_trace *t, int tid, const char *fmt, ...)
 void chorus__trace_flush(chorus_trace *t)
 {
     pthread_mutex_lock(&g_mu);
-    fflush(t->f);
+    flush_checked(t);
     pthread_mutex_unlock(&g_mu);
 }
 

@@ -77,10 +77,35 @@ static chorus_result cma_setup(chorus_comm *c, chorus_shm *s)
     return CHORUS_OK;
 }
 
+/* CHORUS_SHM and CHORUS_SHM_CMA choose which collectives the set-up calls: ranks that differ
+ * would call different ones and fail far from the cause (a mismatch, or a timeout naming no
+ * variable). One allreduce(MIN) of each value and its negation finds a difference first and
+ * names it, on every rank. */
+static chorus_result agree_shm_vars(chorus_comm *c)
+{
+    const char *cma = c->cfg.shm_cma;
+    int32_t want = !strcmp(cma, "0") ? 0 : !strcmp(cma, "1") ? 1 : 2;
+    int32_t mine[4] = {c->cfg.shm ? 1 : 0, c->cfg.shm ? -1 : 0, want, -want}, all[4];
+    CHORUS_CHECK(chorus_allreduce(c, mine, all, 4, CHORUS_INT32, CHORUS_MIN));
+    static const char *const cma_name[] = {"0", "1", "auto"};
+    if (all[0] != -all[1])
+        return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                            "CHORUS_SHM is 0 on some ranks and 1 on others (rank %d: %d): it "
+                            "must be the same on every rank",
+                            c->world[c->rank], mine[0]);
+    if (all[2] != -all[3])
+        return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
+                            "CHORUS_SHM_CMA is %s on some ranks and %s on others (rank %d: %s): "
+                            "it must be the same on every rank",
+                            cma_name[all[2]], cma_name[-all[3]], c->world[c->rank], cma_name[want]);
+    return CHORUS_OK;
+}
+
 chorus_result chorus__comm_shm_setup(chorus_comm *c)
 {
     c->shm = NULL;
     if (c->size < 2 || c->nhosts != 1) return CHORUS_OK;
+    CHORUS_CHECK(agree_shm_vars(c));
     if (!c->cfg.shm) {
         CHORUS_INFO(CHORUS_LOG_SHM, "shared memory off (CHORUS_SHM=0): collectives use TCP");
         return CHORUS_OK;

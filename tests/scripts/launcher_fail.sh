@@ -152,8 +152,8 @@ verdict)
         grep -q "^chorus-run: stopped: rank $r (pid [0-9]*) exited with status 1 after it was told that rank 0 failed$" "$out" ||
             fail "rank $r is not said to have failed after rank 0"
     done
-    # chorus-train: rank 0 cannot resume from checkpoints of another model; rank 1 says
-    # "cannot resume: see rank 0"
+    # chorus-train: rank 0 cannot resume from checkpoints of another model (every rank reads
+    # the recorded options and says why)
     chorus-run -np 2 chorus-train --model mlp --max-steps 2 --no-eval --batch 32 \
         --checkpoint-dir "$tmp/ckpt" > "$out" 2>&1 || fail "the first run failed"
     chorus-run -np 2 chorus-train --model cnn --max-steps 2 --no-eval --batch 32 \
@@ -162,7 +162,7 @@ verdict)
     [ $rc = 1 ] || fail "--resume: exit $rc, expected 1"
     grep -m1 "^chorus-run: " "$out" | grep -q "^chorus-run: rank 0 (pid [0-9]*) exited with status 1; it failed first$" ||
         fail "--resume: chorus-run did not name rank 0 first"
-    grep -q "^chorus-run: | chorus-train\[0\]: cannot resume: the checkpoints in $tmp/ckpt are of a model built with --model mlp .* Resume with the same options, or use another --checkpoint-dir$" "$out" ||
+    grep -q "^chorus-run: | chorus-train\[0\]: cannot resume: --model was mlp in the checkpoint, now cnn; .* resume with the checkpoint's values, or start a new run in another --checkpoint-dir$" "$out" ||
         fail "--resume: rank 0's whole reason is not in its last lines"
     grep -q "^chorus-run: stopped: rank 1 (pid [0-9]*) exited with status 1 after it was told that rank 0 failed$" "$out" ||
         fail "--resume: rank 1 is not said to have failed after rank 0"

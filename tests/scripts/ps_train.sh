@@ -14,6 +14,15 @@
 #   kill_worker      ps-async: a worker killed mid-run; the others make all their steps, and
 #                    chorus-run exits 0 naming the lost worker; the server says, without
 #                    CHORUS_DEBUG, that it goes on without it
+#   stop_server      ps-async and ps-ssp: the server stopped (SIGSTOP) mid-run: the workers
+#                    lose it; the job tolerates a lost worker, but when the last worker ends
+#                    because it lost the server the job cannot go on: chorus-run stops it,
+#                    names the stopped server as the rank that failed first, and exits
+#                    non-zero (it used to wait for the stopped server for ever)
+#   stop_worker      ps-async: a worker stopped (SIGSTOP) mid-run: the server goes on without
+#                    it, the other worker finishes, and chorus-run, whose only running rank is
+#                    then the stopped one, stops it after --grace and exits 0 naming it (it
+#                    used to wait for it for ever)
 #   damaged_shards   ps-sync checkpoints of steps 4 and 6; the server's shard of step 6 is
 #                    damaged: the server says what is wrong with it (without CHORUS_DEBUG), the
 #                    resume falls back to step 4, says so, and ends with the parameters of a
@@ -62,6 +71,56 @@ bad)
     out=$(chorus-run -np 2 chorus-train --mode ps-async --servers 2 2>&1)
     echo "$out"
     echo "$out" | grep -q "2 servers in a job of 2 ranks leaves no worker; use 1..1 servers" || exit 1
+    ;;
+stop_worker)
+    # a stopped worker is lost after CHORUS_HEARTBEAT_TIMEOUT_S; the end's waits on it last
+    # CHORUS_TIMEOUT_S; then chorus-run waits --grace before it stops it
+    CHORUS_TIMEOUT_S=5 CHORUS_HEARTBEAT_TIMEOUT_S=2 chorus-run --grace 2 -np 3 sh -c "echo \$\$ > $d/pid.\$CHORUS_RANK; exec chorus-train --mode ps-async --servers 1 --no-eval --batch 64 --max-steps 60 --log-every 1" \
+        > "$d/stopped.log" 2>&1 &
+    run=$!
+    i=0
+    until grep -q "^\[1\] .*step [3-9]/" "$d/stopped.log" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 1200 ] || { kill $run; cat "$d/stopped.log"; echo "the run never got to step 3"; exit 1; }
+        sleep 0.05
+    done
+    victim=$(cat "$d/pid.1")
+    kill -STOP "$victim"
+    wait $run
+    rc=$?
+    grep -v "step [0-9]*/\|^\[.\] \(memory\|per rank\)" "$d/stopped.log" | tail -5
+    [ $rc = 0 ] || { echo "exit $rc, not 0: the job goes on without a stopped worker"; exit 1; }
+    grep -q "^chorus-run: rank 1 (pid $victim) is stopped (SIGSTOP?) and every other rank has ended; stopping it: the job finished without it (a parameter-server worker whose loss the job tolerates)$" "$d/stopped.log" ||
+        { echo "chorus-run did not name the stopped worker"; exit 1; }
+    grep -q "^chorus-run: the job finished without rank 1 (pid $victim)" "$d/stopped.log" ||
+        { echo "the summary does not name the stopped worker"; exit 1; }
+    kill -0 "$victim" 2> /dev/null && { echo "the stopped worker is left"; exit 1; }
+    echo "a stopped worker: the job finished without it and named it"
+    ;;
+stop_server)
+    # the workers find the stopped server after CHORUS_HEARTBEAT_TIMEOUT_S seconds of silence
+    for m in ps-async ps-ssp; do
+        CHORUS_HEARTBEAT_TIMEOUT_S=2 chorus-run -np 3 sh -c "echo \$\$ > $d/pid.\$CHORUS_RANK; exec chorus-train --mode $m --servers 1 --no-eval --batch 64 --log-every 1" \
+            > "$d/stopped.log" 2>&1 &
+        run=$!
+        i=0
+        until grep -q "step [3-9]/" "$d/stopped.log" 2>/dev/null; do
+            i=$((i + 1))
+            [ $i -lt 1200 ] || { kill $run; cat "$d/stopped.log"; echo "the run never got to step 3"; exit 1; }
+            sleep 0.05
+        done
+        server=$(cat "$d/pid.0")
+        kill -STOP "$server"
+        wait $run
+        rc=$?
+        grep -v "^\[.\] \(epoch\|memory\|per rank\)" "$d/stopped.log" | tail -6
+        [ $rc != 0 ] || { echo "$m: chorus-run exited 0 without its server"; exit 1; }
+        grep -q "^chorus-run: rank 0 (pid $server) stopped responding (it was stopped, SIGSTOP?) and was killed by signal 15 (Terminated); it failed first$" "$d/stopped.log" ||
+            { echo "$m: chorus-run did not name the stopped server"; exit 1; }
+        grep -q "the job finished without" "$d/stopped.log" &&
+            { echo "$m: the job was said to have finished without its workers"; exit 1; }
+        echo "$m: the stopped server is named and the job ends"
+    done
     ;;
 kill_server)
     common="--mode ps-sync --servers 1 --no-eval --batch 64 --checkpoint-dir $d/ck --checkpoint-every 10"

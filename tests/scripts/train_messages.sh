@@ -1,7 +1,7 @@
 #!/bin/sh
 # chorus-train's refusals as a user meets them: a learning rate that makes the loss non-finite
 # stops the run with a message and leaves the metrics file valid JSON (no NaN in it); a
-# non-finite --lr is refused; a resume with another --dropout says what differs; a checkpoint
+# non-finite --lr, an empty --compress or --dump-params are refused; a resume with another --dropout says what differs; a checkpoint
 # directory that cannot be written is refused before training, not at the first save; a
 # metrics file that cannot be written (a full disk: /dev/full) stops the run naming it.
 set -u
@@ -14,6 +14,16 @@ out=$(chorus-train $common --lr inf 2>&1); rc=$?
 echo "$out"
 [ $rc = 1 ] && echo "$out" | grep -q "chorus-train\[0\]: --lr inf: the learning rate must be a finite number$" ||
     fail "--lr inf accepted"
+
+# an empty value where a file name or a compressor is needed: refused, not taken for none
+# (--compress '' trained uncompressed, --dump-params '' wrote the hidden file ".0")
+for o in "--compress|--compress must be none, fp16, bf16, topk:R, randomk:R or powersgd:N, not ''" \
+    "--dump-params|--dump-params needs a file name, not ''"; do
+    out=$(cd "$dir" && chorus-train $common "${o%%|*}" "" 2>&1); rc=$?
+    echo "$out"
+    [ $rc = 1 ] && echo "$out" | grep -qF "chorus-train[0]: ${o#*|}" || fail "${o%%|*} '' accepted"
+done
+[ -z "$(ls -A "$dir")" ] || fail "a refused run wrote $(ls -A "$dir")"
 
 out=$(chorus-run -np 2 chorus-train $common --lr 1e30 --metrics "$dir/m.json" --checkpoint-dir "$dir/ck" 2>&1); rc=$?
 echo "$out"

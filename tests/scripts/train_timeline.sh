@@ -3,7 +3,8 @@
 # write a Chrome trace (valid JSON) per rank with exactly one event per collective the trainer
 # issues (a gradient allreduce and a loss/accuracy allreduce per step in fused mode, one per
 # layer in layer mode); in engine mode the engine's rows and the collectives share the file; a
-# timeline that cannot be written is a warning naming the file and why, and the run goes on.
+# timeline that cannot be written, or whose disk fills, is a warning naming the file and why,
+# and the run goes on.
 set -u
 fail() { echo "FAILED: $*"; exit 1; }
 dir=$(mktemp -d "${TMPDIR:-/tmp}/train_timeline.XXXXXX")
@@ -56,12 +57,25 @@ out=$(cd "$dir" && CHORUS_TIMELINE=layer.json chorus-run -np 2 chorus-train $com
 check "$dir/layer.json" layer
 [ "$(ls "$dir" | grep -c '^layer')" = 1 ] || fail "one timeline file expected: $(ls "$dir")"
 
-# a timeline that cannot be written: a warning naming the file and why; the run goes on
+# a timeline that cannot be written: chorus-run checks the directory before it starts a rank;
+# a rank started otherwise warns naming the file and why, and the run goes on
 out=$(CHORUS_TIMELINE="$dir/no-such-dir/tl.%r.json" chorus-run -np 2 chorus-train $common 2>&1); rc=$?
 echo "$out"
+[ $rc = 2 ] || fail "chorus-run started ranks whose timeline directory does not exist"
+echo "$out" | grep -q "^chorus-run: CHORUS_TIMELINE=$dir/no-such-dir/tl.%r.json: the directory $dir/no-such-dir does not exist$" ||
+    fail "chorus-run did not name the missing directory"
+out=$(CHORUS_TIMELINE="$dir/no-such-dir/tl.%r.json" chorus-train $common 2>&1); rc=$?
+echo "$out"
 [ $rc = 0 ] || fail "a run whose timeline cannot be written failed"
-for r in 0 1; do
-    echo "$out" | grep -q "CHORUS WARN CHORUS_TIMELINE: rank $r cannot write the timeline file $dir/no-such-dir/tl.$r.json: No such file or directory; this run has no timeline of rank $r" ||
-        fail "no warning for rank $r"
-done
+echo "$out" | grep -q "CHORUS WARN CHORUS_TIMELINE: rank 0 cannot write the timeline file $dir/no-such-dir/tl.0.json: No such file or directory; this run has no timeline of rank 0" ||
+    fail "no warning for rank 0"
+
+# a timeline whose disk fills (/dev/full: opened, then every write fails): said once, naming
+# the file and why; the run goes on and ends well
+out=$(CHORUS_TIMELINE=/dev/full chorus-run -np 2 chorus-train $common 2>&1); rc=$?
+echo "$out"
+[ $rc = 0 ] || fail "a run whose timeline disk is full failed"
+echo "$out" | grep -q "^\[0\] .*CHORUS WARN CHORUS_TIMELINE: cannot write the timeline file /dev/full: No space left on device; the file is incomplete and this run writes no more events to it$" ||
+    fail "no warning that the timeline could not be written"
+[ "$(echo "$out" | grep -c "cannot write the timeline file")" = 1 ] || fail "the warning is not said once"
 echo "train_timeline: ok"

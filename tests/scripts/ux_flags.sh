@@ -102,6 +102,8 @@ echo "$out" | grep -q 'err' && fail "--log-dir: stderr was shown although only s
 refused "--tee and --redirects need --log-dir DIR" --tee 3
 touch "$tmp/file"
 refused "chorus-run: --log-dir $tmp/file/logs: Not a directory" --log-dir "$tmp/file/logs"
+# a --log-dir that is a file: refused before any rank starts (the ranks ran, their files failed)
+refused "chorus-run: --log-dir $tmp/file: Not a directory" --log-dir "$tmp/file"
 
 # --redirects 2: only stderr goes to the file; stdout stays here
 out=$(chorus-run -np 1 --log-dir "$tmp/logs2" --redirects 2 sh -c 'echo "out"; echo "err" >&2' 2>&1)

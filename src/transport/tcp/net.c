@@ -12,7 +12,8 @@
  * connection that has been idle for CHORUS_HEARTBEAT_S and reads whatever is pending (which
  * also keeps queued sends moving while the application computes); a peer from which nothing
  * at all arrived for CHORUS_HEARTBEAT_TIMEOUT_S is declared lost, naming its rank and host
- * (but for a peer the job may lose, whose silence is left to the deadlines: see watchdog()).
+ * (a peer the job may lose, a parameter server's worker in async or SSP mode, is then lost
+ * whichever deadline sees its silence first: see timeout_locked()).
  * Every rank has a direct connection to every other, so each survivor notices on its own.
  *
  * Lanes: a pair of ranks holds CHORUS_TCP_LANES connections (lane 0 .. L-1, each opened with
@@ -1375,8 +1376,25 @@ static int silent_peer(chorus_net *n, int waited_for, double *silent_s)
 static void timeout_locked(chorus_net *n, const chorus_req *r, int probe)
 {
     char what[160], why[480];
-    double silent_s;
+    double silent_s = 0;
     int q = silent_peer(n, r->peer, &silent_s);
+    /* A silent peer the job may lose is lost, whether the watchdog or a deadline sees its
+     * silence first: on a busy machine the two come in either order, and the verdict (the job
+     * goes on without it) must not depend on which. */
+    int e = q;
+    if (r->peer >= 0 && r->peer != n->rank && n->hb_started &&
+        chorus__now() - n->peers[r->peer].last_rx > 3 * n->hb_interval) {
+        e = r->peer;
+        silent_s = chorus__now() - n->peers[r->peer].last_rx;
+    }
+    if (e >= 0 && n->peers[e].expendable && !n->peers[e].lost && n->broken == CHORUS_OK) {
+        snprintf(why, sizeof(why),
+                 "nothing arrived from it for %.1f s, not even a heartbeat: the process is hung "
+                 "or stopped (SIGSTOP?) or its host is unreachable (CHORUS_TIMEOUT_S)",
+                 silent_s);
+        peer_lost(n, e, why);
+        return;
+    }
     if (q >= 0 && q != r->peer) {
         snprintf(why, sizeof(why),
                  "rank %d (host %s) made no progress: nothing arrived from it for %.1f s, not "
@@ -1564,13 +1582,8 @@ static void *watchdog(void *arg)
             if (p == n->rank || n->peers[p].bye) continue;
             peer *pe = &n->peers[p];
             char what[240];
-            /* A peer the job may lose (a parameter server's worker) is lost when its
-             * connection closes; one that falls silent (stopped, hung) is left to the deadline
-             * of whatever waits for it, which names it (timeout_locked). Declaring it lost here
-             * too would make the verdict (going on without it, or timing out) depend on which
-             * of two equal deadlines a busy machine happens to check first. */
             int silent = pe->lanes[0].fd >= 0 && now - pe->last_rx > n->hb_timeout;
-            if (silent && !pe->expendable) {
+            if (silent) {
                 snprintf(what, sizeof(what),
                          "nothing arrived from it for %.1f s, not even a heartbeat: the process "
                          "is hung or stopped (SIGSTOP?) or its host is unreachable "

@@ -206,7 +206,9 @@ def barrier(process_set=None):
 
 def join():
     """This rank has no more data: it takes part with zeros in the others' allreduces until
-    all ranks have joined. Returns the last rank to join."""
+    all ranks have joined (an Average still divides by every rank, as Horovod). Allgather,
+    broadcast, alltoall and reducescatter raise while a rank has joined. Returns the last rank
+    to join."""
     return _set(None)[1].join()
 
 

@@ -202,14 +202,33 @@ def test_join_allreduce():
     hvd.barrier()
 
 
-def test_join_allgather():
+def test_join_average_counts_joined_ranks():
+    # Horovod: the joined rank's part is zeros and the average divides by every rank
     if R == 0:
         hvd.join()
     else:
-        g = hvd.allgather(torch.full((2, 3), float(R)), name="join.ag")
-        # rank 0 joined: it contributes no rows
-        assert g.shape[0] == 2 * (N - 1)
+        t = torch.full((5,), float(R))
+        a = hvd.allreduce(t, name="join.avg")
+        assert torch.allclose(a, torch.full((5,), float(sum(range(1, N))) / N)), a
         hvd.join()
+    hvd.barrier()
+
+
+def test_join_allgather_alltoall_reducescatter_raise():
+    # Horovod: these have no meaning while a rank has joined; they raise, naming the op
+    if R == 0:
+        hvd.join()
+    else:
+        with pytest.raises(RuntimeError, match="allgather 'join.ag' is not supported while "
+                                               "rank 0 has joined"):
+            hvd.allgather(torch.full((2, 3), float(R)), name="join.ag")
+        with pytest.raises(RuntimeError, match="alltoall .* not supported while rank 0 has"):
+            hvd.alltoall(torch.ones(N, 2), name="join.a2a")
+        with pytest.raises(RuntimeError, match="reduce_scatter .* not supported while rank 0"):
+            hvd.reducescatter(torch.ones(N, 2), name="join.rs")
+        hvd.join()
+    # after every rank joined, they work again
+    assert hvd.allgather(torch.ones(1, 1)).shape[0] == N
     hvd.barrier()
 
 
@@ -219,8 +238,10 @@ def test_join_broadcast():
     else:
         with pytest.raises(RuntimeError, match="join"):
             hvd.broadcast(torch.ones(3), 0, name="join.bc.root")
-        b = hvd.broadcast(torch.full((3,), float(R)), 1, name="join.bc")
-        assert torch.allclose(b, torch.ones(3))
+        # Horovod: a broadcast raises while any rank has joined, whoever its root
+        with pytest.raises(RuntimeError, match="broadcast 'join.bc' is not supported while "
+                                               "rank 0 has joined"):
+            hvd.broadcast(torch.full((3,), float(R)), 1, name="join.bc")
         hvd.join()
     hvd.barrier()
 

@@ -797,8 +797,10 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
 
 def join(device=-1):
     """This rank has run out of data: it takes part with zeros in the other ranks'
-    allreduces (and allgathers, broadcasts, barriers) until every rank has joined. An Average
-    then divides by the ranks that contributed. Returns the last rank to join."""
+    allreduces (and barriers) until every rank has joined; an Average divides by every rank,
+    the joined ones counted with their zeros (as Horovod). An allgather, broadcast, alltoall or
+    reducescatter while a rank has joined raises (RuntimeError, as Horovod). Returns the last
+    rank to join (the same on every rank)."""
     return _set(None)[1].join()
 
 

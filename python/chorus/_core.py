@@ -295,6 +295,18 @@ def shutdown():
 atexit.register(shutdown)
 
 
+def set_root(ps, root_rank, what):
+    """The rank inside process set ps of root_rank, which is a global rank as in Horovod (in
+    the global set the two are the same)."""
+    root = int(root_rank)
+    if ps is S.global_set or ps.ranks is None:
+        return root
+    if root not in ps.ranks:
+        raise ValueError("chorus %s: root_rank %d is not in the process set (global ranks %s); "
+                         "root_rank is a global rank, as in Horovod" % (what, root, ps.ranks))
+    return ps.ranks.index(root)
+
+
 def resolve_set(process_set):
     """The ProcessSet for process_set= (None: the global one); raises on non-members."""
     world()

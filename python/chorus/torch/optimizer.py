@@ -64,6 +64,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._inflight = {}     # bucket index -> (handle, [(param, compressed, ctx)])
         self._issued = set()    # buckets started this step
         self._sparse_inflight = []  # (param, handle) of sparse gradients
+        self._densified = []  # params whose sparse gradient is reduced dense (sparse_as_dense)
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -171,6 +172,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p.grad = torch.zeros_like(p)
             if p.grad.is_sparse and self.sparse_as_dense:
                 p.grad = p.grad.to_dense()
+                self._densified.append(p)
             (sparse if p.grad.is_sparse else params).append(p)
         # Weighted by the samples this rank took (a balanced sampler): sum of n_i/n * g_i.
         weight = self._sample_weight()
@@ -221,7 +223,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if i not in self._issued:
                     self._issue(i)
             for p, h in self._sparse_inflight:
-                p.grad = mpi_ops.synchronize(h).coalesce()
+                p.grad = h().coalesce()
             for i in sorted(self._inflight):
                 h, items = self._inflight[i]
                 mpi_ops.synchronize(h)
@@ -232,6 +234,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     res = self._compression.decompress(compressed, ctx)
                     if res.data_ptr() != p.grad.data_ptr():
                         p.grad.copy_(res)
+            # sparse_as_dense: the reduced gradient becomes sparse again (as Horovod)
+            for p in self._densified:
+                p.grad = p.grad.to_sparse()
         finally:
             self._reset_comm_state()
         self._step_scalars.step(time.perf_counter() - t0, dense)
@@ -243,6 +248,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._inflight.clear()
         self._issued.clear()
         self._sparse_inflight = []
+        self._densified = []
         self._handles.clear()
         self._left = [len(b) for b in self._buckets]
         for p in self._allreduce_delay:

@@ -74,7 +74,7 @@ def _init_state(optimizer):
                 p.grad = torch.zeros_like(p)
                 if isinstance(optimizer, torch.optim.SparseAdam):
                     p.grad = p.grad.to_sparse()
-    if hasattr(optimizer, "skip_synchronize"):  # a DistributedOptimizer
+    if getattr(optimizer, "_chorus_distributed", False):  # a DistributedOptimizer
         super(optimizer.__class__, optimizer).step()
     else:
         optimizer.step()

@@ -79,11 +79,12 @@ def as_op(op, average=None, adasum=False):
 
 class Comm:
     """A libchorus communicator (world or split). owned=False: someone else (the elastic
-    runtime) finalizes it."""
+    runtime) finalizes it; release, when set, is called instead when it is finalized here."""
 
     def __init__(self, ptr, owned=True):
         self.ptr = ptr
         self.owned = owned
+        self.release = None
         self.rank = lib.chorus_rank(ptr)
         self.size = lib.chorus_size(ptr)
         self.local_rank = lib.chorus_local_rank(ptr)
@@ -97,6 +98,8 @@ class Comm:
             p, self.ptr = self.ptr, None
             if self.owned:
                 lib.chorus_finalize(p)
+            elif self.release is not None:
+                self.release()
 
     def split(self, color, key):
         out = ctypes.c_void_p()
@@ -261,6 +264,14 @@ def membership():
             pass
     world()  # raises: not initialised
     return None
+
+
+def keep_world(release):
+    """The world communicator someone else owns stays the world after its owner's loop (the
+    last generation of elastic.run()); release() is called once shutdown() has stopped its
+    engines."""
+    with S.lock:
+        S.world.release = release
 
 
 def world():

@@ -325,7 +325,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         raise ValueError("chorus DistributedOptimizer: gradient_predivide_factor is only "
                          "supported with op=Average")
     op = _core.as_op(op, adasum=True)
-    if op is Adasum and mpi_ops._set(process_set)[0].comm.size > 1:
+    n = mpi_ops._set(process_set)[0].comm.size if op is Adasum else 1
+    if n & (n - 1):
+        raise NotImplementedError("chorus DistributedOptimizer: op=Adasum needs a power of 2 "
+                                  "ranks (as Horovod's), not %d" % n)
+    if n > 1:
         if sampler is not None or gradient_predivide_factor != 1.0 or num_groups or groups:
             raise ValueError("chorus DistributedOptimizer: op=Adasum takes none of sampler, "
                              "gradient_predivide_factor, num_groups, groups")

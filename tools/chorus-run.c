@@ -849,10 +849,29 @@ static worker *spawn(job *j, int rank, int size)
     return w;
 }
 
+/* A worker whose process has ended is not left, even before the event loop reaps it (workers
+ * that end together are reaped one at a time): waitid with WNOWAIT looks without reaping. */
+static int has_ended(const worker *w)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof(si));
+    return waitid(P_PID, (id_t)w->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           si.si_pid == w->pid;
+}
+
 static int count_alive(const job *j)
 {
     int n = 0;
     for (int i = 0; i < j->nw; i++) n += j->w[i].running && !j->w[i].leaving;
+    return n;
+}
+
+/* The workers still running at this instant (count_alive counts those not yet reaped). */
+static int count_left(const job *j)
+{
+    int n = 0;
+    for (int i = 0; i < j->nw; i++)
+        n += j->w[i].running && !j->w[i].leaving && !has_ended(&j->w[i]);
     return n;
 }
 
@@ -1074,7 +1093,7 @@ static void elastic_failed(job *j, worker *w, int status, const char *how)
     }
     int repeats = same && w->replacement && !j->repeating;
     if (repeats) j->repeating = 1;
-    int alive = count_alive(j);
+    int alive = count_left(j);
     fprintf(stderr, "chorus-run: worker %d (pid %d%s) %s", w->wid, (int)w->pid,
             w->rank >= 0 ? ", a rank of the last generation" : "", how);
     if (alive > 0)

@@ -275,7 +275,7 @@ void chorus_engine_tensor_opts_init(chorus_engine_tensor_opts *o);
  * at once (nothing is enqueued); a stopped engine returns the error that stopped it. */
 
 /* recv[i] = op over ranks of send[i]; send == recv is in place. CHORUS_AVG divides by the
- * number of ranks that contributed (ranks that joined are not counted). Scaling is for float
+ * number of ranks (ranks that joined count, with zeros, as in Horovod). Scaling is for float
  * dtypes only. */
 chorus_result chorus_engine_allreduce(chorus_engine *e, const char *name, const void *send,
                                       void *recv, size_t count, chorus_dtype t, chorus_op op,
@@ -333,10 +333,11 @@ void chorus_engine_release(chorus_engine_handle *h);
 /* ---- synchronous operations --------------------------------------------------------------- */
 
 /* For a rank that ran out of data: until every rank has joined, this rank takes part in the
- * other ranks' allreduces, reduce-scatters, allgathers and alltoalls with zeros (the identity
- * of the op for min/max/prod) or no rows, and in broadcasts as a receiver. Blocks until all
- * ranks joined; *last_rank (may be NULL) is the last rank to join (the highest rank among the
- * last ones when several joined in the same cycle). No other op may be enqueued on this rank
+ * other ranks' allreduces with zeros (the identity of the op for min/max/prod; an average
+ * still divides by every rank). Broadcasts, allgathers, reduce-scatters and alltoalls issued
+ * meanwhile end with CHORUS_ERR_INVALID_ARG naming the joined ranks (as Horovod's). Blocks
+ * until all ranks joined; *last_rank (may be NULL) is the last rank to join (the highest rank among
+ * the last ones when several joined in the same cycle). No other op may be enqueued on this rank
  * meanwhile. */
 chorus_result chorus_engine_join(chorus_engine *e, int *last_rank);
 

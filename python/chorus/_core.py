@@ -79,11 +79,12 @@ def as_op(op, average=None, adasum=False):
 
 class Comm:
     """A libchorus communicator (world or split). owned=False: someone else (the elastic
-    runtime) finalizes it."""
+    runtime) finalizes it; release, when set, is called instead when it is finalized here."""
 
     def __init__(self, ptr, owned=True):
         self.ptr = ptr
         self.owned = owned
+        self.release = None
         self.rank = lib.chorus_rank(ptr)
         self.size = lib.chorus_size(ptr)
         self.local_rank = lib.chorus_local_rank(ptr)
@@ -97,6 +98,8 @@ class Comm:
             p, self.ptr = self.ptr, None
             if self.owned:
                 lib.chorus_finalize(p)
+            elif self.release is not None:
+                self.release()
 
     def split(self, color, key):
         out = ctypes.c_void_p()
@@ -263,6 +266,14 @@ def membership():
     return None
 
 
+def keep_world(release):
+    """The world communicator someone else owns stays the world after its owner's loop (the
+    last generation of elastic.run()); release() is called once shutdown() has stopped its
+    engines."""
+    with S.lock:
+        S.world.release = release
+
+
 def world():
     if S.world is None:
         if elastic_pending():
@@ -293,6 +304,18 @@ def shutdown():
 
 
 atexit.register(shutdown)
+
+
+def set_root(ps, root_rank, what):
+    """The rank inside process set ps of root_rank, which is a global rank as in Horovod (in
+    the global set the two are the same)."""
+    root = int(root_rank)
+    if ps is S.global_set or ps.ranks is None:
+        return root
+    if root not in ps.ranks:
+        raise ValueError("chorus %s: root_rank %d is not in the process set (global ranks %s); "
+                         "root_rank is a global rank, as in Horovod" % (what, root, ps.ranks))
+    return ps.ranks.index(root)
 
 
 def resolve_set(process_set):

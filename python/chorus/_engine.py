@@ -520,8 +520,9 @@ def alltoall(A, E, x, splits, size, rank, name=None, what="alltoall"):
     if not b.shape:
         raise ValueError("chorus %s: the tensor needs at least one dimension" % what)
     d0 = b.shape[0]
-    even = splits is None
-    if even:
+    if splits is None:
+        # Equal parts of this rank's rows (as Horovod): dim 0 may differ from rank to rank, so
+        # the counts are exchanged as for explicit splits.
         if d0 % n:
             raise ValueError("chorus %s: dim 0 (%d) is not divisible by the number of ranks "
                              "(%d); pass splits=" % (what, d0, n))
@@ -535,14 +536,6 @@ def alltoall(A, E, x, splits, size, rank, name=None, what="alltoall"):
     rb = row * esz
     o = Op(E, what, name, b.shape)
     o.keep.append(x)
-    if even:
-        # Equal parts: one alltoall; the engine compares the count across ranks.
-        out = A.empty(b.shape, x)
-        o.keep.append(out)
-        o.enqueue(lib.chorus_engine_alltoall, name.encode(), b.ptr, A.buf(out).ptr,
-                  d0 * row, code, None)
-        o.result = (out, splits)
-        return o
     mine = np.asarray(splits, dtype=np.int64)
     o.keep.append(mine)
     mat = np.zeros((n, n), dtype=np.int64)
@@ -606,15 +599,16 @@ def reducescatter(A, E, x, op, size, rank, pre=1.0, post=1.0, name=None, what="r
     o.keep.extend([x, src, out])
     o.result = out
     if d0 % size == 0:
+        # the shape is compared across ranks, not only the element count (as Horovod)
         o.enqueue(lib.chorus_engine_reduce_scatter, name.encode(), s.ptr, A.buf(out).ptr,
-                  d0 * row, b.code, cop, _opts(o, p1, p2))
+                  d0 * row, b.code, cop, _opts(o, p1, p2, shape=b.shape))
         return o
     # Uneven rows: the engine splits elements, not rows; reduce the whole tensor (its exact
     # size is compared across ranks) and keep this rank's rows.
     full = A.empty(b.shape, x)
     o.keep.append(full)
     o.enqueue(lib.chorus_engine_allreduce, name.encode(), s.ptr, A.buf(full).ptr, d0 * row,
-              b.code, cop, _opts(o, p1, p2))
+              b.code, cop, _opts(o, p1, p2, shape=b.shape))
 
     def keep_mine():
         rb = row * b.isz

@@ -38,6 +38,8 @@ def register(entry):
 
 def poll(handle):
     """True when the operation of handle has finished (synchronize() will not block)."""
+    if hasattr(handle, "poll"):  # a handle object (sparse_allreduce_async's)
+        return handle.poll()
     with _lock:
         e = _entries.get(handle)
     if e is None:
@@ -48,7 +50,10 @@ def poll(handle):
 def synchronize(handle):
     """Waits for the operation of handle and returns its output (None for an unknown or
     already synchronized handle). Raises HorovodInternalError (or a subclass:
-    ChorusMismatchError, ChorusPeerLostError, ChorusTimeoutError) when it failed."""
+    ChorusMismatchError, ChorusPeerLostError, ChorusTimeoutError) when it failed. A handle
+    object (sparse_allreduce_async's callable) is waited for the same way."""
+    if hasattr(handle, "wait"):
+        return handle.wait()
     with _lock:
         e = _entries.pop(handle, None)
     if e is None:

@@ -160,7 +160,8 @@ def broadcast_(array, root_rank=0, name=None, process_set=None):
     ps, eng = _set(process_set)
     A.buf(array)
     _writable(array, "broadcast_")
-    return _engine.broadcast(A, eng, array, root_rank, ps.comm.size, name).wait()
+    root = _core.set_root(ps, root_rank, "broadcast")
+    return _engine.broadcast(A, eng, array, root, ps.comm.size, name).wait()
 
 
 def broadcast(array, root_rank=0, name=None, process_set=None):
@@ -206,20 +207,22 @@ def barrier(process_set=None):
 
 def join():
     """This rank has no more data: it takes part with zeros in the others' allreduces until
-    all ranks have joined. Returns the last rank to join."""
+    all ranks have joined (an Average still divides by every rank, as Horovod). Allgather,
+    broadcast, alltoall and reducescatter raise while a rank has joined. Returns the last rank
+    to join."""
     return _set(None)[1].join()
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Returns root_rank's ``obj`` (pickled) on every rank."""
     ps = _core.resolve_set(process_set)
-    me = ps.comm.rank
-    data = pickle.dumps(obj) if me == root_rank else b""
+    mine = ps.comm.rank == _core.set_root(ps, root_rank, "broadcast_object")
+    data = pickle.dumps(obj) if mine else b""
     n = broadcast_(np.array([len(data)], dtype=np.int64), root_rank, name, process_set)
-    buf = np.frombuffer(data, dtype=np.uint8).copy() if me == root_rank else \
+    buf = np.frombuffer(data, dtype=np.uint8).copy() if mine else \
         np.empty(int(n[0]), dtype=np.uint8)
     broadcast_(buf, root_rank, name, process_set)
-    return obj if me == root_rank else pickle.loads(buf.tobytes())
+    return obj if mine else pickle.loads(buf.tobytes())
 
 
 def allgather_object(obj, name=None, process_set=None):

@@ -1,8 +1,8 @@
 /*
  * common.c - what the steps of a cycle share: growing a reusable buffer, the engine thread's
  * record of the failure that stops it, formatting a set of ranks, the number of ranks that
- * contribute (did not join), the finishing touches after an op's last exchange (average,
- * postscale) and the timeline spans every op starts with.
+ * contribute (did not join), the finishing touches after an op's last exchange (average over
+ * every rank, postscale) and the timeline spans every op starts with.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,9 +67,8 @@ void chorus__eng_post(chorus_engine *e, const eng_meta *m, void *buf, size_t cou
 {
     /* a plain allreduce over every rank was averaged by the core (chorus__round_of) */
     int core_avg = m->kind == EK_ALLREDUCE && !m->nrounds && chorus__eng_active(e) == e->size;
-    if (m->op == CHORUS_AVG && !core_avg)
-        chorus__reduce_finish(buf, count, (chorus_dtype)m->dtype, CHORUS_AVG,
-                              chorus__eng_active(e));
+    if (m->op == CHORUS_AVG && !core_avg) /* joined ranks gave zeros: divide by every rank */
+        chorus__reduce_finish(buf, count, (chorus_dtype)m->dtype, CHORUS_AVG, e->size);
     if (m->postscale != 1.0)
         chorus__reduce_scale(buf, buf, count, (chorus_dtype)m->dtype, m->postscale);
 }

@@ -257,6 +257,29 @@ static chorus_result run_round(chorus_engine *e, eng_fusion *f, eng_exec *x, siz
     return chorus__fusion_add(e, f, x, i);
 }
 
+/* Ops that move data between particular ranks have no meaning while a rank has joined (it has
+ * no rows to give, no part to receive, no root to be): as Horovod, they end with an error on
+ * every rank that issued them. Every rank sees the same joined set, so all skip them alike.
+ * Returns 1 when x was ended so. */
+static int refuse_while_joined(chorus_engine *e, eng_exec *x)
+{
+    int k = x->m.kind;
+    if (k != EK_BROADCAST && k != EK_ALLGATHER && k != EK_REDUCESCATTER && k != EK_ALLTOALL)
+        return 0;
+    if (chorus__eng_active(e) == e->size) return 0;
+    if (x->req) {
+        char who[160], msg[400];
+        chorus__fmt_ranks(e->joined, e->size, 1, who, sizeof(who));
+        snprintf(msg, sizeof(msg),
+                 "%s '%s' is not supported while %s %s joined (join covers allreduce only; "
+                 "call it before join, or after every rank has joined)",
+                 chorus__kind_name(k), x->name, who,
+                 e->size - chorus__eng_active(e) > 1 ? "have" : "has");
+        chorus__eng_complete(e, x->req, CHORUS_ERR_INVALID_ARG, msg);
+    }
+    return 1;
+}
+
 chorus_result chorus__eng_execute(chorus_engine *e, eng_exec *x, size_t n)
 {
     eng_fusion f;
@@ -266,6 +289,7 @@ chorus_result chorus__eng_execute(chorus_engine *e, eng_exec *x, size_t n)
     /* pass 0: every op in the agreed order, allreduces with their first round */
     for (size_t i = 0; i < n && res == CHORUS_OK; i++) {
         eng_exec *xi = &x[i];
+        if (refuse_while_joined(e, xi)) continue;
         switch (xi->m.kind) {
         case EK_ALLREDUCE:
             xi->round = 0;

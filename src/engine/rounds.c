@@ -19,7 +19,8 @@ eng_round chorus__round_of(const chorus_engine *e, const eng_exec *x)
     const eng_meta *m = &x->m;
     if (m->nrounds) return m->rounds[x->round];
     /* An average over every rank is left to the core, which divides in the pass that writes
-     * the result; with joined ranks the engine sums and divides by the contributors. */
+     * the result; with joined ranks (their part is zeros) the engine sums and divides by every
+     * rank, as Horovod. */
     chorus_op op = m->op == CHORUS_AVG && chorus__eng_active(e) == e->size
                        ? CHORUS_AVG
                        : chorus__eng_red_op(m->op);

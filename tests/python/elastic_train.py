@@ -52,3 +52,10 @@ def train(state):
 size, same, digest = train(state)
 print("done: step %d size %d same %s digest %.10f" % (state.step, size, same, digest),
       flush=True)
+# After run() the last generation's ranks are still a job (as Horovod's examples use it: a
+# test() that averages metrics): collectives work until exit.
+mean_rank = hvd.allreduce(torch.tensor(float(hvd.rank())), name="after.run").item()
+wid = os.environ.get("CHORUS_WORKER_ID", str(hvd.rank()))
+names = hvd.allgather_object(wid)
+print("after run: rank %d of %d, mean rank %.2f, workers %s"
+      % (hvd.rank(), hvd.size(), mean_rank, sorted(names)), flush=True)

@@ -21,7 +21,7 @@ def ones(*shape, dtype=torch.float32):
 
 def test_allgather_uneven_grad():
     # Each rank gathers a different number of rows, then backward(): the gradient of each
-    # rank's rows is the sum of every rank's gradient for them.
+    # rank's rows is the average of every rank's gradient for them (as Horovod).
     sizes = [3, 2, 7, 4][:N]
     for dim in (1, 2, 3):
         t = ones(*([sizes[R]] + [5] * (dim - 1))).mul_(R).requires_grad_()
@@ -29,7 +29,7 @@ def test_allgather_uneven_grad():
         assert g.shape[0] == sum(sizes)
         grad = torch.cat([ones(*([sizes[r]] + [5] * (dim - 1))) * r for r in range(N)])
         g.backward(grad)
-        assert torch.allclose(t.grad, ones(*t.shape) * R * N), t.grad
+        assert torch.allclose(t.grad, ones(*t.shape) * R), t.grad
     # and the ranks are still in step
     assert hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item() == N
 
@@ -39,9 +39,10 @@ def test_grouped_allgather_grad():
     outs = hvd.grouped_allgather(ts)
     for i, o in enumerate(outs):
         assert o.shape[0] == sum(r + 1 + i for r in range(N))
-        o.backward(torch.ones_like(o))
+        # rank r's gradient of every row is r + 1: the average over ranks is (N + 1) / 2
+        o.backward(torch.full_like(o, float(R + 1)))
     for t in ts:
-        assert torch.allclose(t.grad, torch.full(t.shape, float(N)))
+        assert torch.allclose(t.grad, torch.full(t.shape, (N + 1) / 2)), t.grad
 
 
 def test_grouped_allreduce_grad():
@@ -202,14 +203,33 @@ def test_join_allreduce():
     hvd.barrier()
 
 
-def test_join_allgather():
+def test_join_average_counts_joined_ranks():
+    # Horovod: the joined rank's part is zeros and the average divides by every rank
     if R == 0:
         hvd.join()
     else:
-        g = hvd.allgather(torch.full((2, 3), float(R)), name="join.ag")
-        # rank 0 joined: it contributes no rows
-        assert g.shape[0] == 2 * (N - 1)
+        t = torch.full((5,), float(R))
+        a = hvd.allreduce(t, name="join.avg")
+        assert torch.allclose(a, torch.full((5,), float(sum(range(1, N))) / N)), a
         hvd.join()
+    hvd.barrier()
+
+
+def test_join_allgather_alltoall_reducescatter_raise():
+    # Horovod: these have no meaning while a rank has joined; they raise, naming the op
+    if R == 0:
+        hvd.join()
+    else:
+        with pytest.raises(RuntimeError, match="allgather 'join.ag' is not supported while "
+                                               "rank 0 has joined"):
+            hvd.allgather(torch.full((2, 3), float(R)), name="join.ag")
+        with pytest.raises(RuntimeError, match="chorus alltoall: .* not supported while rank 0 has"):
+            hvd.alltoall(torch.ones(N, 2), name="join.a2a")
+        with pytest.raises(RuntimeError, match="reduce_scatter .* not supported while rank 0"):
+            hvd.reducescatter(torch.ones(N, 2), name="join.rs")
+        hvd.join()
+    # after every rank joined, they work again
+    assert hvd.allgather(torch.ones(1, 1)).shape[0] == N
     hvd.barrier()
 
 
@@ -219,8 +239,10 @@ def test_join_broadcast():
     else:
         with pytest.raises(RuntimeError, match="join"):
             hvd.broadcast(torch.ones(3), 0, name="join.bc.root")
-        b = hvd.broadcast(torch.full((3,), float(R)), 1, name="join.bc")
-        assert torch.allclose(b, torch.ones(3))
+        # Horovod: a broadcast raises while any rank has joined, whoever its root
+        with pytest.raises(RuntimeError, match="broadcast 'join.bc' is not supported while "
+                                               "rank 0 has joined"):
+            hvd.broadcast(torch.full((3,), float(R)), 1, name="join.bc")
         hvd.join()
     hvd.barrier()
 
@@ -241,7 +263,11 @@ def test_sparse_embedding_optimizer(sparse_as_dense):
                                    sparse_as_dense=sparse_as_dense)
     idx = torch.tensor([[R, R + 3, 5]])
     m(idx).sum().backward()
-    opt.step()
+    opt.synchronize()
+    # the reduced gradient is sparse, as the gradient was (Horovod, sparse_as_dense too)
+    assert m.weight.grad.is_sparse
+    with opt.skip_synchronize():
+        opt.step()
     # the serial reference: the average of every rank's gradient
     ropt = torch.optim.SGD(ref.parameters(), lr=0.5)
     loss = sum(ref(torch.tensor([[r, r + 3, 5]])).sum() for r in range(N)) / N
@@ -265,6 +291,11 @@ def test_sparse_allreduce_async():
     assert out.is_sparse and torch.allclose(out.to_dense(), want)
     h = hvd.sparse_allreduce_async(sp, "sparse.avg", hvd.Average)
     assert torch.allclose(hvd.synchronize(h).to_dense(), want / N)
+    # as Horovod's, the handle is a callable that waits and gives the result
+    h = hvd.sparse_allreduce_async(sp, "sparse.call", hvd.Sum)
+    assert callable(h)
+    out = h()
+    assert out.is_sparse and torch.allclose(out.to_dense(), want)
 
 
 # ---- broadcast -----------------------------------------------------------------------------
@@ -377,3 +408,63 @@ def test_reinit_rank_size():
     assert hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist() == [float(N)] * 2
     hvd.init()  # idempotent
     assert hvd.size() == n
+
+
+# ---- Horovod's conventions: root ranks in process sets, even alltoall, shapes --------------
+
+def test_process_set_root_rank_is_global():
+    # Horovod: root_rank names a global rank, also inside a process set
+    members = list(range(1, N))  # every rank but 0: set rank 0 is global rank 1
+    ps = hvd.add_process_set(members)
+    try:
+        if R in members:
+            root = members[-1]
+            b = hvd.broadcast(torch.full((3,), float(R)), root_rank=root, process_set=ps)
+            assert torch.equal(b, torch.full((3,), float(root))), b
+            t = torch.full((2,), float(R))
+            hvd.broadcast_(t, root, process_set=ps)
+            assert torch.equal(t, torch.full((2,), float(root)))
+            assert hvd.broadcast_object({"r": R}, root, process_set=ps) == {"r": root}
+            with pytest.raises(ValueError, match="root_rank 0 is not in the process set "
+                                                 r"\(global ranks \[1"):
+                hvd.broadcast(torch.ones(1), root_rank=0, process_set=ps)
+    finally:
+        hvd.barrier()
+        hvd.remove_process_set(ps)
+
+
+def test_alltoall_even_split_uneven_first_dims():
+    # Horovod: without splits each rank's own first dimension is split evenly, and the ranks'
+    # first dimensions may differ. Rank r sends r + 1 rows (value j) to rank j.
+    t = torch.cat([torch.full((R + 1, 2), float(j)) for j in range(N)])
+    out = hvd.alltoall(t, name="a2a.even.uneven")
+    assert out.shape == (N * (N + 1) // 2, 2), out.shape
+    assert torch.equal(out, torch.full_like(out, float(R)))
+    with pytest.raises(ValueError, match="not divisible by the number of ranks"):
+        hvd.alltoall(torch.ones(N + 1))
+
+
+def test_reducescatter_same_count_other_shape():
+    # Horovod: the shapes must agree, not only the element counts
+    shape = (N * 2, 6) if R == 0 else (N * 2, 2, 3)
+    with pytest.raises(RuntimeError, match="shape"):
+        hvd.reducescatter(torch.ones(shape), name="rs.same.count")
+    assert hvd.allreduce(torch.tensor([1.0]), op=hvd.Sum).item() == N
+
+
+# ---- optimizer state ------------------------------------------------------------------------
+
+def test_broadcast_optimizer_state_before_any_gradient():
+    # Horovod: a new optimizer has no state; parameters that require a gradient get zero
+    # gradients and the state is created by a local step, then root's state is broadcast
+    torch.manual_seed(3)
+    frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+    w = torch.nn.Parameter(torch.full((4,), float(R + 1)))
+    opt = torch.optim.SGD([frozen, w], lr=0.1, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=[("frozen", frozen), ("w", w)])
+    hvd.broadcast_parameters({"w": w}, root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert frozen.grad is None
+    assert torch.equal(w.grad, torch.zeros(4))
+    assert torch.equal(opt.state_dict()["state"][1]["momentum_buffer"], torch.zeros(4))
+    assert torch.equal(w.detach(), torch.ones(4))  # a zero step leaves SGD's weights alone

@@ -186,6 +186,10 @@ def test_elastic_lost_and_replaced_workers():
     assert "[0] reset: generation 2 rank 0 of 2 at step 20" in r.stdout, r.stdout
     got, lines = _elastic_done(r.stdout)
     assert got == want and len(lines) == 2 and all("size 2 same True" in l for l in lines)
+    # after run() returned, the survivors are still a job of 2 (collectives work)
+    after = [l for l in r.stdout.splitlines() if "after run:" in l]
+    assert len(after) == 2 and all("of 2, mean rank 0.50, workers ['0', '1']" in l
+                                   for l in after), r.stdout
 
     r = run([RUN, "--elastic", "-np", "3", "--min-np", "2", "--max-np", "3", PY, script],
             env=env(CHORUS_TEST_DIE_WORKER="2"))

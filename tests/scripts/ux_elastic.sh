@@ -21,4 +21,30 @@ echo "$out"
 echo "$out" | grep -q "failure repeats" && fail "differing failures were taken for a repeat"
 echo "$out" | grep -q "; no worker is left: replacing the failed ones$" || fail "no line saying replacements start"
 [ "$(echo "$out" | tail -1)" = "chorus-run: elastic: no worker is left; stopping (--max-restarts 2 reached)" ] || fail "last line"
-echo "ok: a repeating elastic failure"
+
+# Workers that end together are reaped one at a time: the report of the first must not count
+# the other, already ended, as a worker left. The launcher is stopped while both workers end,
+# so both have ended (unreaped) when it looks.
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+chorus-run --elastic -np 2 --max-restarts 0 sh -c "echo \$\$ > $d/pid.\$CHORUS_WORKER_ID; while [ ! -e $d/go ]; do sleep 0.05; done; exit 5" > "$d/out" 2>&1 &
+run=$!
+i=0
+while [ ! -s "$d/pid.0" ] || [ ! -s "$d/pid.1" ]; do
+    kill -0 $run 2>/dev/null || { cat "$d/out"; fail "the job ended before both workers started"; }
+    sleep 0.05
+done
+kill -STOP $run
+touch "$d/go"
+for w in 0 1; do # a worker has ended when it is a zombie (its parent, the launcher, is stopped)
+    pid=$(cat "$d/pid.$w")
+    while [ "$(sed 's/.*) \(.\).*/\1/' /proc/"$pid"/stat 2>/dev/null)" != Z ]; do sleep 0.05; done
+done
+kill -CONT $run
+wait $run; rc=$?
+out=$(cat "$d/out")
+echo "$out"
+[ $rc = 5 ] || fail "workers ending together: exit $rc, expected 5"
+echo "$out" | grep -q "worker left\|workers left" && fail "a worker was counted as left after it ended"
+[ "$(echo "$out" | tail -1)" = "chorus-run: elastic: no worker is left; stopping (--max-restarts 0 reached)" ] || fail "workers ending together: last line"
+echo "ok: a repeating elastic failure; workers that end together"

@@ -45,21 +45,39 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
 
 def broadcast_optimizer_state(optimizer, root_rank, model=None, process_set=global_process_set):
     """Makes every rank's optimizer state (per-parameter state such as momentum buffers, and
-    the hyper-parameters of each parameter group) equal to root_rank's. The whole
-    state_dict travels, so parameters without gradients or without state yet (before the
-    first step) need nothing special. model (as horovod.torch's argument) is accepted and,
-    when given, must be a torch.nn.Module; the state does not depend on it."""
+    the hyper-parameters of each parameter group) equal to root_rank's. The whole state_dict
+    travels. An optimizer without state yet (before its first step) gets it as Horovod does:
+    every parameter that requires a gradient is given a zero gradient and the (local, not
+    distributed) step runs once. model (as horovod.torch's argument) is accepted and, when
+    given, must be a torch.nn.Module; the state does not depend on it."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("chorus broadcast_optimizer_state: LBFGS is not supported")
     if model is not None and not isinstance(model, torch.nn.Module):
         raise ValueError("chorus broadcast_optimizer_state: model must be a torch.nn.Module, "
                          "got %s" % type(model).__name__)
     ps = _core.resolve_set(process_set)
-    me = ps.comm.rank
-    state = optimizer.state_dict() if me == root_rank else None
+    mine = ps.comm.rank == _core.set_root(ps, root_rank, "broadcast_optimizer_state")
+    if not optimizer.state_dict()["state"]:
+        _init_state(optimizer)
+    state = optimizer.state_dict() if mine else None
     state = broadcast_object(state, root_rank, "optimizer_state", process_set)
-    if me != root_rank:
+    if not mine:
         optimizer.load_state_dict(state)
+
+
+def _init_state(optimizer):
+    """Creates a new optimizer's state: zero gradients, then one step of the wrapped torch
+    optimizer only (a DistributedOptimizer's own step would allreduce)."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam):
+                    p.grad = p.grad.to_sparse()
+    if getattr(optimizer, "_chorus_distributed", False):  # a DistributedOptimizer
+        super(optimizer.__class__, optimizer).step()
+    else:
+        optimizer.step()
 
 
 def _dumps(obj):
@@ -78,21 +96,22 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """Returns root_rank's obj on every rank (serialised with torch.save, so tensors inside
     travel too; they arrive on the CPU)."""
     ps = _core.resolve_set(process_set)
-    if not 0 <= root_rank < ps.comm.size:
+    root = _core.set_root(ps, root_rank, "broadcast_object")  # root_rank is a global rank
+    if not 0 <= root < ps.comm.size:
         raise ValueError("chorus broadcast_object: root_rank %d is out of range for %d rank%s"
                          % (root_rank, ps.comm.size, "" if ps.comm.size == 1 else "s"))
     me = ps.comm.rank
-    data = _dumps(obj) if me == root_rank else b""
+    data = _dumps(obj) if me == root else b""
     n = torch.tensor([len(data)], dtype=torch.int64)
     mpi_ops.broadcast_(n, root_rank, name and name + ".size", ps)
-    if me == root_rank:
+    if me == root:
         buf = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
             torch.empty(0, dtype=torch.uint8)
     else:
         buf = torch.empty(int(n.item()), dtype=torch.uint8)
     if buf.numel():
         mpi_ops.broadcast_(buf, root_rank, name and name + ".data", ps)
-    return obj if me == root_rank else _loads(buf.numpy().tobytes())
+    return obj if me == root else _loads(buf.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):

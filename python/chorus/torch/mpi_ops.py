@@ -450,7 +450,8 @@ def _broadcast(tensor, output, root_rank, name, process_set, sync, what):
             output.copy_(work)
         return output
 
-    o = _engine.broadcast(A, eng, work, int(root_rank), ps.comm.size, name, what)
+    root = _core.set_root(ps, root_rank, what)
+    o = _engine.broadcast(A, eng, work, root, ps.comm.size, name, what)
     o.keep.append((tensor, output))
     return _issue(o.map(finish), sync)
 
@@ -481,7 +482,8 @@ class _BroadcastFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         g = allreduce(grad.contiguous(), op=Average, process_set=ctx.ps)
-        if _set(ctx.ps)[0].comm.rank != ctx.root:
+        ps = _set(ctx.ps)[0]
+        if ps.comm.rank != _core.set_root(ps, ctx.root, "broadcast"):
             g = g * 0
         return g, None, None, None
 
@@ -519,9 +521,10 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
 
 def _allgather_grads(grads, dims, process_set):
     """The gradients of allgathered tensors whose first dimensions on this rank were dims:
-    every rank's gradients of the whole output, summed, then this rank's rows of each."""
+    every rank's gradients of the whole output, averaged (as Horovod), then this rank's rows of
+    each."""
     ps = _set(process_set)[0]
-    gs = grouped_allreduce([g.contiguous() for g in grads], op=Sum, process_set=ps)
+    gs = grouped_allreduce([g.contiguous() for g in grads], op=Average, process_set=ps)
     every = _allgather(torch.tensor([list(dims)], dtype=torch.int64), None, ps, True,
                        "allgather")
     offs = every[:ps.comm.rank].sum(0).tolist() if ps.comm.rank else [0] * len(dims)
@@ -747,7 +750,9 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
 
 
 class _SparseResult:
-    """The handle entry of sparse_allreduce_async: the allgathers of indices and values."""
+    """The handle of sparse_allreduce_async: the allgathers of indices and values. Calling it
+    waits and returns the sparse result (as Horovod's handle, a function); poll() says
+    whether that will block."""
 
     def __init__(self, t, idx_op, val_op, op, size):
         self.t, self.idx_op, self.val_op, self.op, self.size = t, idx_op, val_op, op, size
@@ -771,11 +776,14 @@ class _SparseResult:
             values = values / self.size
         return torch.sparse_coo_tensor(indices.t(), values, self.t.shape)
 
+    __call__ = wait
+
 
 def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_process_set):
     """Starts reducing a torch.sparse (COO) tensor: every rank's indices and values are
     allgathered and form one uncoalesced sparse tensor (duplicate indices add up when it is
-    coalesced or used), divided by the number of ranks for op=Average. Returns a handle."""
+    coalesced or used), divided by the number of ranks for op=Average. Returns a callable:
+    handle() waits and gives that tensor (as Horovod)."""
     op = _core.as_op(op)
     if op not in (Average, Sum):
         raise ValueError("chorus sparse_allreduce_async: op must be Average or Sum, got %s"
@@ -789,7 +797,7 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
     io = _engine.allgather(A, eng, [idx], name + ".indices", "sparse_allreduce")
     vo = _engine.allgather(A, eng, [_host(vals)], name + ".values", "sparse_allreduce")
     io.keep.append(tensor)
-    return _handles.register(_SparseResult(tensor, io, vo, op, ps.comm.size))
+    return _SparseResult(tensor, io, vo, op, ps.comm.size)
 
 
 # ---- synchronisation ----------------------------------------------------------------------
@@ -797,8 +805,10 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=global_pro
 
 def join(device=-1):
     """This rank has run out of data: it takes part with zeros in the other ranks'
-    allreduces (and allgathers, broadcasts, barriers) until every rank has joined. An Average
-    then divides by the ranks that contributed. Returns the last rank to join."""
+    allreduces (and barriers) until every rank has joined; an Average divides by every rank,
+    the joined ones counted with their zeros (as Horovod). An allgather, broadcast, alltoall or
+    reducescatter while a rank has joined raises (RuntimeError, as Horovod). Returns the last
+    rank to join (the same on every rank)."""
     return _set(None)[1].join()
 
 

@@ -24,7 +24,34 @@ from . import mpi_ops
 from .divergence import check_divergence
 
 
+def _parameter_names(param_groups, named_parameters):
+    """{parameter: name} from named_parameters (checked: pairs, unique names, every parameter
+    of the optimizer named), or generated names when it is None."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [("allreduce.noname.%d.%d" % (i, j), v)
+                            for i, group in enumerate(param_groups)
+                            for j, v in enumerate(group["params"])]
+    if any(not isinstance(p, tuple) or len(p) != 2 for p in named_parameters):
+        raise ValueError("chorus DistributedOptimizer: named_parameters must be a list of "
+                         "(name, parameter) pairs, such as model.named_parameters()")
+    names = [k for k, _ in named_parameters]
+    dups = sorted({k for k in names if names.count(k) > 1})
+    if dups:
+        raise ValueError("chorus DistributedOptimizer: parameter names must be unique; "
+                         "repeated: %s" % ", ".join(dups))
+    all_params = {id(v) for g in param_groups for v in g["params"]}
+    named = {id(v) for _, v in named_parameters}
+    if all_params - named:
+        raise ValueError("chorus DistributedOptimizer: named_parameters was given, but some "
+                         "parameters of the optimizer are not in it")
+    return {v: k for k, v in named_parameters}
+
+
 class _DistributedOptimizer(torch.optim.Optimizer):
+    _chorus_distributed = True
+
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=Average, gradient_predivide_factor=1.0, sparse_as_dense=False,
                  process_set=global_process_set, bucket_cap_mb=25.0, sampler=None,
@@ -38,26 +65,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._sampler = sampler
         self._local_samples = None  # (n_i, n) from set_local_samples
         self._compression = compression
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [("allreduce.noname.%d.%d" % (i, j), v)
-                                for i, group in enumerate(self.param_groups)
-                                for j, v in enumerate(group["params"])]
-        if any(not isinstance(p, tuple) or len(p) != 2 for p in named_parameters):
-            raise ValueError("chorus DistributedOptimizer: named_parameters must be a list of "
-                             "(name, parameter) pairs, such as model.named_parameters()")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({k for k in names if names.count(k) > 1})
-        if dups:
-            raise ValueError("chorus DistributedOptimizer: parameter names must be unique; "
-                             "repeated: %s" % ", ".join(dups))
-        all_params = {id(v) for g in self.param_groups for v in g["params"]}
-        named = {id(v) for _, v in named_parameters}
-        if all_params - named:
-            raise ValueError("chorus DistributedOptimizer: named_parameters was given, but some "
-                             "parameters of the optimizer are not in it")
-        self._parameter_names = {v: k for k, v in named_parameters}
+        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
         self.backward_passes_per_step = int(backward_passes_per_step)
         if self.backward_passes_per_step < 1:
             raise ValueError("chorus DistributedOptimizer: backward_passes_per_step must be >= 1")
@@ -71,6 +79,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._inflight = {}     # bucket index -> (handle, [(param, compressed, ctx)])
         self._issued = set()    # buckets started this step
         self._sparse_inflight = []  # (param, handle) of sparse gradients
+        self._densified = []  # params whose sparse gradient is reduced dense (sparse_as_dense)
         self._grad_accs = []
         self._requires_update = set()
         self._synchronized = False
@@ -178,6 +187,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p.grad = torch.zeros_like(p)
             if p.grad.is_sparse and self.sparse_as_dense:
                 p.grad = p.grad.to_dense()
+                self._densified.append(p)
             (sparse if p.grad.is_sparse else params).append(p)
         # Weighted by the samples this rank took (a balanced sampler): sum of n_i/n * g_i.
         weight = self._sample_weight()
@@ -228,7 +238,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if i not in self._issued:
                     self._issue(i)
             for p, h in self._sparse_inflight:
-                p.grad = mpi_ops.synchronize(h).coalesce()
+                p.grad = h().coalesce()
             for i in sorted(self._inflight):
                 h, items = self._inflight[i]
                 mpi_ops.synchronize(h)
@@ -239,6 +249,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     res = self._compression.decompress(compressed, ctx)
                     if res.data_ptr() != p.grad.data_ptr():
                         p.grad.copy_(res)
+            # sparse_as_dense: the reduced gradient becomes sparse again (as Horovod)
+            for p in self._densified:
+                p.grad = p.grad.to_sparse()
         finally:
             self._reset_comm_state()
         self._step_scalars.step(time.perf_counter() - t0, dense)
@@ -250,6 +263,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._inflight.clear()
         self._issued.clear()
         self._sparse_inflight = []
+        self._densified = []
         self._handles.clear()
         self._left = [len(b) for b in self._buckets]
         for p in self._allreduce_delay:
@@ -328,10 +342,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("chorus DistributedOptimizer: gradient_predivide_factor is only "
                          "supported with op=Average")
-    if op == Adasum:
-        raise NotImplementedError("chorus DistributedOptimizer: op=Adasum is not implemented; "
-                                  "use op=Average")
-    op = _core.as_op(op)
+    op = _core.as_op(op, adasum=True)
+    n = mpi_ops._set(process_set)[0].comm.size if op is Adasum else 1
+    if n & (n - 1):
+        raise NotImplementedError("chorus DistributedOptimizer: op=Adasum needs a power of 2 "
+                                  "ranks (as Horovod's), not %d" % n)
+    if n > 1:
+        if sampler is not None or gradient_predivide_factor != 1.0 or num_groups or groups:
+            raise ValueError("chorus DistributedOptimizer: op=Adasum takes none of sampler, "
+                             "gradient_predivide_factor, num_groups, groups")
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+                   dict(_DistributedAdasumOptimizer.__dict__))
+        opt = cls(optimizer.param_groups, named_parameters, compression, process_set)
+        opt.state = optimizer.state
+        return opt
     if num_groups or groups:
         raise NotImplementedError("chorus DistributedOptimizer: num_groups/groups are not "
                                   "implemented; the engine fuses ready gradients by itself")
@@ -348,3 +372,48 @@ def _weighting_allowed(op, predivide):
     if _core.as_op(op) != Average or predivide != 1.0:
         raise ValueError("chorus DistributedOptimizer: weighting gradients by samples replaces "
                          "the average; it needs op=Average and gradient_predivide_factor=1.0")
+
+
+class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+    """DistributedOptimizer(op=Adasum), Horovod's delta optimizer: every rank takes a step of
+    the wrapped optimizer with its own gradients, and the steps themselves (each parameter's
+    change) are combined across ranks with Adasum, then applied to the parameters as they were
+    before the step. Adasum of two steps a and b, per tensor, is
+    (1 - a.b / (2 |a|^2)) a + (1 - a.b / (2 |b|^2)) b: parallel steps are averaged, orthogonal
+    ones added; more ranks combine pairwise, neighbours first (mpi_ops._adasum_tree). The
+    number of ranks must be a power of two (as Horovod's)."""
+
+    _chorus_distributed = True
+
+    def __init__(self, params, named_parameters, compression, process_set):
+        super(self.__class__, self).__init__(params)
+        self._parameter_names = _parameter_names(self.param_groups, named_parameters)
+        self._compression = compression
+        self.process_set = process_set
+        self.op = Adasum
+
+    def synchronize(self):
+        """Nothing to wait for: the steps are combined inside step()."""
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        yield
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        before = [p.detach().clone() for p in params]
+        super(self.__class__, self).step()
+        deltas, ctxs = [], []
+        for p, b in zip(params, before):
+            d, ctx = self._compression.compress(p.detach() - b)
+            deltas.append(d.contiguous())
+            ctxs.append(ctx)
+        if params:
+            combined = mpi_ops.grouped_allreduce(
+                deltas, name="adasum." + self._parameter_names[params[0]], op=Adasum,
+                process_set=self.process_set)
+            with torch.no_grad():
+                for p, b, d, ctx in zip(params, before, combined, ctxs):
+                    p.copy_(b + self._compression.decompress(d, ctx))
+        return loss

@@ -12,7 +12,9 @@ callbacks run (rescale the learning rate, re-shard), then the training function.
 (HorovodInternalError) or a membership change (state.commit() raising HostsUpdatedInterrupt
 when workers wait to join or leave) ends the generation; survivors and newcomers form the
 next one and go on from the last commit. init() under --elastic does not form a job:
-size()/rank() are valid inside run().
+size()/rank() are valid inside run(). Once run() has returned, the ranks of the last
+generation stay formed for the rest of the program (evaluation and metrics after training,
+as in Horovod's examples), until shutdown() or exit.
 
 Under any other launcher run() syncs from rank 0 and runs the function once; a
 HorovodInternalError restores the last commit and is re-raised, since the ranks cannot change
@@ -411,15 +413,16 @@ def _run_elastic(func, state, args, kwargs):
             _attach(comm)
             state._elastic = el
             out["value"] = func(state, *args, **kwargs)
-            return 0
+            return 0  # the job stays formed: run() returns with this generation's world
         except BaseException as e:  # noqa: B902
+            _detach()
             return fail(e)
         finally:
             state._elastic = None
-            _detach()
 
     reset_c, train_c = _CB(reset_cb), _CB(train_cb)  # kept alive during the run
     _current["el"] = el
+    done = False
     try:
         _lib.check(lib.chorus_elastic_register(el, b"chorus.torch.marker",
                                                ctypes.addressof(marker), 8), None,
@@ -433,7 +436,13 @@ def _run_elastic(func, state, args, kwargs):
         if r != 0:
             _lib.raise_for(r, None, "chorus elastic run",
                            _dec(lib.chorus_elastic_last_error(el)))
+        done = True
         return out["value"]
     finally:
         _current["el"] = None
-        lib.chorus_elastic_destroy(el)
+        if done and _core.is_initialized():
+            # The last generation's communicator is the world until shutdown() (which then
+            # destroys the runtime, finalizing it), as Horovod's ranks outlive run().
+            _core.keep_world(lambda: lib.chorus_elastic_destroy(el))
+        else:
+            lib.chorus_elastic_destroy(el)

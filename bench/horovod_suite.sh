@@ -1,0 +1,82 @@
+#!/bin/sh
+# horovod_suite.sh - Horovod's own PyTorch test file (test/parallel/test_torch.py of Horovod
+# HVD_VERSION, default 0.28.1) run against chorus.torch: one 2-rank `chorus-run` job per test,
+# each under a deadline, then the counts of passed, failed, skipped and timed-out tests.
+#
+# Horovod's test file is not part of this repository and is not in Horovod's PyPI sdist: it
+# is read from HVD_SRC (a checkout of Horovod's source, holding test/parallel/test_torch.py and
+# test/utils/common.py) or else downloaded from GitHub at the tag v$HVD_VERSION into $OUT.
+# `import horovod.torch as hvd` in it gives chorus.torch itself: bench/horovod_shim/ is put
+# first on PYTHONPATH (horovod.torch is an alias of chorus.torch; see the shim's files).
+#
+#   bench/horovod_suite.sh                              Debian's python3-torch
+#   PYTHON=/path/to/venv/bin/python bench/horovod_suite.sh    another torch (no build needed:
+#                                                       chorus.torch is Python over libchorus)
+#   HVD_SRC=~/horovod bench/horovod_suite.sh test_horovod_allreduce test_horovod_join
+#
+# Knobs: NP (2), TEST_TIMEOUT (seconds per test, default 120), HVD_SRC, HVD_VERSION, OUT
+# (where the downloaded file and the per-test logs go; default a new temporary folder),
+# BUILD (build). Arguments: test names to run (default all of them). Every test's output is
+# kept in $OUT/logs/<test>.log. Exits 1 when a test failed or timed out.
+set -u
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-build}
+case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
+PYTHON=${PYTHON:-/usr/bin/python3}
+NP=${NP:-2}
+TEST_TIMEOUT=${TEST_TIMEOUT:-120}
+HVD_VERSION=${HVD_VERSION:-0.28.1}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/horovod-suite.XXXXXX")}
+mkdir -p "$OUT/logs"
+[ -x "$BUILD/bin/chorus-run" ] || { echo "horovod_suite.sh: $BUILD/bin/chorus-run not found; run make" >&2; exit 2; }
+
+if [ -z "${HVD_SRC:-}" ]; then
+    HVD_SRC=$OUT/horovod-$HVD_VERSION
+    url=https://raw.githubusercontent.com/horovod/horovod/v$HVD_VERSION
+    for f in test/parallel/test_torch.py test/utils/common.py; do
+        [ -s "$HVD_SRC/$f" ] && continue
+        mkdir -p "$(dirname "$HVD_SRC/$f")"
+        curl -fsSL --retry 3 -o "$HVD_SRC/$f" "$url/$f" || {
+            echo "horovod_suite.sh: cannot download $url/$f; set HVD_SRC to a Horovod checkout" >&2
+            exit 2
+        }
+    done
+fi
+TESTS=$HVD_SRC/test/parallel/test_torch.py
+[ -f "$TESTS" ] || { echo "horovod_suite.sh: $TESTS not found" >&2; exit 2; }
+
+shim=$ROOT/bench/horovod_shim
+pp=$shim:$ROOT/python
+# Horovod's test helpers import mock and cloudpickle; stand-ins only where they are missing.
+"$PYTHON" -c 'import mock, cloudpickle' 2>/dev/null || pp=$pp:$shim/fallback
+export PYTHONPATH="$pp${PYTHONPATH:+:$PYTHONPATH}"
+export CHORUS_LIB="${CHORUS_LIB:-$BUILD/lib/libchorus.so}"
+export PATH="$BUILD/bin:$PATH"
+
+if [ $# -gt 0 ]; then
+    names=$*
+else
+    names=$(sed -n 's/^    def \(test_[A-Za-z0-9_]*\)(.*/\1/p' "$TESTS")
+fi
+echo "horovod_suite.sh: $TESTS, np=$NP, $("$PYTHON" -c 'import torch; print("torch", torch.__version__)'), $TEST_TIMEOUT s per test, logs in $OUT/logs"
+pass=0 fail=0 skip=0 hang=0 failed=""
+for t in $names; do
+    log=$OUT/logs/$t.log
+    # each rank runs one test of the file; pytest's summary line is printed by every rank
+    timeout -k 10 "$TEST_TIMEOUT" chorus-run -np "$NP" "$PYTHON" -m pytest -q -rs \
+        -p no:cacheprovider "$TESTS::TorchTests::$t" > "$log" 2>&1
+    rc=$?
+    if [ $rc = 124 ] || [ $rc = 137 ]; then
+        verdict=TIMEOUT hang=$((hang + 1)) failed="$failed $t"
+    elif [ $rc = 0 ] && [ "$(grep -c ' passed' "$log")" -ge "$NP" ]; then
+        verdict=PASS pass=$((pass + 1))
+    elif [ $rc = 0 ] && grep -q ' skipped' "$log"; then
+        verdict=SKIP skip=$((skip + 1))
+    else
+        verdict=FAIL fail=$((fail + 1)) failed="$failed $t"
+    fi
+    printf '%-8s %s\n' "$verdict" "$t"
+done
+echo "horovod_suite.sh: $pass passed, $fail failed, $skip skipped, $hang timed out (of $((pass + fail + skip + hang)))"
+[ -n "$failed" ] && echo "horovod_suite.sh: not passed:$failed"
+[ -z "$failed" ]

@@ -769,7 +769,11 @@ static void describe_config(const opts *o, int world, rec_config *c)
     rec_add(c, sgd ? REC_RESULT : REC_RANKS, "--no-nesterov", "%s", o->nesterov ? "off" : "on");
     /* a pipeline's micro-batches add up as --accum's do (a pipeline checkpoint resumes on one
      * rank with --accum M) */
-    rec_add(c, REC_RESULT, "--accum", "%d", o->pipe_stages ? o->microbatches : o->accum);
+    /* a pipeline's micro-batches are what --accum is without stages (train_record.c) */
+    if (o->pipe_stages)
+        rec_add(c, REC_RESULT, "--microbatches", "%d", o->microbatches);
+    else
+        rec_add(c, REC_RESULT, "--accum", "%d", o->accum);
     rec_add(c, REC_RESULT, "--compress", "%s", o->compress);
     rec_add(c, REC_RESULT, "--mode", "%s", o->mode);
     rec_add(c, ps ? REC_RESULT : REC_RANKS, "--ps-grad-dtype", "%s", o->ps_grad);

@@ -52,12 +52,21 @@ static int line_at(const char *text, size_t n, int i, char *kind, char *name, ch
     return 1;
 }
 
+/* One record's name for the same quantity as another's: a pipeline's --microbatches is the
+ * --accum of a run without stages (the same sum of micro-batch gradients per step). */
+static int same_option(const char *a, const char *b)
+{
+    if (!strcmp(a, b)) return 1;
+    return (!strcmp(a, "--accum") && !strcmp(b, "--microbatches")) ||
+           (!strcmp(a, "--microbatches") && !strcmp(b, "--accum"));
+}
+
 /* The value and kind of option name in text; 0 when absent. */
 static int lookup(const char *text, size_t n, const char *name, char *kind, char *value)
 {
     char k, nm[128], v[LINE];
     for (int i = 0; line_at(text, n, i, &k, nm, v); i++)
-        if (!strcmp(nm, name)) {
+        if (same_option(nm, name)) {
             if (kind) *kind = k;
             snprintf(value, LINE, "%s", v);
             return 1;

@@ -152,7 +152,7 @@ bad)
         --microbatches $((2 + 2 * CHORUS_RANK))' 2>&1) && { echo "$out"; echo "accepted"; exit 1; }
     echo "$out"
     for r in 0 1; do
-        echo "$out" | grep -q "^\[$r\] chorus-train\[$r\]: --microbatches differs between the ranks: rank 0 has --microbatches 2, rank 1 has --microbatches 4; every rank of a pipeline must be given the same$" ||
+        echo "$out" | grep -q "^\[$r\] chorus-train\[$r\]: the ranks disagree on options that change the result (compared before the first step): --microbatches: rank 0 has 2, rank 1 has 4\. Start every rank with the same options$" ||
             { echo "rank $r did not name the --microbatches mismatch"; exit 1; }
     done
     if echo "$out" | grep -q "was lost\|mismatched send/recv"; then

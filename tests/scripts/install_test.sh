@@ -45,7 +45,13 @@ cc -std=c11 -Wall -Werror $san -o hello_nn_static "$top/tests/external/hello_nn.
 echo "== chorus-run"
 "$prefix/bin/chorus-run" -np 3 ./hello
 echo "== torchrun-style environment (RANK WORLD_SIZE MASTER_ADDR MASTER_PORT), rank 0 starting 2 s late"
-port=$((20000 + $$ % 20000))
+# two ports the kernel has just found free (a port derived from the pid may be another job's
+# on a machine running other tests: its store then answers rank 1)
+set -- $(python3 -c 'import socket
+s = [socket.socket() for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+port=$1 port2=$2
 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ./hello & p1=$!
 sleep 2
 RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ./hello & p0=$!
@@ -57,7 +63,7 @@ if command -v mpirun >/dev/null 2>&1; then
     echo "== mpirun (single host: no address needed)"
     mpirun --allow-run-as-root --oversubscribe -np 2 ./hello
     echo "== mpirun with -x MASTER_ADDR/MASTER_PORT"
-    mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$((port + 1)) ./hello
+    mpirun --allow-run-as-root --oversubscribe -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$port2 ./hello
 else
     echo "== mpirun not installed (Debian package openmpi-bin): skipped"
 fi

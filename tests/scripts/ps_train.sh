@@ -100,6 +100,8 @@ stop_worker)
 stop_server)
     # the workers find the stopped server after CHORUS_HEARTBEAT_TIMEOUT_S seconds of silence
     for m in ps-async ps-ssp; do
+        # the previous mode's log and pids must not be read as this run's
+        rm -f "$d/stopped.log" "$d"/pid.*
         CHORUS_HEARTBEAT_TIMEOUT_S=2 chorus-run -np 3 sh -c "echo \$\$ > $d/pid.\$CHORUS_RANK; exec chorus-train --mode $m --servers 1 --no-eval --batch 64 --log-every 1" \
             > "$d/stopped.log" 2>&1 &
         run=$!

@@ -1287,48 +1287,12 @@ static void pipeline_optim_init(trainer *t, nn_optim *o, size_t n)
 /* Step (--pipeline-stages): this rank becomes one stage of a pipeline of consecutive ranks;
  * the sampler is redone over the data-parallel replicas (each pipeline takes a replica's
  * share of a step) and the optimizer over the stage's parameters. */
-/* --pipeline-stages: every rank must have been given the pipeline's options alike, or the
- * stages would exchange micro-batches of other sizes and each blame the other for it: each
- * rank stops naming the option and the values instead. */
-static void pipeline_agree(trainer *t, int kind)
-{
-    const opts *o = &t->o;
-    int size = chorus_size(t->comm);
-    int32_t mine[3] = {o->pipe_stages, o->microbatches, kind};
-    int32_t *all = malloc(sizeof(mine) * (size_t)size);
-    if (!all) die("out of memory");
-    if (chorus_allgather(t->comm, mine, all, 3, CHORUS_INT32) != CHORUS_OK)
-        die("comparing the pipeline options of the ranks: %s", chorus_last_error(t->comm));
-    static const char *const names[3] = {"--pipeline-stages", "--microbatches", "--schedule"};
-    for (int r = 1; r < size; r++)
-        for (int i = 0; i < 3; i++) {
-            if (all[3 * r + i] == all[i]) continue;
-            char a[32], b[32];
-            const int32_t v[2] = {all[i], all[3 * r + i]};
-            char *out[2] = {a, b};
-            for (int k = 0; k < 2; k++) {
-                const char *kn = i == 2 ? chorus_pipe_kind_name((chorus_pipe_kind)v[k]) : NULL;
-                if (kn)
-                    snprintf(out[k], sizeof(a), "%s", kn);
-                else
-                    snprintf(out[k], sizeof(a), "%d", (int)v[k]);
-            }
-            free(all);
-            chorus_barrier(t->comm); /* every rank has the values before one exits */
-            die("%s differs between the ranks: rank 0 has %s %s, rank %d has %s %s; every rank "
-                "of a pipeline must be given the same",
-                names[i], names[i], a, r, names[i], b);
-        }
-    free(all);
-}
-
 static void start_pipeline(trainer *t)
 {
     const opts *o = &t->o;
     int P = o->pipe_stages, M = o->microbatches, size = chorus_size(t->comm);
     chorus_pipe_kind kind;
     chorus_pipe_kind_parse(o->pipe_schedule, &kind);
-    pipeline_agree(t, (int)kind);
     int D = size % P ? 0 : size / P;
     if (!D)
         die("--pipeline-stages %d does not divide the %d ranks: the world must be "

@@ -352,6 +352,7 @@ class ChorusBackend : public BackendBase
         } else {
             join_workers();
         }
+        finished_.clear();
         chorus_finalize(p2p_);
         chorus_finalize(coll_);
     }
@@ -720,8 +721,10 @@ class ChorusBackend : public BackendBase
     WorkPtr enqueue(OpType type, Tensors outputs, std::function<void()> fn)
     {
         auto w = c10::make_intrusive<CollWork>(type, std::move(outputs));
+        std::vector<c10::intrusive_ptr<CollWork>> finished; /* freed here, after the lock */
         {
             std::lock_guard<std::mutex> g(mu_);
+            finished.swap(finished_);
             queue_.emplace_back(w, std::move(fn));
             if (std::this_thread::get_id() == active_) {
                 retired_.push_back(std::move(worker_));
@@ -751,7 +754,15 @@ class ChorusBackend : public BackendBase
             } catch (...) {
                 e = std::current_exception();
             }
+            /* The worker lets go of its tensors before the caller can go on: a tensor with a
+             * Python object takes the GIL when it is freed, and once the interpreter is
+             * finalizing that ends this thread inside a noexcept destructor (std::terminate).
+             * The call's tensors go while the caller still waits; the work handle (its outputs)
+             * is kept and freed by the next call's thread or the group's destructor. */
+            job.second = nullptr;
             job.first->done(e);
+            std::lock_guard<std::mutex> g(mu_);
+            finished_.push_back(std::move(job.first));
         }
     }
 
@@ -856,6 +867,7 @@ class ChorusBackend : public BackendBase
     std::thread worker_;
     std::thread::id active_;           /* the worker that runs the queue (under mu_) */
     std::vector<std::thread> retired_; /* workers that handed it on, ending or ended */
+    std::vector<c10::intrusive_ptr<CollWork>> finished_; /* completed, not yet freed */
 };
 
 /* ---- making groups ------------------------------------------------------------------------ */

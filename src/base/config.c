@@ -48,6 +48,13 @@ const char *chorus__env(const char *name)
     return v && *v ? v : NULL;
 }
 
+void chorus__job_vars_read(chorus_job_vars *v)
+{
+#define CHORUS_JOB_VAR(name, who) v->name = chorus__env(#name);
+#include "base/config_table.h"
+#undef CHORUS_JOB_VAR
+}
+
 const char *chorus__cfg_type_name(const chorus_cfg_entry *e)
 {
     static const char *const words[] = {"text",  "secret", "integer",  "number", "0/1",

@@ -12,7 +12,8 @@ Each circle is printed once as the sorted set of its modules. KNOWN lists those 
 tree, to be removed with the change that breaks each; a listed circle that no longer occurs
 fails the check as stale.
 
-Usage: check_circles.py [BUILD]   (the build folder with obj/, default build)
+Usage: check_circles.py [--root DIR] [BUILD]   (BUILD: the build folder with obj/, default
+build; --root checks another tree than this one)
 Exit status 0 when there is no circle but the known ones, 1 otherwise.
 """
 
@@ -47,7 +48,7 @@ def module(path):
 def compiler_edges():
     """Module -> modules whose headers its files reach, as gcc -MM lists them."""
     files = sources((".c", ".h"))
-    cmd = ["gcc", "-MM", "-D_GNU_SOURCE", "-Iinclude", "-Isrc", "-x", "c"] + files
+    cmd = [os.environ.get("CC") or "cc", "-MM", "-D_GNU_SOURCE", "-Iinclude", "-Isrc", "-x", "c"] + files
     text = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     edges = {module(f): set() for f in files}
     for rule in text.replace("\\\n", " ").splitlines():
@@ -117,7 +118,11 @@ def circles(edges):
 
 
 def main():
-    build = sys.argv[1] if len(sys.argv) > 1 else "build"
+    global ROOT
+    args = sys.argv[1:]
+    if args[:1] == ["--root"] and len(args) > 1:
+        ROOT, args = os.path.abspath(args[1]), args[2:]
+    build = args[0] if args else "build"
     found = ["include circle: " + " ".join(g) for g in circles(compiler_edges())]
     found += ["call circle: " + " ".join(g) for g in circles(linker_edges(build))]
     bad = 0

@@ -28,8 +28,9 @@ ALLOWED below lists the violations known today, each by its exact key: they are 
 known and do not fail the check. An entry that no longer occurs fails it as stale, so the list
 only shrinks; it is empty once the tree obeys every rule.
 
-Usage: check_structure.py [--no-allow] [BUILD]   (BUILD: the build folder with obj/, default
-build; --no-allow reports the listed violations as failures too)
+Usage: check_structure.py [--no-allow] [--root DIR] [BUILD]   (BUILD: the build folder with
+obj/, default build; --no-allow reports the listed violations as failures too; --root checks
+another tree than this one, as the structure_selftest test does)
 Exit status 0 when every rule holds, 1 with one line per violation otherwise.
 """
 
@@ -482,9 +483,12 @@ def circle(kind, graph, comp, why):
 
 
 def main():
+    global ROOT
     args = sys.argv[1:]
     use_allow = "--no-allow" not in args
     args = [a for a in args if a != "--no-allow"]
+    if args[:1] == ["--root"] and len(args) > 1:
+        ROOT, args = os.path.abspath(args[1]), args[2:]
     build = args[0] if args else "build"
     found = []  # (key, detail): the key names the violation, the detail measures it
 

@@ -381,12 +381,14 @@ def size_rules():
 
 
 def python_graph():
-    """Module -> modules of python/chorus it imports, read with ast (so docstrings and
-    comments do not count, and imports inside functions do)."""
-    import ast
+    """Module -> modules of python/ it imports (the package, setup.py and the build helpers;
+    not the build output python/build/), read with ast (so docstrings and comments do not
+    count, and imports inside functions do)."""
     pkg_root = os.path.join(ROOT, "python")
     mods = {}
-    for f in files_under("python/chorus", (".py",)):
+    for f in files_under("python", (".py",)):
+        if f.startswith("python/build/"):
+            continue
         rel = os.path.relpath(os.path.join(ROOT, f), pkg_root)[:-3].split(os.sep)
         if rel[-1] == "__init__":
             mods[".".join(rel[:-1])] = (f, rel[:-1])
@@ -513,7 +515,7 @@ def main():
 
     pg = python_graph()
     for comp in find_cycles(pg):
-        found.append(("python import circle: " + " -> ".join(cycle_path(pg, comp)), ""))
+        found.append(circle("python import", pg, comp, {}))
     found += [(p, "") for p in contract_comments()]
     found += [(p, "") for p in getenv_calls()]
 

@@ -194,6 +194,8 @@ void chorus__config_log_set(void);
 /* Any environment variable (launchers' RANK, SLURM_PROCID, PATH, ...): its value, NULL when
  * unset or empty. The one way the library reads a variable that is not in the table. */
 const char *chorus__env(const char *name);
+/* Entry i ("NAME=value") of the process environment, NULL past the last one. */
+const char *chorus__env_entry(size_t i);
 /* A size in bytes: digits with an optional K, M or G suffix (either case; powers of 1024).
  * 0, or -1 for anything else (a sign, a space, a fraction, an overflow). */
 int chorus__parse_bytes(const char *s, size_t *out);

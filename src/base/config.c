@@ -48,6 +48,15 @@ const char *chorus__env(const char *name)
     return v && *v ? v : NULL;
 }
 
+extern char **environ;
+
+const char *chorus__env_entry(size_t i)
+{
+    for (size_t k = 0; environ && environ[k]; k++)
+        if (k == i) return environ[k];
+    return NULL;
+}
+
 const char *chorus__cfg_type_name(const chorus_cfg_entry *e)
 {
     static const char *const words[] = {"text",  "secret", "integer",  "number", "0/1",

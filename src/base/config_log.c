@@ -51,8 +51,6 @@ void chorus__config_log_set(void)
 
 /* ---- names that are no row of the table ---------------------------------------------- */
 
-extern char **environ;
-
 /* Edit distance (insertions, deletions, substitutions) between a and b, capped at 9. */
 static int distance(const char *a, size_t na, const char *b)
 {
@@ -89,15 +87,16 @@ static void warn_unknown(void)
 {
     /* A rank started by chorus-run: the launcher warned already, once for the job. */
     if (chorus__env("CHORUS_RANK") && chorus__env("CHORUS_STORE_ADDR")) return;
-    for (char **v = environ; v && *v; v++) {
-        const char *eq = strchr(*v, '=');
-        size_t n = eq ? (size_t)(eq - *v) : strlen(*v);
-        if (strncmp(*v, "CHORUS_", 7) || foreign_name(*v, n)) continue;
+    const char *entry;
+    for (size_t i = 0; (entry = chorus__env_entry(i)) != NULL; i++) {
+        const char *eq = strchr(entry, '=');
+        size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+        if (strncmp(entry, "CHORUS_", 7) || foreign_name(entry, n)) continue;
         const chorus_cfg_entry *t = chorus__cfg_table(), *near = NULL;
         int best = 4; /* a closer match than this is a likely misspelling */
         for (; t->name; t++) {
-            if (strlen(t->name) == n && !strncmp(t->name, *v, n)) break;
-            int d = distance(*v, n, t->name);
+            if (strlen(t->name) == n && !strncmp(t->name, entry, n)) break;
+            int d = distance(entry, n, t->name);
             if (d < best) best = d, near = t;
         }
         if (t->name) continue;
@@ -105,7 +104,7 @@ static void warn_unknown(void)
         chorus__log(CHORUS_LOG_WARN, CHORUS_LOG_INIT,
                     "%.*s is not a Chorus variable and is ignored%s%s%s (chorus-run --help-env "
                     "lists them)",
-                    (int)n, *v, near ? "; did you mean " : "", near ? near->name : "",
+                    (int)n, entry, near ? "; did you mean " : "", near ? near->name : "",
                     near ? "?" : "");
     }
 }

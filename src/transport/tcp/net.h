@@ -37,9 +37,9 @@ typedef struct chorus_req {
     uint64_t order;
     int src;
     chorus_wire_hdr got;
-    /* striping over several lanes (net.c): a send's slices on the other lanes are requests of
-     * their own with parent set; parts counts what is outstanding; lane_moved counts bytes
-     * moved on the other lanes (progress, for wait deadlines) */
+    /* striping over several lanes (send.c, recv.c): a send's slices on the other lanes are requests
+     * of their own with parent set; parts counts what is outstanding; lane_moved counts bytes moved
+     * on the other lanes (progress, for wait deadlines) */
     struct chorus_req *parent;
     int parts;
     uint64_t lane_moved;

@@ -165,23 +165,31 @@ static int p2p_header_ok(const chorus_wire_hdr *h)
     return (h->coll & ~0xff00u) == 0 && ((h->coll >> 8) & 0xff) < CHORUS_DTYPE_COUNT;
 }
 
+/* Decodes the header that completed on lane ln of p into ln->cur and starts reading its
+ * payload. 0 when it is garbage: p is lost. */
+static int begin_header(chorus_net *n, int p, lane *ln)
+{
+    char why[200];
+    if (chorus__wire_decode_hdr(ln->hbuf, n->max_msg, &ln->cur, why, sizeof(why)) != CHORUS_OK) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "garbage on the connection: %s", why);
+        tcp_peer_lost(n, p, msg);
+        return 0;
+    }
+    ln->in_payload = 1;
+    ln->doff = 0;
+    ln->plen = ln->cur.len;
+    return 1;
+}
+
 /* A complete header arrived from p: decide where its payload goes. */
 static void route_header(chorus_net *n, int p)
 {
     peer *pe = &n->peers[p];
     lane *ln = &pe->lanes[0];
     int discard = 0; /* a point-to-point payload that fits no receive: read and dropped */
-    char why[200];
     chorus_wire_hdr *h = &ln->cur;
-    if (chorus__wire_decode_hdr(ln->hbuf, n->max_msg, h, why, sizeof(why)) != CHORUS_OK) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "garbage on the connection: %s", why);
-        tcp_peer_lost(n, p, msg);
-        return;
-    }
-    ln->in_payload = 1;
-    ln->doff = 0;
-    ln->plen = h->len;
+    if (!begin_header(n, p, ln)) return;
     if (h->type == CHORUS_MSG_ABORT) {
         if (h->len > sizeof(pe->ctl)) {
             tcp_peer_lost(n, p, "oversized abort message");
@@ -261,16 +269,7 @@ static void route_chunk(chorus_net *n, int p, int l)
     peer *pe = &n->peers[p];
     lane *ln = &pe->lanes[l];
     chorus_wire_hdr *h = &ln->cur;
-    char why[200];
-    if (chorus__wire_decode_hdr(ln->hbuf, n->max_msg, h, why, sizeof(why)) != CHORUS_OK) {
-        char msg[300];
-        snprintf(msg, sizeof(msg), "garbage on the connection: %s", why);
-        tcp_peer_lost(n, p, msg);
-        return;
-    }
-    ln->in_payload = 1;
-    ln->doff = 0;
-    ln->plen = h->len;
+    if (!begin_header(n, p, ln)) return;
     ln->dst = NULL;
     ln->dchunk = NULL;
     if (h->type == CHORUS_MSG_PING || h->type == CHORUS_MSG_BYE) {

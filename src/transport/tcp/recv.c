@@ -1,13 +1,14 @@
 /*
  * recv.c - reading the lanes. Lane 0 carries every header, in the order the messages were
- * posted: a header is routed (to a posted receive, an unexpected message, or dropped) and its
- * payload lands there. A message of STRIPE_MIN bytes or more is striped: its header and first
- * slice come on lane 0, slice c (of L equal contiguous slices) on lane c behind a CHUNK header
- * with the pair's stripe number. Each lane carries its slices in stripe order, so the receiver
- * pairs them with headers without any search: a slice whose header it has read lands in place;
- * one that comes first waits in a buffer of its own until the header arrives. A message is
- * complete when all its slices are. Small messages are read through a staging buffer, large
- * payloads straight into their destination.
+ * posted, so matching and ordering are those of one connection: a header is routed (to a posted
+ * receive, an unexpected message, or dropped) and its payload lands there. A message of STRIPE_MIN
+ * bytes or more is striped: its header and first slice come on lane 0, slice c (of L equal
+ * contiguous slices) on lane c behind a CHUNK header with the pair's stripe number. Each lane
+ * carries its slices in stripe order, so the receiver pairs them with headers without any search: a
+ * slice whose header it has read lands in place; one that comes first waits in a buffer of its own
+ * until the header arrives. A message is complete when all its slices are. Every lane is read all
+ * the time; a lane that closes is the peer lost (after lane 0 had its chance to say why). Small
+ * messages are read through a staging buffer, large payloads straight into their destination.
  */
 #include <errno.h>
 #include <poll.h>

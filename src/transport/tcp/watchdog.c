@@ -4,8 +4,10 @@
  * PING on every lane that has been idle for CHORUS_HEARTBEAT_S and reads whatever is pending
  * (which also keeps queued sends moving while the application computes); a peer from which
  * nothing at all arrived for CHORUS_HEARTBEAT_TIMEOUT_S is declared lost, naming its rank and
- * host, and so is one lane that fell silent while the others talk. Every rank has a direct
- * connection to every other, so each survivor notices on its own.
+ * host, and so is one lane that fell silent while the others talk (a peer the job may lose, a
+ * parameter server's worker in async or SSP mode, is then lost whichever deadline sees its
+ * silence first: see timeout_locked() in progress.c). Every rank has a direct connection to
+ * every other, so each survivor notices on its own.
  */
 #include <stdio.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * lanes, the queues of messages, and the functions one file offers the others. Only files of
  * src/transport/tcp/ include it; the rest of the library sees net.h.
  *
- * The files, lowest first (a file calls only into files above it in this list):
+ * The files, lowest first (a file calls only into the files listed before it):
  *   fail.c      breaking the net (abort messages to the peers), losing a peer, host names
  *   match.c     which posted receive takes which message: streams of collectives, and
  *               point-to-point matching on communicator, source and tag

@@ -29,9 +29,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREES = ("src", "nn", "tools")
 
 KNOWN = [
-    "include circle: src/transport/shm/cma src/transport/shm/shm",
-    "call circle: src/base/config src/base/log src/base/result",
-    "call circle: src/transport/shm/cma src/transport/shm/shm",
     "call circle: nn/layers nn/model nn/recompute nn/tensor_parallel",
     "call circle: tools/chorus-train tools/train_parallel",
 ]

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
+#include "base/byteorder.h"
 #include "chorus/checkpoint.h"
 
 /* ---- CRC32 ------------------------------------------------------------------------------ */
@@ -44,38 +45,17 @@ uint32_t chorus__crc32(uint32_t crc, const void *p, size_t n)
 
 /* ---- header ----------------------------------------------------------------------------- */
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-
 static void encode_header(unsigned char h[CHORUS_CKPT_HDR_LEN], uint64_t step, const void *data,
                           size_t len)
 {
     memset(h, 0, CHORUS_CKPT_HDR_LEN);
     memcpy(h, CHORUS_CKPT_MAGIC, 8);
-    put32(h + 8, CHORUS_CKPT_VERSION);
-    put32(h + 12, CHORUS_CKPT_HDR_LEN);
-    put64(h + 16, step);
-    put64(h + 24, len);
-    put32(h + 32, chorus__crc32(0, data, len));
-    put32(h + 44, chorus__crc32(0, h, 44));
+    chorus__put_le32(h + 8, CHORUS_CKPT_VERSION);
+    chorus__put_le32(h + 12, CHORUS_CKPT_HDR_LEN);
+    chorus__put_le64(h + 16, step);
+    chorus__put_le64(h + 24, len);
+    chorus__put_le32(h + 32, chorus__crc32(0, data, len));
+    chorus__put_le32(h + 44, chorus__crc32(0, h, 44));
 }
 
 chorus_result chorus__ckpt_parse(const unsigned char *buf, size_t len, uint64_t *step,
@@ -88,15 +68,16 @@ chorus_result chorus__ckpt_parse(const unsigned char *buf, size_t len, uint64_t 
                     CHORUS_CKPT_HDR_LEN);
     if (memcmp(buf, CHORUS_CKPT_MAGIC, 8)) return BADF("bad magic (not a Chorus checkpoint)");
     uint32_t hcrc = chorus__crc32(0, buf, 44);
-    if (hcrc != get32(buf + 44))
+    if (hcrc != chorus__get_le32(buf + 44))
         return BADF("header checksum mismatch (stored 0x%08x, computed 0x%08x): damaged header",
-                    get32(buf + 44), hcrc);
-    uint32_t version = get32(buf + 8);
+                    chorus__get_le32(buf + 44), hcrc);
+    uint32_t version = chorus__get_le32(buf + 8);
     if (version != CHORUS_CKPT_VERSION)
         return BADF("version %u, this library reads version %u", version, CHORUS_CKPT_VERSION);
-    if (get32(buf + 12) != CHORUS_CKPT_HDR_LEN)
-        return BADF("header length %u, expected %d", get32(buf + 12), CHORUS_CKPT_HDR_LEN);
-    uint64_t n = get64(buf + 24);
+    if (chorus__get_le32(buf + 12) != CHORUS_CKPT_HDR_LEN)
+        return BADF("header length %u, expected %d", chorus__get_le32(buf + 12),
+                    CHORUS_CKPT_HDR_LEN);
+    uint64_t n = chorus__get_le64(buf + 24);
     if (n > CHORUS_CKPT_MAX_PAYLOAD)
         return BADF("payload of %llu bytes is implausible", (unsigned long long)n);
     if (n != len - CHORUS_CKPT_HDR_LEN)
@@ -104,10 +85,10 @@ chorus_result chorus__ckpt_parse(const unsigned char *buf, size_t len, uint64_t 
                     n > len - CHORUS_CKPT_HDR_LEN ? "truncated (torn write?)" : "trailing bytes",
                     (unsigned long long)n, len - CHORUS_CKPT_HDR_LEN);
     uint32_t pcrc = chorus__crc32(0, buf + CHORUS_CKPT_HDR_LEN, (size_t)n);
-    if (pcrc != get32(buf + 32))
+    if (pcrc != chorus__get_le32(buf + 32))
         return BADF("payload checksum mismatch (stored 0x%08x, computed 0x%08x): damaged data",
-                    get32(buf + 32), pcrc);
-    *step = get64(buf + 16);
+                    chorus__get_le32(buf + 32), pcrc);
+    *step = chorus__get_le64(buf + 16);
     *payload = buf + CHORUS_CKPT_HDR_LEN;
     *plen = (size_t)n;
     return CHORUS_OK;

@@ -147,6 +147,10 @@ typedef struct chorus_cfg_entry {
 const chorus_cfg_entry *chorus__cfg_table(void);
 /* The kind of a row in one word ("bytes", "number", ...), for --help-env. */
 const char *chorus__cfg_type_name(const chorus_cfg_entry *e);
+/* The environment's text for row t (NULL when unset or empty) and, in *from, the variable it
+ * came from: the row's CHORUS_* name, else a Horovod alias (HOROVOD_FUSION_THRESHOLD, ...). */
+chorus_result chorus__config_setting(const char *name, const char *value, chorus_errbuf *why);
+const char *chorus__cfg_row_text(const chorus_cfg_entry *t, const char **from);
 
 /* Parses every row from the environment now into *cfg. A malformed value (CHORUS_TIMEOUT_S=abc,
  * a negative size, an unknown name for an ENUM row) is CHORUS_ERR_INVALID_ARG with a message
@@ -173,6 +177,9 @@ chorus_result chorus__config_load(chorus_config *cfg, chorus_errbuf *e);
  * then says why (NULL when every value was good). Thread-safe; never NULL. */
 const chorus_config *chorus__config(void);
 const char *chorus__config_error(void);
+/* chorus__config_error without the warning about unknown names (config_log.c): the reason the
+ * process-wide parse found, NULL when every value was good. */
+const char *chorus__config_complaint(void);
 
 /* Warns on stderr (whatever CHORUS_DEBUG says), once per process, about every CHORUS_* name in
  * the environment that is no row of the table ("CHORUS_TIMOUT_S is not a Chorus variable; did
@@ -201,6 +208,8 @@ void chorus__job_vars_read(chorus_job_vars *v);
 /* Any other environment variable (PATH, ...): its value, NULL when unset or empty. The one way
  * the library reads a variable that is in neither table. */
 const char *chorus__env(const char *name);
+/* Entry i ("NAME=value") of the process environment, NULL past the last one. */
+const char *chorus__env_entry(size_t i);
 /* A size in bytes: digits with an optional K, M or G suffix (either case; powers of 1024).
  * 0, or -1 for anything else (a sign, a space, a fraction, an overflow). */
 int chorus__parse_bytes(const char *s, size_t *out);

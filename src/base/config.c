@@ -78,6 +78,15 @@ void chorus__job_vars_read(chorus_job_vars *v)
 #undef CHORUS_JOB_VAR
 }
 
+extern char **environ;
+
+const char *chorus__env_entry(size_t i)
+{
+    for (size_t k = 0; environ && environ[k]; k++)
+        if (k == i) return environ[k];
+    return NULL;
+}
+
 const char *chorus__cfg_type_name(const chorus_cfg_entry *e)
 {
     static const char *const words[] = {"text",  "secret", "integer",  "number", "0/1",
@@ -307,7 +316,7 @@ static const struct {
 };
 
 /* The text for row t and the variable it came from: CHORUS_*, else a Horovod alias. */
-static const char *row_text(const chorus_cfg_entry *t, const char **from)
+const char *chorus__cfg_row_text(const chorus_cfg_entry *t, const char **from)
 {
     const char *v = chorus__env(t->name);
     *from = t->name;
@@ -326,7 +335,7 @@ chorus_result chorus__config_parse(chorus_config *cfg, chorus_errbuf *e)
     chorus_result r = CHORUS_OK;
     memset(cfg, 0, sizeof(*cfg));
     for (const chorus_cfg_entry *t = table; t->name; t++) {
-        const char *from, *text = row_text(t, &from);
+        const char *from, *text = chorus__cfg_row_text(t, &from);
         if (set_row_from(t, from, text, cfg, r == CHORUS_OK ? e : NULL) != CHORUS_OK)
             r = CHORUS_ERR_INVALID_ARG;
     }
@@ -340,16 +349,6 @@ chorus_result chorus__config_set(chorus_config *cfg, const char *name, const cha
         if (name && !strcmp(t->name, name)) return set_row(t, value, cfg, e);
     if (e) snprintf(e->msg, sizeof(e->msg), "%s is not a Chorus variable", name ? name : "(null)");
     return CHORUS_ERR_INVALID_ARG;
-}
-
-chorus_result chorus__config_load(chorus_config *cfg, chorus_errbuf *e)
-{
-    chorus_errbuf why;
-    chorus__config_warn_unknown();
-    if (chorus__config_parse(cfg, &why) != CHORUS_OK)
-        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "invalid environment: %s", why.msg);
-    chorus__config_log_set();
-    return CHORUS_OK;
 }
 
 /* ---- the process-wide parse ---------------------------------------------------------- */
@@ -370,98 +369,10 @@ const chorus_config *chorus__config(void)
     return &process_cfg;
 }
 
-const char *chorus__config_error(void)
+const char *chorus__config_complaint(void)
 {
     pthread_once(&once, parse_process);
-    chorus__config_warn_unknown();
     return process_bad ? process_err.msg : NULL;
-}
-
-void chorus__config_log_set(void)
-{
-    static int logged;
-    if (__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED)) return;
-    const char *level = chorus__config()->debug;
-    if (CHORUS__LOG_ON(CHORUS_LOG_INFO) || (level && !strcmp(level, "VERSION")))
-        chorus__log(CHORUS_LOG_INFO, CHORUS_LOG_INIT, "Chorus version %d.%d.%d",
-                    CHORUS_VERSION_MAJOR, CHORUS_VERSION_MINOR, CHORUS_VERSION_PATCH);
-    for (const chorus_cfg_entry *t = table; t->name; t++) {
-        const char *from, *v = row_text(t, &from);
-        if (!v) continue;
-        if (t->kind == CHORUS_CFG_SECRET)
-            CHORUS_INFO(CHORUS_LOG_INIT, "%s=(%zu bytes, not shown) (set)", t->name, strlen(v));
-        else if (from != t->name)
-            CHORUS_INFO(CHORUS_LOG_INIT, "%s=%s (from %s)", t->name, v, from);
-        else
-            CHORUS_INFO(CHORUS_LOG_INIT, "%s=%s (set)", t->name, v);
-    }
-}
-
-/* ---- names that are no row of the table ---------------------------------------------- */
-
-extern char **environ;
-
-/* Edit distance (insertions, deletions, substitutions) between a and b, capped at 9. */
-static int distance(const char *a, size_t na, const char *b)
-{
-    size_t nb = strlen(b);
-    int row[64];
-    if (na >= 64 || nb >= 64) return 9;
-    for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= na; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= nb; j++) {
-            int up = row[j], best = diag + (toupper((unsigned char)a[i - 1]) != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up;
-            row[j] = best;
-        }
-    }
-    return row[nb] < 9 ? row[nb] : 9;
-}
-
-/* Variables named CHORUS_* that belong to the build, the Python package, the benchmark scripts
- * (bench/common.sh) and the test runner, not the library. */
-static int foreign_name(const char *name, size_t n)
-{
-    static const char *const names[] = {"CHORUS_SKIP_DEPS", "CHORUS_LIB", "CHORUS_ARGS",
-                                        "CHORUS_COLS"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (strlen(names[i]) == n && !strncmp(names[i], name, n)) return 1;
-    return !strncmp(name, "CHORUS_TEST_", 12);
-}
-
-static void warn_unknown(void)
-{
-    /* A rank started by chorus-run: the launcher warned already, once for the job. */
-    if (chorus__env("CHORUS_RANK") && chorus__env("CHORUS_STORE_ADDR")) return;
-    for (char **v = environ; v && *v; v++) {
-        const char *eq = strchr(*v, '=');
-        size_t n = eq ? (size_t)(eq - *v) : strlen(*v);
-        if (strncmp(*v, "CHORUS_", 7) || foreign_name(*v, n)) continue;
-        const chorus_cfg_entry *t = table, *near = NULL;
-        int best = 4; /* a closer match than this is a likely misspelling */
-        for (; t->name; t++) {
-            if (strlen(t->name) == n && !strncmp(t->name, *v, n)) break;
-            int d = distance(*v, n, t->name);
-            if (d < best) best = d, near = t;
-        }
-        if (t->name) continue;
-        chorus__log_init();
-        chorus__log(CHORUS_LOG_WARN, CHORUS_LOG_INIT,
-                    "%.*s is not a Chorus variable and is ignored%s%s%s (chorus-run --help-env "
-                    "lists them)",
-                    (int)n, *v, near ? "; did you mean " : "", near ? near->name : "",
-                    near ? "?" : "");
-    }
-}
-
-void chorus__config_warn_unknown(void)
-{
-    static pthread_once_t warned = PTHREAD_ONCE_INIT;
-    pthread_once(&warned, warn_unknown);
 }
 
 /* ---- the public reader and writer --------------------------------------------------- */
@@ -488,32 +399,44 @@ static int job_var(const char *name)
     return 0;
 }
 
-chorus_result chorus_config_set(const char *name, const char *value)
+/* chorus_config_set's work, without logging (config_log.c reports the failure): checks and
+ * records the process's setting of name; on failure the reason in why. */
+chorus_result chorus__config_setting(const char *name, const char *value, chorus_errbuf *why)
 {
-    chorus_errbuf *e = chorus__init_errbuf();
-    if (!name) return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_config_set: name is NULL");
+    if (!name) {
+        snprintf(why->msg, sizeof(why->msg), "chorus_config_set: name is NULL");
+        return CHORUS_ERR_INVALID_ARG;
+    }
     const chorus_cfg_entry *t = table;
     while (t->name && strcmp(t->name, name)) t++;
-    if (!t->name && !job_var(name))
-        return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
-                            "chorus_config_set: %s is not a Chorus variable (chorus-run "
-                            "--help-env lists them)",
-                            name);
+    if (!t->name && !job_var(name)) {
+        snprintf(why->msg, sizeof(why->msg),
+                 "chorus_config_set: %s is not a Chorus variable (chorus-run --help-env lists "
+                 "them)",
+                 name);
+        return CHORUS_ERR_INVALID_ARG;
+    }
     if (value && !*value) value = NULL;
     chorus_config scratch;
-    chorus_errbuf why;
-    if (value && t->name && set_row(t, value, &scratch, &why) != CHORUS_OK)
-        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_config_set: %s", why.msg);
-    const char *iname = intern(name), *ivalue = intern(value);
-    if (!iname || (value && !ivalue)) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
-    pthread_mutex_lock(&settings_mu);
-    setting *s = setting_of(name);
-    if (!s && (s = malloc(sizeof(*s)))) {
-        s->name = iname;
-        s->next = settings;
-        settings = s;
+    chorus_errbuf bad;
+    if (value && t->name && set_row(t, value, &scratch, &bad) != CHORUS_OK) {
+        snprintf(why->msg, sizeof(why->msg), "chorus_config_set: %.480s", bad.msg);
+        return CHORUS_ERR_INVALID_ARG;
     }
-    if (s) s->value = ivalue;
-    pthread_mutex_unlock(&settings_mu);
-    return s ? CHORUS_OK : chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
+    const char *iname = intern(name), *ivalue = intern(value);
+    setting *s = NULL;
+    if (iname && (!value || ivalue)) {
+        pthread_mutex_lock(&settings_mu);
+        s = setting_of(name);
+        if (!s && (s = malloc(sizeof(*s)))) {
+            s->name = iname;
+            s->next = settings;
+            settings = s;
+        }
+        if (s) s->value = ivalue;
+        pthread_mutex_unlock(&settings_mu);
+    }
+    if (s) return CHORUS_OK;
+    snprintf(why->msg, sizeof(why->msg), "out of memory");
+    return CHORUS_ERR_NOMEM;
 }

@@ -19,6 +19,7 @@
 
 #include "base/atomic_file.h"
 #include "base/base.h"
+#include "base/byteorder.h"
 #include "chorus/tensorboard.h"
 
 struct chorus_tb {
@@ -117,11 +118,11 @@ static void event_head(pb *p, int64_t step)
 static int write_record(chorus_tb *w, const pb *data)
 {
     uint8_t head[12];
-    for (int i = 0; i < 8; i++) head[i] = (uint8_t)((uint64_t)data->n >> (8 * i));
+    chorus__put_le64(head, (uint64_t)data->n);
     uint32_t lc = masked_crc(head, 8), dc = masked_crc(data->b, data->n);
-    for (int i = 0; i < 4; i++) head[8 + i] = (uint8_t)(lc >> (8 * i));
+    chorus__put_le32(head + 8, lc);
     uint8_t tail[4];
-    for (int i = 0; i < 4; i++) tail[i] = (uint8_t)(dc >> (8 * i));
+    chorus__put_le32(tail, dc);
     if (fwrite(head, 1, 12, w->f) != 12 || fwrite(data->b, 1, data->n, w->f) != data->n ||
         fwrite(tail, 1, 4, w->f) != 4 || fflush(w->f) != 0) {
         w->broken = errno ? errno : EIO;

@@ -13,6 +13,7 @@
 #include "base/trace.h"
 #include "bootstrap/rendezvous.h"
 #include "coll/comm.h"
+#include "transport/shm/cma.h"
 #include "transport/shm/shm.h"
 
 /* ---- init ------------------------------------------------------------------------------- */
@@ -46,6 +47,7 @@ static void comm_free(chorus_comm *c)
         chorus_result r = chorus__net_error(c->net, &e);
         if (r != CHORUS_OK) chorus__shm_abort(c->shm, r, e.msg);
     }
+    chorus__cma_release(c->shm);
     chorus__shm_destroy(c->shm);
     chorus__trace_release(c->trace);
     if (c->net) chorus__net_release(c->net);

@@ -161,16 +161,18 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
      * goes even if rank 0 dies right here; all but the first get ENOENT. */
     chorus__shm_unlink(s);
     if (r != CHORUS_OK || !all_ok) {
+        chorus__cma_release(s);
         chorus__shm_destroy(s);
         if (r == CHORUS_OK && c->rank == 0)
             CHORUS_WARN(CHORUS_LOG_SHM, "a rank could not map the shared memory; collectives "
                                         "use TCP");
         return r;
     }
-    chorus__shm_start(s, &c->cfg, c->net, c->size);
+    chorus__shm_start(s, &c->cfg, chorus__net_fail_watch(c->net), c->size);
     s->world = c->world; /* messages name job ranks, also in a split communicator */
     r = cma_setup(c, s);
     if (r != CHORUS_OK) {
+        chorus__cma_release(s);
         chorus__shm_destroy(s);
         return r;
     }

@@ -2,7 +2,7 @@
  * p2p.c - point-to-point messages: chorus_isend/chorus_irecv and the requests they return
  * (wait, test, waitall, waitany), probe, and the blocking chorus_send/chorus_recv on the same
  * path. Matching (any source, any tag, the order of messages) lives in the TCP transport
- * (transport/tcp/net.c); this file checks arguments, translates ranks of the communicator to
+ * (transport/tcp/, match.c); this file checks arguments, translates ranks of the communicator to
  * ranks of the world and back, and turns what the transport reports into results and messages.
  */
 #include <stdio.h>

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/byteorder.h"
 #include "wire/engine_msg.h"
 
 /* ---- writer ------------------------------------------------------------------------------- */
@@ -40,14 +41,14 @@ void chorus__eb_u8(eng_buf *b, uint8_t v)
 void chorus__eb_u32(eng_buf *b, uint32_t v)
 {
     unsigned char x[4];
-    for (int i = 0; i < 4; i++) x[i] = (unsigned char)(v >> (8 * i));
+    chorus__put_le32(x, v);
     put(b, x, 4);
 }
 
 void chorus__eb_u64(eng_buf *b, uint64_t v)
 {
     unsigned char x[8];
-    for (int i = 0; i < 8; i++) x[i] = (unsigned char)(v >> (8 * i));
+    chorus__put_le64(x, v);
     put(b, x, 8);
 }
 
@@ -107,17 +108,13 @@ uint8_t chorus__rd_u8(eng_rd *r)
 uint32_t chorus__rd_u32(eng_rd *r)
 {
     const unsigned char *p = take(r, 4);
-    uint32_t v = 0;
-    for (int i = 0; p && i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
+    return p ? chorus__get_le32(p) : 0;
 }
 
 uint64_t chorus__rd_u64(eng_rd *r)
 {
     const unsigned char *p = take(r, 8);
-    uint64_t v = 0;
-    for (int i = 0; p && i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
+    return p ? chorus__get_le64(p) : 0;
 }
 
 double chorus__rd_f64(eng_rd *r)

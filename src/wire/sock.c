@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/byteorder.h"
 #include "wire/sock.h"
 
 /* Splits "host:port": the port, with the host copied to host[len]; -1 if malformed. */
@@ -218,8 +219,7 @@ int chorus__sock_recv_msg(int fd, chorus_wire_hdr *h, unsigned char **payload, u
     /* The magic first, on its own: a program that is not a Chorus peer is told apart by its
      * first bytes even when it sends fewer than a header and closes. */
     int r = chorus__sock_read_all(fd, hb, 4, deadline);
-    uint32_t magic =
-        (uint32_t)hb[0] | (uint32_t)hb[1] << 8 | (uint32_t)hb[2] << 16 | (uint32_t)hb[3] << 24;
+    uint32_t magic = chorus__get_le32(hb);
     if (!r && magic != CHORUS_WIRE_MAGIC) {
         char text[5];
         for (int i = 0; i < 4; i++) text[i] = hb[i] >= 32 && hb[i] < 127 ? (char)hb[i] : '.';

@@ -6,78 +6,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/byteorder.h"
 #include "wire/wire.h"
-
-static void put16(unsigned char *p, uint16_t v)
-{
-    p[0] = (unsigned char)v;
-    p[1] = (unsigned char)(v >> 8);
-}
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint16_t get16(const unsigned char *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-static uint32_t get32(const unsigned char *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get64(const unsigned char *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
 
 void chorus__wire_encode_hdr(const chorus_wire_hdr *h, unsigned char out[CHORUS_WIRE_HDR_LEN])
 {
-    put32(out + 0, CHORUS_WIRE_MAGIC);
-    put16(out + 4, CHORUS_WIRE_VERSION);
-    put16(out + 6, h->type);
-    put64(out + 8, h->comm_id);
-    put32(out + 16, (uint32_t)h->tag);
-    put32(out + 20, h->coll);
-    put64(out + 24, h->seq);
-    put64(out + 32, h->count);
-    put64(out + 40, h->len);
+    chorus__put_le32(out + 0, CHORUS_WIRE_MAGIC);
+    chorus__put_le16(out + 4, CHORUS_WIRE_VERSION);
+    chorus__put_le16(out + 6, h->type);
+    chorus__put_le64(out + 8, h->comm_id);
+    chorus__put_le32(out + 16, (uint32_t)h->tag);
+    chorus__put_le32(out + 20, h->coll);
+    chorus__put_le64(out + 24, h->seq);
+    chorus__put_le64(out + 32, h->count);
+    chorus__put_le64(out + 40, h->len);
 }
 
 chorus_result chorus__wire_decode_hdr(const unsigned char in[CHORUS_WIRE_HDR_LEN], uint64_t max_len,
                                       chorus_wire_hdr *h, char *why, size_t why_len)
 {
-    uint32_t magic = get32(in);
+    uint32_t magic = chorus__get_le32(in);
     if (magic != CHORUS_WIRE_MAGIC) {
         snprintf(why, why_len, "bad magic 0x%08x (not a Chorus peer?)", magic);
         return CHORUS_ERR_PROTOCOL;
     }
-    uint16_t version = get16(in + 4);
+    uint16_t version = chorus__get_le16(in + 4);
     if (version != CHORUS_WIRE_VERSION) {
         snprintf(why, why_len,
                  "protocol version %u, this library speaks %u (mixed Chorus versions?)", version,
                  CHORUS_WIRE_VERSION);
         return CHORUS_ERR_PROTOCOL;
     }
-    h->type = get16(in + 6);
+    h->type = chorus__get_le16(in + 6);
     if (h->type == 0 || h->type >= CHORUS_MSG_TYPE_MAX ||
         (h->type > CHORUS_MSG_CHUNK && h->type != CHORUS_MSG_KV)) {
         snprintf(why, why_len, "unknown message type %u", h->type);
         return CHORUS_ERR_PROTOCOL;
     }
-    h->comm_id = get64(in + 8);
-    h->tag = (int32_t)get32(in + 16);
-    h->coll = get32(in + 20);
-    h->seq = get64(in + 24);
-    h->count = get64(in + 32);
-    h->len = get64(in + 40);
+    h->comm_id = chorus__get_le64(in + 8);
+    h->tag = (int32_t)chorus__get_le32(in + 16);
+    h->coll = chorus__get_le32(in + 20);
+    h->seq = chorus__get_le64(in + 24);
+    h->count = chorus__get_le64(in + 32);
+    h->len = chorus__get_le64(in + 40);
     if (h->len > max_len) {
         snprintf(why, why_len, "message of %llu bytes exceeds the limit of %llu",
                  (unsigned long long)h->len, (unsigned long long)max_len);
@@ -91,10 +62,10 @@ void chorus__wire_encode_hello(const chorus_wire_hello *h, unsigned char out[CHO
     memset(out, 0, CHORUS_WIRE_HELLO_LEN);
     size_t n = strnlen(h->job, CHORUS_WIRE_JOB_LEN - 1);
     memcpy(out, h->job, n);
-    put32(out + CHORUS_WIRE_JOB_LEN, (uint32_t)h->rank);
-    put32(out + CHORUS_WIRE_JOB_LEN + 4, (uint32_t)h->size);
-    put32(out + CHORUS_WIRE_JOB_LEN + 8, (uint32_t)h->lane);
-    put32(out + CHORUS_WIRE_JOB_LEN + 12, (uint32_t)h->lanes);
+    chorus__put_le32(out + CHORUS_WIRE_JOB_LEN, (uint32_t)h->rank);
+    chorus__put_le32(out + CHORUS_WIRE_JOB_LEN + 4, (uint32_t)h->size);
+    chorus__put_le32(out + CHORUS_WIRE_JOB_LEN + 8, (uint32_t)h->lane);
+    chorus__put_le32(out + CHORUS_WIRE_JOB_LEN + 12, (uint32_t)h->lanes);
 }
 
 chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, chorus_wire_hello *h)
@@ -102,10 +73,10 @@ chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, cho
     if (len != CHORUS_WIRE_HELLO_LEN) return CHORUS_ERR_PROTOCOL;
     if (memchr(in, 0, CHORUS_WIRE_JOB_LEN) == NULL) return CHORUS_ERR_PROTOCOL;
     memcpy(h->job, in, CHORUS_WIRE_JOB_LEN);
-    h->rank = (int32_t)get32(in + CHORUS_WIRE_JOB_LEN);
-    h->size = (int32_t)get32(in + CHORUS_WIRE_JOB_LEN + 4);
-    h->lane = (int32_t)get32(in + CHORUS_WIRE_JOB_LEN + 8);
-    h->lanes = (int32_t)get32(in + CHORUS_WIRE_JOB_LEN + 12);
+    h->rank = (int32_t)chorus__get_le32(in + CHORUS_WIRE_JOB_LEN);
+    h->size = (int32_t)chorus__get_le32(in + CHORUS_WIRE_JOB_LEN + 4);
+    h->lane = (int32_t)chorus__get_le32(in + CHORUS_WIRE_JOB_LEN + 8);
+    h->lanes = (int32_t)chorus__get_le32(in + CHORUS_WIRE_JOB_LEN + 12);
     if (h->size <= 0 || h->rank < 0 || h->rank >= h->size) return CHORUS_ERR_PROTOCOL;
     if (h->lanes < 1 || h->lanes > CHORUS_WIRE_LANES_MAX || h->lane < 0 || h->lane >= h->lanes)
         return CHORUS_ERR_PROTOCOL;
@@ -115,8 +86,8 @@ chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, cho
 size_t chorus__wire_encode_abort(const chorus_wire_abort *a,
                                  unsigned char out[CHORUS_WIRE_ABORT_MAX])
 {
-    put32(out, (uint32_t)a->failed_rank);
-    put32(out + 4, (uint32_t)a->result);
+    chorus__put_le32(out, (uint32_t)a->failed_rank);
+    chorus__put_le32(out + 4, (uint32_t)a->result);
     size_t n = strnlen(a->why, CHORUS_WIRE_ABORT_MAX - 8);
     memcpy(out + 8, a->why, n);
     return 8 + n;
@@ -125,8 +96,8 @@ size_t chorus__wire_encode_abort(const chorus_wire_abort *a,
 chorus_result chorus__wire_decode_abort(const unsigned char *in, size_t len, chorus_wire_abort *a)
 {
     if (len < 8 || len > CHORUS_WIRE_ABORT_MAX) return CHORUS_ERR_PROTOCOL;
-    a->failed_rank = (int32_t)get32(in);
-    a->result = (int32_t)get32(in + 4);
+    a->failed_rank = (int32_t)chorus__get_le32(in);
+    a->result = (int32_t)chorus__get_le32(in + 4);
     if (a->result <= CHORUS_OK || a->result >= CHORUS_RESULT_COUNT)
         a->result = CHORUS_ERR_PEER_LOST;
     size_t n = len - 8;
@@ -144,9 +115,9 @@ unsigned char *chorus__wire_encode_kv(uint32_t op, const void *key, uint32_t key
     size_t n = 12 + (size_t)key_len + value_len;
     unsigned char *p = malloc(n);
     if (!p) return NULL;
-    put32(p, op);
-    put32(p + 4, key_len);
-    put32(p + 8, value_len);
+    chorus__put_le32(p, op);
+    chorus__put_le32(p + 4, key_len);
+    chorus__put_le32(p + 8, value_len);
     if (key_len) memcpy(p + 12, key, key_len);
     if (value_len) memcpy(p + 12 + key_len, value, value_len);
     *len = n;
@@ -156,9 +127,9 @@ unsigned char *chorus__wire_encode_kv(uint32_t op, const void *key, uint32_t key
 chorus_result chorus__wire_decode_kv(const unsigned char *in, size_t len, chorus_wire_kv *kv)
 {
     if (len < 12) return CHORUS_ERR_PROTOCOL;
-    kv->op = get32(in);
-    kv->key_len = get32(in + 4);
-    kv->value_len = get32(in + 8);
+    kv->op = chorus__get_le32(in);
+    kv->key_len = chorus__get_le32(in + 4);
+    kv->value_len = chorus__get_le32(in + 8);
     if (kv->op == 0 || kv->op >= CHORUS_KV_OP_MAX) return CHORUS_ERR_PROTOCOL;
     if (kv->key_len > CHORUS_KV_KEY_MAX || kv->value_len > CHORUS_KV_VALUE_MAX)
         return CHORUS_ERR_PROTOCOL;

@@ -26,7 +26,8 @@ void chorus__cma_prepare(chorus_shm *s);
  * process_vm_writev (a seccomp profile may allow one and not the other). CHORUS_OK if all reads
  * work; otherwise fails with the reason (which peer, which errno) in e. */
 chorus_result chorus__cma_probe(chorus_shm *s, chorus_errbuf *e);
-/* Undoes chorus__cma_prepare's PR_SET_PTRACER_ANY once no group of this process uses CMA. */
+/* Undoes chorus__cma_prepare's PR_SET_PTRACER_ANY once no group of this process uses CMA. The
+ * owner of s calls it before chorus__shm_destroy (nothing when s is NULL or never prepared). */
 void chorus__cma_release(chorus_shm *s);
 
 /* Copies n bytes from address `from` in rank peer's memory to dst (the peer must be inside the

@@ -22,7 +22,6 @@
 #include <immintrin.h>
 #endif
 
-#include "transport/shm/cma.h"
 #include "transport/shm/shm.h"
 #include "wire/wire.h"
 
@@ -175,9 +174,10 @@ void chorus__shm_unlink(chorus_shm *s)
         CHORUS_WARN(CHORUS_LOG_SHM, "shm_unlink(%s): %s", s->name, strerror(errno));
 }
 
-void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_net *net, int local_size)
+void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_fail_watch fail,
+                       int local_size)
 {
-    s->net = net;
+    s->fail = fail;
     long spin = cfg->shm_spin_us;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* More ranks than cores: a spinning rank steals the core of the rank it waits for, so
@@ -201,7 +201,6 @@ void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_net *net,
 void chorus__shm_destroy(chorus_shm *s)
 {
     if (!s) return;
-    chorus__cma_release(s);
     if (s->base) {
         __atomic_store_n(&s->ctrl[s->rank].finalized, 1, __ATOMIC_RELEASE);
         munmap(s->base, s->len);
@@ -343,10 +342,8 @@ chorus_result chorus__shm_wait_slow(chorus_shm *s, int peer, int ch, uint32_t ta
         if (chorus__shm_reached(__atomic_load_n(&f->seq, __ATOMIC_ACQUIRE), target))
             return CHORUS_OK;
         if (__atomic_load_n(ab, __ATOMIC_ACQUIRE)) return aborted(s, e);
-        if (s->net) {
-            chorus_result r = chorus__net_error(s->net, e);
-            if (r != CHORUS_OK) return r;
-        }
+        chorus_result r = chorus__fail_watch_check(&s->fail, e);
+        if (r != CHORUS_OK) return r;
         if (peer_dead(s, peer)) {
             /* it may have posted just before exiting */
             if (chorus__shm_reached(__atomic_load_n(&f->seq, __ATOMIC_ACQUIRE), target))

@@ -20,9 +20,9 @@
  * Waits spin for CHORUS_SHM_SPIN_US (yielding between polls when ranks outnumber cores), then
  * sleep in FUTEX_WAIT on the flag word (shared, not
  * private, futexes), waking every few milliseconds to check the abort word, the deadline
- * (CHORUS_TIMEOUT_S without progress), the TCP net's state and whether the awaited peer is
- * still alive (pidfd, else kill(pid, 0)). A poster wakes sleepers only when the flag's
- * waiter count says someone sleeps, so the fast path makes no system call.
+ * (CHORUS_TIMEOUT_S without progress), the job's other transport (TCP: its fail watch, fail.h) and
+ * whether the awaited peer is still alive (pidfd, else kill(pid, 0)). A poster wakes sleepers only
+ * when the flag's waiter count says someone sleeps, so the fast path makes no system call.
  */
 #ifndef CHORUS_SHM_H
 #define CHORUS_SHM_H
@@ -31,7 +31,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "transport/tcp/net.h"
+#include "transport/fail.h"
 
 enum { CHORUS_SHM_IN, CHORUS_SHM_RED, CHORUS_SHM_OUT, CHORUS_SHM_NCH };
 
@@ -81,16 +81,16 @@ typedef struct chorus_shm {
     char **data;           /* [size]: each rank's two slots */
     size_t chunk;
     size_t oneshot_max;
-    size_t nt_min;    /* copy-outs of messages this large use non-temporal stores */
-    uint64_t g;       /* next chunk number (equal on all ranks) */
-    uint64_t out_min; /* known: every peer's OUT flag is at least this */
-    uint64_t spin_ns; /* poll this long before sleeping */
-    int yield_now;    /* more ranks than cores: yield between polls from the start */
-    int *pidfd;       /* [size], -1: use kill(pid, 0) or nothing */
-    int *pid_ok;      /* [size]: pid is meaningful in this pid namespace */
-    chorus_net *net;  /* to notice a failure reported over TCP */
-    const char *what; /* the running collective, for error messages */
-    char *block;      /* CHORUS_SHM_BLOCK private bytes, 64-byte aligned */
+    size_t nt_min;          /* copy-outs of messages this large use non-temporal stores */
+    uint64_t g;             /* next chunk number (equal on all ranks) */
+    uint64_t out_min;       /* known: every peer's OUT flag is at least this */
+    uint64_t spin_ns;       /* poll this long before sleeping */
+    int yield_now;          /* more ranks than cores: yield between polls from the start */
+    int *pidfd;             /* [size], -1: use kill(pid, 0) or nothing */
+    int *pid_ok;            /* [size]: pid is meaningful in this pid namespace */
+    chorus_fail_watch fail; /* to notice a failure reported over TCP */
+    const char *what;       /* the running collective, for error messages */
+    char *block;            /* CHORUS_SHM_BLOCK private bytes, 64-byte aligned */
     char name[64];
     int unlinked;
     int cma;           /* every rank can read every peer with process_vm_readv (agreed) */
@@ -122,8 +122,10 @@ chorus_result chorus__shm_attach(const char *name, uint64_t comm_id, int size, i
 /* Removes the name (mappings stay valid). Idempotent. */
 void chorus__shm_unlink(chorus_shm *s);
 /* After every rank has attached: opens liveness handles for the peers; spin time and the
- * non-temporal threshold come from cfg (the communicator's config). */
-void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_net *net, int local_size);
+ * non-temporal threshold come from cfg (the communicator's config); waits also give up when
+ * fail (the TCP net's, chorus__net_fail_watch) reports a failure. */
+void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_fail_watch fail,
+                       int local_size);
 /* Marks this rank finalized, unmaps, closes handles. NULL is fine. */
 void chorus__shm_destroy(chorus_shm *s);
 

@@ -16,6 +16,7 @@
 #define CHORUS_NET_H
 
 #include "base/base.h"
+#include "transport/fail.h"
 #include "wire/wire.h"
 
 typedef struct chorus_net chorus_net;
@@ -36,9 +37,9 @@ typedef struct chorus_req {
     uint64_t order;
     int src;
     chorus_wire_hdr got;
-    /* striping over several lanes (net.c): a send's slices on the other lanes are requests of
-     * their own with parent set; parts counts what is outstanding; lane_moved counts bytes
-     * moved on the other lanes (progress, for wait deadlines) */
+    /* striping over several lanes (send.c, recv.c): a send's slices on the other lanes are requests
+     * of their own with parent set; parts counts what is outstanding; lane_moved counts bytes moved
+     * on the other lanes (progress, for wait deadlines) */
     struct chorus_req *parent;
     int parts;
     uint64_t lane_moved;
@@ -109,6 +110,10 @@ int chorus__net_failed_rank(chorus_net *n);
 
 /* The error that broke the net, or CHORUS_OK. */
 chorus_result chorus__net_error(chorus_net *n, chorus_errbuf *e);
+
+/* chorus__net_error as a fail watch (fail.h) for another transport of the job (shared
+ * memory); n NULL: nothing to watch. */
+chorus_fail_watch chorus__net_fail_watch(chorus_net *n);
 
 /* Marks world rank p as one the job can lose (a parameter server's worker in async and SSP
  * mode): when p dies (or is stopped past the heartbeat timeout) the net does not break. Its

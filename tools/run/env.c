@@ -11,17 +11,16 @@
 
 /* Loopback TCP and shared memory wake the receiver on the sender's CPU, so two ranks that
  * float can end up taking turns on one core while the other idles; pinned ranks cannot.
- * Pins the calling (child) process to the block of slot i. */
-void bind_slot(const job *j, int slot)
+ * The CPUs of slot i's block in set: 1, or 0 when ranks are not bound. */
+int slot_cpus(const job *j, int slot, cpu_set_t *set)
 {
-    if (!j->bind || j->per < 1) return;
+    if (!j->bind || j->per < 1) return 0;
     int blocks = j->ncpus / j->per;
-    if (blocks < 1) return;
+    if (blocks < 1) return 0;
     int b = slot % blocks;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    for (int k = 0; k < j->per; k++) CPU_SET(j->cpus[b * j->per + k], &set);
-    sched_setaffinity(0, sizeof(set), &set); /* best effort: a failure leaves it floating */
+    CPU_ZERO(set);
+    for (int k = 0; k < j->per; k++) CPU_SET(j->cpus[b * j->per + k], set);
+    return 1;
 }
 
 void plan_binding(job *j, int requested)

@@ -328,31 +328,19 @@ static pid_t agent_start_rank(agent_job *a, int out[2], int errp[2], int stp[2])
     char execfail[300];
     snprintf(execfail, sizeof(execfail), "chorus-run: cannot run '%s' on %s (exec failed)\n",
              a->argv[0], a->host);
-    pid_t agent = getpid();
-    pid_t pid = fork();
+    /* The rank dies with its agent: nothing is left on this host when the agent is killed.
+     * The launcher's commands on the agent's stdin are not the rank's. */
+    run_child c = {.argv = a->argv,
+                   .envp = envp,
+                   .in = RUN_DEVNULL,
+                   .out = out[1],
+                   .err = errp[1],
+                   .keep = stp[1],
+                   .death_sig = SIGKILL,
+                   .execfail = execfail};
+    pid_t pid = spawn_process(&c);
     if (pid < 0) perror("chorus-run --agent: fork");
-    if (pid == 0) {
-        /* The rank dies with its agent: nothing is left on this host when the agent is
-         * killed. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != agent) _exit(128 + SIGKILL);
-        int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (devnull >= 0) dup2(devnull, 0); /* the launcher's commands are not the rank's */
-        dup2(out[1], 1);
-        dup2(errp[1], 2);
-        fcntl(stp[1], F_SETFD, 0);
-        setpgid(0, 0);
-        signal(SIGPIPE, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execvpe(a->argv[0], a->argv, envp);
-        if (write(2, execfail, strlen(execfail)) < 0) { /* nothing more to do */
-        }
-        _exit(127);
-    }
     free(envp);
-    if (pid > 0) setpgid(pid, pid);
     close(out[1]);
     close(errp[1]);
     close(stp[1]);
@@ -462,4 +450,3 @@ done:
     free(a.in);
     return rc;
 }
-

@@ -249,7 +249,7 @@ void elastic_failed(job *j, worker *w, int status, const char *how);
 int elastic_tick(job *j);
 
 /* env.c */
-void bind_slot(const job *j, int slot);
+int slot_cpus(const job *j, int slot, cpu_set_t *set);
 void plan_binding(job *j, int requested);
 char **child_env(const job *j, int rank, int size, int wid);
 /* The variables of envp that a remote rank's agent is sent (pointers into envp, NULL-terminated;
@@ -276,6 +276,24 @@ const char *rank_name(const job *j, int r, char *buf, size_t len);
 int report(const job *j, const outcome *out);
 
 /* spawn.c */
+/* One process to start (spawn_process): everything the child does between fork and exec,
+ * where only async-signal-safe calls are allowed (the store thread may hold the allocator's
+ * lock at fork time), is prepared here. */
+typedef struct run_child {
+    char *const *argv;     /* the program (looked up on PATH) and its arguments */
+    char *const *envp;     /* its environment (NULL: this process's) */
+    int in, out, err;      /* its stdin, stdout, stderr (-1: this process's; RUN_DEVNULL) */
+    int keep;              /* a descriptor it inherits across exec (-1: none) */
+    int death_sig;         /* what it is sent when this process dies */
+    const cpu_set_t *cpus; /* the CPUs it runs on (NULL: where it likes) */
+    const char *execfail;  /* said on its stderr when the program cannot run */
+} run_child;
+#define RUN_DEVNULL (-2)
+
+/* Starts c in a process group of its own, with SIGPIPE at its default and no signal blocked
+ * (the same for a rank here, a remote shell and a rank an agent starts). Returns its pid, or
+ * -1 (errno). */
+pid_t spawn_process(const run_child *c);
 void free_env(char **envp);
 worker *spawn(job *j, int rank, int size);
 

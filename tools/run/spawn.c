@@ -24,6 +24,43 @@ void free_env(char **envp)
     free(envp);
 }
 
+pid_t spawn_process(const run_child *c)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* The child must not outlive its parent (killed with SIGKILL, the parent cannot stop
+         * it): the kernel sends death_sig when the parent dies. If it died before this line,
+         * the child has already been handed to another parent: stop now. */
+        prctl(PR_SET_PDEATHSIG, c->death_sig);
+        if (getppid() != parent) _exit(128 + c->death_sig);
+        if (c->in == RUN_DEVNULL) {
+            int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (devnull >= 0) dup2(devnull, 0);
+        } else if (c->in >= 0) {
+            dup2(c->in, 0);
+        }
+        if (c->out >= 0) dup2(c->out, 1);
+        if (c->err >= 0) dup2(c->err, 2);
+        if (c->keep >= 0) fcntl(c->keep, F_SETFD, 0); /* kept across exec */
+        setpgid(0, 0); /* terminal signals reach the parent, which forwards them */
+        if (c->cpus) sched_setaffinity(0, sizeof(*c->cpus), c->cpus); /* best effort */
+        signal(SIGPIPE, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (c->envp)
+            execvpe(c->argv[0], c->argv, c->envp);
+        else
+            execvp(c->argv[0], c->argv);
+        if (write(2, c->execfail, strlen(c->execfail)) < 0) { /* nothing more to do */
+        }
+        _exit(127);
+    }
+    if (pid > 0) setpgid(pid, pid); /* also here: the child may not have run yet when signalled */
+    return pid;
+}
+
 /* Starts the agent of a remote rank through the remote shell and sends it the job (the
  * rank's variables, the secret among them, go on its stdin). The child's end of the
  * streams is out[1] and errp[1]. Returns the pid, or -1. */
@@ -44,30 +81,19 @@ static pid_t spawn_agent(job *j, int h, int rank, int wid, char **envp, int out1
     snprintf(execfail, sizeof(execfail),
              "chorus-run: cannot run the remote shell '%s' for host %s (exec failed)\n", rsh[0],
              j->hosts.h[h].name);
-    pid_t launcher = getpid();
-    pid_t pid = fork();
-    if (pid == 0) {
-        /* The remote shell ends with the launcher; SIGTERM rather than SIGKILL, so that an
-         * agent run in its place (ip netns exec execs it) can stop its rank's whole process
-         * group before it goes. */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != launcher) _exit(128 + SIGTERM);
-        dup2(in[0], 0);
-        dup2(out1, 1);
-        dup2(err1, 2);
-        setpgid(0, 0);
-        signal(SIGPIPE, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execvp(rsh[0], rsh);
-        if (write(2, execfail, strlen(execfail)) < 0) { /* nothing more to do */
-        }
-        _exit(127);
-    }
+    /* The remote shell ends with the launcher; SIGTERM rather than SIGKILL, so that an agent
+     * run in its place (ip netns exec execs it) can stop its rank's whole process group before
+     * it goes. */
+    run_child c = {.argv = rsh,
+                   .in = in[0],
+                   .out = out1,
+                   .err = err1,
+                   .keep = -1,
+                   .death_sig = SIGTERM,
+                   .execfail = execfail};
+    pid_t pid = spawn_process(&c);
     close(in[0]);
     if (pid > 0) {
-        setpgid(pid, pid);
         /* An agent that died before reading shows on its stderr why (ssh's message). */
         fcntl(in[1], F_SETFL, O_NONBLOCK);
         if (run_agent_send(in[1], j->cwd, j->argv, fwd) && errno != EPIPE)
@@ -127,8 +153,24 @@ worker *spawn(job *j, int rank, int size)
     fflush(stdout);
     fflush(stderr);
     int agent_in = -1;
-    pid_t launcher = getpid();
-    pid_t pid = remote ? spawn_agent(j, h, rank, wid, envp, out[1], errp[1], &agent_in) : fork();
+    /* A rank dies with its launcher, which it could not stop otherwise. */
+    cpu_set_t cpus;
+    int bind = slot_cpus(j,
+                         h >= 0 && !j->elastic ? rank - j->hosts.h[h].first_rank
+                         : rank >= 0           ? rank
+                                               : wid,
+                         &cpus);
+    run_child c = {.argv = j->argv,
+                   .envp = envp,
+                   .in = -1,
+                   .out = out[1],
+                   .err = errp[1],
+                   .keep = stp[1],
+                   .death_sig = SIGKILL,
+                   .cpus = bind ? &cpus : NULL,
+                   .execfail = execfail};
+    pid_t pid =
+        remote ? spawn_agent(j, h, rank, wid, envp, out[1], errp[1], &agent_in) : spawn_process(&c);
     if (pid < 0) {
         free_env(envp);
         close(out[0]);
@@ -138,30 +180,7 @@ worker *spawn(job *j, int rank, int size)
         close_pair(stp);
         return NULL;
     }
-    if (pid == 0) {
-        /* A rank must not outlive its launcher (killed with SIGKILL, it cannot stop the job):
-         * the kernel kills the rank when the launcher dies. If it died before this line, the
-         * rank has already been handed to another parent: stop now. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != launcher) _exit(128 + SIGKILL);
-        dup2(out[1], 1);
-        dup2(errp[1], 2);
-        if (stp[1] >= 0) fcntl(stp[1], F_SETFD, 0); /* kept across exec: CHORUS_STATUS_FD */
-        setpgid(0, 0); /* terminal signals reach the launcher, which forwards them */
-        bind_slot(j, h >= 0 && !j->elastic ? rank - j->hosts.h[h].first_rank
-                     : rank >= 0           ? rank
-                                           : wid);
-        signal(SIGPIPE, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execvpe(j->argv[0], j->argv, envp);
-        if (write(2, execfail, strlen(execfail)) < 0) { /* nothing more to do */
-        }
-        _exit(127);
-    }
     free_env(envp);
-    setpgid(pid, pid); /* also here: the child may not have run yet when we signal it */
     close(out[1]);
     close(errp[1]);
     if (stp[1] >= 0) close(stp[1]);

@@ -142,7 +142,7 @@ static int start_ranks(job *j)
 
 static int spawn_ranks(job *j)
 {
-    if (catch_signals()) return 1;
+    if (supervise_begin(j)) return 1;
     return start_ranks(j);
 }
 
@@ -158,6 +158,7 @@ static int restart_job(job *j, const outcome *out)
     j->attempt++;
     fprintf(stderr, "chorus-run: restarting all %d ranks (restart %d of --max-restarts %d)\n",
             j->np, j->attempt, j->max_restarts);
+    unwatch_workers(j);
     j->nw = 0;
     begin_attempt(j);
     return start_ranks(j) < 0;
@@ -183,6 +184,7 @@ int main(int argc, char **argv)
     if (rc < 0) rc = spawn_ranks(&j);
     if (rc >= 0) { /* help, a bad option, or nothing could start */
         free(j.w);
+        chorus__loop_free(j.loop);
         run_hosts_free(&j.hosts);
         return rc;
     }
@@ -195,6 +197,7 @@ int main(int argc, char **argv)
     rc = report(&j, &out); /* the store still serves: the summary may look up where ranks were */
     chorus__store_server_stop(server);
     free(j.w);
+    chorus__loop_free(j.loop);
     run_hosts_free(&j.hosts);
     return rc;
 }

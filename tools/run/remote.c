@@ -347,62 +347,90 @@ static pid_t agent_start_rank(agent_job *a, int out[2], int errp[2], int stp[2])
     return pid;
 }
 
+/* What the agent's loop works on while the rank runs. */
+typedef struct agent_state {
+    agent_in *in;
+    pid_t pid;
+    int running;
+    relay *r; /* the rank's stdout, stderr and status pipe */
+} agent_state;
+
+/* A pipe of the rank is readable, or at its end. */
+static void on_relay(chorus_loop *l, int fd, int revents, void *arg)
+{
+    (void)revents;
+    relay *r = arg;
+    if (!relay_pump(r)) chorus__loop_unwatch(l, fd);
+}
+
+/* The rank has not ended AGENT_STOP_GRACE_S after the launcher went. */
+static void on_stop_grace(chorus_loop *l, void *arg)
+{
+    (void)l;
+    agent_state *a = arg;
+    if (a->running) kill(-a->pid, SIGKILL);
+}
+
+/* A command from the launcher on stdin, or its end. */
+static void on_commands(chorus_loop *l, int fd, int revents, void *arg)
+{
+    (void)revents;
+    agent_state *a = arg;
+    if (agent_commands(a->in, a->pid)) return;
+    chorus__loop_unwatch(l, fd); /* the launcher, or its connection, is gone: stop the rank */
+    if (a->running) kill(-a->pid, SIGTERM), kill(-a->pid, SIGCONT);
+    chorus__loop_timer(l, chorus__now() + AGENT_STOP_GRACE_S, on_stop_grace, a);
+}
+
+/* A signal for the agent: passed on to the rank (SIGCHLD only wakes the loop). */
+static void on_agent_signal(chorus_loop *l, int fd, int revents, void *arg)
+{
+    (void)l, (void)revents;
+    agent_state *a = arg;
+    unsigned char b[64];
+    ssize_t got;
+    while ((got = read(fd, b, sizeof(b))) > 0)
+        for (ssize_t q = 0; q < got; q++)
+            if (b[q] != SIGCHLD && a->running) kill(-a->pid, b[q]);
+}
+
 /* Relays the rank's pipes (r: stdout, stderr, status) as frames and the launcher's commands
  * to the rank until the rank has ended and its pipes are drained (or AGENT_DRAIN_S passed).
  * The end of stdin stops the rank: SIGTERM, SIGKILL after AGENT_STOP_GRACE_S. Returns the
  * rank's wait status. */
 static int agent_relay(agent_in *in, pid_t pid, relay r[3])
 {
-    int status = 0, running = 1, in_open = 1;
-    double gone_at = 0, ended_at = 0;
+    agent_state a = {.in = in, .pid = pid, .running = 1, .r = r};
+    int status = 0;
+    double ended_at = 0;
+    chorus_loop *l = chorus__loop_new();
+    int watched = l && !chorus__loop_watch(l, agent_sig_pipe[0], POLLIN, on_agent_signal, &a) &&
+                  !chorus__loop_watch(l, 0, POLLIN, on_commands, &a);
+    for (int i = 0; watched && i < 3; i++)
+        if (r[i].fd >= 0) watched = !chorus__loop_watch(l, r[i].fd, POLLIN, on_relay, &r[i]);
+    if (!watched) { /* out of memory: the rank cannot be relayed */
+        perror("chorus-run --agent");
+        chorus__loop_free(l);
+        kill(-pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return status;
+    }
     for (;;) {
-        struct pollfd pf[5];
-        int k = 0, who[5], open_relays = 0;
-        pf[k] = (struct pollfd){.fd = agent_sig_pipe[0], .events = POLLIN};
-        who[k++] = -2;
-        if (in_open) {
-            pf[k] = (struct pollfd){.fd = 0, .events = POLLIN};
-            who[k++] = -1;
-        }
-        for (int i = 0; i < 3; i++)
-            if (r[i].fd >= 0) {
-                pf[k] = (struct pollfd){.fd = r[i].fd, .events = POLLIN};
-                who[k++] = i;
-                open_relays += i < 2;
-            }
-        if (!running && (open_relays == 0 || chorus__now() - ended_at > AGENT_DRAIN_S)) break;
-        if (poll(pf, (nfds_t)k, 100) < 0 && errno != EINTR) break;
-        for (int i = 0; i < k; i++) {
-            if (!pf[i].revents) continue;
-            if (who[i] >= 0) {
-                relay_pump(&r[who[i]]);
-            } else if (who[i] == -1) {
-                if (!agent_commands(in, pid)) {
-                    in_open = 0; /* the launcher, or its connection, is gone: stop the rank */
-                    if (running) kill(-pid, SIGTERM), kill(-pid, SIGCONT);
-                    gone_at = chorus__now();
-                }
-            } else {
-                unsigned char b[64];
-                ssize_t got;
-                while ((got = read(agent_sig_pipe[0], b, sizeof(b))) > 0)
-                    for (ssize_t q = 0; q < got; q++)
-                        if (b[q] != SIGCHLD && running) kill(-pid, b[q]);
-            }
-        }
+        int open_relays = (r[0].fd >= 0) + (r[1].fd >= 0);
+        if (!a.running && (open_relays == 0 || chorus__now() - ended_at > AGENT_DRAIN_S)) break;
+        if (chorus__loop_run_once(l, chorus__now() + 0.1) < 0) break;
         int st;
-        while (running && waitpid(pid, &st, WNOHANG | WUNTRACED | WCONTINUED) == pid) {
+        while (a.running && waitpid(pid, &st, WNOHANG | WUNTRACED | WCONTINUED) == pid) {
             if (WIFSTOPPED(st) || WIFCONTINUED(st)) { /* the launcher tracks a hung rank */
                 frame(WIFSTOPPED(st) ? 'T' : 'C', "", 0);
                 continue;
             }
             status = st;
-            running = 0;
+            a.running = 0;
             ended_at = chorus__now();
         }
-        if (running && gone_at > 0 && chorus__now() - gone_at > AGENT_STOP_GRACE_S)
-            kill(-pid, SIGKILL);
     }
+    chorus__loop_free(l);
     for (int i = 0; i < 3; i++)
         if (r[i].fd >= 0) relay_pump(&r[i]);
     return status;

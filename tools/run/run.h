@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #include "base/base.h"
+#include "base/loop.h"
 #include "bootstrap/store.h"
 
 /* ---- hosts and agents (hosts.c, remote.c) --------------------------------------------- */
@@ -205,6 +206,10 @@ typedef struct job {
     int scale_down; /* a generation is needed to retire workers */
     double timeout_s;
     int status_fd; /* while spawning: the child's end of its status pipe (-1: none) */
+    /* supervision (supervise.c): the loop that watches the signal pipe and every worker's
+     * streams and status pipe, and the outcome the run in progress fills */
+    chorus_loop *loop;
+    struct outcome *out;
     /* across hosts (-H, --hostfile): where each rank runs, and how remote ones are started */
     run_hosts hosts;   /* n == 0: this host only */
     int remote;        /* some host is not this machine */
@@ -298,13 +303,18 @@ void free_env(char **envp);
 worker *spawn(job *j, int rank, int size);
 
 /* streams.c */
-int pump(stream *s, tail *t, int rank, int prefix);
+int pump(job *j, worker *w, int stream_index);
 void route_streams(const job *j, worker *w);
 void drain_worker(job *j, worker *w);
 
 /* supervise.c */
-/* Signals wake the supervision loop through a pipe. 0, or -1 (errno). */
-int catch_signals(void);
+/* Makes j's loop, which the signals wake through a pipe. 0, or -1 (errno). */
+int supervise_begin(job *j);
+/* Watches the streams and status pipe of a worker just started (spawn). */
+void watch_worker(job *j, worker *w);
+/* Stops watching what the workers of a run left open (a rank's children may hold its status
+ * pipe): the next run's workers take their place. */
+void unwatch_workers(job *j);
 void signal_all(job *j, int sig);
 int count_alive(const job *j);
 int count_left(const job *j);

@@ -198,5 +198,6 @@ worker *spawn(job *j, int rank, int size)
     w->agent_in = agent_in;
     if (remote) w->s[0].demux = w;
     route_streams(j, w);
+    watch_worker(j, w);
     return w;
 }

@@ -90,8 +90,11 @@ static void deliver_line(void *ctx, const char *line, size_t n)
 }
 
 /* Reads what is available; writes complete lines. Returns 0 at EOF. */
-int pump(stream *s, tail *t, int rank, int prefix)
+int pump(job *j, worker *w, int stream_index)
 {
+    stream *s = &w->s[stream_index];
+    tail *t = &w->tail;
+    int rank = w->wid, prefix = j->prefix;
     ssize_t r = read(s->fd, s->buf + s->len, sizeof(s->buf) - s->len);
     if (r < 0 && (errno == EINTR || errno == EAGAIN)) return 1;
     if (r <= 0) {
@@ -100,6 +103,7 @@ int pump(stream *s, tail *t, int rank, int prefix)
         flush_stream(s);
         if (s->log) fclose(s->log);
         s->log = NULL;
+        if (j->loop) chorus__loop_unwatch(j->loop, s->fd);
         close(s->fd);
         s->fd = -1;
         return 0;
@@ -142,6 +146,6 @@ void drain_worker(job *j, worker *w)
         for (int i = 0; i < 64 && w->s[s].fd >= 0; i++) {
             struct pollfd p = {.fd = w->s[s].fd, .events = POLLIN};
             if (poll(&p, 1, 0) <= 0) break;
-            pump(&w->s[s], &w->tail, w->wid, j->prefix);
+            pump(j, w, s);
         }
 }

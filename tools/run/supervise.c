@@ -25,9 +25,20 @@ static void on_signal(int sig)
     errno = saved;
 }
 
-int catch_signals(void)
+/* The signal pipe is readable: a signal arrived (got_signal says which). */
+static void on_signal_pipe(chorus_loop *l, int fd, int revents, void *arg)
 {
+    (void)l, (void)revents, (void)arg;
+    unsigned char b[64];
+    while (read(fd, b, sizeof(b)) > 0) { /* drain wake-ups */
+    }
+}
+
+int supervise_begin(job *j)
+{
+    if (!(j->loop = chorus__loop_new())) return -1;
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK)) return -1;
+    if (chorus__loop_watch(j->loop, sig_pipe[0], POLLIN, on_signal_pipe, NULL)) return -1;
     run_catch_signals(on_signal);
     return 0;
 }
@@ -145,6 +156,7 @@ void read_status(job *j, int index, outcome *out)
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && errno == EAGAIN) break;
         if (r <= 0 || p->len + (size_t)r >= sizeof(p->buf) - 1) {
+            chorus__loop_unwatch(j->loop, p->fd);
             close(p->fd); /* end of file, or a rank that writes garbage: stop listening */
             p->fd = -1;
             break;
@@ -152,6 +164,41 @@ void read_status(job *j, int index, outcome *out)
         p->len += (size_t)r;
         p->buf[p->len] = 0;
         parse_status(j, index, out);
+    }
+}
+
+/* A stream or the status pipe of a worker is readable (or at its end). */
+static void on_worker_fd(chorus_loop *l, int fd, int revents, void *arg)
+{
+    (void)l, (void)revents;
+    job *j = arg;
+    for (int r = 0; r < j->nw; r++) {
+        worker *w = &j->w[r];
+        if (fd == w->st.fd)
+            read_status(j, r, j->out);
+        else if (fd == w->s[0].fd || fd == w->s[1].fd)
+            pump(j, w, fd == w->s[1].fd);
+        else
+            continue;
+        if (w->s[0].demux) parse_status(j, r, j->out);
+        return;
+    }
+}
+
+void watch_worker(job *j, worker *w)
+{
+    /* The status pipe is watched but not awaited: a rank's children may hold it open. */
+    int fds[3] = {w->s[0].fd, w->s[1].fd, w->st.fd};
+    for (int i = 0; i < 3; i++)
+        if (fds[i] >= 0) chorus__loop_watch(j->loop, fds[i], POLLIN, on_worker_fd, j);
+}
+
+void unwatch_workers(job *j)
+{
+    for (int r = 0; r < j->nw; r++) {
+        chorus__loop_unwatch(j->loop, j->w[r].s[0].fd);
+        chorus__loop_unwatch(j->loop, j->w[r].s[1].fd);
+        chorus__loop_unwatch(j->loop, j->w[r].st.fd);
     }
 }
 
@@ -274,89 +321,67 @@ static void left_stopped(job *j, outcome *out, double now, double grace, double 
     stop_all(j, out, now);
 }
 
+/* A SIGINT, SIGTERM or SIGHUP arrived: passed on to the ranks (a second one kills them). */
+static void forward_signal(job *j, outcome *out)
+{
+    if (got_signal != SIGINT && got_signal != SIGTERM && got_signal != SIGHUP) return;
+    int sig = got_signal;
+    got_signal = 0;
+    out->interrupted++;
+    signal_all(j, out->interrupted > 1 ? SIGKILL : sig);
+    if (!out->stopping) {
+        out->stopping = 1;
+        out->term_time = chorus__now();
+    }
+}
+
+/* An elastic job's membership, and its end when too few workers are left. */
+static void elastic_step(job *j, outcome *out, double now)
+{
+    int alive = count_alive(j);
+    int rc = elastic_tick(j);
+    if (!rc && alive == 0 && !j->completing && !(j->unreplaced > 0 && may_replace(j))) {
+        int any_running = 0;
+        for (int r = 0; r < j->nw; r++) any_running |= j->w[r].running;
+        if (!any_running) {
+            if (j->repeating)
+                fprintf(stderr, "chorus-run: elastic: no worker is left; stopping (a "
+                                "replacement failed as the worker before it did)\n");
+            else
+                fprintf(stderr,
+                        "chorus-run: elastic: no worker is left; stopping "
+                        "(--max-restarts %d reached)\n",
+                        j->max_restarts);
+            rc = 1;
+        }
+    }
+    if (rc) {
+        out->job_failed = 1;
+        stop_all(j, out, now);
+    }
+}
+
 /* Step 5: until every rank has ended and its output is drained, forwards output, signals and
  * failures: a plain job's ranks are stopped `grace` seconds after one fails; an elastic job
  * re-forms (elastic_tick). Stopping ranks get SIGKILL after 3 seconds. Returns -1 when
- * every rank has ended, 1 when out of memory. */
+ * every rank has ended, 1 when the loop fails. */
 int supervise(job *j, const run_opts *o, outcome *out)
 {
     double start = j->started, all_stopped_since = 0;
-    struct pollfd *pf = NULL;
-    int *who = NULL, pf_cap = 0;
+    j->out = out;
     for (;;) {
-        if (pf_cap < 3 * j->nw + 1) {
-            pf_cap = 3 * j->nw + 16;
-            pf = realloc(pf, (size_t)pf_cap * sizeof(*pf));
-            who = realloc(who, (size_t)pf_cap * sizeof(int));
-            if (!pf || !who) return 1;
-        }
-        int open_streams = 0, k = 0, running = 0;
-        pf[k++] = (struct pollfd){.fd = sig_pipe[0], .events = POLLIN};
+        int open_streams = 0, running = 0;
         for (int r = 0; r < j->nw; r++) {
             running += j->w[r].running;
-            for (int s = 0; s < 2; s++)
-                if (j->w[r].s[s].fd >= 0) {
-                    who[k] = r * 3 + s;
-                    pf[k++] = (struct pollfd){.fd = j->w[r].s[s].fd, .events = POLLIN};
-                    open_streams++;
-                }
-            if (j->w[r].st.fd >= 0) { /* not awaited: a rank's children may hold it open */
-                who[k] = r * 3 + 2;
-                pf[k++] = (struct pollfd){.fd = j->w[r].st.fd, .events = POLLIN};
-            }
+            open_streams += (j->w[r].s[0].fd >= 0) + (j->w[r].s[1].fd >= 0);
         }
         if (running == 0 && open_streams == 0) break;
-        int n = poll(pf, (nfds_t)k, 100);
-        if (n < 0 && errno != EINTR) break;
-        for (int i = 1; i < k; i++) {
-            if (!pf[i].revents) continue;
-            worker *w = &j->w[who[i] / 3];
-            if (who[i] % 3 == 2)
-                read_status(j, who[i] / 3, out);
-            else
-                pump(&w->s[who[i] % 3], &w->tail, w->wid, j->prefix);
-            if (w->s[0].demux) parse_status(j, who[i] / 3, out);
-        }
-        if (pf[0].revents) {
-            unsigned char b[64];
-            while (read(sig_pipe[0], b, sizeof(b)) > 0) { /* drain wake-ups */
-            }
-        }
-        if (got_signal == SIGINT || got_signal == SIGTERM || got_signal == SIGHUP) {
-            int sig = got_signal;
-            got_signal = 0;
-            out->interrupted++;
-            signal_all(j, out->interrupted > 1 ? SIGKILL : sig);
-            if (!out->stopping) {
-                out->stopping = 1;
-                out->term_time = chorus__now();
-            }
-        }
+        /* a round: the ranks' output, status lines and signals, or 100 ms without any */
+        if (chorus__loop_run_once(j->loop, chorus__now() + 0.1) < 0) break;
+        forward_signal(j, out);
         reap(j, out);
         double now = chorus__now();
-        if (j->elastic && !out->stopping) {
-            int alive = count_alive(j);
-            int rc = elastic_tick(j);
-            if (!rc && alive == 0 && !j->completing && !(j->unreplaced > 0 && may_replace(j))) {
-                int any_running = 0;
-                for (int r = 0; r < j->nw; r++) any_running |= j->w[r].running;
-                if (!any_running) {
-                    if (j->repeating)
-                        fprintf(stderr, "chorus-run: elastic: no worker is left; stopping (a "
-                                        "replacement failed as the worker before it did)\n");
-                    else
-                        fprintf(stderr,
-                                "chorus-run: elastic: no worker is left; stopping "
-                                "(--max-restarts %d reached)\n",
-                                j->max_restarts);
-                    rc = 1;
-                }
-            }
-            if (rc) {
-                out->job_failed = 1;
-                stop_all(j, out, now);
-            }
-        }
+        if (j->elastic && !out->stopping) elastic_step(j, out, now);
         if (!j->elastic && !out->stopping && running > 0)
             left_stopped(j, out, now, o->grace, &all_stopped_since);
         if (!j->elastic && out->failed >= 0 && !out->stopping && running > 0 &&
@@ -370,7 +395,6 @@ int supervise(job *j, const run_opts *o, outcome *out)
         }
         if (out->stopping && running > 0 && now - out->term_time > 3) signal_all(j, SIGKILL);
     }
-    free(pf);
-    free(who);
+    j->out = NULL;
     return -1;
 }

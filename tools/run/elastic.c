@@ -147,27 +147,29 @@ void elastic_failed(job *j, worker *w, int status, const char *how)
                 w->wid, prev, how, *line ? ", last line '" : "", line, *line ? "'" : "");
 }
 
-/* Returns 0, or the exit status with which the job must stop (too few workers left). */
-int elastic_tick(job *j)
+/* A member finished successfully: the generation being formed is released, and workers that
+ * joined too late are sent away. */
+static void elastic_complete(job *j)
 {
-    double now = chorus__now();
-    if (j->completing) {
-        if (j->forming) { /* nobody will finish this generation: let its waiters go */
-            char key[64];
-            chorus_el_key_round(key, sizeof(key), j->forming);
-            kv_set(j, key, CHORUS_EL_ROUND_DONE);
-            j->forming = 0;
-        }
-        for (int i = 0; i < j->nw; i++) {
-            worker *w = &j->w[i];
-            if (w->running && w->rank < 0 && !w->leaving) {
-                w->leaving = 1; /* joined too late: the job is over */
-                kill(w->pid, SIGTERM);
-            }
-        }
-        return 0;
+    if (j->forming) { /* nobody will finish this generation: let its waiters go */
+        char key[64];
+        chorus_el_key_round(key, sizeof(key), j->forming);
+        kv_set(j, key, CHORUS_EL_ROUND_DONE);
+        j->forming = 0;
     }
-    /* 1. the number of workers: discovery, replacements, retirement */
+    for (int i = 0; i < j->nw; i++) {
+        worker *w = &j->w[i];
+        if (w->running && w->rank < 0 && !w->leaving) {
+            w->leaving = 1; /* joined too late: the job is over */
+            kill(w->pid, SIGTERM);
+        }
+    }
+}
+
+/* The number of workers: what host discovery offers, replacements and new workers started,
+ * and the newest workers retired where there are too many. */
+static void elastic_size(job *j, double now)
+{
     if (j->discovery && now - j->discovery_last >= j->discovery_every) {
         j->discovery_last = now;
         int slots = discover(j);
@@ -223,8 +225,12 @@ int elastic_tick(job *j)
             }
         j->scale_down = 1;
     }
-    /* 2. check-ins for the next generation */
-    long gen = j->forming ? j->forming : j->formed + 1;
+}
+
+/* The check-ins for the next generation (gen): a worker that reports a peer lost makes that
+ * peer a suspect. Returns whether any worker checked in. */
+static int elastic_checkins(job *j, long gen, double now)
+{
     int any = 0;
     for (int i = 0; i < j->nw; i++) {
         worker *w = &j->w[i];
@@ -249,9 +255,13 @@ int elastic_tick(job *j)
                     s->wid);
         }
     }
-    if (!j->forming && (any || j->scale_down)) start_forming(j, gen);
-    if (!j->forming) return 0;
-    /* 3. form it: everyone alive checks in; the unresponsive are removed */
+    return any;
+}
+
+/* Forms generation gen: everyone alive checks in; the unresponsive are removed. Returns 0, or
+ * the exit status with which the job must stop (too few workers left). */
+static int elastic_form(job *j, long gen, double now)
+{
     int in = 0, pending = 0;
     for (int i = 0; i < j->nw; i++) {
         worker *w = &j->w[i];
@@ -281,4 +291,20 @@ int elastic_tick(job *j)
             "job\n",
             in, in == 1 ? "" : "s", j->min_np);
     return 1;
+}
+
+/* Returns 0, or the exit status with which the job must stop (too few workers left). */
+int elastic_tick(job *j)
+{
+    double now = chorus__now();
+    if (j->completing) {
+        elastic_complete(j);
+        return 0;
+    }
+    elastic_size(j, now);
+    long gen = j->forming ? j->forming : j->formed + 1;
+    int any = elastic_checkins(j, gen, now);
+    if (!j->forming && (any || j->scale_down)) start_forming(j, gen);
+    if (!j->forming) return 0;
+    return elastic_form(j, gen, now);
 }

@@ -246,44 +246,62 @@ typedef struct outcome {
 
 /* ---- between the files -------------------------------------------------------------- */
 
-/* elastic.c */
-void kill_worker(job *j, worker *w, const char *why);
-void poison(job *j, long gen, int rank);
-int may_replace(const job *j);
-void elastic_failed(job *j, worker *w, int status, const char *how);
+/* elastic.c: the generation's membership, once per round of the supervision loop; 0, or the
+ * exit status with which the job must stop (too few workers left). */
 int elastic_tick(job *j);
+/* Kills a worker that cannot take part in the generation being formed, saying why. */
+void kill_worker(job *j, worker *w, const char *why);
+/* A member of generation gen died: its rendezvous record is spoiled, so that peers still
+ * forming gen give up at once and check in for the next one. */
+void poison(job *j, long gen, int rank);
+/* May another replacement start (--max-restarts left, and the last one did not fail as its
+ * predecessor did)? */
+int may_replace(const job *j);
+/* Says how elastic worker w failed (status, `how` in words) and what happens next. */
+void elastic_failed(job *j, worker *w, int status, const char *how);
 
-/* env.c */
+/* env.c: the CPUs of rank slot `slot` in set when ranks are bound (1), else 0. */
 int slot_cpus(const job *j, int slot, cpu_set_t *set);
+/* --bind-to: plans a block of CPUs per rank when asked for (requested 1) or by default. */
 void plan_binding(job *j, int requested);
+/* The environment of a rank (rank -1: an elastic worker, wid its id), or NULL when out of
+ * memory; free with free_env. */
 char **child_env(const job *j, int rank, int size, int wid);
 /* The variables of envp that a remote rank's agent is sent (pointers into envp, NULL-terminated;
  * free the array only), or NULL when out of memory. */
 char **remote_env(char *const *envp);
+/* -x VAR or -x VAR=value: sets it here and sends it to remote ranks. 0, or -1 said. */
 int export_var(const char *v);
 
-/* hosts.c */
+/* hosts.c: runs the discovery script and merges its hosts into j->hosts; the slots the job can
+ * use, or -1 when the script failed. */
 int discover(job *j);
+/* The workers running on host h, and whether any host runs more than its slots. */
 int workers_on(const job *j, int h);
 int over_slots(const job *j);
+/* The host of a new elastic worker: the first with a free slot (-1: this host only). */
 int pick_host(job *j);
 
-/* options.c */
-int make_secret(void);
-const char *env_flag_behind(const char *msg);
+/* options.c: the steps of main before anything starts; -1 to go on, else the exit code. */
 int parse_args(int argc, char **argv, job *j, run_opts *o);
 int check_args(int argc, char **argv, job *j, run_opts *o);
+/* CHORUS_SECRET, made here unless the user gave one. 0, or -1 said. */
+int make_secret(void);
+/* The flag that set the variable an invalid-environment message names ("" when none did). */
+const char *env_flag_behind(const char *msg);
 
-/* report.c */
+/* report.c: a wait status in words ("exited with status 1", "was killed by SIGKILL"). */
 void describe_status(int status, char *out, size_t len);
+/* Did the status end in failure (not exit 0)? */
 int failed_status(int status);
+/* "rank 3 (pid 123 on host b)" for worker r, in buf. */
 const char *rank_name(const job *j, int r, char *buf, size_t len);
+/* The summary of how the job ended, on stderr; returns chorus-run's exit code. */
 int report(const job *j, const outcome *out);
 
-/* spawn.c */
-/* One process to start (spawn_process): everything the child does between fork and exec,
- * where only async-signal-safe calls are allowed (the store thread may hold the allocator's
- * lock at fork time), is prepared here. */
+/* spawn.c: one process to start (spawn_process): everything the child does between fork and
+ * exec, where only async-signal-safe calls are allowed (the store thread may hold the
+ * allocator's lock at fork time), is prepared here. */
 typedef struct run_child {
     char *const *argv;     /* the program (looked up on PATH) and its arguments */
     char *const *envp;     /* its environment (NULL: this process's) */
@@ -299,27 +317,33 @@ typedef struct run_child {
  * (the same for a rank here, a remote shell and a rank an agent starts). Returns its pid, or
  * -1 (errno). */
 pid_t spawn_process(const run_child *c);
-void free_env(char **envp);
+/* Starts rank `rank` of `size` (rank -1: an elastic worker) here or through its host's agent,
+ * its streams watched by the supervision loop. The worker, or NULL (errno). */
 worker *spawn(job *j, int rank, int size);
+/* Frees an environment of child_env. */
+void free_env(char **envp);
 
-/* streams.c */
+/* streams.c: reads what stream `stream_index` (0 stdout, 1 stderr) of w has and passes its
+ * lines on; at its end closes it (no longer watched) and returns 0, else 1. */
 int pump(job *j, worker *w, int stream_index);
+/* --log-dir, --tee, --redirects: where the streams of a new worker go. */
 void route_streams(const job *j, worker *w);
+/* Pumps what the pipes of an ended worker still hold, so that its last line is known. */
 void drain_worker(job *j, worker *w);
 
-/* supervise.c */
-/* Makes j's loop, which the signals wake through a pipe. 0, or -1 (errno). */
+/* supervise.c: makes j's loop, which the signals wake through a pipe. 0, or -1 (errno). */
 int supervise_begin(job *j);
 /* Watches the streams and status pipe of a worker just started (spawn). */
 void watch_worker(job *j, worker *w);
 /* Stops watching what the workers of a run left open (a rank's children may hold its status
  * pipe): the next run's workers take their place. */
 void unwatch_workers(job *j);
+/* Sends sig to every running rank (a remote rank's through its agent). */
 void signal_all(job *j, int sig);
+/* Workers running and not leaving; of those, the ones whose process has not ended yet. */
 int count_alive(const job *j);
 int count_left(const job *j);
-void read_status(job *j, int index, outcome *out);
-void reap(job *j, outcome *out);
+/* Step 5 of main: the supervision loop (see supervise.c). */
 int supervise(job *j, const run_opts *o, outcome *out);
 
 #endif

@@ -142,7 +142,7 @@ static void parse_status(job *j, int index, outcome *out)
 }
 
 /* Reads what a rank wrote on its status pipe, and takes its lines (parse_status). */
-void read_status(job *j, int index, outcome *out)
+static void read_status(job *j, int index, outcome *out)
 {
     worker *w = &j->w[index];
     status_pipe *p = &w->st;
@@ -219,7 +219,7 @@ static void tolerate(job *j, worker *w, outcome *out)
 
 /* Reaps ended workers and notices stopped (hung) or continued ones: a plain job records its
  * first failure; an elastic one poisons the failed worker's generation so the others re-form. */
-void reap(job *j, outcome *out)
+static void reap(job *j, outcome *out)
 {
     for (;;) {
         int status;

@@ -13,91 +13,6 @@
 #include "run.h"
 #include "wire/sock.h"
 
-/* Runs the discovery script and merges the hosts it names ("host:slots" lines) into j->hosts:
- * a host keeps its index, a host no longer named keeps it with 0 slots (its workers are
- * retired). Returns the slots of the hosts the job can use (all, or with a store on loopback
- * this machine's), or -1 when the script failed. */
-int discover(job *j)
-{
-    FILE *p = popen(j->discovery, "r");
-    if (!p) {
-        fprintf(stderr, "chorus-run: cannot run the host discovery script %s: %s\n", j->discovery,
-                strerror(errno));
-        return -1;
-    }
-    run_hosts found = {0};
-    char line[512], err[512];
-    while (fgets(line, sizeof(line), p)) {
-        char *h = line + strspn(line, " \t");
-        h[strcspn(h, "\r\n \t")] = 0;
-        if (*h && *h != '#' && run_hosts_add(&found, h, err, sizeof(err)))
-            fprintf(stderr, "chorus-run: host discovery: %s; ignoring that line\n", err);
-    }
-    int st = pclose(p);
-    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-        fprintf(stderr, "chorus-run: host discovery script %s failed; keeping %s\n", j->discovery,
-                "the current workers");
-        run_hosts_free(&found);
-        return -1;
-    }
-    for (int i = 0; i < j->hosts.n; i++) j->hosts.h[i].slots = 0;
-    for (int f = 0; f < found.n; f++) {
-        int i = 0;
-        while (i < j->hosts.n && strcmp(j->hosts.h[i].name, found.h[f].name)) i++;
-        if (i == j->hosts.n) {
-            char spec[300];
-            snprintf(spec, sizeof(spec), "%s:0", found.h[f].name);
-            if (run_hosts_add(&j->hosts, spec, err, sizeof(err))) continue;
-            j->hosts.h[i].local = run_host_is_local(found.h[f].name);
-        }
-        j->hosts.h[i].slots = found.h[f].slots;
-    }
-    run_hosts_free(&found);
-    int slots = 0;
-    for (int i = 0; i < j->hosts.n; i++)
-        if (j->remote || j->hosts.h[i].local) slots += j->hosts.h[i].slots;
-    return slots;
-}
-
-/* The workers running on host h that are not leaving. */
-int workers_on(const job *j, int h)
-{
-    int n = 0;
-    for (int i = 0; i < j->nw; i++) n += j->w[i].running && !j->w[i].leaving && j->w[i].host == h;
-    return n;
-}
-
-/* Has some host more workers than its slots (it lost slots in discovery)? */
-int over_slots(const job *j)
-{
-    for (int i = 0; i < j->hosts.n; i++)
-        if (workers_on(j, i) > j->hosts.h[i].slots) return 1;
-    return 0;
-}
-
-/* Where the next elastic worker starts: the first host with a free slot (-1: this machine,
- * without a discovery script). A job whose store listens on loopback (every host was this
- * machine when it started) cannot use other hosts, which is said once. */
-int pick_host(job *j)
-{
-    static int warned;
-    for (int i = 0; i < j->hosts.n; i++) {
-        if (!j->remote && !j->hosts.h[i].local) {
-            if (!warned++)
-                fprintf(stderr,
-                        "chorus-run: host discovery names '%s', which is not this machine, but "
-                        "the job started on this machine's hosts only (its store listens on "
-                        "loopback); ignoring it\n",
-                        j->hosts.h[i].name);
-            continue;
-        }
-        if (workers_on(j, i) < j->hosts.h[i].slots) return i;
-    }
-    for (int i = 0; i < j->hosts.n; i++)
-        if (j->hosts.h[i].local) return i;
-    return -1;
-}
-
 /* ---- host lists ------------------------------------------------------------------------- */
 
 int run_hosts_add(run_hosts *hs, const char *spec, char *err, size_t len)
@@ -272,6 +187,8 @@ int run_host_is_local(const char *name)
     return local;
 }
 
+/* ---- the store's address ---------------------------------------------------------------- */
+
 /* See run.h: the store's address, checked for what the other hosts can reach. */
 int run_store_address(const run_hosts *hs, const chorus_config *cfg, char *ip, size_t iplen,
                       char *adv, size_t advlen)
@@ -309,4 +226,91 @@ int run_store_address(const run_hosts *hs, const chorus_config *cfg, char *ip, s
     snprintf(adv, advlen, "%s", cfg->iface ? ip : name);
     if (!ip[0] && cfg->iface) snprintf(adv, advlen, "%s", name);
     return 0;
+}
+
+/* ---- an elastic job's hosts ------------------------------------------------------------- */
+
+/* Runs the discovery script and merges the hosts it names ("host:slots" lines) into j->hosts:
+ * a host keeps its index, a host no longer named keeps it with 0 slots (its workers are
+ * retired). Returns the slots of the hosts the job can use (all, or with a store on loopback
+ * this machine's), or -1 when the script failed. */
+int discover(job *j)
+{
+    FILE *p = popen(j->discovery, "r");
+    if (!p) {
+        fprintf(stderr, "chorus-run: cannot run the host discovery script %s: %s\n", j->discovery,
+                strerror(errno));
+        return -1;
+    }
+    run_hosts found = {0};
+    char line[512], err[512];
+    while (fgets(line, sizeof(line), p)) {
+        char *h = line + strspn(line, " \t");
+        h[strcspn(h, "\r\n \t")] = 0;
+        if (*h && *h != '#' && run_hosts_add(&found, h, err, sizeof(err)))
+            fprintf(stderr, "chorus-run: host discovery: %s; ignoring that line\n", err);
+    }
+    int st = pclose(p);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        fprintf(stderr, "chorus-run: host discovery script %s failed; keeping %s\n", j->discovery,
+                "the current workers");
+        run_hosts_free(&found);
+        return -1;
+    }
+    for (int i = 0; i < j->hosts.n; i++) j->hosts.h[i].slots = 0;
+    for (int f = 0; f < found.n; f++) {
+        int i = 0;
+        while (i < j->hosts.n && strcmp(j->hosts.h[i].name, found.h[f].name)) i++;
+        if (i == j->hosts.n) {
+            char spec[300];
+            snprintf(spec, sizeof(spec), "%s:0", found.h[f].name);
+            if (run_hosts_add(&j->hosts, spec, err, sizeof(err))) continue;
+            j->hosts.h[i].local = run_host_is_local(found.h[f].name);
+        }
+        j->hosts.h[i].slots = found.h[f].slots;
+    }
+    run_hosts_free(&found);
+    int slots = 0;
+    for (int i = 0; i < j->hosts.n; i++)
+        if (j->remote || j->hosts.h[i].local) slots += j->hosts.h[i].slots;
+    return slots;
+}
+
+/* The workers running on host h that are not leaving. */
+int workers_on(const job *j, int h)
+{
+    int n = 0;
+    for (int i = 0; i < j->nw; i++) n += j->w[i].running && !j->w[i].leaving && j->w[i].host == h;
+    return n;
+}
+
+/* Has some host more workers than its slots (it lost slots in discovery)? */
+int over_slots(const job *j)
+{
+    for (int i = 0; i < j->hosts.n; i++)
+        if (workers_on(j, i) > j->hosts.h[i].slots) return 1;
+    return 0;
+}
+
+/* Where the next elastic worker starts: the first host with a free slot (-1: this machine,
+ * without a discovery script). A job whose store listens on loopback (every host was this
+ * machine when it started) cannot use other hosts, which is said once. */
+int pick_host(job *j)
+{
+    static int warned;
+    for (int i = 0; i < j->hosts.n; i++) {
+        if (!j->remote && !j->hosts.h[i].local) {
+            if (!warned++)
+                fprintf(stderr,
+                        "chorus-run: host discovery names '%s', which is not this machine, but "
+                        "the job started on this machine's hosts only (its store listens on "
+                        "loopback); ignoring it\n",
+                        j->hosts.h[i].name);
+            continue;
+        }
+        if (workers_on(j, i) < j->hosts.h[i].slots) return i;
+    }
+    for (int i = 0; i < j->hosts.n; i++)
+        if (j->hosts.h[i].local) return i;
+    return -1;
 }

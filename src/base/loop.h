@@ -5,11 +5,11 @@
  * runs the callbacks of what is ready. The rendezvous store's thread, chorus-run's
  * supervision of its ranks and the agent that runs a rank on another host each serve from one.
  *
- * A loop belongs to the thread that runs it: no call is thread-safe. Callbacks may watch and
- * unwatch descriptors and add and cancel timers, their own included; a descriptor unwatched
- * during a round gets no callback for what was ready on it before (nor does another watch of
- * the same number made after it, until the next round). Every wait has a deadline: the
- * caller's, or a timer's.
+ * A loop belongs to the thread that runs it: no call is thread-safe, and a callback must not
+ * run a round of its own loop. Callbacks may watch and unwatch descriptors and add and cancel
+ * timers, their own included; a descriptor unwatched during a round gets no callback for what
+ * was ready on it before (nor does another watch of the same number made after it, until the
+ * next round). Every wait has a deadline: the caller's, or a timer's.
  */
 #ifndef CHORUS_BASE_LOOP_H
 #define CHORUS_BASE_LOOP_H

@@ -9,7 +9,8 @@
  * run a round of its own loop. Callbacks may watch and unwatch descriptors and add and cancel
  * timers, their own included; a descriptor unwatched during a round gets no callback for what
  * was ready on it before (nor does another watch of the same number made after it, until the
- * next round). Every wait has a deadline: the caller's, or a timer's.
+ * next round). A round waits no longer than its deadline or the nearest timer; a deadline of
+ * INFINITY is only for a loop that something always wakes (the store's wake pipe).
  */
 #ifndef CHORUS_BASE_LOOP_H
 #define CHORUS_BASE_LOOP_H

@@ -21,6 +21,17 @@
  * chorus_last_error() gives the detail (which call, which peer, what the OS said). The library
  * never exits the process and prints nothing unless CHORUS_DEBUG is set.
  *
+ * What went wrong, the one convention of every public header: a call that can fail returns a
+ * chorus_result, and the one-line detail of a failure is read from the getter of the object
+ * the call was made on, <object>_last_error(obj): chorus_last_error(comm),
+ * chorus_engine_last_error(engine), chorus_engine_handle_last_error(handle),
+ * chorus_elastic_last_error(el), chorus_ps_last_error(ps). With obj NULL the getter gives the
+ * calling thread's last failure of a call that has no such object (an init or create that
+ * failed, a function that takes none; chorus_last_error(NULL) for the core's). The nn library
+ * keeps no message per object: nn_last_error() is that thread form for every nn_* call. A
+ * getter never returns NULL ("" when nothing failed); the text stays valid until the next
+ * failing call on the same object (or, for the thread form, on the same thread).
+ *
  * A communicator must not be used by two threads at the same time. Communicators made by
  * chorus_comm_split() share their parent's connections and may be used concurrently with it
  * from another thread.
@@ -330,14 +341,33 @@ const char *chorus_result_name(int r);
 const char *chorus_dtype_name(int t);
 const char *chorus_op_name(int op);
 
-/* Detail of the last failure on c (or of the last failed chorus_init when c is NULL). */
+/* Detail of the last failure on c, or with c NULL of this thread's last failed call that had no
+ * communicator (chorus_init, chorus_config_set, ...); "" when none (the convention above). */
 const char *chorus_last_error(const chorus_comm *c);
 
-/* 1 when the environment variable `name` is set to a non-empty value, else 0 (also for a
- * NULL name). For programs that pick their own default for a CHORUS_* variable and let the
- * user's setting win. Reads the environment at the time of the call; thread-safe as long as
- * no thread changes the environment. */
+/* 1 when the variable `name` is set to a non-empty value, by chorus_config_set or in the
+ * environment, else 0 (also for a NULL name). For programs that pick their own default for a
+ * CHORUS_* variable and let the user's setting win. Reads the environment at the time of the
+ * call; thread-safe as long as no thread changes the environment. */
 int chorus_config_is_set(const char *name);
+/* The value of the variable `name` as the library sees it now (chorus_config_set's, else the
+ * environment's), NULL when unset or empty (or for a NULL name). The text as given, not
+ * checked; it lives as long as the process. Thread-safe as chorus_config_is_set. */
+const char *chorus_config_get(const char *name);
+
+/* Sets a variable for this process only, as if its environment said name=value, without
+ * touching the environment (child processes do not see it): for bindings and programs that
+ * pass options to the library in the process (Python's chorus.torch.distributed passes the
+ * meeting point and the deadline to chorus_init this way). `name` is a CHORUS_* variable of
+ * the table (chorus-run --help-env) or one of the launcher variables chorus_init reads (RANK,
+ * WORLD_SIZE, MASTER_ADDR, ...). The value is checked as the environment's would be; it wins
+ * over the environment wherever the library reads the variable next: chorus_init and the other
+ * entry points read it then, the settings read once per process (logging, deadlines outside a
+ * communicator) only when not read yet. value NULL (or "") removes the process's setting, and
+ * the environment's value applies again. CHORUS_ERR_INVALID_ARG for an unknown name or a
+ * malformed value (the variable and what it expects in chorus_last_error(NULL)), nothing then
+ * set; CHORUS_ERR_NOMEM. Thread-safe. */
+chorus_result chorus_config_set(const char *name, const char *value);
 
 /* This host's address for a service other ranks must reach, chosen as libchorus chooses the
  * one its rank 0 serves the rendezvous store on when the launcher gives no meeting point

@@ -1,33 +1,92 @@
 #!/usr/bin/env python3
 """check_structure.py - structure rules anyone can rerun (make check-structure; a test too).
 
-  1. No include cycles among the C files of src/coll/ and src/engine/ (and their subfolders):
-     a module is a .c file and the .h of the same name beside it; module A depends on module B
-     when a file of A includes B's header. A cycle of modules is reported with its path.
-  2. No call cycles among those modules either, read from the built objects with nm: A depends
-     on B when A's object uses a symbol B's object defines (an algorithm calling up into the
-     file that dispatches to it is such a cycle even when no header shows it).
-  3. No layer calls upward: the objects of a lower folder of src/ use no symbol defined in a
-     higher one (base < wire < bootstrap < transport < reduce < coll < engine, elastic, ps).
-  4. No import cycles among the modules of python/chorus/ (a package's __init__ included).
-  5. Every function declared in include/ has a contract comment directly above it (or above
-     the group of declarations it belongs to, with no blank line between).
-  6. No getenv() outside src/base/config.c in src/, tools/, nn/.
+A module is a file's path without its extension: a .c file and the .h of the same name beside
+it are one module. The rules, over every module of src/, nn/ and tools/:
 
-Usage: check_structure.py [BUILD]   (BUILD: the build folder with obj/, default build)
+  1. No include circle: module A depends on module B when a file of A includes B's header.
+  2. No call circle, read from the built objects with nm: A depends on B when A's object uses
+     a symbol B's object defines (a file calling up into the one that calls it is a circle
+     even when no header shows it).
+  3. Layers in order, by includes and by calls: base < wire < bootstrap < transport < reduce <
+     coll < engine, elastic, ps, pipeline (the folders of src/) < nn < tools. No file includes a
+     header of a higher layer, no object uses a symbol a higher layer defines.
+  4. The tools include only the public headers (include/chorus.h, include/chorus/*.h) and the
+     headers of their own folder.
+  5. Sizes: no file of src/, nn/ or tools/ over 900 lines, no C function over 120 lines (from
+     the line its declaration starts on to its closing brace).
+  6. No import circle among the modules of python/ (a package's __init__ included).
+  7. Every function declared in include/ has a contract comment directly above it (or above
+     the group of declarations it belongs to, with no blank line between).
+  8. No getenv() outside src/base/config.c in src/, tools/, nn/.
+
+check_circles.py finds the circles of rules 1 and 2 a second way (the compiler's dependency
+lists and readelf's symbol tables, reachability instead of strongly connected components);
+make check-structure runs both.
+
+ALLOWED below lists the violations known today, each by its exact key: they are printed as
+known and do not fail the check. An entry that no longer occurs fails it as stale, so the list
+only shrinks; it is empty once the tree obeys every rule.
+
+Usage: check_structure.py [--no-allow] [--root DIR] [BUILD]   (BUILD: the build folder with
+obj/, default build; --no-allow reports the listed violations as failures too; --root checks
+another tree than this one, as the structure_selftest test does)
 Exit status 0 when every rule holds, 1 with one line per violation otherwise.
 """
 
+import ast
 import os
 import re
 import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-C_DIRS = ["src/coll", "src/engine"]
-LAYERS = [["base"], ["wire"], ["bootstrap"], ["transport"], ["reduce"], ["coll"],
-          ["engine", "elastic", "ps"]]
-INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+C_TREES = ["src", "nn", "tools"]
+LAYERS = [["src/base"], ["src/wire"], ["src/bootstrap"], ["src/transport"], ["src/reduce"],
+          ["src/coll"], ["src/engine", "src/elastic", "src/ps", "src/pipeline"], ["nn"],
+          ["tools"]]
+MAX_FILE_LINES = 900
+MAX_FUNCTION_LINES = 120
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s+[<"]([^">]+)[">]')
+
+# Violations known today, each named exactly as the check prints it. Remove an entry with
+# the change that fixes it (a stale entry fails the check); add none.
+ALLOWED = [
+    # A shared-memory segment and its single-copy transfers include and call each other.
+    "include circle: src/transport/shm/cma, src/transport/shm/shm",
+    "call circle: src/transport/shm/cma, src/transport/shm/shm",
+    # The config table logs and fails through result.c, which logs; the log reads its level
+    # from the config.
+    "call circle: src/base/config, src/base/log, src/base/result",
+    # The layers call recompute and tensor parallel; recompute runs the layers; tensor parallel
+    # builds layers through the model, which plans recomputation.
+    "call circle: nn/layers, nn/model, nn/recompute, nn/tensor_parallel",
+    # The parallel trainer calls die() of chorus-train.c.
+    "call circle: tools/chorus-train, tools/train_parallel",
+    # Tools that use private headers of src/.
+    "private include: tools/chorus-bench.c includes src/base/base.h",
+    "private include: tools/chorus-bench.c includes src/coll/comm.h",
+    "private include: tools/chorus-bench.c includes src/reduce/reduce.h",
+    "private include: tools/chorus-bench.c includes src/wire/wire.h",
+    "private include: tools/chorus-run.c includes src/base/atomic_file.h",
+    "private include: tools/chorus-run.c includes src/base/base.h",
+    "private include: tools/chorus-run.c includes src/bootstrap/store.h",
+    "private include: tools/chorus-run.c includes src/coll/comm.h",
+    "private include: tools/chorus-run.c includes src/elastic/keys.h",
+    "private include: tools/chorus-run.c includes src/wire/sock.h",
+    "private include: tools/run_remote.c includes src/base/base.h",
+    "private include: tools/run_remote.c includes src/bootstrap/store.h",
+    "private include: tools/run_remote.c includes src/wire/sock.h",
+    "private include: tools/run_remote.h includes src/base/base.h",
+    # Files over 900 lines.
+    "long file: src/transport/tcp/net.c",
+    "long file: tools/chorus-run.c",
+    "long file: tools/chorus-train.c",
+    # Functions over 120 lines.
+    "long function: tools/chorus-run.c elastic_tick",
+    "long function: tools/chorus-train.c parse",
+    "long function: tools/chorus-train.c train_step",
+]
 
 
 def files_under(rel, exts):
@@ -37,6 +96,10 @@ def files_under(rel, exts):
             if n.endswith(exts):
                 out.append(os.path.relpath(os.path.join(d, n), ROOT))
     return sorted(out)
+
+
+def c_files():
+    return [f for t in C_TREES for f in files_under(t, (".c", ".h"))]
 
 
 def find_cycles(graph):
@@ -98,26 +161,59 @@ def module_of(path):
     return os.path.splitext(path)[0]
 
 
-def include_graph():
-    graph = {}
-    for rel in C_DIRS:
-        for f in files_under(rel, (".c", ".h")):
-            m = module_of(f)
-            graph.setdefault(m, set())
-            with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
-                for line in fh:
-                    mt = INCLUDE_RE.match(line)
-                    if not mt:
-                        continue
-                    inc = mt.group(1)
-                    for cand in (os.path.join(os.path.dirname(f), inc), os.path.join("src", inc)):
-                        cand = os.path.normpath(cand)
-                        if os.path.exists(os.path.join(ROOT, cand)):
-                            dm = module_of(cand)
-                            if dm != m and any(dm.startswith(d + "/") for d in C_DIRS):
-                                graph[m].add(dm)
-                            break
+def layer_of(module):
+    for i, folders in enumerate(LAYERS):
+        if any(module == f or module.startswith(f + "/") for f in folders):
+            return i
+    return None
+
+
+def resolve_include(f, inc):
+    """The file an #include of f names, as the compiler finds it (-Iinclude -Isrc), or None
+    for a system header."""
+    for cand in (os.path.join(os.path.dirname(f), inc), os.path.join("src", inc),
+                 os.path.join("include", inc)):
+        cand = os.path.normpath(cand)
+        if os.path.exists(os.path.join(ROOT, cand)):
+            return cand
+    return None
+
+
+def includes():
+    """(file, line number, included file) for every include of src/, nn/ and tools/ that
+    names a file of the repository."""
+    out = []
+    for f in c_files():
+        with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                mt = INCLUDE_RE.match(line)
+                if mt:
+                    target = resolve_include(f, mt.group(1))
+                    if target:
+                        out.append((f, n, target))
+    return out
+
+
+def include_graph(incs):
+    graph = {module_of(f): set() for f in c_files()}
+    for f, _, target in incs:
+        m, dm = module_of(f), module_of(target)
+        if dm != m and dm in graph:
+            graph[m].add(dm)
     return graph
+
+
+def include_rules(incs):
+    """Rule 3 by includes and rule 4."""
+    bad = []
+    for f, _, target in incs:
+        lf, lt = layer_of(module_of(f)), layer_of(module_of(target))
+        if lf is not None and lt is not None and lt > lf:
+            bad.append(("upward include: %s includes %s" % (f, target), ""))
+        if f.startswith("tools/") and not target.startswith("include/") \
+                and os.path.dirname(target) != os.path.dirname(f):
+            bad.append(("private include: %s includes %s" % (f, target), ""))
+    return bad
 
 
 def nm_symbols(obj):
@@ -133,46 +229,166 @@ def nm_symbols(obj):
 
 
 def object_symbols(build):
-    objs = {}
-    base = os.path.join(ROOT, build, "obj")
-    for d, _, names in os.walk(os.path.join(base, "src")):
-        for n in names:
-            if n.endswith(".o"):
-                o = os.path.join(d, n)
-                src = os.path.relpath(o, base)[:-2] + ".c"
-                if os.path.exists(os.path.join(ROOT, src)):
-                    objs[module_of(src)] = nm_symbols(o)
-    return objs
+    """Module -> (symbols defined, symbols used) of its object; the .c files without one."""
+    objs, missing = {}, []
+    for f in c_files():
+        if not f.endswith(".c"):
+            continue
+        o = os.path.join(ROOT, build, "obj", f[:-2] + ".o")
+        if os.path.exists(o):
+            objs[module_of(f)] = nm_symbols(o)
+        else:
+            missing.append(f)
+    return objs, missing
 
 
 def call_graph(objs):
-    owner = {}
+    """Module -> modules whose symbols it uses. A name several modules define (each tool's
+    main) belongs to the one in the user's own folder."""
+    owners = {}
     for m, (defined, _) in objs.items():
         for s in defined:
-            owner[s] = m
-    graph = {}
+            owners.setdefault(s, []).append(m)
+    graph, owner_of = {}, {}
     for m, (_, undefined) in objs.items():
-        graph[m] = {owner[s] for s in undefined if s in owner and owner[s] != m}
-    return graph, owner
+        graph[m] = set()
+        for s in undefined:
+            cands = owners.get(s, [])
+            near = [c for c in cands if os.path.dirname(c) == os.path.dirname(m)]
+            d = (near or cands or [None])[0]
+            if d and d != m:
+                graph[m].add(d)
+                owner_of[(m, s)] = d
+    return graph, owner_of
 
 
-def layer_of(module):
-    parts = module.split("/")
-    if len(parts) < 2 or parts[0] != "src":
+def upward_calls(objs, owner_of):
+    bad = []
+    for m, (_, undefined) in sorted(objs.items()):
+        lm = layer_of(m)
+        for s in sorted(undefined):
+            d = owner_of.get((m, s))
+            ld = layer_of(d) if d else None
+            if lm is not None and ld is not None and ld > lm:
+                bad.append(("upward call: %s uses %s from %s" % (m, s, d), ""))
+    return bad
+
+
+def strip_c(text):
+    """The text with comments, string and character literals and preprocessor lines blanked
+    (newlines kept, so line numbers hold)."""
+    out, i, n = [], 0, len(text)
+    at_line_start = True
+    while i < n:
+        c = text[i]
+        if at_line_start and c == "#":
+            while i < n and text[i] != "\n":  # a directive, with its continuation lines
+                if text[i] == "\\" and i + 1 < n and text[i + 1] == "\n":
+                    out.append("\n")
+                    i += 2
+                    continue
+                i += 1
+            continue
+        if c == "/" and text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+            continue
+        if c == "/" and text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        if c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c:
+                j += 2 if text[j] == "\\" else 1
+            out.append(" " * (min(j, n - 1) - i + 1))
+            i = j + 1
+            continue
+        out.append(c)
+        if c == "\n":
+            at_line_start = True
+        elif not c.isspace():
+            at_line_start = False
+        i += 1
+    return "".join(out)
+
+
+def function_name(head):
+    """The name before the parameter list that ends a declaration ("int f(int a)" -> "f"), or
+    None when the text does not end in one (an initializer, a struct)."""
+    body = head.rstrip()
+    if not body.endswith(")") or "=" in body:
         return None
-    for i, names in enumerate(LAYERS):
-        if parts[1] in names:
-            return i
+    depth = 0
+    for i in range(len(body) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(body[i], 0)
+        if depth == 0:
+            mt = re.search(r"(\w+)\s*$", body[:i])
+            return mt.group(1) if mt else None
     return None
 
 
+def c_functions(f):
+    """(name, lines) of every function defined in the C file f: a brace at file level whose
+    declaration ends in a parameter list; lines from the declaration's first to the closing
+    brace."""
+    with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
+        text = strip_c(fh.read())
+    funcs, depth, line, head, head_line, start = [], 0, 1, "", None, None
+    for c in text:
+        if depth == 0:
+            if c == "{":
+                name = function_name(head)
+                kw = head.split()[0] if head.split() else ""
+                start = (name, head_line) if name and kw not in (
+                    "struct", "union", "enum", "typedef") else None
+                depth = 1
+            elif c == ";":
+                head, head_line = "", None
+            else:
+                if not c.isspace() and head_line is None:
+                    head_line = line
+                head += c
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                if start:
+                    funcs.append((start[0], line - start[1] + 1))
+                head, head_line, start = "", None, None
+        if c == "\n":
+            line += 1
+    return funcs
+
+
+def size_rules():
+    bad = []
+    for t in C_TREES:
+        for f in files_under(t, (".c", ".h", ".py", ".sh", ".map")):
+            with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
+                n = sum(1 for _ in fh)
+            if n > MAX_FILE_LINES:
+                bad.append(("long file: " + f, " (%d lines, at most %d)" % (n, MAX_FILE_LINES)))
+            if f.endswith(".c"):
+                for name, lines in c_functions(f):
+                    if lines > MAX_FUNCTION_LINES:
+                        bad.append(("long function: %s %s" % (f, name),
+                                    " (%d lines, at most %d)" % (lines, MAX_FUNCTION_LINES)))
+    return bad
+
+
 def python_graph():
-    """Module -> modules of python/chorus it imports, read with ast (so docstrings and
-    comments do not count, and imports inside functions do)."""
-    import ast
+    """Module -> modules of python/ it imports (the package, setup.py and the build helpers;
+    not the build output python/build/), read with ast (so docstrings and comments do not
+    count, and imports inside functions do)."""
     pkg_root = os.path.join(ROOT, "python")
     mods = {}
-    for f in files_under("python/chorus", (".py",)):
+    for f in files_under("python", (".py",)):
+        if f.startswith("python/build/"):
+            continue
         rel = os.path.relpath(os.path.join(ROOT, f), pkg_root)[:-3].split(os.sep)
         if rel[-1] == "__init__":
             mods[".".join(rel[:-1])] = (f, rel[:-1])
@@ -257,44 +473,68 @@ def getenv_calls():
     return bad
 
 
+def circle(kind, graph, comp, why):
+    """A circle's key (its modules) and detail (one loop through them, then every edge among
+    them, with a symbol that makes each call edge)."""
+    members = set(comp)
+    edges = ["%s -> %s%s" % (m, d, " (%s)" % why[(m, d)] if (m, d) in why else "")
+             for m in sorted(comp) for d in sorted(graph.get(m, ())) if d in members]
+    return ("%s circle: %s" % (kind, ", ".join(sorted(comp))),
+            "\n    loop: %s\n    edges: %s" % (" -> ".join(cycle_path(graph, comp)),
+                                              ", ".join(edges)))
+
+
 def main():
-    build = sys.argv[1] if len(sys.argv) > 1 else "build"
-    problems = []
+    global ROOT
+    args = sys.argv[1:]
+    use_allow = "--no-allow" not in args
+    args = [a for a in args if a != "--no-allow"]
+    if args[:1] == ["--root"] and len(args) > 1:
+        ROOT, args = os.path.abspath(args[1]), args[2:]
+    build = args[0] if args else "build"
+    found = []  # (key, detail): the key names the violation, the detail measures it
 
-    g = include_graph()
+    incs = includes()
+    g = include_graph(incs)
     for comp in find_cycles(g):
-        problems.append("include cycle: " + " -> ".join(cycle_path(g, comp)))
+        found.append(circle("include", g, comp, {}))
+    found += include_rules(incs)
 
-    if os.path.isdir(os.path.join(ROOT, build, "obj", "src")):
-        objs = object_symbols(build)
-        cg, owner = call_graph(objs)
-        sub = {m: {d for d in ds if any(d.startswith(x + "/") for x in C_DIRS)}
-               for m, ds in cg.items() if any(m.startswith(x + "/") for x in C_DIRS)}
-        for comp in find_cycles(sub):
-            problems.append("call cycle among %d modules: " % len(comp)
-                            + " -> ".join(cycle_path(sub, comp)))
-        for m, (_, undefined) in sorted(objs.items()):
-            lm = layer_of(m)
-            for s in sorted(undefined):
-                d = owner.get(s)
-                ld = layer_of(d) if d else None
-                if lm is not None and ld is not None and ld > lm:
-                    problems.append("upward call: %s uses %s from %s" % (m, s, d))
-    else:
-        problems.append("no objects under %s/obj/src: build first (make)" % build)
+    objs, missing = object_symbols(build)
+    for f in missing:
+        found.append(("no object for %s under %s/obj: build first (make trainer)" % (f, build),
+                      ""))
+    cg, owner_of = call_graph(objs)
+    why = {}
+    for (m, s), d in sorted(owner_of.items()):
+        why.setdefault((m, d), s)
+    for comp in find_cycles(cg):
+        found.append(circle("call", cg, comp, why))
+    found += upward_calls(objs, owner_of)
+    found += size_rules()
 
     pg = python_graph()
     for comp in find_cycles(pg):
-        problems.append("python import cycle: " + " -> ".join(cycle_path(pg, comp)))
+        found.append(circle("python import", pg, comp, {}))
+    found += [(p, "") for p in contract_comments()]
+    found += [(p, "") for p in getenv_calls()]
 
-    problems += contract_comments()
-    problems += getenv_calls()
-
-    for p in problems:
-        print(p)
-    nmods = len(g)
-    print("structure: %d C modules, %d Python modules checked; %d problem(s)"
-          % (nmods, len(pg), len(problems)))
+    allowed = set(ALLOWED) if use_allow else set()
+    keys = {k for k, _ in found}
+    problems = 0
+    for k, detail in found:
+        if k in allowed:
+            print("known (allow-list): " + k + detail)
+        else:
+            print(k + detail)
+            problems += 1
+    for k in ALLOWED if use_allow else []:
+        if k not in keys:
+            print("stale allow-list entry (fixed: remove it from ALLOWED): " + k)
+            problems += 1
+    known = sum(1 for k, _ in found if k in allowed)
+    print("structure: %d C modules (%d objects), %d Python modules checked; %d problem(s), "
+          "%d known" % (len(g), len(objs), len(pg), problems, known))
     return 1 if problems else 0
 
 

@@ -25,6 +25,14 @@ mean CHORUS_TIMEOUT_S?`. With `CHORUS_DEBUG=INFO` the library version and every 
 is set are logged once (`CHORUS_TIMEOUT_S=20 (set)`); `CHORUS_DEBUG=TRACE` adds a line per
 collective with the algorithm and why it was chosen.
 
+A program can also give the library a variable without the environment:
+`chorus_config_set(name, value)` (`include/chorus.h`) sets it for this process only, checked as
+the environment's value would be (a bad one is refused, naming it), and wins over the
+environment wherever the library reads the variable next; child processes do not see it, and
+`chorus_config_set(name, NULL)` gives the environment back its say. `chorus_config_get` and
+`chorus_config_is_set` read what the library sees. `chorus.torch.distributed` passes the
+meeting point and the deadline to `chorus_init` this way.
+
 Chorus also reads the variables of the launchers it runs under:
 
 | launcher | variables |

@@ -107,7 +107,8 @@ long chorus_elastic_generation(const chorus_elastic *el);
 /* Stable worker id given by chorus-run --elastic (ranks change between generations), or the
  * rank in a plain run. */
 int chorus_elastic_worker_id(const chorus_elastic *el);
-/* Detail of the last failure (which peer, what the survivors did). */
+/* Detail of the last failure (which peer, what the survivors did); with el NULL, of this
+ * thread's last failed chorus_elastic_create (include/chorus.h says the convention). */
 const char *chorus_elastic_last_error(const chorus_elastic *el);
 
 #ifdef __cplusplus

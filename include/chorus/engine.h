@@ -15,7 +15,9 @@
  * Every handle ends, successfully or with an error: CHORUS_ERR_MISMATCH (ranks disagree on a
  * tensor's dtype, count, op, root, kind, scaling or compression plan), CHORUS_ERR_ABORTED (the
  * engine was shut down on some rank), CHORUS_ERR_TIMEOUT (stall shutdown), CHORUS_ERR_PEER_LOST (a
- * rank died). chorus_engine_handle_error() gives the detail (tensor, ranks, values).
+ * rank died). chorus_engine_handle_last_error() gives the detail (tensor, ranks, values); the
+ * errors of the engine's own calls are in chorus_engine_last_error() (include/chorus.h says
+ * the convention).
  *
  * Environment (see chorus-run --help-env): CHORUS_CYCLE_TIME_MS, CHORUS_FUSION_THRESHOLD,
  * CHORUS_CACHE_CAPACITY, CHORUS_STALL_WARN_S, CHORUS_STALL_SHUTDOWN_S, CHORUS_TIMELINE,
@@ -239,7 +241,8 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
 chorus_result chorus_engine_shutdown(chorus_engine *e);
 
 /* Detail of the last failure of a blocking engine call (join, barrier, divergence check) or of
- * the error that stopped the engine. */
+ * the error that stopped the engine; with e NULL, of this thread's last call that made or had
+ * no engine (chorus_engine_start, the plan functions). "" when none. */
 const char *chorus_engine_last_error(const chorus_engine *e);
 
 /* ---- enqueueing (any thread) -------------------------------------------------------------- */
@@ -314,11 +317,15 @@ chorus_result chorus_engine_alltoall(chorus_engine *e, const char *name, const v
 
 /* ---- handles ------------------------------------------------------------------------------ */
 
-/* Blocks until h ends; returns its result (the detail is chorus_engine_handle_error(h)). */
+/* Blocks until h ends; returns its result (the detail is chorus_engine_handle_last_error(h)). */
 chorus_result chorus_engine_wait(chorus_engine_handle *h);
 /* 1 when h has ended (wait then returns at once), else 0. */
 int chorus_engine_poll(const chorus_engine_handle *h);
-/* Message of a failed handle ("" while pending or on success). */
+/* Message of a failed handle ("" while pending or on success); with h NULL, this thread's last
+ * failure of a call that made no handle (as chorus_last_error(NULL)). */
+const char *chorus_engine_handle_last_error(const chorus_engine_handle *h);
+/* The older name of chorus_engine_handle_last_error, kept for the programs that call it; with h
+ * NULL it returns "". */
 const char *chorus_engine_handle_error(const chorus_engine_handle *h);
 /* Name the handle was enqueued with. */
 const char *chorus_engine_handle_name(const chorus_engine_handle *h);

@@ -37,7 +37,8 @@ extern "C" {
 #endif
 
 /* The message of the last nn_* call that failed on this thread ("" when none has). Valid until
- * the next failing nn_* call on this thread. */
+ * the next failing nn_* call on this thread. The thread form of the convention of
+ * include/chorus.h: nn keeps no message per object. */
 const char *nn_last_error(void);
 
 /* ---- random numbers ------------------------------------------------------------------ */

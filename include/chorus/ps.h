@@ -165,7 +165,8 @@ chorus_result chorus_ps_leave(chorus_ps *ps);
  * servers and workers alike; c is not finalized. Returns the first error of telling. */
 chorus_result chorus_ps_finalize(chorus_ps *ps);
 
-/* Detail of the last failure on ps (or of the last failed chorus_ps_create when ps is NULL). */
+/* Detail of the last failure on ps, or with ps NULL of this thread's last failed
+ * chorus_ps_create ("" when none; include/chorus.h says the convention). */
 const char *chorus_ps_last_error(const chorus_ps *ps);
 
 /* Name of a mode ("sync", "async", "ssp"), NULL outside the enumeration. */

@@ -193,7 +193,7 @@ def init(process_sets=None):
 def elastic_pending():
     """True in a worker of `chorus-run --elastic` outside elastic.run(): the communicator only
     exists inside chorus_elastic_run, so init() leaves it to elastic.run()."""
-    return os.environ.get("CHORUS_ELASTIC") == "1" and hasattr(lib, "chorus_elastic_run")
+    return _lib.config_get("CHORUS_ELASTIC") == "1" and hasattr(lib, "chorus_elastic_run")
 
 
 def adopt(comm_ptr):
@@ -224,8 +224,8 @@ def _start_engine(comm):
     gathering for a cycle time (measured: 1.66x DDP against 1.43x with 2 ms,
     bench/ddp_vs_chorus.sh); CHORUS_CYCLE_TIME_MS (or Horovod's HOROVOD_CYCLE_TIME) still
     overrides."""
-    cycle = None if (os.environ.get("CHORUS_CYCLE_TIME_MS") or
-                     os.environ.get("HOROVOD_CYCLE_TIME")) else 0.0
+    cycle = None if (_lib.config_is_set("CHORUS_CYCLE_TIME_MS") or
+                     _lib.config_is_set("HOROVOD_CYCLE_TIME")) else 0.0
     return _engine.Engine(comm.ptr, comm.size, cycle)
 
 

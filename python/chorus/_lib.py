@@ -148,6 +148,9 @@ _proto("chorus_comm_split", _c.c_int, _P, _c.c_int, _c.c_int, _comm_pp)
 _proto("chorus_dtype_size", _c.c_size_t, _c.c_int)
 _proto("chorus_strerror", _c.c_char_p, _c.c_int)
 _proto("chorus_last_error", _c.c_char_p, _P)
+_proto("chorus_config_set", _c.c_int, _c.c_char_p, _c.c_char_p)
+_proto("chorus_config_is_set", _c.c_int, _c.c_char_p)
+_proto("chorus_config_get", _c.c_char_p, _c.c_char_p)
 
 
 _proto("chorus_result_name", _c.c_char_p, _c.c_int)
@@ -185,6 +188,26 @@ def raise_for(code, comm=None, what=None, detail=None):
     if detail and name not in detail:
         msg += " [%s]" % name
     raise _RESULT_CLASS.get(name, ChorusError)(msg, code, name)
+
+
+def config_is_set(name):
+    """True when the library sees ``name`` set: by config_set in this process, or in the
+    environment (chorus_config_is_set)."""
+    return bool(lib.chorus_config_is_set(name.encode()))
+
+
+def config_get(name):
+    """The value of ``name`` as the library sees it (chorus_config_get), or None when unset."""
+    v = lib.chorus_config_get(name.encode())
+    return None if v is None else v.decode()
+
+
+def config_set(name, value):
+    """Sets a variable for the library in this process only, checked as the environment's
+    value would be (chorus_config_set); None removes the setting. Raises ChorusInvalidArgument
+    naming the variable for a bad value or an unknown name."""
+    code = lib.chorus_config_set(name.encode(), None if value is None else str(value).encode())
+    check(code, None, "chorus: setting %s" % name)
 
 
 def check(code, comm=None, what=None):

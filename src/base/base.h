@@ -185,8 +185,21 @@ void chorus__config_warn_unknown(void);
  * secrets by length only), once per process: later calls do nothing. */
 void chorus__config_log_set(void);
 
-/* Any environment variable (launchers' RANK, SLURM_PROCID, PATH, ...): its value, NULL when
- * unset or empty. The one way the library reads a variable that is not in the table. */
+/* The job variables of config_table.h (CHORUS_JOB_VAR), one field each, named as the
+ * variable: v.RANK, v.SLURM_PROCID. NULL when unset or empty. */
+typedef struct chorus_job_vars {
+#define CHORUS_JOB_VAR(name, who) const char *name;
+#include "base/config_table.h"
+#undef CHORUS_JOB_VAR
+} chorus_job_vars;
+
+/* Reads every job variable from the environment now (each call reads afresh: the variables
+ * describe the job at the moment it is formed). The values point into the environment and
+ * hold until it changes. */
+void chorus__job_vars_read(chorus_job_vars *v);
+
+/* Any other environment variable (PATH, ...): its value, NULL when unset or empty. The one way
+ * the library reads a variable that is in neither table. */
 const char *chorus__env(const char *name);
 /* A size in bytes: digits with an optional K, M or G suffix (either case; powers of 1024).
  * 0, or -1 for anything else (a sign, a space, a fraction, an overflow). */

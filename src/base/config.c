@@ -42,10 +42,40 @@ const chorus_cfg_entry *chorus__cfg_table(void)
     return table;
 }
 
+/* The process's own settings (chorus_config_set), over the environment: name and value both
+ * interned, a removed setting's value NULL. */
+typedef struct setting {
+    struct setting *next;
+    const char *name, *value;
+} setting;
+
+static setting *settings;
+static pthread_mutex_t settings_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The setting of name, or NULL when the process made none. */
+static setting *setting_of(const char *name)
+{
+    setting *s = settings;
+    while (s && strcmp(s->name, name)) s = s->next;
+    return s;
+}
+
 const char *chorus__env(const char *name)
 {
+    pthread_mutex_lock(&settings_mu);
+    setting *s = setting_of(name);
+    const char *set = s ? s->value : NULL;
+    pthread_mutex_unlock(&settings_mu);
+    if (set) return set;
     const char *v = getenv(name);
     return v && *v ? v : NULL;
+}
+
+void chorus__job_vars_read(chorus_job_vars *v)
+{
+#define CHORUS_JOB_VAR(name, who) v->name = chorus__env(#name);
+#include "base/config_table.h"
+#undef CHORUS_JOB_VAR
 }
 
 const char *chorus__cfg_type_name(const chorus_cfg_entry *e)
@@ -434,9 +464,56 @@ void chorus__config_warn_unknown(void)
     pthread_once(&warned, warn_unknown);
 }
 
-/* ---- the one public reader ----------------------------------------------------------- */
+/* ---- the public reader and writer --------------------------------------------------- */
 
 int chorus_config_is_set(const char *name)
 {
     return name && chorus__env(name) != NULL;
+}
+
+const char *chorus_config_get(const char *name)
+{
+    return name ? intern(chorus__env(name)) : NULL;
+}
+
+static int job_var(const char *name)
+{
+    static const char *const names[] = {
+#define CHORUS_JOB_VAR(n, who) #n,
+#include "base/config_table.h"
+#undef CHORUS_JOB_VAR
+    };
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(names[i], name)) return 1;
+    return 0;
+}
+
+chorus_result chorus_config_set(const char *name, const char *value)
+{
+    chorus_errbuf *e = chorus__init_errbuf();
+    if (!name) return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_config_set: name is NULL");
+    const chorus_cfg_entry *t = table;
+    while (t->name && strcmp(t->name, name)) t++;
+    if (!t->name && !job_var(name))
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
+                            "chorus_config_set: %s is not a Chorus variable (chorus-run "
+                            "--help-env lists them)",
+                            name);
+    if (value && !*value) value = NULL;
+    chorus_config scratch;
+    chorus_errbuf why;
+    if (value && t->name && set_row(t, value, &scratch, &why) != CHORUS_OK)
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_config_set: %s", why.msg);
+    const char *iname = intern(name), *ivalue = intern(value);
+    if (!iname || (value && !ivalue)) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
+    pthread_mutex_lock(&settings_mu);
+    setting *s = setting_of(name);
+    if (!s && (s = malloc(sizeof(*s)))) {
+        s->name = iname;
+        s->next = settings;
+        settings = s;
+    }
+    if (s) s->value = ivalue;
+    pthread_mutex_unlock(&settings_mu);
+    return s ? CHORUS_OK : chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
 }

@@ -17,6 +17,7 @@
  *   LIST("a,b")  comma-separated names of the list, any case (const char *: listed spellings)
  */
 /* clang-format off */
+#ifdef CHORUS_CFG
 CHORUS_CFG(CHORUS_DEBUG, debug, ENUM("NONE,OFF,VERSION,ERROR,WARN,INFO,DEBUG,TRACE"), NULL, "Log level, any case: WARN (ERROR is the same: failures are returned to the caller, warnings logged); INFO adds the library version, the variables that are set and how each communicator is set up; TRACE (or DEBUG) adds every collective's algorithm and why it was chosen. VERSION prints the version only; NONE or OFF nothing. Unset: warnings only where a tool asks for them, and those a user must see anyway (a parameter server's reason for refusing a request, a worker it goes on without). Lines are prefixed with host, pid and rank.")
 CHORUS_CFG(CHORUS_DEBUG_SUBSYS, debug_subsys, LIST("INIT,BOOT,COLL,TCP,SHM,ENGINE,ELASTIC,ALL"), "ALL", "Comma-separated subsystems to log: INIT,BOOT,COLL,TCP,SHM,ENGINE,ELASTIC or ALL.")
 CHORUS_CFG(CHORUS_DEBUG_FILE, debug_file, STR, NULL, "Write log lines to this file instead of stderr; %h is replaced by the host, %p by the pid.")
@@ -73,4 +74,53 @@ CHORUS_CFG(CHORUS_AUTOTUNE_STEPS, autotune_steps, INT, "3", "Engine, with CHORUS
 CHORUS_CFG(CHORUS_AUTOTUNE_WARMUP, autotune_warmup, INT, "2", "Engine, with CHORUS_AUTOTUNE=1: steps run with the starting settings before the first candidate (the first steps are slower: names are negotiated, buffers grow), 0 to 1000.")
 CHORUS_CFG(CHORUS_STATUS_FD, status_fd, INT, NULL, "Set by chorus-run: a pipe on which the library reports the first failure of this rank's communication and the peer it blames, so that the launcher names the rank that failed first.")
 CHORUS_CFG(CHORUS_PS_SERVERS, ps_servers, INT, NULL, "Parameter server: how many of the first ranks serve (set by chorus-run --servers K); the default of chorus_ps_opts_default, which a program may override. Unset: 1.")
+#endif
+/* clang-format on */
+/*
+ * The variables that describe the job, as the launcher that started the process sets them:
+ * CHORUS_JOB_VAR(name, who sets it). They are read together, as text, each time a job is
+ * formed (chorus__job_vars_read), and src/bootstrap/env.c works out the launcher, rank, world
+ * and meeting point from them; the CHORUS_* ones among them are rows of the table above too
+ * (help, and the process-wide config).
+ */
+/* clang-format off */
+#ifdef CHORUS_JOB_VAR
+CHORUS_JOB_VAR(CHORUS_RANK, "chorus-run")
+CHORUS_JOB_VAR(CHORUS_SIZE, "chorus-run")
+CHORUS_JOB_VAR(CHORUS_LOCAL_RANK, "chorus-run")
+CHORUS_JOB_VAR(CHORUS_LOCAL_SIZE, "chorus-run")
+CHORUS_JOB_VAR(CHORUS_STORE_ADDR, "chorus-run, or set by hand")
+CHORUS_JOB_VAR(CHORUS_JOB_ID, "chorus-run, or set by hand")
+CHORUS_JOB_VAR(RANK, "torchrun")
+CHORUS_JOB_VAR(WORLD_SIZE, "torchrun, a Kubernetes manifest")
+CHORUS_JOB_VAR(LOCAL_RANK, "torchrun")
+CHORUS_JOB_VAR(LOCAL_WORLD_SIZE, "torchrun")
+CHORUS_JOB_VAR(MASTER_ADDR, "torchrun, or set by hand")
+CHORUS_JOB_VAR(MASTER_PORT, "torchrun, or set by hand")
+CHORUS_JOB_VAR(TORCHELASTIC_RUN_ID, "torchrun")
+CHORUS_JOB_VAR(TORCHELASTIC_USE_AGENT_STORE, "torchrun")
+CHORUS_JOB_VAR(OMPI_COMM_WORLD_RANK, "Open MPI's mpirun")
+CHORUS_JOB_VAR(OMPI_COMM_WORLD_SIZE, "Open MPI's mpirun")
+CHORUS_JOB_VAR(OMPI_COMM_WORLD_LOCAL_RANK, "Open MPI's mpirun")
+CHORUS_JOB_VAR(OMPI_COMM_WORLD_LOCAL_SIZE, "Open MPI's mpirun")
+CHORUS_JOB_VAR(OMPI_MCA_ess_base_jobid, "Open MPI's mpirun")
+CHORUS_JOB_VAR(PMIX_NAMESPACE, "a PMIx launcher")
+CHORUS_JOB_VAR(PMI_RANK, "MPICH/Hydra")
+CHORUS_JOB_VAR(PMI_SIZE, "MPICH/Hydra")
+CHORUS_JOB_VAR(MPI_LOCALRANKID, "MPICH/Hydra")
+CHORUS_JOB_VAR(MPI_LOCALNRANKS, "MPICH/Hydra")
+CHORUS_JOB_VAR(PMI_KVSNAME, "MPICH/Hydra")
+CHORUS_JOB_VAR(SLURM_PROCID, "srun")
+CHORUS_JOB_VAR(SLURM_NTASKS, "srun")
+CHORUS_JOB_VAR(SLURM_STEP_NUM_TASKS, "srun")
+CHORUS_JOB_VAR(SLURM_LOCALID, "srun")
+CHORUS_JOB_VAR(SLURM_JOB_ID, "srun")
+CHORUS_JOB_VAR(SLURM_STEP_ID, "srun")
+CHORUS_JOB_VAR(SLURM_STEP_NUM_NODES, "srun")
+CHORUS_JOB_VAR(SLURM_NNODES, "srun")
+CHORUS_JOB_VAR(SLURM_STEP_NODELIST, "srun")
+CHORUS_JOB_VAR(SLURM_JOB_NODELIST, "srun")
+CHORUS_JOB_VAR(JOB_COMPLETION_INDEX, "a Kubernetes Indexed Job")
+CHORUS_JOB_VAR(TMPDIR, "the system (where a one-host job's rendezvous file goes)")
+#endif
 /* clang-format on */

@@ -70,6 +70,11 @@ int chorus_engine_poll(const chorus_engine_handle *h)
     return d;
 }
 
+const char *chorus_engine_handle_last_error(const chorus_engine_handle *h)
+{
+    return h ? chorus_engine_handle_error(h) : chorus__init_errbuf()->msg;
+}
+
 const char *chorus_engine_handle_error(const chorus_engine_handle *h)
 {
     if (!h) return "";

@@ -47,7 +47,8 @@ static chorus_engine *start(const chorus_engine_opts *o)
 static void expect_fail(chorus_engine_handle *h, chorus_result want, const char *const *subs)
 {
     chorus_result r = chorus_engine_wait(h);
-    const char *msg = chorus_engine_handle_error(h);
+    const char *msg = chorus_engine_handle_last_error(h);
+    ASSERT_EQ(strcmp(msg, chorus_engine_handle_error(h)), 0); /* the older name says the same */
     if (r != want)
         test_fail(__FILE__, __LINE__, "'%s': got %s (%s), expected %s",
                   chorus_engine_handle_name(h), chorus_strerror(r), msg, chorus_strerror(want));

@@ -1,6 +1,7 @@
 /* config_parse - the typed config: every default parses, values of each type are read
  * strictly, a malformed one is an error naming the variable and its value (from chorus_init
- * too), a communicator keeps the values it was created with and its splits inherit them. */
+ * too), a communicator keeps the values it was created with and its splits inherit them, and
+ * chorus_config_set's settings of the process win over the environment. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +178,50 @@ static void snapshot(void)
     chorus_finalize(c);
 }
 
+/* chorus_config_set: a setting of the process, checked as the environment's value, wins
+ * over the environment without changing it, reaches chorus_init and the job variables, and is
+ * removed again by NULL. */
+static void process_settings(void)
+{
+    setenv("CHORUS_TCP_ONESHOT_MAX", "2K", 1);
+    ASSERT_OK(chorus_config_set("CHORUS_TCP_ONESHOT_MAX", "4K"));
+    ASSERT_EQ(strcmp(getenv("CHORUS_TCP_ONESHOT_MAX"), "2K"), 0);
+    ASSERT_EQ(strcmp(chorus_config_get("CHORUS_TCP_ONESHOT_MAX"), "4K"), 0);
+    chorus_comm *c = NULL;
+    ASSERT_OK(chorus_init(&c));
+    ASSERT_EQ(c->cfg.tcp_oneshot_max, 4096);
+    chorus_finalize(c);
+    ASSERT_OK(chorus_config_set("CHORUS_TCP_ONESHOT_MAX", NULL));
+    ASSERT_EQ(strcmp(chorus_config_get("CHORUS_TCP_ONESHOT_MAX"), "2K"), 0);
+    unsetenv("CHORUS_TCP_ONESHOT_MAX");
+    ASSERT(!chorus_config_is_set("CHORUS_TCP_ONESHOT_MAX"));
+    ASSERT(chorus_config_get("CHORUS_TCP_ONESHOT_MAX") == NULL);
+
+    /* A job variable: chorus_init reads the rank from it (rank 5 of a world of 2: refused,
+     * naming the setting's values). */
+    ASSERT_OK(chorus_config_set("CHORUS_RANK", "5"));
+    ASSERT_OK(chorus_config_set("CHORUS_SIZE", "2"));
+    ASSERT_OK(chorus_config_set("CHORUS_STORE_ADDR", "127.0.0.1:1"));
+    ASSERT_EQ(chorus_init(&c), CHORUS_ERR_ENV);
+    printf("chorus_init: %s\n", chorus_last_error(NULL));
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "rank 5 is out of range for a world of 2");
+    ASSERT_OK(chorus_config_set("CHORUS_RANK", NULL));
+    ASSERT_OK(chorus_config_set("CHORUS_SIZE", ""));
+    ASSERT_OK(chorus_config_set("CHORUS_STORE_ADDR", NULL));
+    ASSERT(!chorus_config_is_set("CHORUS_RANK") && !chorus_config_is_set("CHORUS_SIZE"));
+
+    /* Bad values and names are refused, naming them, and nothing is set. */
+    ASSERT_EQ(chorus_config_set("CHORUS_TIMEOUT_S", "abc"), CHORUS_ERR_INVALID_ARG);
+    printf("chorus_config_set: %s\n", chorus_last_error(NULL));
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "chorus_config_set: CHORUS_TIMEOUT_S=abc is not a "
+                                                 "positive number");
+    ASSERT(!chorus_config_is_set("CHORUS_TIMEOUT_S"));
+    ASSERT_EQ(chorus_config_set("CHORUS_TIMOUT_S", "5"), CHORUS_ERR_INVALID_ARG);
+    printf("chorus_config_set: %s\n", chorus_last_error(NULL));
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "CHORUS_TIMOUT_S is not a Chorus variable");
+    ASSERT_EQ(chorus_config_set(NULL, "5"), CHORUS_ERR_INVALID_ARG);
+}
+
 static void hashing(void)
 {
     const char a[] = "generation-1", b[] = "generation-2";
@@ -194,6 +239,7 @@ int main(void)
     malformed();
     init_refuses();
     snapshot();
+    process_settings();
     hashing();
     printf("config_parse: ok\n");
     return 0;

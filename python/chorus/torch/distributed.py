@@ -53,7 +53,7 @@ from urllib.parse import parse_qs, urlparse
 import torch
 import torch.distributed as dist
 
-from .._lib import DTYPE, check, lib, lib_path, raise_for
+from .._lib import DTYPE, check, config_is_set, config_set, lib, lib_path, raise_for
 from . import divergence as _div
 
 # The module (torch.distributed names its function rendezvous after it).
@@ -98,31 +98,30 @@ def _job_env(store, rank, timeout_s):
     """The variables chorus_init reads, beyond the process's own: where to meet (unless
     chorus-run already says) and the deadline."""
     env = {}
-    if "CHORUS_RANK" not in os.environ and not os.environ.get("CHORUS_STORE_ADDR"):
+    if not config_is_set("CHORUS_RANK") and not config_is_set("CHORUS_STORE_ADDR"):
         if rank == 0:
             host = os.environ.get("MASTER_ADDR", "127.0.0.1")
             store.set("chorus/store_addr", "%s:%d" % (host, _free_port()))
         env["CHORUS_STORE_ADDR"] = store.get("chorus/store_addr").decode()
     default_s = _seconds(getattr(dist, "default_pg_timeout", datetime.timedelta(minutes=30)))
-    if timeout_s != default_s or not os.environ.get("CHORUS_TIMEOUT_S"):
+    if timeout_s != default_s or not config_is_set("CHORUS_TIMEOUT_S"):
         env["CHORUS_TIMEOUT_S"] = "%g" % max(timeout_s, 1.0)
     return env
 
 
 def _make_world(store, rank, size, timeout_s):
+    """chorus_init with the job's variables given to libchorus for the call (chorus_config_set:
+    this process only, the environment untouched)."""
     env = _job_env(store, rank, timeout_s)
-    if "CHORUS_RANK" not in os.environ:
+    if not config_is_set("CHORUS_RANK"):
         env.update(RANK=str(rank), WORLD_SIZE=str(size))
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     try:
+        for k, v in env.items():
+            config_set(k, v)
         return _extension().ProcessGroupChorus.world(rank, size)
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        for k in env:
+            config_set(k, None)
 
 
 def _world_backend():
@@ -200,15 +199,15 @@ def _meet(launcher, want_rank, want_size, timeout_s):
     TCPStore on a free port and broadcast its address (or why it could not), and closes the
     communicator. Returns (store, rank, size)."""
     what = "chorus: init_process_group under %s" % launcher
-    saved = os.environ.get("CHORUS_TIMEOUT_S")
-    if not saved:
-        os.environ["CHORUS_TIMEOUT_S"] = "%g" % max(timeout_s, 1.0)
+    deadline = not config_is_set("CHORUS_TIMEOUT_S")
     comm = ctypes.c_void_p()
     try:
+        if deadline:
+            config_set("CHORUS_TIMEOUT_S", "%g" % max(timeout_s, 1.0))
         check(lib.chorus_init(ctypes.byref(comm)), None, what)
     finally:
-        if not saved:
-            os.environ.pop("CHORUS_TIMEOUT_S", None)
+        if deadline:
+            config_set("CHORUS_TIMEOUT_S", None)
     try:
         rank, size = lib.chorus_rank(comm), lib.chorus_size(comm)
         local_rank, local_size = lib.chorus_local_rank(comm), lib.chorus_local_size(comm)

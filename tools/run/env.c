@@ -224,3 +224,9 @@ int export_var(const char *v)
     if (n_exported < 64) snprintf(exported[n_exported++], sizeof(exported[0]), "%s", name);
     return eq ? setenv(name, eq + 1, 1) : 0;
 }
+
+void free_env(char **envp)
+{
+    for (char **e = envp; *e; e++) free(*e);
+    free(envp);
+}

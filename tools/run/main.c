@@ -28,7 +28,7 @@
  *
  * Across hosts (-H, --hostfile, or a discovery script naming other hosts), a rank of a host
  * that is not this machine is a worker here too: an agent (this program with --agent,
- * remote.c) started over the remote shell, whose streams carry the rank's output, status
+ * agent.c) started over the remote shell, whose streams carry the rank's output, status
  * and end, so supervision, failure reports and elastic membership treat it as any other.
  */
 #include <fcntl.h>

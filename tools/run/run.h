@@ -1,9 +1,19 @@
 /*
  * run.h - the launcher's private header: the job, its workers and their streams, as the files
- * of tools/run/ share them (main.c: the steps of a run; options.c: the command line; env.c:
- * a rank's environment; spawn.c: starting processes; streams.c: output; supervise.c: the event
- * loop over the ranks; elastic.c: membership; hosts.c: where ranks run; remote.c: the agent
- * on another host; report.c: how the job ended).
+ * of tools/run/ share them. Each file calls only files listed before it (no circle):
+ *   hosts.c      host lists, placement by slot, this machine, the store's address, elastic hosts
+ *   remote.c     the agent protocol as both sides use it (and the signal handlers)
+ *   report.c     how the job ended, told, and the exit code
+ *   workers.c    counting the workers, signalling all of them
+ *   streams.c    the ranks' output: prefixes, --log-dir files, the agent's frames
+ *   env.c        a rank's environment and CPU block
+ *   status.c     each worker's pipes watched; what ranks say on their status pipes
+ *   spawn.c      the one spawner of processes (spawn_process), and a worker started (spawn)
+ *   agent.c      chorus-run --agent: one rank on another host
+ *   elastic.c    the membership of each generation
+ *   supervise.c  the supervision loop: signals, reaping, the grace, the stop, --timeout
+ *   options.c    the command line, with the flags of horovodrun, torchrun and mpirun
+ *   main.c       the steps of a run
  *
  * The agent is `chorus-run --agent LABEL`, started as `RSH HOST /path/chorus-run --agent
  * LABEL`. Everything else comes on its stdin, never on a command line: the working
@@ -31,7 +41,7 @@
 #include "base/loop.h"
 #include "bootstrap/store.h"
 
-/* ---- hosts and agents (hosts.c, remote.c) --------------------------------------------- */
+/* ---- hosts and the agent protocol (hosts.c, remote.c) ------------------------------------ */
 
 typedef struct run_host {
     char name[256];
@@ -89,6 +99,13 @@ int run_store_address(const run_hosts *hs, const chorus_config *cfg, char *ip, s
  * (the path of chorus-run), "--agent", label. NULL-terminated; free with free(). NULL when
  * out of memory or rsh has no word. */
 char **run_rsh_argv(const char *rsh, const char *host, const char *self, const char *label);
+
+/* The first string of the agent's job description. */
+#define AGENT_MAGIC "chorus-agent 1"
+
+/* Writes all of buf on fd; on a non-blocking fd waits at most 30 s without progress (a remote
+ * shell that never reads its stdin), then fails with ETIMEDOUT. 0, or -1 (errno). */
+int run_write_all(int fd, const void *buf, size_t n);
 
 /* Writes the agent's job description (see the top of this file) on fd (non-blocking: a
  * remote shell that reads nothing for 30 s is given up). 0, or -1 (errno). */
@@ -206,8 +223,8 @@ typedef struct job {
     int scale_down; /* a generation is needed to retire workers */
     double timeout_s;
     int status_fd; /* while spawning: the child's end of its status pipe (-1: none) */
-    /* supervision (supervise.c): the loop that watches the signal pipe and every worker's
-     * streams and status pipe, and the outcome the run in progress fills */
+    /* supervision (supervise.c, status.c): the loop that watches the signal pipe and every
+     * worker's streams and status pipe, and the outcome the run in progress fills */
     chorus_loop *loop;
     struct outcome *out;
     /* across hosts (-H, --hostfile): where each rank runs, and how remote ones are started */
@@ -267,6 +284,8 @@ void plan_binding(job *j, int requested);
 /* The environment of a rank (rank -1: an elastic worker, wid its id), or NULL when out of
  * memory; free with free_env. */
 char **child_env(const job *j, int rank, int size, int wid);
+/* Frees an environment of child_env. */
+void free_env(char **envp);
 /* The variables of envp that a remote rank's agent is sent (pointers into envp, NULL-terminated;
  * free the array only), or NULL when out of memory. */
 char **remote_env(char *const *envp);
@@ -320,8 +339,6 @@ pid_t spawn_process(const run_child *c);
 /* Starts rank `rank` of `size` (rank -1: an elastic worker) here or through its host's agent,
  * its streams watched by the supervision loop. The worker, or NULL (errno). */
 worker *spawn(job *j, int rank, int size);
-/* Frees an environment of child_env. */
-void free_env(char **envp);
 
 /* streams.c: reads what stream `stream_index` (0 stdout, 1 stderr) of w has and passes its
  * lines on; at its end closes it (no longer watched) and returns 0, else 1. */
@@ -331,18 +348,28 @@ void route_streams(const job *j, worker *w);
 /* Pumps what the pipes of an ended worker still hold, so that its last line is known. */
 void drain_worker(job *j, worker *w);
 
-/* supervise.c: makes j's loop, which the signals wake through a pipe. 0, or -1 (errno). */
-int supervise_begin(job *j);
-/* Watches the streams and status pipe of a worker just started (spawn). */
-void watch_worker(job *j, worker *w);
-/* Stops watching what the workers of a run left open (a rank's children may hold its status
- * pipe): the next run's workers take their place. */
-void unwatch_workers(job *j);
-/* Sends sig to every running rank (a remote rank's through its agent). */
+/* workers.c: sends sig to every running rank (a remote rank's through its agent). */
 void signal_all(job *j, int sig);
 /* Workers running and not leaving; of those, the ones whose process has not ended yet. */
 int count_alive(const job *j);
 int count_left(const job *j);
+
+/* status.c: watches the streams and status pipe of a worker just started (spawn). */
+void watch_worker(job *j, worker *w);
+/* Stops watching what the workers of a run left open (a rank's children may hold its status
+ * pipe): the next run's workers take their place. */
+void unwatch_workers(job *j);
+/* Reads what worker `index` wrote on its status pipe and takes its lines into out. */
+void read_status(job *j, int index, outcome *out);
+/* Worker `index` failed at `now`: the first failure of the run is remembered in out. */
+void note_failure(worker *w, outcome *out, int index, double now);
+/* An expendable rank failed: the job goes on without it. */
+void tolerate(job *j, worker *w, outcome *out);
+/* Did w fail because it lost the parameter servers (which the job cannot do without)? */
+int lost_the_servers(const job *j, const worker *w);
+
+/* supervise.c: makes j's loop, which the signals wake through a pipe. 0, or -1 (errno). */
+int supervise_begin(job *j);
 /* Step 5 of main: the supervision loop (see supervise.c). */
 int supervise(job *j, const run_opts *o, outcome *out);
 

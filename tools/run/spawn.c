@@ -4,7 +4,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -16,12 +15,6 @@ static void close_pair(int p[2])
 {
     if (p[0] >= 0) close(p[0]);
     if (p[1] >= 0) close(p[1]);
-}
-
-void free_env(char **envp)
-{
-    for (char **e = envp; *e; e++) free(*e);
-    free(envp);
 }
 
 pid_t spawn_process(const run_child *c)

@@ -48,9 +48,11 @@ DEBIAN_PKGS = $(CORE_PKGS) pkg-config openmpi-bin libopenmpi-dev
 LIB_SRCS := $(wildcard src/*/*.c src/transport/*/*.c src/engine/compress/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 
-# Tools: tools/<name>.c -> $(BUILD)/bin/<name>; fragments may add their own rules.
-TOOL_SRCS ?= tools/chorus-run.c tools/chorus-bench.c
-TOOLS      = $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
+# Tools: tools/<name>.c -> $(BUILD)/bin/<name>; fragments may add their own rules. The
+# launcher is a folder: tools/run/*.c -> $(BUILD)/bin/chorus-run.
+TOOL_SRCS ?= tools/chorus-bench.c
+RUN_SRCS  := $(wildcard tools/run/*.c)
+TOOLS      = $(BUILD)/bin/chorus-run $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
 
 # Tests: tests/unit/*.c and tests/mp/*.c each become a program linked with libchorus.a.
 TEST_SRCS := $(wildcard tests/unit/*.c tests/mp/*.c tests/fault/*.c)
@@ -97,9 +99,7 @@ $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/lib/libchorus.a $(LIB_LDLIBS)
 
-# chorus-run's hosts and remote agents live in tools/run_remote.c.
-$(BUILD)/bin/chorus-run: $(BUILD)/obj/tools/chorus-run.o $(BUILD)/obj/tools/run_remote.o \
-    $(BUILD)/lib/libchorus.a
+$(BUILD)/bin/chorus-run: $(RUN_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/lib/libchorus.a $(LIB_LDLIBS)
 

@@ -1,14 +1,15 @@
 /*
- * store_server.c - the rendezvous key-value store server: one thread, poll() over the
- * clients, requests parsed by wire.c. In a secured job a client must first prove that it
- * holds the job secret (auth.h) - until then at most a handshake-sized message is read from
- * it - and then say which job it belongs to (HELLO). Garbage, a failed handshake, an
+ * store_server.c - the rendezvous key-value store server: one thread serving the clients from
+ * an event loop (base/loop.h), requests parsed by wire.c. In a secured job a client must first
+ * prove that it holds the job secret (auth.h) - until then at most a handshake-sized message is
+ * read from it - and then say which job it belongs to (HELLO). Garbage, a failed handshake, an
  * oversized request or a client that does not authenticate within AUTH_WINDOW_S closes that
  * client only, with a WARN line; the store goes on serving the others.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/loop.h"
 #include "bootstrap/store.h"
 #include "wire/auth.h"
 #include "wire/sock.h"
@@ -34,8 +36,9 @@ typedef struct entry {
 
 typedef struct client {
     int fd;
-    char from[64]; /* "ip:port" for log lines */
-    double since;  /* when it connected */
+    chorus_store_server *server; /* the server it is a client of */
+    char from[64];               /* "ip:port" for log lines */
+    double since;                /* when it connected */
     chorus_auth_state auth;
     char job[CHORUS_WIRE_JOB_LEN];
     int hello;
@@ -53,7 +56,8 @@ struct chorus_store_server {
     int threaded;
     pthread_t thread;
     chorus_auth_key key;
-    struct pollfd *pfd;
+    chorus_loop *loop; /* watches the wake pipe, the listening socket and the clients */
+    int stopping;      /* the wake pipe was written: the server stops */
     entry *entries;
     size_t nentries, cap;
     client *clients;
@@ -106,14 +110,19 @@ static int reply(client *c, uint32_t op, const void *val, size_t len)
     return rc;
 }
 
+static void on_client(chorus_loop *l, int fd, int revents, void *arg);
+
 static void drop(chorus_store_server *s, int i, const char *why)
 {
     client *c = &s->clients[i];
     if (why) CHORUS_WARN(CHORUS_LOG_BOOT, "store: dropped client %s: %s", c->from, why);
+    chorus__loop_unwatch(s->loop, c->fd);
     close(c->fd);
     free(c->payload);
     free(c->waiting);
     s->clients[i] = s->clients[--s->nclients];
+    /* the client moved into slot i is watched there (what it has ready waits a round) */
+    if (i < s->nclients) chorus__loop_watch(s->loop, c->fd, POLLIN, on_client, c);
 }
 
 /* Handles one complete request; returns -1 when the client must be dropped. */
@@ -283,8 +292,14 @@ static void add_client(chorus_store_server *s, int fd, const struct sockaddr_in 
         close(fd);
         return;
     }
-    client *c = &s->clients[s->nclients++];
-    *c = (client){.fd = fd, .since = chorus__now()};
+    client *c = &s->clients[s->nclients];
+    if (chorus__loop_watch(s->loop, fd, POLLIN, on_client, c)) {
+        CHORUS_WARN(CHORUS_LOG_BOOT, "store: out of memory; refusing a client");
+        close(fd);
+        return;
+    }
+    s->nclients++;
+    *c = (client){.fd = fd, .server = s, .since = chorus__now()};
     c->auth.stage = s->key.set ? 0 : 2;
     if (sa) {
         char ip[INET_ADDRSTRLEN] = "?";
@@ -295,37 +310,52 @@ static void add_client(chorus_store_server *s, int fd, const struct sockaddr_in 
     }
 }
 
-/* One round of poll over the wake pipe, the listening socket and the clients. Returns -1
+/* A client has a request (or part of one), or closed. */
+static void on_client(chorus_loop *l, int fd, int revents, void *arg)
+{
+    (void)l, (void)fd, (void)revents;
+    client *c = arg; /* watched with the slot it is in (drop moves clients) */
+    chorus_store_server *s = c->server;
+    if (s->stopping) return;
+    const char *why = NULL;
+    int i = (int)(c - s->clients);
+    if (read_client(s, i, &why)) drop(s, i, why);
+}
+
+/* A connection waits on the listening socket. */
+static void on_listen(chorus_loop *l, int fd, int revents, void *arg)
+{
+    (void)l;
+    chorus_store_server *s = arg;
+    if (s->stopping || !(revents & POLLIN)) return;
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof(sa);
+    int cfd = accept4(fd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (cfd >= 0) add_client(s, cfd, &sa);
+}
+
+/* The wake pipe was written: the server stops. */
+static void on_wake(chorus_loop *l, int fd, int revents, void *arg)
+{
+    (void)l, (void)fd, (void)revents;
+    chorus_store_server *s = arg;
+    s->stopping = 1;
+}
+
+/* One round of the loop over the wake pipe, the listening socket and the clients. Returns -1
  * when the server must stop, else the number of clients. */
 static int poll_once(chorus_store_server *s, int timeout_ms)
 {
-    struct pollfd *pfd = s->pfd;
-    pfd[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-    pfd[1] = (struct pollfd){.fd = s->listen_fd, .events = POLLIN};
-    int n = s->nclients, unauth = 0;
-    for (int i = 0; i < n; i++) {
-        pfd[2 + i] = (struct pollfd){.fd = s->clients[i].fd, .events = POLLIN};
-        unauth += s->clients[i].auth.stage < 2;
-    }
+    int unauth = 0;
+    for (int i = 0; i < s->nclients; i++) unauth += s->clients[i].auth.stage < 2;
     if (unauth && (timeout_ms < 0 || timeout_ms > 1000)) timeout_ms = 1000;
-    if (poll(pfd, (nfds_t)(n + 2), timeout_ms) < 0 && errno != EINTR) return -1;
-    if (pfd[0].revents) return -1;
-    for (int i = n - 1; i >= 0; i--) {
-        if (!pfd[2 + i].revents) continue;
-        const char *why = NULL;
-        if (read_client(s, i, &why)) drop(s, i, why);
-    }
+    double deadline = timeout_ms < 0 ? INFINITY : chorus__now() + timeout_ms / 1000.0;
+    if (chorus__loop_run_once(s->loop, deadline) < 0 || s->stopping) return -1;
     /* A connection that does not authenticate in time is dropped: it must not hold a slot. */
     double now = chorus__now();
     for (int i = s->nclients - 1; i >= 0; i--)
         if (s->clients[i].auth.stage < 2 && now - s->clients[i].since > AUTH_WINDOW_S)
             drop(s, i, "did not authenticate in time");
-    if (pfd[1].revents & POLLIN) {
-        struct sockaddr_in sa;
-        socklen_t sl = sizeof(sa);
-        int fd = accept4(s->listen_fd, (struct sockaddr *)&sa, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd >= 0) add_client(s, fd, &sa);
-    }
     return s->nclients;
 }
 
@@ -342,11 +372,11 @@ static chorus_store_server *server_alloc(void)
     chorus_store_server *s = calloc(1, sizeof(*s));
     if (!s) return NULL;
     s->clients = calloc(MAX_CLIENTS, sizeof(client));
-    s->pfd = calloc(MAX_CLIENTS + 2, sizeof(struct pollfd));
+    s->loop = chorus__loop_new();
     s->listen_fd = s->wake[0] = s->wake[1] = -1;
-    if (!s->clients || !s->pfd) {
+    if (!s->clients || !s->loop) {
         free(s->clients);
-        free(s->pfd);
+        chorus__loop_free(s->loop);
         free(s);
         return NULL;
     }
@@ -358,7 +388,7 @@ chorus_store_server *chorus__store_server_new(const char *secret, size_t secret_
     chorus_store_server *s = server_alloc();
     if (!s) return NULL;
     chorus__auth_key_set(&s->key, secret, secret_len);
-    if (pipe2(s->wake, O_CLOEXEC)) {
+    if (pipe2(s->wake, O_CLOEXEC) || chorus__loop_watch(s->loop, s->wake[0], POLLIN, on_wake, s)) {
         chorus__store_server_stop(s);
         return NULL;
     }
@@ -389,7 +419,9 @@ chorus_result chorus__store_server_start(const char *ip, int port, chorus_store_
         chorus__store_server_stop(s);
         return r;
     }
-    if (pipe2(s->wake, O_CLOEXEC) || chorus__thread_start(&s->thread, serve, s)) {
+    if (pipe2(s->wake, O_CLOEXEC) || chorus__loop_watch(s->loop, s->wake[0], POLLIN, on_wake, s) ||
+        chorus__loop_watch(s->loop, s->listen_fd, POLLIN, on_listen, s) ||
+        chorus__thread_start(&s->thread, serve, s)) {
         chorus__store_server_stop(s);
         return chorus__fail(e, CHORUS_ERR_SYSTEM, "cannot start the store thread");
     }
@@ -413,7 +445,7 @@ void chorus__store_server_stop(chorus_store_server *s)
     }
     free(s->entries);
     free(s->clients);
-    free(s->pfd);
+    chorus__loop_free(s->loop);
     if (s->listen_fd >= 0) close(s->listen_fd);
     if (s->wake[0] >= 0) close(s->wake[0]);
     if (s->wake[1] >= 0) close(s->wake[1]);

@@ -86,6 +86,7 @@ typedef struct status_pipe {
     size_t len;
     int reported;   /* a "failed" line arrived */
     int blamed;     /* the rank it held responsible, -1: its own failure */
+    int blamed_far; /* --nnodes: the rank of another node it held responsible (-1: none) */
     char what[48];  /* the result name it gave (PEER_FAILED: it was told that `blamed` failed) */
     int expendable; /* it said the job goes on without it (an asynchronous parameter-server
                        worker): its end does not stop the job */
@@ -121,6 +122,8 @@ typedef struct worker {
 } worker;
 
 static int sig_pipe[2];
+/* The global rank of a node's first rank (--nnodes): what the [rank] prefixes add. */
+static int rank_base;
 static volatile sig_atomic_t got_signal;
 
 static void on_signal(int sig)
@@ -287,7 +290,7 @@ static void emit(stream *s, tail *t, int rank, int prefix, const char *line, siz
     t->next = (t->next + 1) % TAIL_LINES;
     if (t->count < TAIL_LINES) t->count++;
     if (s->out && prefix)
-        fprintf(s->out, "[%d] %.*s\n", rank, (int)n, line);
+        fprintf(s->out, "[%d] %.*s\n", rank + rank_base, (int)n, line);
     else if (s->out)
         fprintf(s->out, "%.*s\n", (int)n, line);
     if (s->log) fprintf(s->log, "%.*s\n", (int)n, line);
@@ -440,7 +443,12 @@ typedef struct job {
     /* CPU binding: rank slot i runs on cpus[i*per .. (i+1)*per) */
     int bind, ncpus, per;
     int cpus[CPU_SETSIZE];
+    /* one node of several (--nnodes N): this launcher starts ranks base..base+np-1 of a world
+     * of nnodes*np; node 0's launcher serves the store at master_addr:store_port */
+    int nnodes, node_rank, base, store_port;
+    char master_addr[256];
 } job;
+
 
 /* Loopback TCP and shared memory wake the receiver on the sender's CPU, so two ranks that
  * float can end up taking turns on one core while the other idles; pinned ranks cannot.
@@ -579,6 +587,15 @@ static char **child_env(const job *j, int rank, int size, int wid)
             groups += j->hosts.h[i].nranks > 0;
         }
         master = j->hosts.h[run_hosts_of_rank(&j->hosts, 0)].name;
+    }
+    if (j->nnodes > 1) { /* one node of several: this node's ranks of the whole world */
+        local = rank;
+        local_size = size;
+        group = j->node_rank;
+        groups = j->nnodes;
+        rank += j->base;
+        size *= j->nnodes;
+        master = j->master_addr;
     }
     char v[400];
 #define PUT(...)                                                                                   \
@@ -842,6 +859,7 @@ static worker *spawn(job *j, int rank, int size)
     w->s[1] = (stream){.fd = errp[0], .out = stderr};
     w->st.fd = stp[0];
     w->st.blamed = -1;
+    w->st.blamed_far = -1;
     w->host = h;
     w->agent_in = agent_in;
     if (remote) w->s[0].demux = w;
@@ -1359,8 +1377,6 @@ static const struct {
     {"--rdzv-endpoint", MULTI_HOST},
     {"--rdzv-id", MULTI_HOST},
     {"--rdzv-conf", MULTI_HOST},
-    {"--node-rank", MULTI_HOST},
-    {"--master-addr", MULTI_HOST},
     {"--autotune-log-file", AUTOTUNE_LOG},
     {"--autotune-bayes-opt-max-samples", AUTOTUNE_FIXED},
     {"--autotune-gaussian-process-noise", AUTOTUNE_FIXED},
@@ -1400,6 +1416,8 @@ static const char *const value_opts[] = {"-np",
                                          "-x",
                                          "--nproc-per-node",
                                          "--nnodes",
+                                         "--node-rank",
+                                         "--master-addr",
                                          "--log-dir",
                                          "--tee",
                                          "--redirects",
@@ -1499,13 +1517,24 @@ static const char *env_flag_behind(const char *msg)
     return "";
 }
 
-/* torchrun's --nnodes: 1 or 1:1 (MIN:MAX nodes); more is a multi-host job. */
-static int check_nnodes(const char *v)
+/* torchrun's --nnodes: N or N:N (MIN:MAX nodes; a range is an elastic job of torchrun's
+ * rendezvous, which chorus-run has not). */
+static int check_nnodes(const char *v, job *j)
 {
-    if (!strcmp(v, "1") || !strcmp(v, "1:1")) return 0;
-    fprintf(stderr, "chorus-run: --nnodes %s: chorus-run takes the hosts, not their count; %s\n", v,
-            ACROSS_HOSTS);
-    return -1;
+    const char *colon = strchr(v, ':');
+    char first[32];
+    snprintf(first, sizeof(first), "%.*s", colon ? (int)(colon - v) : (int)strlen(v), v);
+    long n;
+    if (chorus__parse_int(first, 1, 4096, &n) || (colon && strcmp(colon + 1, first))) {
+        fprintf(stderr,
+                "chorus-run: --nnodes %s: a number of nodes from 1 to 4096 (N, or N:N); nodes "
+                "joining and leaving need torchrun's rendezvous, which chorus-run has not: use "
+                "--elastic on one node, or %s\n",
+                v, ACROSS_HOSTS);
+        return -1;
+    }
+    j->nnodes = (int)n;
+    return 0;
 }
 
 /* Applies one option (name normalised by option_name, v its value or NULL). Returns -1 to go
@@ -1538,7 +1567,11 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
     } else if (!strcmp(a, "-x")) {
         if (export_var(v)) return 2;
     } else if (!strcmp(a, "--nnodes")) {
-        if (check_nnodes(v)) return 2;
+        if (check_nnodes(v, j)) return 2;
+    } else if (!strcmp(a, "--node-rank")) {
+        if (parse_int_arg(a, v, 0, 4095, &j->node_rank)) return 2;
+    } else if (!strcmp(a, "--master-addr")) {
+        snprintf(j->master_addr, sizeof(j->master_addr), "%s", v);
     } else if (!strcmp(a, "-H") || !strcmp(a, "--host") || !strcmp(a, "--hosts")) {
         char err[512];
         if (run_hosts_parse_list(&j->hosts, v, err, sizeof(err))) {
@@ -1823,11 +1856,65 @@ static int local_ranks(const job *j)
     return n;
 }
 
+/* One node of several (--nnodes N, as torchrun's static rendezvous): this launcher starts
+ * -np ranks, base = node rank * np onwards, of a world of N * np; node 0's launcher serves the
+ * store on the port (--master-port, else 29500) and every rank meets there through
+ * --master-addr. What torchrun reads from PET_* when a flag is not given is read the same way;
+ * in a pod of a Kubernetes Indexed Job the node rank is the pod's JOB_COMPLETION_INDEX. The
+ * secret must be the same on every node, so it comes from CHORUS_SECRET. Returns -1 to go
+ * on, else the exit code. */
+static int check_nodes(job *j, const run_opts *o)
+{
+    const char *v;
+    if (!j->nnodes && (v = chorus__env("PET_NNODES")) && check_nnodes(v, j)) return 2;
+    if (j->nnodes <= 1) return -1;
+    if (j->np < 1 && (v = chorus__env("PET_NPROC_PER_NODE")) &&
+        parse_int_arg("PET_NPROC_PER_NODE", v, 1, 4096, &j->np))
+        return 2;
+    if (j->node_rank < 0 && (v = chorus__env("PET_NODE_RANK")) &&
+        parse_int_arg("PET_NODE_RANK", v, 0, 4095, &j->node_rank))
+        return 2;
+    if (j->node_rank < 0 && (v = chorus__env("JOB_COMPLETION_INDEX")) &&
+        parse_int_arg("JOB_COMPLETION_INDEX", v, 0, 4095, &j->node_rank))
+        return 2;
+    if (!j->master_addr[0] && ((v = chorus__env("PET_MASTER_ADDR")) || (v = chorus__env("MASTER_ADDR"))))
+        snprintf(j->master_addr, sizeof(j->master_addr), "%s", v);
+    v = chorus__env("MASTER_PORT"); /* --master-port's, or the environment's */
+    if (!v) v = chorus__env("PET_MASTER_PORT");
+    j->store_port = 29500;
+    if (v && parse_int_arg("--master-port", v, 1, 65534, &j->store_port)) return 2;
+    const char *missing = j->node_rank < 0          ? "--node-rank I (this node's index, 0 to N-1)"
+                          : !j->master_addr[0]      ? "--master-addr HOST (where node 0 is)"
+                          : !chorus__env("CHORUS_SECRET") ? "CHORUS_SECRET (the same on every node)"
+                                                          : NULL;
+    if (missing) {
+        fprintf(stderr, "chorus-run: --nnodes %d needs %s\n", j->nnodes, missing);
+        return 2;
+    }
+    if (j->node_rank >= j->nnodes) {
+        fprintf(stderr, "chorus-run: --node-rank %d is not below --nnodes %d\n", j->node_rank,
+                j->nnodes);
+        return 2;
+    }
+    if (j->elastic || j->hosts.n > 0 || j->max_restarts > 0) {
+        fprintf(stderr, "chorus-run: --nnodes %d runs one node's ranks of a fixed world: not with "
+                        "%s\n",
+                j->nnodes, j->elastic ? "--elastic" : j->hosts.n ? "-H or --hostfile" : "--max-restarts");
+        return 2;
+    }
+    (void)o;
+    unsetenv("MASTER_PORT"); /* the ranks get the next port for torch.distributed's store */
+    unsetenv("MASTER_ADDR");
+    return -1;
+}
+
 /* Step 2: checks that the options fit together, asks the discovery script for the initial
  * size, plans CPU binding and checks that the program can run. Returns -1 to go on, else the
  * exit code. */
 static int check_args(int argc, char **argv, job *j, run_opts *o)
 {
+    int nrc = check_nodes(j, o);
+    if (nrc >= 0) return nrc;
     if ((j->min_np != 1 || o->max_np_set || j->discovery) && !j->elastic) {
         fprintf(stderr, "chorus-run: --min-np, --max-np and --host-discovery-script need "
                         "--elastic\n");
@@ -1893,6 +1980,7 @@ static int check_args(int argc, char **argv, job *j, run_opts *o)
         return 2;
     }
     j->desired = j->np;
+    if (j->nnodes > 1) rank_base = j->base = j->node_rank * j->np;
     j->argv = argv + o->prog;
     char why[256];
     if (!o->no_python && is_python_script(j->argv[0])) {
@@ -1932,7 +2020,9 @@ static void begin_attempt(job *j)
         snprintf(j->id, sizeof(j->id), "%s", j->base_id);
     else
         snprintf(j->id, sizeof(j->id), "%s-r%d", j->base_id, j->attempt);
-    j->master_port = chorus__env("MASTER_PORT") ? 0 : free_port();
+    j->master_port = j->nnodes > 1           ? j->store_port + 1
+                     : chorus__env("MASTER_PORT") ? 0
+                                                  : free_port();
     if (j->verbose)
         fprintf(stderr,
                 "chorus-run: job %s: %d rank%s of %s; rendezvous store %s; MASTER_PORT %s "
@@ -1970,6 +2060,8 @@ static int prepare_job(job *j, chorus_store_server **server)
     if (j->timeout_s <= 0) j->timeout_s = 300;
     if (cfg->job_id) {
         snprintf(j->base_id, sizeof(j->base_id), "%s", cfg->job_id);
+    } else if (j->nnodes > 1) { /* the same on every node */
+        snprintf(j->base_id, sizeof(j->base_id), "nodes-%.40s-%d", j->master_addr, j->store_port);
     } else {
         unsigned char rnd[8] = {0};
         int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -1984,9 +2076,15 @@ static int prepare_job(job *j, chorus_store_server **server)
     int port = 0;
     char ip[64] = "127.0.0.1", adv[300] = "127.0.0.1";
     if (j->remote && run_store_address(&j->hosts, cfg, ip, sizeof(ip), adv, sizeof(adv))) return 2;
-    if ((j->np > 1 || j->elastic) &&
-        chorus__store_server_start(ip, 0, server, &port, &err) != CHORUS_OK) {
-        fprintf(stderr, "chorus-run: cannot start the rendezvous store: %s\n", err.msg);
+    if (j->nnodes > 1) { /* node 0 serves on every address: the others come through master */
+        snprintf(ip, sizeof(ip), "0.0.0.0");
+        snprintf(adv, sizeof(adv), "%s", j->master_addr);
+        port = j->store_port;
+    }
+    if (((j->np > 1 && j->nnodes <= 1) || j->elastic || (j->nnodes > 1 && j->node_rank == 0)) &&
+        chorus__store_server_start(ip, port, server, &port, &err) != CHORUS_OK) {
+        fprintf(stderr, "chorus-run: cannot start the rendezvous store%s: %s\n",
+                j->nnodes > 1 ? " (node 0 serves it on --master-port)" : "", err.msg);
         return 1;
     }
     snprintf(j->store, sizeof(j->store), "%s:%d", adv, port);
@@ -2077,6 +2175,10 @@ static void parse_status(job *j, int index, outcome *out)
         if (!p->reported && sscanf(p->buf, "failed %d %d %47s", &rank, &blamed, what) == 3) {
             p->reported = 1;
             p->blamed = blamed;
+            if (j->nnodes > 1) { /* global ranks: this node's as its workers, others apart */
+                p->blamed = blamed >= j->base && blamed < j->base + j->np ? blamed - j->base : -1;
+                if (blamed >= 0 && p->blamed < 0) p->blamed_far = blamed;
+            }
             snprintf(p->what, sizeof(p->what), "%s", what);
             /* an expendable rank's failure is its own end's: the job may go on without it */
             if (!j->elastic && !p->expendable) note_failure(w, out, index, chorus__now());
@@ -2341,7 +2443,8 @@ static int collateral(const worker *w, int rank)
 {
     const status_pipe *p = &w->st;
     return p->reported &&
-           ((p->blamed >= 0 && p->blamed != rank) || !strcmp(p->what, "CHORUS_ERR_PEER_LOST") ||
+           ((p->blamed >= 0 && p->blamed != rank) || p->blamed_far >= 0 ||
+            !strcmp(p->what, "CHORUS_ERR_PEER_LOST") ||
             !strcmp(p->what, "CHORUS_ERR_TIMEOUT"));
 }
 
@@ -2435,6 +2538,8 @@ static const char *rank_name(const job *j, int r, char *buf, size_t len)
     pid_t pid = w->remote_pid > 0 ? w->remote_pid : w->pid;
     if (w->host >= 0)
         snprintf(buf, len, "rank %d (pid %d on host %s)", r, (int)pid, j->hosts.h[w->host].name);
+    else if (j->nnodes > 1)
+        snprintf(buf, len, "rank %d (pid %d on node %d)", r + j->base, (int)pid, j->node_rank);
     else
         snprintf(buf, len, "rank %d (pid %d)", r, (int)pid);
     return buf;
@@ -2616,6 +2721,11 @@ static int report_failure(const job *j, const outcome *out)
                 name, how);
     else
         fprintf(stderr, "chorus-run: %s %s; it failed first\n", name, how);
+    if (collateral(cw, cause) && cw->st.blamed_far >= 0)
+        fprintf(stderr,
+                "chorus-run: it lost rank %d of node %d (%s): that node, or the link to it, "
+                "failed first\n",
+                cw->st.blamed_far, cw->st.blamed_far / j->np, cw->st.what);
     int lostb = cw->st.blamed;
     if (collateral(cw, cause) && lostb >= 0 && lostb < j->nw && lostb != cause &&
         ended_well(&j->w[lostb]))
@@ -2629,7 +2739,7 @@ static int report_failure(const job *j, const outcome *out)
                 "%s true' works from here)\n",
                 cause, j->hosts.h[cw->host].name, j->rsh, j->hosts.h[cw->host].name);
     if (cw->tail.count) {
-        fprintf(stderr, "chorus-run: last lines of rank %d:\n", cause);
+        fprintf(stderr, "chorus-run: last lines of rank %d:\n", cause + j->base);
         for (int i = 0; i < cw->tail.count; i++) {
             int k = (cw->tail.next - cw->tail.count + i + TAIL_LINES) % TAIL_LINES;
             fprintf(stderr, "chorus-run: | %s\n", cw->tail.line[k]);
@@ -2639,13 +2749,20 @@ static int report_failure(const job *j, const outcome *out)
         const worker *w = &j->w[r];
         if (r == cause) continue;
         describe_status(w->status, how, sizeof(how));
-        char why[96] = " by chorus-run";
+        char why[128] = " by chorus-run";
         if (w->tolerated)
             snprintf(why, sizeof(why), " (the job went on without it: a loss it tolerates)");
         else if (collateral(w, r) && !strcmp(w->st.what, "PEER_FAILED"))
-            snprintf(why, sizeof(why), " after it was told that rank %d failed", w->st.blamed);
+            snprintf(why, sizeof(why), " after it was told that rank %d failed",
+                     w->st.blamed_far >= 0 ? w->st.blamed_far
+                     : w->st.blamed >= 0  ? w->st.blamed + j->base
+                                          : w->st.blamed);
+        else if (collateral(w, r) && w->st.blamed_far >= 0)
+            snprintf(why, sizeof(why), " after it lost rank %d of node %d (%s)", w->st.blamed_far,
+                     w->st.blamed_far / j->np, w->st.what);
         else if (collateral(w, r) && w->st.blamed >= 0 && w->st.blamed != r)
-            snprintf(why, sizeof(why), " after it lost rank %d (%s)", w->st.blamed, w->st.what);
+            snprintf(why, sizeof(why), " after it lost rank %d (%s)", w->st.blamed + j->base,
+                     w->st.what);
         else if (collateral(w, r))
             snprintf(why, sizeof(why), " after it lost a peer (%s)", w->st.what);
         else if (w->st.reported)
@@ -2753,6 +2870,7 @@ int main(int argc, char **argv)
     if (argc == 2 && !strcmp(argv[1], "--version"))
         return printf("chorus-run %s\n", chorus_version()) < 0;
     job j = {.np = -1,
+             .node_rank = -1,
              .prefix = 1,
              .max_restarts = -1,
              .discovery_every = 5,

@@ -123,8 +123,10 @@ while :; do
     sleep 0.5
 done
 
-# The rank 0 pod's first line of a rank that has met the others: the job's start-up time.
-first=$("${podman[@]}" logs -t "${names[0]}" 2>&1 | grep -m1 -E 'launcher chorus-run: rank 0 ' | cut -d' ' -f1)
+# When rank 0 met the other ranks (its INFO line "rank 0: local rank 0 of N, H hosts", written
+# once every rank registered with the store): the job's start-up time.
+stamp() { "${podman[@]}" logs -t "${names[0]}" 2>&1 | grep -m1 -E "$1" | cut -d' ' -f1; }
+met=$(stamp 'rank 0: local rank 0 of [0-9]+, [0-9]+ host')
 rc=0
 for ((i = 0; i < pods; i++)); do
     "${podman[@]}" logs "${names[$i]}" > "$logs/pod-$i.log" 2>&1
@@ -139,7 +141,7 @@ for ((i = 0; i < pods; i++)); do
         [ "${status[$i]}" = 0 ] || rc=1
     fi
 done
-if [ -n "$first" ]; then
-    echo "cluster: rank 0 started $(awk -v a="$t0" -v b="$(date -d "$first" +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the cluster began (pods started at ${started} s)"
+if [ -n "$met" ]; then
+    echo "cluster: rank 0 met the others $(awk -v a="$t0" -v b="$(date -d "$met" +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s after the cluster began (the pods were started by ${started} s)"
 fi
 exit $rc

@@ -4,6 +4,7 @@
  *   chorus-run -np N [options] [--] program [args...]
  *   chorus-run -H a:2,b:2 [--rsh CMD] [options] [--] program [args...]
  *   chorus-run --elastic -np N --min-np A --max-np B [--host-discovery-script PATH] program ...
+ *   chorus-run --nnodes N --node-rank I --master-addr HOST [-np K] program ...
  *
  * Serves the rendezvous store, makes a random per-job secret (CHORUS_SECRET) that every
  * connection must prove, starts the processes with their CHORUS_* environment (and
@@ -30,6 +31,11 @@
  * that is not this machine is a worker here too: an agent (this program with --agent,
  * run_remote.c) started over the remote shell, whose streams carry the rank's output, status
  * and end, so supervision, failure reports and elastic membership treat it as any other.
+ *
+ * With --nnodes N (torchrun's static rendezvous; a Kubernetes pod per node) each node runs its
+ * own chorus-run for its ranks of a fixed world; node 0's serves the store. A node's workers
+ * are numbered from 0 inside, global rank = base + worker; status-pipe blames of another
+ * node's rank are kept apart (blamed_far) and named in the summary.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -159,7 +165,15 @@ static void usage(FILE *f)
         "options:\n"
         "  -np N, -n N, --nproc-per-node N\n"
         "                   number of ranks (required unless a discovery script gives it)\n"
-        "  --nnodes 1       torchrun's node count (across hosts: name them with -H)\n"
+        "  --nnodes N, --node-rank I, --master-addr HOST\n"
+        "                   torchrun's static rendezvous: run this node's -np ranks (I*np on)\n"
+        "                   of a world of N*np; node 0's chorus-run serves the store on\n"
+        "                   --master-port (default 29500) at HOST, the ranks' MASTER_PORT is\n"
+        "                   the next port; CHORUS_SECRET must be set, the same on every node.\n"
+        "                   Unset flags come from PET_NNODES, PET_NPROC_PER_NODE,\n"
+        "                   PET_NODE_RANK (else JOB_COMPLETION_INDEX: a Kubernetes pod),\n"
+        "                   PET_MASTER_ADDR, PET_MASTER_PORT (a pod per node:\n"
+        "                   docs/KUBERNETES.md); N = 1: one node (or name hosts with -H)\n"
         "  -H, --host LIST  hosts and their slots, as 'a:2,b:2' (a name alone: 1 slot); the\n"
         "                   ranks fill a's slots, then b's (mpirun's --map-by slot); -np\n"
         "                   defaults to every slot\n"

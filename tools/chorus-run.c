@@ -463,7 +463,6 @@ typedef struct job {
     char master_addr[256];
 } job;
 
-
 /* Loopback TCP and shared memory wake the receiver on the sender's CPU, so two ranks that
  * float can end up taking turns on one core while the other idles; pinned ranks cannot.
  * Pins the calling (child) process to the block of slot i. */
@@ -1891,14 +1890,15 @@ static int check_nodes(job *j, const run_opts *o)
     if (j->node_rank < 0 && (v = chorus__env("JOB_COMPLETION_INDEX")) &&
         parse_int_arg("JOB_COMPLETION_INDEX", v, 0, 4095, &j->node_rank))
         return 2;
-    if (!j->master_addr[0] && ((v = chorus__env("PET_MASTER_ADDR")) || (v = chorus__env("MASTER_ADDR"))))
+    if (!j->master_addr[0] &&
+        ((v = chorus__env("PET_MASTER_ADDR")) || (v = chorus__env("MASTER_ADDR"))))
         snprintf(j->master_addr, sizeof(j->master_addr), "%s", v);
     v = chorus__env("MASTER_PORT"); /* --master-port's, or the environment's */
     if (!v) v = chorus__env("PET_MASTER_PORT");
     j->store_port = 29500;
     if (v && parse_int_arg("--master-port", v, 1, 65534, &j->store_port)) return 2;
-    const char *missing = j->node_rank < 0          ? "--node-rank I (this node's index, 0 to N-1)"
-                          : !j->master_addr[0]      ? "--master-addr HOST (where node 0 is)"
+    const char *missing = j->node_rank < 0     ? "--node-rank I (this node's index, 0 to N-1)"
+                          : !j->master_addr[0] ? "--master-addr HOST (where node 0 is)"
                           : !chorus__env("CHORUS_SECRET") ? "CHORUS_SECRET (the same on every node)"
                                                           : NULL;
     if (missing) {
@@ -1911,9 +1911,13 @@ static int check_nodes(job *j, const run_opts *o)
         return 2;
     }
     if (j->elastic || j->hosts.n > 0 || j->max_restarts > 0) {
-        fprintf(stderr, "chorus-run: --nnodes %d runs one node's ranks of a fixed world: not with "
-                        "%s\n",
-                j->nnodes, j->elastic ? "--elastic" : j->hosts.n ? "-H or --hostfile" : "--max-restarts");
+        fprintf(stderr,
+                "chorus-run: --nnodes %d runs one node's ranks of a fixed world: not with "
+                "%s\n",
+                j->nnodes,
+                j->elastic   ? "--elastic"
+                : j->hosts.n ? "-H or --hostfile"
+                             : "--max-restarts");
         return 2;
     }
     (void)o;
@@ -2034,7 +2038,7 @@ static void begin_attempt(job *j)
         snprintf(j->id, sizeof(j->id), "%s", j->base_id);
     else
         snprintf(j->id, sizeof(j->id), "%s-r%d", j->base_id, j->attempt);
-    j->master_port = j->nnodes > 1           ? j->store_port + 1
+    j->master_port = j->nnodes > 1                ? j->store_port + 1
                      : chorus__env("MASTER_PORT") ? 0
                                                   : free_port();
     if (j->verbose)
@@ -2458,8 +2462,7 @@ static int collateral(const worker *w, int rank)
     const status_pipe *p = &w->st;
     return p->reported &&
            ((p->blamed >= 0 && p->blamed != rank) || p->blamed_far >= 0 ||
-            !strcmp(p->what, "CHORUS_ERR_PEER_LOST") ||
-            !strcmp(p->what, "CHORUS_ERR_TIMEOUT"));
+            !strcmp(p->what, "CHORUS_ERR_PEER_LOST") || !strcmp(p->what, "CHORUS_ERR_TIMEOUT"));
 }
 
 /* How much rank r looks like the root cause of a failed plain job: 0 it was stopped (SIGSTOP)
@@ -2769,8 +2772,8 @@ static int report_failure(const job *j, const outcome *out)
         else if (collateral(w, r) && !strcmp(w->st.what, "PEER_FAILED"))
             snprintf(why, sizeof(why), " after it was told that rank %d failed",
                      w->st.blamed_far >= 0 ? w->st.blamed_far
-                     : w->st.blamed >= 0  ? w->st.blamed + j->base
-                                          : w->st.blamed);
+                     : w->st.blamed >= 0   ? w->st.blamed + j->base
+                                           : w->st.blamed);
         else if (collateral(w, r) && w->st.blamed_far >= 0)
             snprintf(why, sizeof(why), " after it lost rank %d of node %d (%s)", w->st.blamed_far,
                      w->st.blamed_far / j->np, w->st.what);

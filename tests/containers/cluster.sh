@@ -125,11 +125,19 @@ done
 
 # When rank 0 met the other ranks (its INFO line "rank 0: local rank 0 of N, H hosts", written
 # once every rank registered with the store): the job's start-up time.
-stamp() { "${podman[@]}" logs -t "${names[0]}" 2>&1 | grep -m1 -E "$1" | cut -d' ' -f1; }
+# Each pod's log is found by its labels, as `kubectl logs -l job-name=<job>,
+# batch.kubernetes.io/job-completion-index=I` finds it on a cluster.
+by_label() {
+    "${podman[@]}" ps -a -q --filter "label=chorus-test=$run_id" --filter "label=job-name=$job" \
+        --filter "label=batch.kubernetes.io/job-completion-index=$1"
+}
+rank0=$(by_label 0)
+[ "$(echo "$rank0" | wc -w)" = 1 ] || { echo "cluster: the labels of index 0 select '$rank0', not one pod" >&2; exit 1; }
+stamp() { "${podman[@]}" logs -t "$rank0" 2>&1 | grep -m1 -E "$1" | cut -d' ' -f1; }
 met=$(stamp 'rank 0: local rank 0 of [0-9]+, [0-9]+ host')
 rc=0
 for ((i = 0; i < pods; i++)); do
-    "${podman[@]}" logs "${names[$i]}" > "$logs/pod-$i.log" 2>&1
+    "${podman[@]}" logs "$(by_label "$i")" > "$logs/pod-$i.log" 2>&1
     sed "s/^/$job-$i| /" "$logs/pod-$i.log"
 done
 for ((i = 0; i < pods; i++)); do

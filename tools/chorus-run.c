@@ -2737,7 +2737,8 @@ static int report_failure(const job *j, const outcome *out)
                 "chorus-run: %s stopped responding (its peers lost it) and %s; it failed first\n",
                 name, how);
     else
-        fprintf(stderr, "chorus-run: %s %s; it failed first\n", name, how);
+        fprintf(stderr, "chorus-run: %s %s; it failed first%s\n", name, how,
+                collateral(cw, cause) && cw->st.blamed_far >= 0 ? " on this node" : "");
     if (collateral(cw, cause) && cw->st.blamed_far >= 0)
         fprintf(stderr,
                 "chorus-run: it lost rank %d of node %d (%s): that node, or the link to it, "

@@ -95,6 +95,7 @@ wait $!
 echo "$out"
 [ $rc != 0 ] || fail "--nnodes 2: node 0 succeeded though rank 3 of node 1 failed"
 echo "$out" | grep -q "^chorus-run: it lost rank 3 of node 1 (CHORUS_ERR_PEER_LOST): that node, or the link to it, failed first$" || fail "--nnodes 2: node 0's chorus-run did not name node 1"
+echo "$out" | grep -q "^chorus-run: rank [01] (pid [0-9]* on node 0) exited with status 3; it failed first on this node$" || fail "--nnodes 2: the first failure is not said to be this node's"
 unset CHORUS_SECRET CHORUS_SHM
 
 # -x VAR=value sets it for every rank; -x VAR passes it on, and says so when it is unset

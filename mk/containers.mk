@@ -13,8 +13,9 @@
 # Packages: podman (the engine: daemonless, builds and runs as root here, reads Kubernetes
 # manifests with `podman kube play`), runc (its runtime here: crun, podman's default, cannot
 # set up containers under this machine's cgroup layout), debootstrap (the base image from
-# Debian's archive, the only source reachable without a registry), kubectl (renders the
-# kustomization the test runs; the manifests' own test installs kubernetes-client for it).
+# Debian's archive, the only source reachable without a registry). The container test also
+# needs kubectl 1.24 or later on PATH (kubectl kustomize with replacements renders the Job it
+# runs); Debian's kubernetes-client is 1.20, too old, so it is not installed from here.
 CONTAINER_PKGS = podman runc debootstrap
 PODMAN        ?= podman --runtime runc --cgroup-manager cgroupfs
 CHORUS_BASE   ?= localhost/chorus-base:bookworm

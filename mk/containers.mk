@@ -35,5 +35,7 @@ images: container-base
 	$(PODMAN) build --build-arg BASE=$(CHORUS_BASE) --target chorus-torch \
 	    -t localhost/chorus-torch:$(IMAGE_TAG) -f deploy/kubernetes/Containerfile .
 
+# python3-yaml: tests/containers/pod_args.py reads the rendered manifests.
 container-test: images
+	@sh tools/deps.sh "the container test (make container-test)" python3-yaml
 	PODMAN="$(PODMAN)" IMAGE_TAG=$(IMAGE_TAG) bash tests/containers/container_test.sh

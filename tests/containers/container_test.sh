@@ -14,6 +14,7 @@
 #   4. kill        chorus-train again, and pod 1 is killed (SIGKILL to the pod) once training
 #                  has started: each surviving rank names the lost pod, and the job ends by
 #                  itself within CHORUS_TIMEOUT_S of the kill, failed;
+#   5. interrupt   the cluster script itself stopped with SIGTERM while the pods run;
 # and after each case nothing of it is left (containers, network). Prints the time each case
 # took. Needs root, podman and kubectl; $PODMAN as for cluster.sh.
 set -u
@@ -108,5 +109,27 @@ for i in $(seq 0 $((pods - 1))); do
     echo "container-test: kill: pod $job-$i's chorus-run: $line"
 done
 
+# 5. The cluster script stopped from outside (SIGTERM) while the job runs: it removes
+#    everything it made all the same.
+echo "=== container-test: interrupt"
+bash "$here/cluster.sh" --mount "$data:/data:ro" -- chorus-run chorus-train --data /data --epochs 10 \
+    > "$logs/interrupt.out" 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+    grep -q "^cluster: .* pods of job .* started in" "$logs/interrupt.out" && break
+    kill -0 $pid 2> /dev/null || break
+    sleep 0.1
+done
+grep -q "^cluster: .* pods of job .* started in" "$logs/interrupt.out" ||
+    { cat "$logs/interrupt.out"; fail "the interrupted cluster never started its pods"; }
+[ -n "$("${podman[@]}" ps -q --filter label=chorus-test)" ] || fail "no pod running to interrupt"
+kill -TERM $pid
+wait $pid
+echo "container-test: interrupt: cluster.sh stopped by SIGTERM with status $?"
+left=$("${podman[@]}" ps -a -q --filter label=chorus-test)
+nets=$("${podman[@]}" network ls -q --filter label=chorus-test)
+[ -z "$left$nets" ] || fail "an interrupted cluster left containers ($left) or networks ($nets) behind"
+echo "container-test: interrupt: nothing left"
+
 printf "container-test: time per case (cluster up, job, teardown):\n$timings"
-echo "container-test: OK (allreduce, train, ddp, kill; nothing left running)"
+echo "container-test: OK (allreduce, train, ddp, kill, interrupt; nothing left running)"

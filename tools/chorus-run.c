@@ -1876,7 +1876,7 @@ static int local_ranks(const job *j)
  * in a pod of a Kubernetes Indexed Job the node rank is the pod's JOB_COMPLETION_INDEX. The
  * secret must be the same on every node, so it comes from CHORUS_SECRET. Returns -1 to go
  * on, else the exit code. */
-static int check_nodes(job *j, const run_opts *o)
+static int check_nodes(job *j)
 {
     const char *v;
     if (!j->nnodes && (v = chorus__env("PET_NNODES")) && check_nnodes(v, j)) return 2;
@@ -1920,7 +1920,6 @@ static int check_nodes(job *j, const run_opts *o)
                              : "--max-restarts");
         return 2;
     }
-    (void)o;
     unsetenv("MASTER_PORT"); /* the ranks get the next port for torch.distributed's store */
     unsetenv("MASTER_ADDR");
     return -1;
@@ -1931,7 +1930,7 @@ static int check_nodes(job *j, const run_opts *o)
  * exit code. */
 static int check_args(int argc, char **argv, job *j, run_opts *o)
 {
-    int nrc = check_nodes(j, o);
+    int nrc = check_nodes(j);
     if (nrc >= 0) return nrc;
     if ((j->min_np != 1 || o->max_np_set || j->discovery) && !j->elastic) {
         fprintf(stderr, "chorus-run: --min-np, --max-np and --host-discovery-script need "

@@ -7,11 +7,13 @@
 # value, CPU and memory limits, /dev/shm), then waits for every pod to end, shows their logs and
 # removes everything it made (containers, network, files) on every exit path.
 #
-#   tests/containers/cluster.sh [--image IMG] [--mount SRC:DST[:ro]]... [--logs DIR]
-#                               [--kill-pod I --kill-when REGEX] [--deadline S] [-- COMMAND...]
+#   tests/containers/cluster.sh [--image IMG] [--mount SRC:DST[:ro]]... [--env VAR=VALUE]...
+#                               [--logs DIR] [--kill-pod I --kill-when REGEX] [--deadline S]
+#                               [-- COMMAND...]
 #
 # IMG and COMMAND replace the manifest's image and command (a workload of the container test);
-# --mount adds a volume (a data set, a script); --kill-pod kills the pod of index I (podman
+# --mount adds a volume (a data set, a script), --env a variable (after the manifest's);
+# --kill-pod kills the pod of index I (podman
 # kill: SIGKILL to every process of the pod) once pod 0's log matches REGEX. Each pod must end
 # by itself within --deadline seconds (default CHORUS_TIMEOUT_S of the manifest plus 60):
 # Chorus, not this script, ends the job when a pod is lost. Pod logs go to DIR/pod-I.log
@@ -29,6 +31,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --image) use_image=$2; shift 2 ;;
         --mount) mounts+=(--mount "$2"); shift 2 ;;
+        --env) mounts+=(--env "$2"); shift 2 ;;
         --logs) logs=$2; shift 2 ;;
         --kill-pod) kill_pod=$2; shift 2 ;;
         --kill-when) kill_when=$2; shift 2 ;;

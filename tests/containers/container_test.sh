@@ -5,7 +5,8 @@
 # says, and checks what the pods printed:
 #   1. allreduce   the manifest's own command (chorus-run chorus-bench, results validated):
 #                  the ranks of each pod over shared memory, the pods over TCP, and the
-#                  hierarchical allreduce chosen for the world (the ranks' INFO lines say so);
+#                  hierarchical allreduce chosen for the world (the ranks' INFO lines say so,
+#                  and every rank's timeline names the algorithm each allreduce ran: hier);
 #   2. train       chorus-train on Fashion-MNIST (the host's /usr/share/datasets/fashion-mnist
 #                  mounted read-only, as a volume would be) for 40 steps across the 2 pods:
 #                  the test accuracy it reports must show learning (>= 0.70; chance is 0.10);
@@ -53,8 +54,11 @@ run() {
 }
 show() { cat "$logs/$1.out"; }
 
-# 1. The manifest's command: hierarchical allreduce, validated.
-run allreduce
+# 1. The manifest's command: hierarchical allreduce, validated; every rank's timeline
+#    (CHORUS_TIMELINE, docs/MONITORING.md) says which algorithm each allreduce ran.
+trace=$logs/trace
+mkdir -p "$trace" && chmod 1777 "$trace" # the ranks run as the image's user
+run allreduce --mount "$trace:/trace" --env "CHORUS_TIMELINE=/trace/allreduce.%r.json"
 [ $rc = 0 ] || { show allreduce; fail "the allreduce job failed"; }
 grep -q "# Out of bounds values : 0 OK" "$logs/allreduce/pod-0.log" ||
     { show allreduce; fail "chorus-bench found wrong results"; }
@@ -64,7 +68,29 @@ for i in $(seq 0 $((pods - 1))); do
     n=$(grep -c "($world ranks, $pods hosts): hierarchical allreduce, broadcast and allgather (shared memory within each host, TCP between hosts" "$logs/allreduce/pod-$i.log")
     [ "$n" = "$ranks" ] || { show allreduce; fail "pod $i: $n of its $ranks ranks chose the hierarchical collectives"; }
 done
-echo "container-test: allreduce: $world ranks in $pods pods; each pod's ranks over shared memory, hierarchical allreduce across the pods; results validated"
+algos=$(python3 - "$trace" "$world" << 'EOF'
+import glob, json, sys
+trace, world = sys.argv[1], int(sys.argv[2])
+files = sorted(glob.glob(trace + "/allreduce.*.json"))
+if len(files) != world:
+    sys.exit("%d timelines, not %d" % (len(files), world))
+seen = set()
+for f in files:
+    ev = json.load(open(f))
+    rows = [e["tid"] for e in ev if e.get("name") == "thread_name"
+            and e["args"]["name"].endswith(", %d ranks)" % world)]
+    # the benchmark's float32 allreduces (the int32 one before them is the ranks agreeing,
+    # while the communicator is set up, that every pod's shared memory works)
+    algos = {e["args"]["algorithm"] for e in ev if e.get("name") == "allreduce"
+             and e.get("tid") in rows and e["args"]["dtype"] == "float32"}
+    if not algos:
+        sys.exit("%s: no float32 allreduce of the %d-rank communicator" % (f, world))
+    seen |= algos
+print(" ".join(sorted(seen)))
+EOF
+) || { show allreduce; fail "the timelines: $algos"; }
+[ "$algos" = hier ] || { show allreduce; fail "the world's allreduces ran '$algos', not only hier"; }
+echo "container-test: allreduce: $world ranks in $pods pods; each pod's ranks over shared memory, hierarchical allreduce across the pods (every rank's timeline: algorithm hier); results validated"
 
 # 2. chorus-train on Fashion-MNIST across the pods.
 train=(chorus-run chorus-train --data /data --max-steps 40)

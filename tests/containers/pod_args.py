@@ -5,7 +5,8 @@ read from the manifests that `kubectl kustomize deploy/kubernetes/` renders (on 
         shell assignments: job, subdomain, pods, ranks (PET_NPROC_PER_NODE), image, timeout
         (CHORUS_TIMEOUT_S)
     python3 pod_args.py run INDEX IP HOSTS_FILE SECRET_FILE NETWORK RUN_ID SUBNET_HOSTS \\
-            [--image IMG] [--mount SRC:DST[:ro]]... [-- COMMAND...] < rendered.yaml
+            [--image IMG] [--mount SRC:DST[:ro]]... [--env VAR=VALUE]... [-- COMMAND...]
+            < rendered.yaml
         the arguments of `podman run` (NUL-separated, for xargs -0 or a bash array) for the pod
         of index INDEX with the address IP, and HOSTS_FILE written as the kubelet writes a pod's
         /etc/hosts. SUBNET_HOSTS is "IP0,IP1,..." (every pod's address: the cluster DNS's
@@ -25,7 +26,9 @@ What a pod of the Job gets, and how it is played here:
                                    and HOSTNAME (the kubelet's)
   resources                        limits: --cpus, --memory
   emptyDir medium Memory           tmpfs of sizeLimit (at /dev/shm: --shm-size)
-  command, args, image             as written (IMG, COMMAND: the container test's workloads)
+  command, args, image             as written (IMG, COMMAND: the container test's workloads;
+                                   --mount and --env add what a workload needs, after the
+                                   manifest's own)
   restartPolicy Never              podman's default (no restart)
 Anything else in the pod or container spec is refused by name: the container test must not
 pass for a manifest it does not play.
@@ -94,13 +97,15 @@ def facts():
 def run(argv):
     index, ip, hosts_file, secret_file, network, run_id = argv[:6]
     rest = argv[6:]
-    image, mounts, command = None, [], None
+    image, mounts, extra_env, command = None, [], [], None
     while rest:
         a = rest.pop(0)
         if a == "--image":
             image = rest.pop(0)
         elif a == "--mount":
             mounts.append(rest.pop(0))
+        elif a == "--env":
+            extra_env.append(tuple(rest.pop(0).split("=", 1)))
         elif a == "--":
             command = rest
             break
@@ -139,7 +144,7 @@ def run(argv):
             env.append((v["name"], open(secret_file).read().strip()))
         else:
             sys.exit("pod_args: env %s: only values and secretKeyRef are played" % v["name"])
-    for k, v in env:
+    for k, v in env + extra_env:
         a += ["--env", "%s=%s" % (k, v)]
     limits = c.get("resources", {}).get("limits", {})
     if "cpu" in limits:

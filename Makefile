@@ -6,6 +6,8 @@
 #   make test-under-load [ROUNDS=3] [LOAD=N]   make test beside N busy loops (default nproc)
 #   make install [PREFIX=/usr/local] [DESTDIR=stage]     make uninstall (same variables)
 #   make SANITIZE=address,undefined   (or thread) builds into build-<sanitizer>/
+#   make images          the container images chorus and chorus-torch (podman; mk/containers.mk)
+#   make container-test  images, then the Kubernetes job in containers (minutes; not in make test)
 #
 # Each target checks the Debian packages of its own tier (tools/deps.sh): as root it installs
 # the missing ones, otherwise it names them and the apt-get command. CHORUS_SKIP_DEPS=1 skips

@@ -36,12 +36,16 @@ static chorus_result check_op(chorus_comm *c, const char *fn, chorus_op op, chor
 }
 
 /* After a failed algorithm: the net must be broken so that posted receives are never touched
- * again (their buffers are gone once we return). */
+ * again (their buffers are gone once we return). Ranks waiting in shared memory are woken with
+ * the reason: those of c's own group, and, across hosts, this host's ranks in a hierarchical
+ * collective, which would otherwise see only that this rank went away, not the peer it lost
+ * on another host. */
 static chorus_result done(chorus_comm *c, chorus_result r)
 {
     if (r != CHORUS_OK) {
         const char *why = c->err.msg[0] ? c->err.msg : chorus_strerror(r);
         chorus__shm_abort(c->shm, r, why); /* wakes ranks waiting in shared memory */
+        if (c->hier) chorus__shm_abort(c->hier->local->shm, r, why);
         chorus__net_abort(c->net, -1, r, why);
         chorus__net_error(c->net, &c->err);
     }

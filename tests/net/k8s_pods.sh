@@ -7,10 +7,13 @@
 # the environment of the manifest's container (read from job.yaml: plain values as written,
 # the Secret's key as a fresh random secret) plus JOB_COMPLETION_INDEX=I and HOSTNAME, which
 # the Job controller and the kubelet add. Then, across the two hosts:
-#   1. the collective matrix (every collective against a serial reference) with MASTER_ADDR
-#      added as a PyTorchJob user would, pod 1 started before pod 0's name exists;
-#   2. the manifest's own command (chorus-bench, results checked): rank 0's name is derived
-#      from the pod's own DNS name;
+#   1. one rank per pod, the program started directly (no chorus-run): the collective matrix
+#      (every collective against a serial reference) with WORLD_SIZE and MASTER_ADDR added as
+#      a PyTorchJob user would, pod 1 started before pod 0's name exists;
+#   2. the manifest's own command: chorus-run in each pod starts its PET_NPROC_PER_NODE ranks
+#      of chorus-bench (results checked), pod 0's chorus-run serves the store at
+#      PET_MASTER_ADDR, and the collectives run hierarchically (shared memory in a pod, TCP
+#      between them);
 #   3. a pod without a subdomain and without MASTER_ADDR: chorus-bench's error says what to set;
 #   4. WORLD_SIZE missing from the manifest: the error names it;
 #   5. a rank 0 name that never resolves: the error says so at the timeout.
@@ -34,6 +37,9 @@ c = pod["containers"][0]
 print("job=%s" % job["metadata"]["name"])
 print("subdomain=%s" % pod.get("subdomain", ""))
 print("completions=%s" % job["spec"]["completions"])
+env = {v["name"]: v.get("value") for v in c.get("env", [])}
+print("ranks=%s" % env.get("PET_NPROC_PER_NODE"))
+print("master=%s:%s" % (env.get("PET_MASTER_ADDR"), env.get("PET_MASTER_PORT")))
 print("command='%s'" % " ".join(c["command"] + c.get("args", [])))
 for v in c.get("env", []):
     if "value" in v:
@@ -108,11 +114,11 @@ waitpods() {
 
 # 1. PyTorchJob style (MASTER_ADDR=<job>-0.<service> added), and pod 1 starts while pod 0 is
 #    not scheduled yet, its name not in DNS: pod 1 waits for the name, then meets pod 0.
-pod 1 matrix MASTER_ADDR="$job-0.$subdomain" -- "$prog"
+pod 1 matrix WORLD_SIZE=2 MASTER_ADDR="$job-0.$subdomain" -- "$prog"
 pid1=$!
 sleep 1
 cluster_alias 1 "$(fqdn 0)" "$job-0.$subdomain" "$job-0"
-pod 0 matrix MASTER_ADDR="$job-0.$subdomain" -- "$prog"
+pod 0 matrix WORLD_SIZE=2 MASTER_ADDR="$job-0.$subdomain" -- "$prog"
 pid0=$!
 waitpods matrix
 for i in 0 1; do
@@ -122,17 +128,22 @@ done
 grep -q "coll_matrix: all collectives correct on 2 ranks" "$logs/matrix.0" ||
     { echo "k8s_pods: the collective matrix did not report success"; exit 1; }
 
-# 2. The manifest as written: rank 0's name comes from the pod's own name and subdomain.
+# 2. The manifest as written: chorus-run in each pod starts its ranks; pod 0's serves the store.
 for i in 0 1; do
     # shellcheck disable=SC2086 # the manifest's command is words
     pod $i bench -- $command
     eval "pid$i=\$!"
 done
 waitpods bench
+world=$((2 * ranks))
 for i in 0 1; do
-    grep -q "launcher kubernetes: rank $i of 2, job k8s-$job, store $(fqdn 0):29500" "$logs/bench.$i" ||
-        { echo "k8s_pods: the pod of index $i did not derive rank 0's name $(fqdn 0)"; exit 1; }
+    for r in $(seq $((i * ranks)) $((i * ranks + ranks - 1))); do
+        grep -q "^\[$r\] .*launcher chorus-run: rank $r of $world, job nodes-${master%:*}-${master##*:}, store $master" "$logs/bench.$i" ||
+            { echo "k8s_pods: the pod of index $i did not start rank $r of $world meeting at $master"; exit 1; }
+    done
 done
+grep -q "($world ranks, 2 hosts): hierarchical allreduce, broadcast and allgather (shared memory within each host, TCP between hosts" "$logs/bench.0" ||
+    { echo "k8s_pods: the ranks did not choose the hierarchical collectives"; exit 1; }
 grep -q "# Out of bounds values : 0 OK" "$logs/bench.0" || { echo "k8s_pods: chorus-bench found wrong results"; exit 1; }
 
 # 3. A pod whose name has no subdomain, and no MASTER_ADDR: told what to set.
@@ -160,4 +171,4 @@ ip netns exec "$(cluster_host 2)" env -i JOB_COMPLETION_INDEX=1 WORLD_SIZE=2 \
 cat "$logs/noname"
 grep -q "cannot resolve the host name '$job-9.$subdomain' (of $job-9.$subdomain:29500) before the timeout: is it right, and is its DNS record published yet?" "$logs/noname" ||
     { echo "k8s_pods: no clear error for a rank 0 name that never resolves"; exit 1; }
-echo "k8s_pods: OK (2 pods of $manifest as namespace hosts: the collective matrix through MASTER_ADDR, waiting for rank 0's name; the manifest's command with rank 0's name derived; the three errors)"
+echo "k8s_pods: OK (2 pods of $manifest as namespace hosts: one rank per pod, the collective matrix through MASTER_ADDR, waiting for rank 0's name; the manifest's command, chorus-run starting $ranks ranks in each pod, hierarchical; the three errors)"

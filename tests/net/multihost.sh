@@ -16,7 +16,9 @@
 #             the launcher killed with SIGKILL leaves no rank on any host
 #   linkcut   host 3's link is cut during allreduces: every other rank fails within the
 #             timeout naming a rank of host 3 and its address; the launcher names the host
-#   hostkill  every process of host 2 is killed: the others fail, the launcher names host 2
+#   hostkill  every process of host 2 is killed: the others fail, each naming a rank of host 2
+#             (also the rank of host 1 that learns of it from its own host's other rank), and
+#             the launcher names host 2
 #   lostpair  host 2 of two takes its link down: the ranks of each host lose those of the
 #             other; the launcher says the two lost each other, that it still reaches host 1
 #             (it runs there) but not host 2, and names a rank of host 2 first
@@ -248,6 +250,11 @@ linkcut | hostkill | lostpair | stop)
     expect "^chorus-run: host $victim failed: all its ranks ($vr) failed or were lost"
     # the ranks of the other hosts name the lost rank's host by its address
     expect "^\[[01]\] .*rank [23] (host [^)]* at $(cluster_addr $vi))"
+    # every one of them, also a rank whose own host's rank saw the loss first (hostkill: ranks
+    # 0 and 1 share host 1, and meet in shared memory inside the hierarchical allreduce)
+    if [ $case != lostpair ]; then
+        for r in 0 1; do expect "^\[$r\] .*rank [23] (host [^)]* at $(cluster_addr $vi))"; done
+    fi
     no_leftovers
     ;;
 pslost)

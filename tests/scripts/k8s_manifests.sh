@@ -6,9 +6,12 @@
 #     the decoder drops silently) is reported;
 #   - every file parses as Kubernetes objects (kubectl annotate --local);
 #   - the objects agree with each other the way Chorus needs (docs/KUBERNETES.md): an Indexed
-#     Job, WORLD_SIZE = completions = parallelism, the pods' subdomain is the headless Service,
-#     MASTER_ADDR (where set) is <job>-0.<service>[.<namespace>...], MASTER_PORT is the Service's port, the selectors of the
-#     Service and the PodDisruptionBudget match the pods, the secret comes from a Secret.
+#     Job, PET_NNODES = completions = parallelism, PET_NPROC_PER_NODE ranks per pod, the pods'
+#     subdomain is the headless Service, PET_MASTER_ADDR (and MASTER_ADDR where set) is
+#     <job>-0.<service>[.<namespace>...], PET_MASTER_PORT is the Service's port, the selectors
+#     of the Service and the PodDisruptionBudget match the pods, the secret comes from a Secret;
+#   - the same for what `kubectl kustomize` renders from kustomization.yaml (the job's shape
+#     in one place), and a shape changed there reaches every field it sets.
 # Then it shows that the check can fail: broken copies are rejected with the expected message.
 # `kubectl apply --dry-run=client` itself cannot run here: even with --validate=false it asks
 # an API server for the resource mapping. When no kubectl is on PATH, Debian's
@@ -33,7 +36,8 @@ echo "kubectl $(kubectl version --client 2> /dev/null | head -n 1)"
 
 # check DIR: every check above on the manifests in DIR; the reasons on stdout, non-zero if any.
 check() {
-    kubectl annotate --local --dry-run=client -f "$1" checked=yes -o name || return 1
+    kubectl annotate --local --dry-run=client -f "$1/job.yaml" -f "$1/service.yaml" \
+        -f "$1/pdb.yaml" checked=yes -o name || return 1
     kubectl set env --local -f "$1/job.yaml" ROUNDTRIP=1 -o yaml > "$work/job.typed" || return 1
     kubectl set selector --local -f "$1/service.yaml" app.kubernetes.io/name=chorus -o yaml \
         > "$work/service.typed" || return 1
@@ -83,9 +87,14 @@ val = lambda n: env.get(n, {}).get("value")
 jobname, svcname = job["metadata"]["name"], svc["metadata"]["name"]
 if spec.get("completionMode") != "Indexed":
     bad.append("job.yaml: completionMode must be Indexed (the rank is the completion index)")
-if not (str(spec.get("completions")) == str(spec.get("parallelism")) == str(val("WORLD_SIZE"))):
-    bad.append("job.yaml: completions (%s), parallelism (%s) and WORLD_SIZE (%s) must be equal"
-               % (spec.get("completions"), spec.get("parallelism"), val("WORLD_SIZE")))
+if not (str(spec.get("completions")) == str(spec.get("parallelism")) == str(val("PET_NNODES"))):
+    bad.append("job.yaml: completions (%s), parallelism (%s) and PET_NNODES (%s) must be equal"
+               % (spec.get("completions"), spec.get("parallelism"), val("PET_NNODES")))
+if not str(val("PET_NPROC_PER_NODE")).isdigit() or int(val("PET_NPROC_PER_NODE")) < 1:
+    bad.append("job.yaml: PET_NPROC_PER_NODE (%s) must be the ranks of a pod, 1 or more"
+               % val("PET_NPROC_PER_NODE"))
+if c.get("command", [None])[0] != "chorus-run":
+    bad.append("job.yaml: the container's command must start chorus-run (it starts the pod's ranks)")
 if pod.get("subdomain") != svcname:
     bad.append("job.yaml: the pods' subdomain (%s) must be the headless Service's name (%s)"
                % (pod.get("subdomain"), svcname))
@@ -94,13 +103,15 @@ if svc["spec"].get("clusterIP") != "None":
 if not svc["spec"].get("publishNotReadyAddresses"):
     bad.append("service.yaml: publishNotReadyAddresses must be true (names resolve while pods start)")
 rank0 = "%s-0.%s" % (jobname, svcname)
-if val("MASTER_ADDR") is not None and not (val("MASTER_ADDR") + ".").startswith(rank0 + "."):
-    bad.append("job.yaml: MASTER_ADDR (%s) must be rank 0's name %s-0.%s"
-               % (val("MASTER_ADDR"), jobname, svcname))
+for var in ("PET_MASTER_ADDR", "MASTER_ADDR"):
+    if (val(var) is not None or var == "PET_MASTER_ADDR") and \
+            not (str(val(var)) + ".").startswith(rank0 + "."):
+        bad.append("job.yaml: %s (%s) must be rank 0's name %s-0.%s"
+                   % (var, val(var), jobname, svcname))
 ports = [p["port"] for p in svc["spec"].get("ports", [])]
-if str(val("MASTER_PORT") or 29500) not in [str(p) for p in ports]:
-    bad.append("job.yaml: MASTER_PORT (%s) is not a port of the Service (%s)"
-               % (val("MASTER_PORT") or 29500, ports))
+if str(val("PET_MASTER_PORT") or 29500) not in [str(p) for p in ports]:
+    bad.append("job.yaml: PET_MASTER_PORT (%s) is not a port of the Service (%s)"
+               % (val("PET_MASTER_PORT") or 29500, ports))
 for name, sel in (("service.yaml", svc["spec"].get("selector", {})),
                   ("pdb.yaml", pdb["spec"].get("selector", {}).get("matchLabels", {}))):
     if not sel or any(labels.get(k) != v for k, v in sel.items()):
@@ -117,6 +128,51 @@ EOF
 
 check "$dir" || { echo "k8s_manifests: $dir has problems (above)"; exit 1; }
 
+# kustomized DIR OUT: what kubectl kustomize renders from DIR, one file per kind in OUT.
+kustomized() {
+    mkdir -p "$2" && kubectl kustomize "$1" > "$2/all.yaml" || return 1
+    python3 - "$2" << 'EOF' || return 1
+import sys, yaml
+out = sys.argv[1]
+docs = [x for x in yaml.safe_load_all(open(out + "/all.yaml")) if x]
+names = {"Job": "job.yaml", "Service": "service.yaml", "PodDisruptionBudget": "pdb.yaml"}
+kinds = sorted(d["kind"] for d in docs)
+if kinds != sorted(names):
+    sys.exit("kubectl kustomize renders %s, not a Job, a Service and a PodDisruptionBudget" % kinds)
+for d in docs:
+    yaml.safe_dump(d, open("%s/%s" % (out, names[d["kind"]]), "w"))
+EOF
+}
+# kubectl before 1.24 bundles a kustomize without replacements (Debian's 1.20 among them).
+if [ "${minor:-0}" -lt 24 ]; then
+    echo "note: kubectl 1.${minor:-0} bundles a kustomize without replacements: kustomization.yaml not checked"
+else
+kustomized "$dir" "$work/kust" && check "$work/kust" ||
+    { echo "k8s_manifests: what kubectl kustomize $dir renders has problems (above)"; exit 1; }
+echo "kubectl kustomize $dir: the rendered Job, Service and PodDisruptionBudget pass the same checks"
+# A shape changed in kustomization.yaml reaches every field it sets.
+rm -rf "$work/shape" && cp -r "$dir" "$work/shape"
+sed -i 's/- pods=[0-9]*/- pods=5/; s/- ranksPerPod=[0-9]*/- ranksPerPod=3/; s/- cpu=[0-9]*/- cpu=7/; s/- memory=[0-9A-Za-z]*/- memory=9Gi/; s/- shmSize=[0-9A-Za-z]*/- shmSize=3Gi/; s/- image=.*/- image=chorus-torch:1/' \
+    "$work/shape/kustomization.yaml"
+kustomized "$work/shape" "$work/shape-out" && check "$work/shape-out" ||
+    { echo "k8s_manifests: a changed shape renders manifests with problems (above)"; exit 1; }
+python3 - "$work/shape-out/job.yaml" << 'EOF' || exit 1
+import sys, yaml
+job = yaml.safe_load(open(sys.argv[1]))
+s, c = job["spec"], job["spec"]["template"]["spec"]["containers"][0]
+env = {v["name"]: v.get("value") for v in c["env"]}
+got = (s["completions"], s["parallelism"], env["PET_NNODES"], env["PET_NPROC_PER_NODE"],
+       c["resources"]["requests"]["cpu"], c["resources"]["limits"]["cpu"],
+       c["resources"]["requests"]["memory"], c["resources"]["limits"]["memory"],
+       job["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimit"], c["image"])
+want = (5, 5, "5", "3", "7", "7", "9Gi", "9Gi", "3Gi", "chorus-torch:1")
+if got != want:
+    sys.exit("k8s_manifests: the shape pods=5 ranksPerPod=3 cpu=7 memory=9Gi shmSize=3Gi "
+             "image=chorus-torch:1 rendered %s, not %s" % (got, want))
+print("kustomization.yaml: pods, ranksPerPod, cpu, memory, shmSize and image reach every field they set")
+EOF
+fi
+
 # broken WHAT SED EXPECTED: a copy of the manifests changed by SED must fail, saying EXPECTED.
 broken() {
     rm -rf "$work/copy" && cp -r "$dir" "$work/copy" && sed -i "$2" "$work/copy/job.yaml"
@@ -131,12 +187,14 @@ broken() {
     }
     echo "rejected, as it must be, a copy with $1: $(grep "$3" "$work/out")"
 }
-broken "WORLD_SIZE 3" '/name: WORLD_SIZE/{n;s/"2"/"3"/}' \
-    'completions (2), parallelism (2) and WORLD_SIZE (3) must be equal'
+broken "PET_NNODES 3" '/name: PET_NNODES/{n;s/"2"/"3"/}' \
+    'completions (2), parallelism (2) and PET_NNODES (3) must be equal'
+broken "a store port the Service has not" '/name: PET_MASTER_PORT/{n;s/"29500"/"29600"/}' \
+    'PET_MASTER_PORT (29600) is not a port of the Service'
 if [ "${minor:-0}" -ge 24 ]; then
     broken "a misspelt field" 's/subdomain: chorus/subdomian: chorus/' \
         "subdomian is not a field of batch/v1 Job"
 fi
-broken "a memory request that is no quantity" 's/memory: 8Gi/memory: eight/' \
+broken "a memory request that is no quantity" 's/memory: 4Gi/memory: eight/' \
     "quantities must match"
-echo "k8s_manifests: OK ($dir decodes into typed objects with no unknown field, and its objects agree)"
+echo "k8s_manifests: OK ($dir, and what kubectl kustomize renders from it, decode into typed objects with no unknown field, and their objects agree)"

@@ -53,13 +53,52 @@ echo "$out" | grep -q '^\[0\] omp unset$' || fail "OMP_NUM_THREADS set for a ran
 out=$(OMP_NUM_THREADS=3 chorus-run -np 2 sh -c 'echo "omp $OMP_NUM_THREADS"' 2>&1)
 echo "$out" | grep -q '^\[1\] omp 3$' || fail "the user's OMP_NUM_THREADS was not kept: $out"
 
-# torchrun: --nproc-per-node / --nproc_per_node=N, --nnodes 1 (more: not by this launcher)
+# torchrun: --nproc-per-node / --nproc_per_node=N, --nnodes 1; --nnodes N with --node-rank and
+# --master-addr (or torchrun's PET_* variables, or JOB_COMPLETION_INDEX in a Kubernetes pod)
+# runs one node's ranks of a world of N nodes, node 0's chorus-run serving the store
 out=$(chorus-run --nnodes 1 --nproc_per_node=2 sh -c 'echo "r $RANK"' 2>&1)
 echo "$out"
 echo "$out" | grep -q '^\[1\] r 1$' || fail "--nproc_per_node=2"
 out=$(chorus-run --nproc-per-node 3 sh -c 'echo "r $RANK"' 2>&1)
 [ "$(echo "$out" | grep -c '^\[[0-2]\] r [0-2]$')" = 3 ] || fail "--nproc-per-node 3"
-refused "--nnodes 2: chorus-run takes the hosts, not their count; launch across hosts with -H host:slots,... or --hostfile FILE" --nnodes 2
+refused "--nnodes 1:2: a number of nodes from 1 to 4096 (N, or N:N); nodes joining and leaving need torchrun's rendezvous" --nnodes 1:2
+refused "--nnodes 2 needs --node-rank I (this node's index, 0 to N-1)" --nnodes 2
+refused "--nnodes 2 needs --master-addr HOST (where node 0 is)" --nnodes 2 --node-rank 1
+out=$(env -u CHORUS_SECRET chorus-run --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 -np 2 true 2>&1)
+echo "$out" | grep -q "^chorus-run: --nnodes 2 needs CHORUS_SECRET (the same on every node)" || fail "--nnodes without a secret: $out"
+export CHORUS_SECRET=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+refused "--node-rank 2 is not below --nnodes 2" --nnodes 2 --node-rank 2 --master-addr 127.0.0.1
+refused "--nnodes 2 runs one node's ranks of a fixed world: not with --elastic" --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --elastic
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+VARS='echo "R=$RANK LR=$LOCAL_RANK WS=$WORLD_SIZE LWS=$LOCAL_WORLD_SIZE GR=$GROUP_RANK GWS=$GROUP_WORLD_SIZE HCR=$HOROVOD_CROSS_RANK HCS=$HOROVOD_CROSS_SIZE MA=$MASTER_ADDR MP=$MASTER_PORT S=$CHORUS_STORE_ADDR"'
+PET_NNODES=2 PET_NPROC_PER_NODE=2 JOB_COMPLETION_INDEX=1 PET_MASTER_ADDR=127.0.0.1 PET_MASTER_PORT=$port \
+    chorus-run sh -c "$VARS; exec chorus-bench -b 1K -e 1K -w 1 -n 2" > "$tmp/node1" 2>&1 &
+out=$(chorus-run --nnodes 2 --node-rank 0 -np 2 --master-addr 127.0.0.1 --master-port $port sh -c "$VARS; exec chorus-bench -b 1K -e 1K -w 1 -n 2" 2>&1)
+wait $! || fail "node 1 of 2: $(cat "$tmp/node1")"
+out="$out
+$(cat "$tmp/node1")"
+echo "$out"
+echo "$out" | grep -q "^\[2\] R=2 LR=0 WS=4 LWS=2 GR=1 GWS=2 HCR=1 HCS=2 MA=127.0.0.1 MP=$((port + 1)) S=127.0.0.1:$port$" || fail "--nnodes 2: the variables of node 1's first rank"
+echo "$out" | grep -q "^\[1\] R=1 LR=1 WS=4 LWS=2 GR=0 GWS=2 HCR=0 HCS=2 MA=127.0.0.1 MP=$((port + 1)) S=127.0.0.1:$port$" || fail "--nnodes 2: the variables of node 0's second rank"
+echo "$out" | grep -q '^\[0\] # chorus-bench .*: allreduce, 4 ranks' || fail "--nnodes 2: chorus-bench did not run on 4 ranks"
+echo "$out" | grep -q '^\[0\] # Out of bounds values : 0 OK' || fail "--nnodes 2: the allreduce of 4 ranks on 2 nodes"
+
+# a rank of node 1 fails: node 0's chorus-run names the node its ranks lost
+# (rank 3 is killed once it runs its allreduces: tests/fault/survivor_blame; CHORUS_SHM=0:
+# the two nodes on this one host talk TCP, as two machines do)
+blame=$BUILD/tests/fault/survivor_blame
+export CHORUS_SHM=0
+chorus-run --nnodes 2 --node-rank 1 -np 2 --master-addr 127.0.0.1 --master-port $port \
+    sh -c '[ "$RANK" = 3 ] || exec "$0"; "$0" | while read -r l; do echo "$l"; case $l in *running) kill -9 "$(echo "$l" | cut -d" " -f4)" ;; esac; done' \
+    "$blame" > "$tmp/node1" 2>&1 &
+out=$(chorus-run --nnodes 2 --node-rank 0 -np 2 --master-addr 127.0.0.1 --master-port $port "$blame" 2>&1)
+rc=$?
+wait $!
+echo "$out"
+[ $rc != 0 ] || fail "--nnodes 2: node 0 succeeded though rank 3 of node 1 failed"
+echo "$out" | grep -q "^chorus-run: it lost rank 3 of node 1 (CHORUS_ERR_PEER_LOST): that node, or the link to it, failed first$" || fail "--nnodes 2: node 0's chorus-run did not name node 1"
+echo "$out" | grep -q "^chorus-run: rank [01] (pid [0-9]* on node 0) exited with status 3; it failed first on this node$" || fail "--nnodes 2: the first failure is not said to be this node's"
+unset CHORUS_SECRET CHORUS_SHM
 
 # -x VAR=value sets it for every rank; -x VAR passes it on, and says so when it is unset
 out=$(FROM_HERE=yes chorus-run -np 2 -x GREETING=hello -x FROM_HERE -x NOT_SET_XYZ sh -c 'echo "$GREETING $FROM_HERE"' 2>&1)

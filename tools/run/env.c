@@ -115,6 +115,15 @@ char **child_env(const job *j, int rank, int size, int wid)
         }
         master = j->hosts.h[run_hosts_of_rank(&j->hosts, 0)].name;
     }
+    if (j->nnodes > 1) { /* one node of several: this node's ranks of the whole world */
+        local = rank;
+        local_size = size;
+        group = j->node_rank;
+        groups = j->nnodes;
+        rank += j->base;
+        size *= j->nnodes;
+        master = j->master_addr;
+    }
     char v[400];
 #define PUT(...)                                                                                   \
     do {                                                                                           \

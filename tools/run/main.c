@@ -4,6 +4,7 @@
  *   chorus-run -np N [options] [--] program [args...]
  *   chorus-run -H a:2,b:2 [--rsh CMD] [options] [--] program [args...]
  *   chorus-run --elastic -np N --min-np A --max-np B [--host-discovery-script PATH] program ...
+ *   chorus-run --nnodes N --node-rank I --master-addr HOST [-np K] program ...
  *
  * Serves the rendezvous store, makes a random per-job secret (CHORUS_SECRET) that every
  * connection must prove, starts the processes with their CHORUS_* environment (and
@@ -30,6 +31,11 @@
  * that is not this machine is a worker here too: an agent (this program with --agent,
  * agent.c) started over the remote shell, whose streams carry the rank's output, status
  * and end, so supervision, failure reports and elastic membership treat it as any other.
+ *
+ * With --nnodes N (torchrun's static rendezvous; a Kubernetes pod per node) each node runs its
+ * own chorus-run for its ranks of a fixed world; node 0's serves the store. A node's workers
+ * are numbered from 0 inside, global rank = base + worker; status-pipe blames of another
+ * node's rank are kept apart (blamed_far) and named in the summary.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -59,7 +65,9 @@ static void begin_attempt(job *j)
         snprintf(j->id, sizeof(j->id), "%s", j->base_id);
     else
         snprintf(j->id, sizeof(j->id), "%s-r%d", j->base_id, j->attempt);
-    j->master_port = chorus__env("MASTER_PORT") ? 0 : free_port();
+    j->master_port = j->nnodes > 1                ? j->store_port + 1
+                     : chorus__env("MASTER_PORT") ? 0
+                                                  : free_port();
     if (j->verbose)
         fprintf(stderr,
                 "chorus-run: job %s: %d rank%s of %s; rendezvous store %s; MASTER_PORT %s "
@@ -97,6 +105,8 @@ static int prepare_job(job *j, chorus_store_server **server)
     if (j->timeout_s <= 0) j->timeout_s = 300;
     if (cfg->job_id) {
         snprintf(j->base_id, sizeof(j->base_id), "%s", cfg->job_id);
+    } else if (j->nnodes > 1) { /* the same on every node */
+        snprintf(j->base_id, sizeof(j->base_id), "nodes-%.40s-%d", j->master_addr, j->store_port);
     } else {
         unsigned char rnd[8] = {0};
         int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -111,9 +121,15 @@ static int prepare_job(job *j, chorus_store_server **server)
     int port = 0;
     char ip[64] = "127.0.0.1", adv[300] = "127.0.0.1";
     if (j->remote && run_store_address(&j->hosts, cfg, ip, sizeof(ip), adv, sizeof(adv))) return 2;
-    if ((j->np > 1 || j->elastic) &&
-        chorus__store_server_start(ip, 0, server, &port, &err) != CHORUS_OK) {
-        fprintf(stderr, "chorus-run: cannot start the rendezvous store: %s\n", err.msg);
+    if (j->nnodes > 1) { /* node 0 serves on every address: the others come through master */
+        snprintf(ip, sizeof(ip), "0.0.0.0");
+        snprintf(adv, sizeof(adv), "%s", j->master_addr);
+        port = j->store_port;
+    }
+    if (((j->np > 1 && j->nnodes <= 1) || j->elastic || (j->nnodes > 1 && j->node_rank == 0)) &&
+        chorus__store_server_start(ip, port, server, &port, &err) != CHORUS_OK) {
+        fprintf(stderr, "chorus-run: cannot start the rendezvous store%s: %s\n",
+                j->nnodes > 1 ? " (node 0 serves it on --master-port)" : "", err.msg);
         return 1;
     }
     snprintf(j->store, sizeof(j->store), "%s:%d", adv, port);
@@ -170,6 +186,7 @@ int main(int argc, char **argv)
     if (argc == 2 && !strcmp(argv[1], "--version"))
         return printf("chorus-run %s\n", chorus_version()) < 0;
     job j = {.np = -1,
+             .node_rank = -1,
              .prefix = 1,
              .max_restarts = -1,
              .discovery_every = 5,

@@ -36,7 +36,15 @@ static void usage(FILE *f)
         "options:\n"
         "  -np N, -n N, --nproc-per-node N\n"
         "                   number of ranks (required unless a discovery script gives it)\n"
-        "  --nnodes 1       torchrun's node count (across hosts: name them with -H)\n"
+        "  --nnodes N, --node-rank I, --master-addr HOST\n"
+        "                   torchrun's static rendezvous: run this node's -np ranks (I*np on)\n"
+        "                   of a world of N*np; node 0's chorus-run serves the store on\n"
+        "                   --master-port (default 29500) at HOST, the ranks' MASTER_PORT is\n"
+        "                   the next port; CHORUS_SECRET must be set, the same on every node.\n"
+        "                   Unset flags come from PET_NNODES, PET_NPROC_PER_NODE,\n"
+        "                   PET_NODE_RANK (else JOB_COMPLETION_INDEX: a Kubernetes pod),\n"
+        "                   PET_MASTER_ADDR, PET_MASTER_PORT (a pod per node:\n"
+        "                   docs/KUBERNETES.md); N = 1: one node (or name hosts with -H)\n"
         "  -H, --host LIST  hosts and their slots, as 'a:2,b:2' (a name alone: 1 slot); the\n"
         "                   ranks fill a's slots, then b's (mpirun's --map-by slot); -np\n"
         "                   defaults to every slot\n"
@@ -256,8 +264,6 @@ static const struct {
     {"--rdzv-endpoint", MULTI_HOST},
     {"--rdzv-id", MULTI_HOST},
     {"--rdzv-conf", MULTI_HOST},
-    {"--node-rank", MULTI_HOST},
-    {"--master-addr", MULTI_HOST},
     {"--autotune-log-file", AUTOTUNE_LOG},
     {"--autotune-bayes-opt-max-samples", AUTOTUNE_FIXED},
     {"--autotune-gaussian-process-noise", AUTOTUNE_FIXED},
@@ -297,6 +303,8 @@ static const char *const value_opts[] = {"-np",
                                          "-x",
                                          "--nproc-per-node",
                                          "--nnodes",
+                                         "--node-rank",
+                                         "--master-addr",
                                          "--log-dir",
                                          "--tee",
                                          "--redirects",
@@ -378,13 +386,24 @@ const char *env_flag_behind(const char *msg)
     return "";
 }
 
-/* torchrun's --nnodes: 1 or 1:1 (MIN:MAX nodes); more is a multi-host job. */
-static int check_nnodes(const char *v)
+/* torchrun's --nnodes: N or N:N (MIN:MAX nodes; a range is an elastic job of torchrun's
+ * rendezvous, which chorus-run has not). */
+static int check_nnodes(const char *v, job *j)
 {
-    if (!strcmp(v, "1") || !strcmp(v, "1:1")) return 0;
-    fprintf(stderr, "chorus-run: --nnodes %s: chorus-run takes the hosts, not their count; %s\n", v,
-            ACROSS_HOSTS);
-    return -1;
+    const char *colon = strchr(v, ':');
+    char first[32];
+    snprintf(first, sizeof(first), "%.*s", colon ? (int)(colon - v) : (int)strlen(v), v);
+    long n;
+    if (chorus__parse_int(first, 1, 4096, &n) || (colon && strcmp(colon + 1, first))) {
+        fprintf(stderr,
+                "chorus-run: --nnodes %s: a number of nodes from 1 to 4096 (N, or N:N); nodes "
+                "joining and leaving need torchrun's rendezvous, which chorus-run has not: use "
+                "--elastic on one node, or %s\n",
+                v, ACROSS_HOSTS);
+        return -1;
+    }
+    j->nnodes = (int)n;
+    return 0;
 }
 
 /* Applies one option (name normalised by option_name, v its value or NULL). Returns -1 to go
@@ -417,7 +436,11 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
     } else if (!strcmp(a, "-x")) {
         if (export_var(v)) return 2;
     } else if (!strcmp(a, "--nnodes")) {
-        if (check_nnodes(v)) return 2;
+        if (check_nnodes(v, j)) return 2;
+    } else if (!strcmp(a, "--node-rank")) {
+        if (parse_int_arg(a, v, 0, 4095, &j->node_rank)) return 2;
+    } else if (!strcmp(a, "--master-addr")) {
+        snprintf(j->master_addr, sizeof(j->master_addr), "%s", v);
     } else if (!strcmp(a, "-H") || !strcmp(a, "--host") || !strcmp(a, "--hosts")) {
         char err[512];
         if (run_hosts_parse_list(&j->hosts, v, err, sizeof(err))) {
@@ -702,11 +725,69 @@ static int local_ranks(const job *j)
     return n;
 }
 
+/* One node of several (--nnodes N, as torchrun's static rendezvous): this launcher starts
+ * -np ranks, base = node rank * np onwards, of a world of N * np; node 0's launcher serves the
+ * store on the port (--master-port, else 29500) and every rank meets there through
+ * --master-addr. What torchrun reads from PET_* when a flag is not given is read the same way;
+ * in a pod of a Kubernetes Indexed Job the node rank is the pod's JOB_COMPLETION_INDEX. The
+ * secret must be the same on every node, so it comes from CHORUS_SECRET. Returns -1 to go
+ * on, else the exit code. */
+static int check_nodes(job *j)
+{
+    const char *v;
+    if (!j->nnodes && (v = chorus__env("PET_NNODES")) && check_nnodes(v, j)) return 2;
+    if (j->nnodes <= 1) return -1;
+    if (j->np < 1 && (v = chorus__env("PET_NPROC_PER_NODE")) &&
+        parse_int_arg("PET_NPROC_PER_NODE", v, 1, 4096, &j->np))
+        return 2;
+    if (j->node_rank < 0 && (v = chorus__env("PET_NODE_RANK")) &&
+        parse_int_arg("PET_NODE_RANK", v, 0, 4095, &j->node_rank))
+        return 2;
+    if (j->node_rank < 0 && (v = chorus__env("JOB_COMPLETION_INDEX")) &&
+        parse_int_arg("JOB_COMPLETION_INDEX", v, 0, 4095, &j->node_rank))
+        return 2;
+    if (!j->master_addr[0] &&
+        ((v = chorus__env("PET_MASTER_ADDR")) || (v = chorus__env("MASTER_ADDR"))))
+        snprintf(j->master_addr, sizeof(j->master_addr), "%s", v);
+    v = chorus__env("MASTER_PORT"); /* --master-port's, or the environment's */
+    if (!v) v = chorus__env("PET_MASTER_PORT");
+    j->store_port = 29500;
+    if (v && parse_int_arg("--master-port", v, 1, 65534, &j->store_port)) return 2;
+    const char *missing = j->node_rank < 0     ? "--node-rank I (this node's index, 0 to N-1)"
+                          : !j->master_addr[0] ? "--master-addr HOST (where node 0 is)"
+                          : !chorus__env("CHORUS_SECRET") ? "CHORUS_SECRET (the same on every node)"
+                                                          : NULL;
+    if (missing) {
+        fprintf(stderr, "chorus-run: --nnodes %d needs %s\n", j->nnodes, missing);
+        return 2;
+    }
+    if (j->node_rank >= j->nnodes) {
+        fprintf(stderr, "chorus-run: --node-rank %d is not below --nnodes %d\n", j->node_rank,
+                j->nnodes);
+        return 2;
+    }
+    if (j->elastic || j->hosts.n > 0 || j->max_restarts > 0) {
+        fprintf(stderr,
+                "chorus-run: --nnodes %d runs one node's ranks of a fixed world: not with "
+                "%s\n",
+                j->nnodes,
+                j->elastic   ? "--elastic"
+                : j->hosts.n ? "-H or --hostfile"
+                             : "--max-restarts");
+        return 2;
+    }
+    unsetenv("MASTER_PORT"); /* the ranks get the next port for torch.distributed's store */
+    unsetenv("MASTER_ADDR");
+    return -1;
+}
+
 /* Step 2: checks that the options fit together, asks the discovery script for the initial
  * size, plans CPU binding and checks that the program can run. Returns -1 to go on, else the
  * exit code. */
 int check_args(int argc, char **argv, job *j, run_opts *o)
 {
+    int nrc = check_nodes(j);
+    if (nrc >= 0) return nrc;
     if ((j->min_np != 1 || o->max_np_set || j->discovery) && !j->elastic) {
         fprintf(stderr, "chorus-run: --min-np, --max-np and --host-discovery-script need "
                         "--elastic\n");
@@ -772,6 +853,7 @@ int check_args(int argc, char **argv, job *j, run_opts *o)
         return 2;
     }
     j->desired = j->np;
+    if (j->nnodes > 1) run_rank_base = j->base = j->node_rank * j->np;
     j->argv = argv + o->prog;
     char why[256];
     if (!o->no_python && is_python_script(j->argv[0])) {

@@ -43,8 +43,8 @@ static int collateral(const worker *w, int rank)
 {
     const status_pipe *p = &w->st;
     return p->reported &&
-           ((p->blamed >= 0 && p->blamed != rank) || !strcmp(p->what, "CHORUS_ERR_PEER_LOST") ||
-            !strcmp(p->what, "CHORUS_ERR_TIMEOUT"));
+           ((p->blamed >= 0 && p->blamed != rank) || p->blamed_far >= 0 ||
+            !strcmp(p->what, "CHORUS_ERR_PEER_LOST") || !strcmp(p->what, "CHORUS_ERR_TIMEOUT"));
 }
 
 /* How much rank r looks like the root cause of a failed plain job: 0 it was stopped (SIGSTOP)
@@ -137,6 +137,8 @@ const char *rank_name(const job *j, int r, char *buf, size_t len)
     pid_t pid = w->remote_pid > 0 ? w->remote_pid : w->pid;
     if (w->host >= 0)
         snprintf(buf, len, "rank %d (pid %d on host %s)", r, (int)pid, j->hosts.h[w->host].name);
+    else if (j->nnodes > 1)
+        snprintf(buf, len, "rank %d (pid %d on node %d)", r + j->base, (int)pid, j->node_rank);
     else
         snprintf(buf, len, "rank %d (pid %d)", r, (int)pid);
     return buf;
@@ -317,7 +319,13 @@ static int report_failure(const job *j, const outcome *out)
                 "chorus-run: %s stopped responding (its peers lost it) and %s; it failed first\n",
                 name, how);
     else
-        fprintf(stderr, "chorus-run: %s %s; it failed first\n", name, how);
+        fprintf(stderr, "chorus-run: %s %s; it failed first%s\n", name, how,
+                collateral(cw, cause) && cw->st.blamed_far >= 0 ? " on this node" : "");
+    if (collateral(cw, cause) && cw->st.blamed_far >= 0)
+        fprintf(stderr,
+                "chorus-run: it lost rank %d of node %d (%s): that node, or the link to it, "
+                "failed first\n",
+                cw->st.blamed_far, cw->st.blamed_far / j->np, cw->st.what);
     int lostb = cw->st.blamed;
     if (collateral(cw, cause) && lostb >= 0 && lostb < j->nw && lostb != cause &&
         ended_well(&j->w[lostb]))
@@ -331,7 +339,7 @@ static int report_failure(const job *j, const outcome *out)
                 "%s true' works from here)\n",
                 cause, j->hosts.h[cw->host].name, j->rsh, j->hosts.h[cw->host].name);
     if (cw->tail.count) {
-        fprintf(stderr, "chorus-run: last lines of rank %d:\n", cause);
+        fprintf(stderr, "chorus-run: last lines of rank %d:\n", cause + j->base);
         for (int i = 0; i < cw->tail.count; i++) {
             int k = (cw->tail.next - cw->tail.count + i + TAIL_LINES) % TAIL_LINES;
             fprintf(stderr, "chorus-run: | %s\n", cw->tail.line[k]);
@@ -341,13 +349,20 @@ static int report_failure(const job *j, const outcome *out)
         const worker *w = &j->w[r];
         if (r == cause) continue;
         describe_status(w->status, how, sizeof(how));
-        char why[96] = " by chorus-run";
+        char why[128] = " by chorus-run";
         if (w->tolerated)
             snprintf(why, sizeof(why), " (the job went on without it: a loss it tolerates)");
         else if (collateral(w, r) && !strcmp(w->st.what, "PEER_FAILED"))
-            snprintf(why, sizeof(why), " after it was told that rank %d failed", w->st.blamed);
+            snprintf(why, sizeof(why), " after it was told that rank %d failed",
+                     w->st.blamed_far >= 0 ? w->st.blamed_far
+                     : w->st.blamed >= 0   ? w->st.blamed + j->base
+                                           : w->st.blamed);
+        else if (collateral(w, r) && w->st.blamed_far >= 0)
+            snprintf(why, sizeof(why), " after it lost rank %d of node %d (%s)", w->st.blamed_far,
+                     w->st.blamed_far / j->np, w->st.what);
         else if (collateral(w, r) && w->st.blamed >= 0 && w->st.blamed != r)
-            snprintf(why, sizeof(why), " after it lost rank %d (%s)", w->st.blamed, w->st.what);
+            snprintf(why, sizeof(why), " after it lost rank %d (%s)", w->st.blamed + j->base,
+                     w->st.what);
         else if (collateral(w, r))
             snprintf(why, sizeof(why), " after it lost a peer (%s)", w->st.what);
         else if (w->st.reported)

@@ -161,6 +161,7 @@ typedef struct status_pipe {
     size_t len;
     int reported;   /* a "failed" line arrived */
     int blamed;     /* the rank it held responsible, -1: its own failure */
+    int blamed_far; /* --nnodes: the rank of another node it held responsible (-1: none) */
     char what[48];  /* the result name it gave (PEER_FAILED: it was told that `blamed` failed) */
     int expendable; /* it said the job goes on without it (an asynchronous parameter-server
                        worker): its end does not stop the job */
@@ -237,6 +238,10 @@ typedef struct job {
     /* CPU binding: rank slot i runs on cpus[i*per .. (i+1)*per) */
     int bind, ncpus, per;
     int cpus[CPU_SETSIZE];
+    /* one node of several (--nnodes N): this launcher starts ranks base..base+np-1 of a world
+     * of nnodes*np; node 0's launcher serves the store at master_addr:store_port */
+    int nnodes, node_rank, base, store_port;
+    char master_addr[256];
 } job;
 
 /* What the command line asked for beyond the job itself. */
@@ -303,6 +308,8 @@ int pick_host(job *j);
 
 /* options.c: the steps of main before anything starts; -1 to go on, else the exit code. */
 int parse_args(int argc, char **argv, job *j, run_opts *o);
+/* The global rank of this node's first rank (--nnodes): what the [rank] prefixes add. */
+extern int run_rank_base;
 int check_args(int argc, char **argv, job *j, run_opts *o);
 /* CHORUS_SECRET, made here unless the user gave one. 0, or -1 said. */
 int make_secret(void);

@@ -187,6 +187,7 @@ worker *spawn(job *j, int rank, int size)
     w->s[1] = (stream){.fd = errp[0], .out = stderr};
     w->st.fd = stp[0];
     w->st.blamed = -1;
+    w->st.blamed_far = -1;
     w->host = h;
     w->agent_in = agent_in;
     if (remote) w->s[0].demux = w;

@@ -55,6 +55,10 @@ static void parse_status(job *j, int index, outcome *out)
         if (!p->reported && sscanf(p->buf, "failed %d %d %47s", &rank, &blamed, what) == 3) {
             p->reported = 1;
             p->blamed = blamed;
+            if (j->nnodes > 1) { /* global ranks: this node's as its workers, others apart */
+                p->blamed = blamed >= j->base && blamed < j->base + j->np ? blamed - j->base : -1;
+                if (blamed >= 0 && p->blamed < 0) p->blamed_far = blamed;
+            }
             snprintf(p->what, sizeof(p->what), "%s", what);
             /* an expendable rank's failure is its own end's: the job may go on without it */
             if (!j->elastic && !p->expendable) note_failure(w, out, index, chorus__now());

@@ -12,6 +12,8 @@
 #include "run.h"
 
 /* Writes one line of a rank's output, and keeps it in t. */
+int run_rank_base;
+
 static void emit(stream *s, tail *t, int rank, int prefix, const char *line, size_t n)
 {
     if (n < TAIL_WIDTH)
@@ -22,7 +24,7 @@ static void emit(stream *s, tail *t, int rank, int prefix, const char *line, siz
     t->next = (t->next + 1) % TAIL_LINES;
     if (t->count < TAIL_LINES) t->count++;
     if (s->out && prefix)
-        fprintf(s->out, "[%d] %.*s\n", rank, (int)n, line);
+        fprintf(s->out, "[%d] %.*s\n", rank + run_rank_base, (int)n, line);
     else if (s->out)
         fprintf(s->out, "%.*s\n", (int)n, line);
     if (s->log) fprintf(s->log, "%.*s\n", (int)n, line);

@@ -11,8 +11,9 @@ NN_LIB    := $(BUILD)/lib/libchorus_nn.a
 NN_SO     := $(BUILD)/lib/libchorus_nn.so
 NN_LDLIBS := -lopenblas -lz
 
-# Parts of the trainer kept in files of their own (tools/train_*.c), linked into chorus-train.
-TRAIN_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/train_*.c))
+# The trainer's files (tools/train/: main.c over one file per mode, trainer.h), linked into
+# chorus-train.
+TRAIN_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/train/*.c))
 
 NN_TEST_SRCS := $(wildcard tests/unit/nn_*.c tests/mp/train_*.c)
 NN_TEST_BINS := $(NN_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
@@ -29,18 +30,18 @@ deps-nn:
 	@sh tools/deps.sh "libchorus_nn and chorus-train (make trainer)" $(CORE_PKGS) $(NN_PKGS)
 deps-demo:
 	@sh tools/deps.sh "the demo (make demo)" $(CORE_PKGS) $(NN_PKGS) dataset-fashion-mnist
-$(NN_OBJS) $(BUILD)/obj/tools/chorus-train.o $(TRAIN_OBJS): | deps-nn
+$(NN_OBJS) $(TRAIN_OBJS): | deps-nn
 
 # The layer loops are written to vectorise; -O3 lets the compiler do it fully.
-$(NN_OBJS) $(BUILD)/obj/tools/chorus-train.o $(TRAIN_OBJS): OPT = -O3
+$(NN_OBJS) $(TRAIN_OBJS): OPT = -O3
 
 $(NN_LIB): $(NN_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/chorus-train: $(BUILD)/obj/tools/chorus-train.o $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a
+$(BUILD)/bin/chorus-train: $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
 
 # libchorus_nn uses only the public API of libchorus: the shared library is linked against
 # libchorus.so (whose version script exports chorus_* and hides the internal chorus__*) with
@@ -75,9 +76,9 @@ uninstall-nn:
 
 # The trainer linked against the two shared libraries, found next to it through its rpath
 # (libchorus.so.0 is libchorus.so's soname), for the nn_shared test.
-$(BUILD)/tests/nn/chorus-train-shared: $(BUILD)/obj/tools/chorus-train.o $(TRAIN_OBJS) $(NN_SO) $(BUILD)/lib/libchorus.so
+$(BUILD)/tests/nn/chorus-train-shared: $(TRAIN_OBJS) $(NN_SO) $(BUILD)/lib/libchorus.so
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../../lib' -o $@ $< $(TRAIN_OBJS) -L$(BUILD)/lib -lchorus_nn -lchorus \
+	$(CC) $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../../lib' -o $@ $(TRAIN_OBJS) -L$(BUILD)/lib -lchorus_nn -lchorus \
 	    $(NN_LDLIBS) $(LIB_LDLIBS)
 TEST_BINS += $(BUILD)/tests/nn/chorus-train-shared
 

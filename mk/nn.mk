@@ -58,10 +58,12 @@ $(BUILD)/lib/pkgconfig/chorus_nn.pc: Makefile $(wildcard mk/*.mk) include/chorus
 	printf '$(NN_PC)' > $@
 
 # make install puts the trainer's tier next to the core (include/chorus/nn.h is installed
-# with the other headers).
+# with the other headers; the headers it includes, include/chorus/nn/*.h, here).
 install: install-nn
 install-nn: all $(NN_TARGETS)
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BINDIR)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BINDIR) \
+	    $(DESTDIR)$(INCLUDEDIR)/chorus/nn
+	install -m 644 $(wildcard include/chorus/nn/*.h) $(DESTDIR)$(INCLUDEDIR)/chorus/nn/
 	install -m 644 $(NN_LIB) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(NN_SO) $(DESTDIR)$(LIBDIR)/libchorus_nn.so.$(VERSION)
 	ln -sf libchorus_nn.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libchorus_nn.so.0
@@ -73,6 +75,8 @@ uninstall: uninstall-nn
 uninstall-nn:
 	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,libchorus_nn.a libchorus_nn.so libchorus_nn.so.0 libchorus_nn.so.$(VERSION))
 	rm -f $(DESTDIR)$(BINDIR)/chorus-train $(DESTDIR)$(PKGCONFIGDIR)/chorus_nn.pc
+	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(patsubst include/%,%,$(wildcard include/chorus/nn/*.h)))
+	rmdir $(DESTDIR)$(INCLUDEDIR)/chorus/nn 2>/dev/null || true
 
 # The trainer linked against the two shared libraries, found next to it through its rpath
 # (libchorus.so.0 is libchorus.so's soname), for the nn_shared test.

@@ -15,7 +15,8 @@ NN_LDLIBS := -lopenblas -lz
 # chorus-train.
 TRAIN_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/train/*.c))
 
-NN_TEST_SRCS := $(wildcard tests/unit/nn_*.c tests/mp/train_*.c)
+# (the pipeline schedules are libchorus_nn's too: nn/schedule.c)
+NN_TEST_SRCS := $(wildcard tests/unit/nn_*.c tests/mp/train_*.c) tests/unit/pipe_schedule.c
 NN_TEST_BINS := $(NN_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 NN_PKGS       = zlib1g-dev libopenblas-dev

@@ -249,4 +249,14 @@ void allreduce_step(trainer *t, float lr);
 void allreduce_save(trainer *t);
 void allreduce_report(trainer *t);
 
+/* The hooks of every mode whose replicas sum their gradients and keep equal parameters
+ * (allreduce, the splits, the pipeline), as designated initializers of a train_mode. */
+#define DATA_PARALLEL_HOOKS                                                                        \
+    .replicas_agree = 1, .agree_stop = 1, .periodic_eval = 1, .shares = allreduce_shares,          \
+    .model_built = allreduce_model_built, .optim_built = allreduce_optim_built
+/* And of those whose every rank holds the whole model (allreduce, the splits). */
+#define WHOLE_MODEL_HOOKS                                                                          \
+    .first_params = allreduce_first_params, .sync = allreduce_sync, .step = allreduce_step,        \
+    .save = allreduce_save, .report = allreduce_report
+
 #endif /* CHORUS_TRAIN_TRAINER_H */

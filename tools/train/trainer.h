@@ -56,7 +56,7 @@ typedef struct opts {
     const char *compress; /* gradient compression spec (nn_dist_set_compression) */
     long eval_every;      /* test-set evaluation every N steps (0: per epoch only) */
 
-    /* per-rank monitoring and load balancing (tools/train_balance.c) */
+    /* per-rank monitoring and load balancing (balance.c) */
     const char *balance;        /* static, dynamic */
     int balance_every;          /* steps between re-balancings */
     const char *balance_shares; /* fixed uneven shares (tests of the weighting), or NULL */

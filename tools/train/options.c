@@ -350,14 +350,28 @@ static void take(opts *o, int c)
 #undef NUM
 }
 
+/* The names of the models: "mlp, cnn or large". */
+static const char *model_names(void)
+{
+    static char names[256];
+    size_t n = 0, len = 0;
+    while (train_models[n].name) n++;
+    for (size_t i = 0; i < n && len < sizeof(names); i++)
+        len += (size_t)snprintf(names + len, sizeof(names) - len, "%s%s",
+                                i == 0       ? ""
+                                : i + 1 == n ? " or "
+                                             : ", ",
+                                train_models[i].name);
+    return names;
+}
+
 /* The values of the options that name a choice, and what combines with what. */
 static void check_choices(opts *o)
 {
     if (!o->compress[0])
         die("--compress must be none, fp16, bf16, topk:R, randomk:R or powersgd:N, not ''");
     if (o->dump && !o->dump[0]) die("--dump-params needs a file name, not ''");
-    if (strcmp(o->model, "cnn") && strcmp(o->model, "mlp") && strcmp(o->model, "large"))
-        die("--model must be mlp, cnn or large, not '%s'", o->model);
+    if (!train_model_named(o->model)) die("--model must be %s, not '%s'", model_names(), o->model);
     if (strcmp(o->optim, "sgd") && strcmp(o->optim, "adamw"))
         die("--optim must be sgd or adamw, not '%s'", o->optim);
     if (strcmp(o->schedule, "cosine") && strcmp(o->schedule, "step") &&
@@ -396,17 +410,17 @@ static void check_choices(opts *o)
 /* The defaults that depend on the model, the optimizer and the mode. */
 static void resolve(opts *o)
 {
-    int cnn = !strcmp(o->model, "cnn");
+    const train_model *model = train_model_named(o->model);
     int adam = !strcmp(o->optim, "adamw");
-    if (o->epochs < 0) o->epochs = cnn ? 8 : 10;
-    if (o->lr < 0) o->lr = adam ? 1e-3f : cnn ? 0.05f : !strcmp(o->model, "large") ? 0.01f : 0.1f;
+    if (o->epochs < 0) o->epochs = model->epochs;
+    if (o->lr < 0) o->lr = adam ? 1e-3f : model->lr;
     /* Asynchronous updates add momentum of their own: each gradient was taken at parameters
      * a few updates old, which acts like a heavier momentum term (docs/PARAMETER_SERVER.md
      * shows the measurements behind 0.8). */
     if (o->momentum < 0)
         o->momentum = !strcmp(o->mode, "ps-async") || !strcmp(o->mode, "ps-ssp") ? 0.8f : 0.9f;
     if (o->wd < 0) o->wd = adam ? 1e-2f : 5e-4f;
-    if (o->dropout < 0) o->dropout = cnn ? 0.25f : 0.0f;
+    if (o->dropout < 0) o->dropout = model->dropout;
     par_check_opts(&o->par, o->model, o->mode, o->sync, o->dropout, o->accum, o->ckpt_dir,
                    o->time_limit);
 }

@@ -161,28 +161,12 @@ void optim_init(const opts *o, nn_optim *opt, size_t n)
     if (r) die("out of memory for the optimizer");
 }
 
-/* The layers of --model (or of a split model, split.c), finalized for max_batch samples. */
+/* The layers of --model (models.c), finalized for max_batch samples. */
 static nn_model *build_model(opts *o, const nn_dataset *ds, int max_batch)
 {
     nn_model *m = nn_model_create(ds->c, ds->h, ds->w);
     if (!m) die("out of memory");
-    int bad = 0;
-    if (par_add_layers(&o->par, m, o->model, ds->nclasses, &bad)) {
-    } else if (!strcmp(o->model, "mlp")) {
-        /* (B,784) -> 512 -> 256 -> 10 */
-        bad |= nn_add_linear(m, 512) | nn_add_relu(m);
-        bad |= nn_add_linear(m, 256) | nn_add_relu(m);
-        if (o->dropout > 0) bad |= nn_add_dropout(m, o->dropout);
-        bad |= nn_add_linear(m, ds->nclasses);
-    } else {
-        /* (B,1,28,28) -> (B,32,28,28) -> pool (B,32,14,14) -> (B,64,14,14) -> pool
-         * (B,64,7,7) -> 128 -> 10 */
-        bad |= nn_add_conv2d(m, 32, 3, 1, 1) | nn_add_relu(m) | nn_add_maxpool2d(m, 2, 2);
-        bad |= nn_add_conv2d(m, 64, 3, 1, 1) | nn_add_relu(m) | nn_add_maxpool2d(m, 2, 2);
-        bad |= nn_add_flatten(m) | nn_add_linear(m, 128) | nn_add_relu(m);
-        if (o->dropout > 0) bad |= nn_add_dropout(m, o->dropout);
-        bad |= nn_add_linear(m, ds->nclasses);
-    }
+    int bad = train_model_named(o->model)->add(m, o, ds->nclasses);
     if (bad) die("internal error: model shapes do not fit (%s)", nn_last_error());
     par_before_finalize(&o->par, m);
     if (nn_model_finalize(m, max_batch)) die("out of memory for the model (%s)", nn_last_error());

@@ -191,6 +191,21 @@ struct train_mode {
     void (*finish)(trainer *t);    /* frees the mode's state */
 };
 
+/* A model --model names (models.c). */
+typedef struct train_model {
+    const char *name;
+    int epochs;    /* default --epochs */
+    float lr;      /* default --lr with --optim sgd */
+    float dropout; /* default --dropout */
+    /* Appends the layers to m (whose per-sample input is the data set's) with nclasses
+     * outputs; nonzero when one did not fit. */
+    int (*add)(nn_model *m, opts *o, int nclasses);
+} train_model;
+
+/* models.c: the models, ended by a row without a name, and the one named name (or NULL). */
+extern const train_model train_models[];
+const train_model *train_model_named(const char *name);
+
 /* modes.c: the registered modes, NULL-terminated, and the one that runs o. */
 extern const train_mode *const train_modes[];
 const train_mode *train_mode_of(const opts *o);

@@ -11,10 +11,12 @@ NN_LIB    := $(BUILD)/lib/libchorus_nn.a
 NN_SO     := $(BUILD)/lib/libchorus_nn.so
 NN_LDLIBS := -lopenblas -lz
 
-# Parts of the trainer kept in files of their own (tools/train_*.c), linked into chorus-train.
-TRAIN_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/train_*.c))
+# The trainer's files (tools/train/: main.c over one file per mode, trainer.h), linked into
+# chorus-train.
+TRAIN_OBJS := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tools/train/*.c))
 
-NN_TEST_SRCS := $(wildcard tests/unit/nn_*.c tests/mp/train_*.c)
+# (the pipeline schedules are libchorus_nn's too: nn/schedule.c)
+NN_TEST_SRCS := $(wildcard tests/unit/nn_*.c tests/mp/train_*.c) tests/unit/pipe_schedule.c
 NN_TEST_BINS := $(NN_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 NN_PKGS       = zlib1g-dev libopenblas-dev
@@ -29,18 +31,18 @@ deps-nn:
 	@sh tools/deps.sh "libchorus_nn and chorus-train (make trainer)" $(CORE_PKGS) $(NN_PKGS)
 deps-demo:
 	@sh tools/deps.sh "the demo (make demo)" $(CORE_PKGS) $(NN_PKGS) dataset-fashion-mnist
-$(NN_OBJS) $(BUILD)/obj/tools/chorus-train.o $(TRAIN_OBJS): | deps-nn
+$(NN_OBJS) $(TRAIN_OBJS): | deps-nn
 
 # The layer loops are written to vectorise; -O3 lets the compiler do it fully.
-$(NN_OBJS) $(BUILD)/obj/tools/chorus-train.o $(TRAIN_OBJS): OPT = -O3
+$(NN_OBJS) $(TRAIN_OBJS): OPT = -O3
 
 $(NN_LIB): $(NN_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/chorus-train: $(BUILD)/obj/tools/chorus-train.o $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a
+$(BUILD)/bin/chorus-train: $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(TRAIN_OBJS) $(NN_LIB) $(BUILD)/lib/libchorus.a $(NN_LDLIBS) $(LIB_LDLIBS)
 
 # libchorus_nn uses only the public API of libchorus: the shared library is linked against
 # libchorus.so (whose version script exports chorus_* and hides the internal chorus__*) with
@@ -57,10 +59,12 @@ $(BUILD)/lib/pkgconfig/chorus_nn.pc: Makefile $(wildcard mk/*.mk) include/chorus
 	printf '$(NN_PC)' > $@
 
 # make install puts the trainer's tier next to the core (include/chorus/nn.h is installed
-# with the other headers).
+# with the other headers; the headers it includes, include/chorus/nn/*.h, here).
 install: install-nn
 install-nn: all $(NN_TARGETS)
-	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BINDIR)
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(BINDIR) \
+	    $(DESTDIR)$(INCLUDEDIR)/chorus/nn
+	install -m 644 $(wildcard include/chorus/nn/*.h) $(DESTDIR)$(INCLUDEDIR)/chorus/nn/
 	install -m 644 $(NN_LIB) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(NN_SO) $(DESTDIR)$(LIBDIR)/libchorus_nn.so.$(VERSION)
 	ln -sf libchorus_nn.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libchorus_nn.so.0
@@ -72,12 +76,14 @@ uninstall: uninstall-nn
 uninstall-nn:
 	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,libchorus_nn.a libchorus_nn.so libchorus_nn.so.0 libchorus_nn.so.$(VERSION))
 	rm -f $(DESTDIR)$(BINDIR)/chorus-train $(DESTDIR)$(PKGCONFIGDIR)/chorus_nn.pc
+	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(patsubst include/%,%,$(wildcard include/chorus/nn/*.h)))
+	rmdir $(DESTDIR)$(INCLUDEDIR)/chorus/nn 2>/dev/null || true
 
 # The trainer linked against the two shared libraries, found next to it through its rpath
 # (libchorus.so.0 is libchorus.so's soname), for the nn_shared test.
-$(BUILD)/tests/nn/chorus-train-shared: $(BUILD)/obj/tools/chorus-train.o $(TRAIN_OBJS) $(NN_SO) $(BUILD)/lib/libchorus.so
+$(BUILD)/tests/nn/chorus-train-shared: $(TRAIN_OBJS) $(NN_SO) $(BUILD)/lib/libchorus.so
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../../lib' -o $@ $< $(TRAIN_OBJS) -L$(BUILD)/lib -lchorus_nn -lchorus \
+	$(CC) $(LDFLAGS) -Wl,-rpath,'$$ORIGIN/../../lib' -o $@ $(TRAIN_OBJS) -L$(BUILD)/lib -lchorus_nn -lchorus \
 	    $(NN_LDLIBS) $(LIB_LDLIBS)
 TEST_BINS += $(BUILD)/tests/nn/chorus-train-shared
 

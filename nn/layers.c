@@ -1,6 +1,7 @@
 /*
- * layers.c - forward and backward passes of every layer kind, the model-level forward and
- * backward loops, and softmax cross-entropy.
+ * layers.c - forward and backward passes of every layer kind, one layer at a time
+ * (nn__layer_forward, nn__layer_backward: the model's loops over them are in passes.c), and
+ * softmax cross-entropy.
  *
  * Linear and conv2d are GEMMs (cblas_sgemm; conv2d through im2col). Everything else is
  * plain loops over contiguous memory that the compiler vectorises. Backward passes ADD
@@ -313,7 +314,7 @@ static void layernorm_backward(nn_layer *L, const float *dy, float *dx, int B)
     }
 }
 
-/* ---- the model ----------------------------------------------------------------------- */
+/* ---- one layer of the model ---------------------------------------------------------- */
 
 const float *nn__layer_forward(nn_model *m, int i, const float *cur, int *owned, int B)
 {
@@ -350,17 +351,6 @@ const float *nn__layer_forward(nn_model *m, int i, const float *cur, int *owned,
     L->out = out;
     *owned = 1;
     return out;
-}
-
-const float *nn_forward(nn_model *m, const float *x, int B)
-{
-    const float *cur = x;
-    int owned = 0; /* whether cur is a model buffer that may be overwritten */
-    for (int i = 0; i < m->nlayers; i++) {
-        if (m->fwd_hook && m->layers[i].nparams) m->fwd_hook(m, i, m->fwd_hook_arg);
-        cur = nn__layer_forward(m, i, cur, &owned, B);
-    }
-    return cur;
 }
 
 const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which, int B, int need_dx)
@@ -406,32 +396,6 @@ const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which,
     if (L->nparams && m->grad_hook) m->grad_hook(m, i, m->grad_hook_arg);
     *which = next;
     return dx;
-}
-
-/* The backward loop; with want_dx the first layer's input gradient too, returned (a model
- * buffer, or dout itself when every layer is an identity; NULL with recomputation, which does
- * not keep it). */
-static const float *backward(nn_model *m, const float *dout, int B, int want_dx)
-{
-    if (m->recompute) {
-        nn__backward_recompute(m, dout, B);
-        return NULL;
-    }
-    const float *dy = dout;
-    int which = -1; /* index of the dbuf holding dy, -1 for the caller's buffer */
-    for (int i = m->nlayers - 1; i >= 0 && dy; i--)
-        dy = nn__layer_backward(m, i, dy, &which, B, i > 0 || want_dx);
-    return dy;
-}
-
-void nn_backward(nn_model *m, const float *dout, int B)
-{
-    backward(m, dout, B, 0);
-}
-
-const float *nn_backward_input(nn_model *m, const float *dout, int B)
-{
-    return backward(m, dout, B, 1);
 }
 
 double nn_xent(const float *logits, const int32_t *labels, int B, int C, float grad_scale,

@@ -48,15 +48,15 @@ const float *nn__layer_forward(nn_model *m, int i, const float *cur, int *owned,
 const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which, int B,
                                 int need_dx);
 
-/* Activation recomputation (recompute.c): marks the segment ends and the layers whose output
- * buffer can come from the shared pool (before finalize allocates); allocates the pool and
- * points those layers into it (after; CHORUS_ERR_NOMEM); the backward pass segment by
- * segment. */
+/* Activation recomputation (recompute.c, called from model.c and passes.c): marks the segment ends
+ * and the layers whose output buffer can come from the shared pool (before finalize allocates);
+ * allocates the pool and points those layers into it (after; CHORUS_ERR_NOMEM); the backward pass
+ * segment by segment. */
 void nn__recompute_plan(nn_model *m);
 chorus_result nn__recompute_pool(nn_model *m, size_t B);
 void nn__backward_recompute(nn_model *m, const float *dout, int B);
 
-/* Tensor parallelism (tensor_parallel.c): a row-parallel linear forward (partial product,
+/* Tensor parallelism (tp_ops.c): a row-parallel linear forward (partial product,
  * allreduce, bias), and the allreduce of a column-parallel layer's input gradient. Failures
  * are latched in m->comm_err. */
 void nn__tp_row_forward(nn_model *m, nn_layer *L, const float *x, float *y, int B);

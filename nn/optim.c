@@ -1,7 +1,7 @@
 /*
  * optim.c - SGD (momentum, Nesterov, L2 weight decay) and AdamW over one flat parameter
  * buffer, with the same update rules as PyTorch's torch.optim.SGD and AdamW (the rules
- * themselves are in src/reduce/optim.h, shared with the parameter server).
+ * themselves are in include/chorus/optim.h, shared with the parameter server).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 
 #include "chorus/nn.h"
 #include "nn_internal.h"
-#include "reduce/optim.h"
+#include "chorus/optim.h"
 
 chorus_result nn_optim_init_sgd(nn_optim *o, size_t n, float momentum, int nesterov,
                                 float weight_decay)
@@ -59,13 +59,13 @@ size_t nn_optim_state_count(const nn_optim *o)
 
 static void sgd_step(nn_optim *o, float *params, const float *grads, float lr)
 {
-    chorus__sgd_update(params, grads, o->m, o->n, lr, o->momentum, o->nesterov, o->weight_decay);
+    chorus_sgd_update(params, grads, o->m, o->n, lr, o->momentum, o->nesterov, o->weight_decay);
 }
 
 static void adamw_step(nn_optim *o, float *params, const float *grads, float lr)
 {
-    chorus__adamw_update(params, grads, o->m, o->v, o->n, lr, o->beta1, o->beta2, o->eps,
-                         o->weight_decay, o->t);
+    chorus_adamw_update(params, grads, o->m, o->v, o->n, lr, o->beta1, o->beta2, o->eps,
+                        o->weight_decay, o->t);
 }
 
 void nn_optim_step(nn_optim *o, float *params, const float *grads, float lr)

@@ -7,7 +7,7 @@
  * The parameters are cut into segments of at most NN_ZERO_BUCKET floats that never cross a
  * layer (so that stage 2 can reduce a layer's gradient the moment backward finished it);
  * each segment is cut into p chunks of ceil(len/p) floats. The reduce-scatter and the
- * allreduce of libchorus both fold in rank order, and the updates (src/reduce/optim.h) are
+ * allreduce of libchorus both fold in rank order, and the updates (include/chorus/optim.h) are
  * element-wise, so every parameter gets the bits plain data parallelism would give it.
  *
  * With nn_zero_overlap a thread all-gathers the segments in layer order while the next
@@ -21,7 +21,7 @@
 
 #include "chorus/nn.h"
 #include "nn_internal.h"
-#include "reduce/optim.h"
+#include "chorus/optim.h"
 
 static double now_s(void)
 {
@@ -186,10 +186,10 @@ static void update_chunk(const nn_zero *z, const nn_zero_seg *s, nn_model *m, nn
     float *p = m->params + at, *mo = o->m ? o->m + s->shard_off : NULL;
     if (!n) return;
     if (o->kind == NN_SGD)
-        chorus__sgd_update(p, g, mo, n, lr, o->momentum, o->nesterov, o->weight_decay);
+        chorus_sgd_update(p, g, mo, n, lr, o->momentum, o->nesterov, o->weight_decay);
     else
-        chorus__adamw_update(p, g, mo, o->v + s->shard_off, n, lr, o->beta1, o->beta2, o->eps,
-                             o->weight_decay, o->t);
+        chorus_adamw_update(p, g, mo, o->v + s->shard_off, n, lr, o->beta1, o->beta2, o->eps,
+                            o->weight_decay, o->t);
 }
 
 /* Every rank's chunks of segment s into every rank's parameters. */

@@ -29,8 +29,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TREES = ("src", "nn", "tools")
 
 KNOWN = [
-    "call circle: nn/layers nn/model nn/recompute nn/tensor_parallel",
-    "call circle: tools/chorus-train tools/train_parallel",
 ]
 
 

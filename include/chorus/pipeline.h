@@ -17,7 +17,8 @@
  * bounds the activation memory. Backwards run in micro-batch order in both, so the
  * gradients of the m micro-batches are added in the same order as a single rank's.
  *
- * Plain data and arithmetic: no communication, nothing is printed unless asked.
+ * Plain data and arithmetic: no communication, nothing is printed unless asked. Part of
+ * libchorus_nn (nn/schedule.c), whose pipeline stages (chorus/nn/pipeline.h) follow it.
  */
 #ifndef CHORUS_PIPELINE_H
 #define CHORUS_PIPELINE_H

@@ -2,7 +2,7 @@
  * server.c - the parameter server's serving loop: receive a header from any worker, apply a
  * push (at once, or once per round in sync mode), answer a pull (at once, after its round, or
  * once the staleness bound allows), until every worker has said goodbye. The optimizers are
- * the trainer's (src/reduce/optim.h), so that a sync run gives the same bits as the
+ * the trainer's (include/chorus/optim.h), so that a sync run gives the same bits as the
  * trainer's allreduce mode.
  */
 #include <math.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ps/ps_int.h"
-#include "reduce/optim.h"
+#include "chorus/optim.h"
 #include "reduce/reduce.h"
 
 static void apply(chorus_ps *ps, ps_key *k, const float *g, float lr)
@@ -18,11 +18,11 @@ static void apply(chorus_ps *ps, ps_key *k, const float *g, float lr)
     k->t++;
     const chorus_ps_opts *o = &ps->o;
     if (o->optim == CHORUS_PS_ADAMW)
-        chorus__adamw_update(k->param, g, k->m, k->v, k->mcount, lr, o->beta1, o->beta2, o->eps,
-                             o->weight_decay, k->t);
+        chorus_adamw_update(k->param, g, k->m, k->v, k->mcount, lr, o->beta1, o->beta2, o->eps,
+                            o->weight_decay, k->t);
     else
-        chorus__sgd_update(k->param, g, k->m, k->mcount, lr, o->momentum, o->nesterov,
-                           o->weight_decay);
+        chorus_sgd_update(k->param, g, k->m, k->mcount, lr, o->momentum, o->nesterov,
+                          o->weight_decay);
     ps->st.updates++;
 }
 

@@ -14,7 +14,7 @@ mk() { make -C "$top" --no-print-directory -s BUILD="$BUILD" SANITIZE="${SANITIZ
 version=$("$top/$BUILD/bin/chorus-run" --version | awk '{print $2}')
 # What install puts under PREFIX, every file and link (man pages come from mk/man.mk).
 expected="bin/chorus-bench bin/chorus-run bin/chorus-train include/chorus.h
-$(cd "$top" && ls include/chorus/*.h)
+$(cd "$top" && ls include/chorus/*.h include/chorus/nn/*.h)
 lib/libchorus.a lib/libchorus.so lib/libchorus.so.0 lib/libchorus.so.$version
 lib/libchorus_nn.a lib/libchorus_nn.so lib/libchorus_nn.so.0 lib/libchorus_nn.so.$version
 lib/pkgconfig/chorus.pc lib/pkgconfig/chorus_nn.pc

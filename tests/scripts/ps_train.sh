@@ -3,7 +3,7 @@
 #   equal W K OPTIM  W workers and K servers in ps-sync end with the same parameters, to the
 #                    bit, as W ranks of allreduce data parallelism on the same data and seed:
 #                    the servers sum the workers' gradients in worker order as the allreduce
-#                    folds in rank order, and apply the same update code (src/reduce/optim.h)
+#                    folds in rank order, and apply the same update code (include/chorus/optim.h)
 #   accuracy         chorus-run -np 3 chorus-train --model mlp --epochs 3 --mode ps-async
 #                    --servers 1 reaches a test accuracy of at least 0.85 (under a sanitizer,
 #                    where every step is slower and CI time is short: 120 steps, at least 0.75)

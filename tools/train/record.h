@@ -1,5 +1,5 @@
 /*
- * train_record.h - what chorus-train records about a run and checks before its first step: the
+ * record.h - what chorus-train records about a run and checks before its first step: the
  * resolved configuration (the options that decide the result, as "--name value" pairs), which
  * every rank must share and a --resume must not change; the directory's checkpoints, which a
  * fresh run must not mix with its own; and each rank's compressor memory, saved with every

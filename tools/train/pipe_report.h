@@ -1,9 +1,9 @@
 /*
- * train_pipe.h - chorus-train's pipeline-parallel reporting (--pipeline-stages): the
+ * pipe_report.h - chorus-train's pipeline-parallel reporting (--pipeline-stages): the
  * per-rank memory lines, the measured bubble beside the formula, and their metrics lines.
  */
-#ifndef CHORUS_TRAIN_PIPE_H
-#define CHORUS_TRAIN_PIPE_H
+#ifndef CHORUS_TRAIN_PIPE_REPORT_H
+#define CHORUS_TRAIN_PIPE_REPORT_H
 
 #include <stdio.h>
 
@@ -18,4 +18,4 @@
 chorus_result train_pipe_report(nn_pipe *p, chorus_comm *world, const nn_optim *opt, int is_root,
                                 const char *schedule, int micro, FILE *metrics);
 
-#endif /* CHORUS_TRAIN_PIPE_H */
+#endif /* CHORUS_TRAIN_PIPE_REPORT_H */

@@ -1,12 +1,12 @@
 /*
- * train_pipe.c - chorus-train's end-of-run report for --pipeline-stages: what each rank
+ * pipe_report.c - chorus-train's end-of-run report for --pipeline-stages: what each rank
  * measured (memory by kind, the peak of the stashed activations, the time its stage waited
  * for a neighbour) gathered on rank 0, printed and written to the metrics file.
  */
 #include <malloc.h>
 #include <stdlib.h>
 
-#include "train_pipe.h"
+#include "pipe_report.h"
 
 enum { F_STAGE, F_LO, F_HI, F_PARAMS, F_GRADS, F_OPT, F_ACT, F_INFLIGHT, F_WAIT, F_STEP, NF };
 

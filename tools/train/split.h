@@ -1,16 +1,17 @@
 /*
- * train_parallel.h - chorus-train's model-splitting options: the data x tensor grid of ranks
+ * split.h - chorus-train's model-splitting options: the data x tensor grid of ranks
  * (--tensor-parallel), sharded optimizer state and gradients (--zero), activation
  * recomputation (--recompute), the large model, and the memory budget and report
- * (--max-memory-mb). Used by tools/chorus-train.c only.
+ * (--max-memory-mb). Used by tools/train/ only.
  */
-#ifndef CHORUS_TRAIN_PARALLEL_H
-#define CHORUS_TRAIN_PARALLEL_H
+#ifndef CHORUS_TRAIN_SPLIT_H
+#define CHORUS_TRAIN_SPLIT_H
 
 #include <stdio.h>
 
 #include "chorus.h"
 #include "chorus/nn.h"
+#include "common.h"
 
 typedef struct train_par {
     /* options */
@@ -24,9 +25,6 @@ typedef struct train_par {
     nn_zero zs;
     nn_mem mem; /* this rank's buffers */
 } train_par;
-
-/* Exits with a message naming the rank (tools/chorus-train.c). */
-void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
 /* Refuses option combinations the splits do not support, with the reason. */
 void par_check_opts(const train_par *p, const char *model, const char *mode, const char *sync,
@@ -61,4 +59,4 @@ void par_report(train_par *p, FILE *metrics);
 /* Frees the ZeRO buffers and the grid's communicators. */
 void par_free(train_par *p);
 
-#endif /* CHORUS_TRAIN_PARALLEL_H */
+#endif /* CHORUS_TRAIN_SPLIT_H */

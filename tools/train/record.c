@@ -1,7 +1,7 @@
 /*
- * train_record.c - the run's configuration compared across ranks and with its checkpoints, the
+ * record.c - the run's configuration compared across ranks and with its checkpoints, the
  * fresh run's claim on its checkpoint directory, and each rank's compressor memory beside the
- * checkpoints (train_record.h).
+ * checkpoints (record.h).
  */
 #include <dirent.h>
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 
 #include "chorus/checkpoint.h"
 #include "chorus/nn.h"
-#include "train_record.h"
+#include "record.h"
 
 #define RECORD_NAME "config"
 enum { LINE = 256 };

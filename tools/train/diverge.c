@@ -1,12 +1,12 @@
 /*
- * train_diverge.c - chorus-train's --check-divergence and its test-only fault injection (see
- * train_diverge.h).
+ * diverge.c - chorus-train's --check-divergence and its test-only fault injection (see
+ * diverge.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_diverge.h"
+#include "diverge.h"
 
 #define NAME_LEN 48
 

@@ -1,5 +1,5 @@
 /*
- * train_tb.h - chorus-train's TensorBoard scalars (--tensorboard DIR, or CHORUS_TENSORBOARD):
+ * tb.h - chorus-train's TensorBoard scalars (--tensorboard DIR, or CHORUS_TENSORBOARD):
  * the job's curves in DIR (rank 0, or worker 0 under a parameter server: loss, accuracy,
  * learning rate, samples/s, test accuracy) and each rank's own in DIR/rank<k> (its samples/s,
  * communication time, bytes sent, compression ratio). Any part of the trainer logs a scalar of

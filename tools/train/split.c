@@ -1,5 +1,5 @@
 /*
- * train_parallel.c - chorus-train's model-splitting options (see train_parallel.h): the grid
+ * split.c - chorus-train's model-splitting options (see split.h): the grid
  * of ranks for --tensor-parallel, --zero's sharded update, --recompute, --model large, and
  * the memory budget and per-rank memory report.
  *
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_parallel.h"
+#include "split.h"
 
 void par_check_opts(const train_par *p, const char *model, const char *mode, const char *sync,
                     float dropout, int accum, const char *ckpt_dir, double time_limit)

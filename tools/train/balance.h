@@ -1,5 +1,5 @@
 /*
- * train_balance.h - chorus-train's per-worker monitoring and dynamic load balancing (allreduce
+ * balance.h - chorus-train's per-worker monitoring and dynamic load balancing (allreduce
  * mode): every few steps the ranks exchange what each measured (forward/backward time, time
  * in collectives, samples), rank 0 names a rank that is far slower than the others and why,
  * and with --balance dynamic every rank computes the same new shares of the global batch from

@@ -1,11 +1,11 @@
 /*
- * train_tb.c - chorus-train's TensorBoard scalars (train_tb.h) over the library's event-file
+ * tb.c - chorus-train's TensorBoard scalars (tb.h) over the library's event-file
  * writers (chorus/tensorboard.h).
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "train_tb.h"
+#include "tb.h"
 
 int train_tb_open(train_tb *tb, const char *dir, chorus_comm *comm, int reporter, char *why,
                   size_t len)

@@ -2,7 +2,7 @@
  * schedule.c - pipeline schedules (GPipe, 1F1B) as plain tables, and their timed simulation
  * with unit-cost steps: the checks a runtime relies on (every micro-batch forward before its
  * backward, no stage waiting forever) and the numbers a user compares (in-flight
- * activations, bubble).
+ * activations, bubble). The stages that follow a schedule are in pipeline.c.
  */
 #include <limits.h>
 #include <stdarg.h>

@@ -1,10 +1,10 @@
 /*
- * train_diverge.h - chorus-train's weight divergence check (--check-divergence N): every N
+ * diverge.h - chorus-train's weight divergence check (--check-divergence N): every N
  * steps the ranks that should hold equal parameters (the data-parallel replicas, of each
  * tensor-parallel shard, of each pipeline stage; after ZeRO's all-gather) compare them in one
  * allgather of per-tensor hashes (chorus_check_divergence), and a divergence stops the run,
  * before any checkpoint of that step, naming the tensor, the ranks and the step. Also the
- * test-only fault injection that makes one rank diverge. Used by tools/chorus-train.c only.
+ * test-only fault injection that makes one rank diverge. Used by tools/train/ only.
  */
 #ifndef CHORUS_TRAIN_DIVERGE_H
 #define CHORUS_TRAIN_DIVERGE_H

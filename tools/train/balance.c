@@ -1,6 +1,6 @@
 /*
- * train_balance.c - per-worker monitoring and dynamic load balancing for chorus-train (see
- * train_balance.h and docs/LOAD_BALANCING.md).
+ * balance.c - per-worker monitoring and dynamic load balancing for chorus-train (see
+ * balance.h and docs/LOAD_BALANCING.md).
  *
  * Each rank adds up, over a window of steps, its forward/backward seconds, its seconds
  * blocked in collectives, its samples and its steps. At the gather cadence the windows of all
@@ -17,7 +17,7 @@
  *     of it, in the sampler, from the next step on, when nn_balance_worth_moving says they
  *     save enough.
  */
-#include "train_balance.h"
+#include "balance.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -58,7 +58,13 @@ chorus_result chorus__net_create(const chorus_config *cfg, int rank, int size, c
     n->spin_us = (int)cfg->spin_us;
     n->hb_interval = cfg->heartbeat_s;
     n->hb_timeout = cfg->heartbeat_timeout_s;
-    if (cfg->timeout_s > 0 && n->hb_timeout > cfg->timeout_s) n->hb_timeout = cfg->timeout_s;
+    if (cfg->timeout_s > 0 && n->hb_timeout > cfg->timeout_s) {
+        /* A heartbeat deadline cut short by CHORUS_TIMEOUT_S keeps four pings inside it: with
+         * only two, a live peer whose watchdog waited its turn for a core on a busy machine
+         * would be taken for a silent one. */
+        n->hb_timeout = cfg->timeout_s;
+        if (n->hb_interval > n->hb_timeout / 4) n->hb_interval = n->hb_timeout / 4;
+    }
     snprintf(n->job, sizeof(n->job), "%s", job);
     chorus__auth_key_from_env(&n->key);
     pthread_mutex_init(&n->mu, NULL);

@@ -1,0 +1,157 @@
+"""DistributedGradientTape and the tf.compat.v1 DistributedOptimizer: gradients averaged over
+the ranks by one grouped allreduce (the engine fuses it), as Horovod's."""
+
+import tensorflow as tf
+
+from .._core import Average, Sum, Adasum, global_process_set, as_op
+from .compression import Compression
+from .mpi_ops import grouped_allreduce, size
+
+
+def _make_allreduce_grads(op, compression, sparse_as_dense, prescale, postscale, process_set,
+                          name):
+    """fn(grads, vars) -> the grads allreduced (None stays None), one grouped call."""
+    op = as_op(op)
+    if op is Adasum:
+        raise NotImplementedError("chorus: op=Adasum is not supported by chorus.tensorflow; "
+                                  "use op=Average (the default) or op=Sum")
+
+    def fn(grads, variables=None):
+        grads = list(grads)
+        idx = [i for i, g in enumerate(grads) if g is not None]
+        todo = []
+        for i in idx:
+            g = grads[i]
+            if sparse_as_dense and isinstance(g, tf.IndexedSlices):
+                g = tf.convert_to_tensor(g)
+            todo.append(g)
+        if not todo:
+            return grads
+        with tf.name_scope(name + "_Allreduce"):
+            red = grouped_allreduce(todo, op=op, compression=compression,
+                                    prescale_factor=prescale, postscale_factor=postscale,
+                                    process_set=process_set, name=name + ".grads")
+        out = list(grads)
+        for i, r in zip(idx, red):
+            out[i] = r
+        return out
+    return fn
+
+
+class _DistributedGradientTape(tf.GradientTape):
+    """A tf.GradientTape holding another tape's recording (its state is taken over), whose
+    gradient() allreduces what the recording gives."""
+
+    @classmethod
+    def wrap(cls, gradtape, allreduce_grads):
+        tape = cls.__new__(cls)
+        tape.__dict__.update(gradtape.__dict__)
+        tape._allreduce_grads = allreduce_grads
+        tape._local_vars = set()
+        return tape
+
+    def register_local_source(self, source):
+        """A variable whose gradient stays this rank's own (no allreduce)."""
+        self._local_vars.add(source.ref() if hasattr(source, "ref") else id(source))
+
+    def gradient(self, target, sources, output_gradients=None, **kwargs):
+        grads = super().gradient(target, sources, output_gradients, **kwargs)
+        flat = tf.nest.flatten(sources)
+        gflat = tf.nest.flatten(grads, expand_composites=False)
+        if len(flat) != len(gflat):  # a single source
+            return self._allreduce_grads([grads])[0]
+        local = [hasattr(s, "ref") and s.ref() in self._local_vars for s in flat]
+        shared = [g for g, l in zip(gflat, local) if not l]
+        red = iter(self._allreduce_grads(shared))
+        out = [g if l else next(red) for g, l in zip(gflat, local)]
+        return tf.nest.pack_sequence_as(grads, out)
+
+
+def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None,
+                            sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
+                            num_groups=0, groups=None, process_set=global_process_set):
+    """Wraps a tf.GradientTape: gradient() returns gradients allreduced over the ranks
+    (Average by default) by one grouped allreduce."""
+    if num_groups or groups:
+        pass  # the engine fuses the one grouped call; grouping is its concern
+    pre, post = _factors(op, gradient_predivide_factor, process_set)
+    return _DistributedGradientTape.wrap(gradtape, _make_allreduce_grads(
+        op if pre == 1.0 else Sum, compression or Compression.none, sparse_as_dense, pre, post,
+        process_set, "DistributedGradientTape"))
+
+
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="",
+                                   compression=None, sparse_as_dense=False, op=Average,
+                                   gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                                   process_set=global_process_set, local_layers=None):
+    """DistributedGradientTape whose local_layers' variables keep their own gradients."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set)
+    layers = local_layers if isinstance(local_layers, (list, tuple)) else \
+        ([local_layers] if local_layers is not None else [])
+    for layer in layers:
+        for v in layer.trainable_weights:
+            tape.register_local_source(v)
+    return tape
+
+
+def _factors(op, predivide, process_set):
+    """(prescale, postscale): Horovod's gradient_predivide_factor divides before the sum and
+    multiplies by factor/size after it (Average only)."""
+    if predivide == 1.0:
+        return 1.0, 1.0
+    if as_op(op) is not Average:
+        raise ValueError("chorus: gradient_predivide_factor needs op=Average")
+    n = process_set.size() if process_set is not None else size()
+    return 1.0 / predivide, predivide / n
+
+
+class _V1DistributedOptimizer(tf.compat.v1.train.Optimizer):
+    """A tf.compat.v1.train.Optimizer whose compute_gradients allreduces the gradients."""
+
+    def __init__(self, optimizer, allreduce_grads, name=None, use_locking=False):
+        self._optimizer = optimizer
+        self._allreduce_grads = allreduce_grads
+        super().__init__(name=name or "Distributed" + type(optimizer).__name__,
+                         use_locking=use_locking)
+
+    def compute_gradients(self, *args, **kwargs):
+        gv = self._optimizer.compute_gradients(*args, **kwargs)
+        grads = self._allreduce_grads([g for g, _ in gv], [v for _, v in gv])
+        return list(zip(grads, [v for _, v in gv]))
+
+    def apply_gradients(self, *args, **kwargs):
+        return self._optimizer.apply_gradients(*args, **kwargs)
+
+    def get_slot(self, *args, **kwargs):
+        return self._optimizer.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._optimizer.get_slot_names(*args, **kwargs)
+
+    def variables(self, *args, **kwargs):
+        return self._optimizer.variables(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="",
+                         device_sparse="", compression=None, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         average_aggregated_gradients=False, num_groups=0, groups=None,
+                         process_set=global_process_set):
+    """Wraps an optimizer so that its gradients are allreduced over the ranks: a
+    tf.compat.v1.train.Optimizer here, a Keras optimizer through chorus.tensorflow.keras."""
+    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        from . import _keras
+        return _keras.create_distributed_optimizer(
+            optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+            gradient_predivide_factor, op, backward_passes_per_step,
+            average_aggregated_gradients, process_set)
+    if backward_passes_per_step != 1:
+        raise NotImplementedError("chorus: backward_passes_per_step > 1 is not supported for "
+                                  "tf.compat.v1 optimizers")
+    pre, post = _factors(op, gradient_predivide_factor, process_set)
+    fn = _make_allreduce_grads(op if pre == 1.0 else Sum, compression or Compression.none,
+                               sparse_as_dense, pre, post, process_set,
+                               name or "DistributedOptimizer")
+    return _V1DistributedOptimizer(optimizer, fn, name, use_locking)

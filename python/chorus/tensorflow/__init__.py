@@ -19,8 +19,8 @@ from .mpi_ops import __all__ as _ops_all  # noqa: E402
 from .compression import Compression, Compressor, NoneCompressor, FP16Compressor  # noqa: F401,E402
 from .functions import (broadcast_variables, broadcast_global_variables,  # noqa: F401,E402
                         broadcast_object, broadcast_object_fn, allgather_object)
-from .gradient_tape import (DistributedGradientTape, PartialDistributedGradientTape,  # noqa: E402
-                            DistributedOptimizer)
+from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: E402
+from .optimizer import DistributedOptimizer  # noqa: E402
 from .util import _executing_eagerly  # noqa: F401,E402
 from . import util  # noqa: F401,E402
 from .._lib import (ChorusError, HorovodInternalError, ChorusMismatchError,  # noqa: F401,E402

@@ -19,6 +19,7 @@ from .. import _core, _np
 from .._core import (Average, Sum, Min, Max, Product, Adasum, ProcessSet, global_process_set,
                      add_process_set, remove_process_set, is_initialized, shutdown)
 from .._lib import ChorusError, ChorusMismatchError, ChorusInvalidArgument
+from .compression import Compression
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
@@ -221,7 +222,6 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
               process_set=global_process_set, ignore_name_scope=False):
     """The reduction of ``tensor`` over the ranks of the process set (op: Average by default,
     Sum, Min, Max, Product). tf.IndexedSlices are gathered instead (Average or Sum)."""
-    from .compression import Compression
     op = _core.as_op(op, average)
     compression = compression or Compression.none
     if isinstance(tensor, tf.IndexedSlices):
@@ -239,7 +239,6 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                       process_set=global_process_set, name=None, ignore_name_scope=False):
     """Reduces a list of tensors as one operation (fused by the engine)."""
-    from .compression import Compression
     op = _core.as_op(op, average)
     compression = compression or Compression.none
     if not tensors:
@@ -391,7 +390,6 @@ def reducescatter(tensor, device_dense="", compression=None, op=Average, name=No
     """Reduces over the ranks and returns this rank's rows of dim 0 (the first dim0 % size
     ranks get one row more). Its gradient is the allgather of the gradients (divided by the
     size for Average)."""
-    from .compression import Compression
     op = _core.as_op(op)
     if op not in (Average, Sum):
         raise NotImplementedError("chorus reducescatter: op=Average and op=Sum only (as "

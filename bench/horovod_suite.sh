@@ -58,6 +58,9 @@ pp=$shim:$ROOT/python
 export PYTHONPATH="$pp${PYTHONPATH:+:$PYTHONPATH}"
 export CHORUS_LIB="${CHORUS_LIB:-$BUILD/lib/libchorus.so}"
 export PATH="$BUILD/bin:$PATH"
+# Horovod's Keras layer is Keras 2's: with TensorFlow >= 2.16 a script that imports
+# tensorflow.keras before horovod gets Keras 3 unless this is set (tf_keras is then tf.keras).
+case $HVD_TEST in *tensorflow*) export TF_USE_LEGACY_KERAS=${TF_USE_LEGACY_KERAS:-1} ;; esac
 
 if [ $# -gt 0 ]; then
     names=$*

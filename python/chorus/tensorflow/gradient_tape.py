@@ -51,20 +51,28 @@ class _DistributedGradientTape(tf.GradientTape):
         return tape
 
     def register_local_source(self, source):
-        """A variable whose gradient stays this rank's own (no allreduce)."""
-        self._local_vars.add(source.ref() if hasattr(source, "ref") else id(source))
+        """A variable whose gradient stays this rank's own: not allreduced, divided by the
+        size (as Horovod's, so that it weighs as an averaged one would)."""
+        self._local_vars.add(source.ref())
 
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = super().gradient(target, sources, output_gradients, **kwargs)
         flat = tf.nest.flatten(sources)
-        gflat = tf.nest.flatten(grads, expand_composites=False)
-        if len(flat) != len(gflat):  # a single source
-            return self._allreduce_grads([grads])[0]
+        gflat = tf.nest.flatten(grads)
         local = [hasattr(s, "ref") and s.ref() in self._local_vars for s in flat]
-        shared = [g for g, l in zip(gflat, local) if not l]
-        red = iter(self._allreduce_grads(shared))
-        out = [g if l else next(red) for g, l in zip(gflat, local)]
+        red = iter(self._allreduce_grads([g for g, l in zip(gflat, local) if not l]))
+        n = float(size())
+        out = [(None if g is None else g / n) if l else next(red) for g, l in zip(gflat, local)]
         return tf.nest.pack_sequence_as(grads, out)
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None,
+                                       **kwargs):
+        """([(variable, gradient)] of the local variables, [(variable, gradient)] of the
+        others), the gradients as gradient() gives them."""
+        grads = self.gradient(target, sources, output_gradients, **kwargs)
+        pairs = list(zip(tf.nest.flatten(sources), tf.nest.flatten(grads)))
+        return ([(v, g) for v, g in pairs if v.ref() in self._local_vars],
+                [(v, g) for v, g in pairs if v.ref() not in self._local_vars])
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None,

@@ -12,6 +12,8 @@ its input tensor's graph name (the same on every rank that traced the same funct
 eagerly, by the engine's counter (every rank calls in the same order).
 """
 
+import weakref
+
 import numpy as np
 import tensorflow as tf
 
@@ -97,8 +99,22 @@ def _call(fn, arrays):
     return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
-_NP_OK = (tf.float16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int16, tf.int32, tf.int64,
-          tf.bool)
+_NP_OK = (tf.float16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int16, tf.uint16, tf.int32,
+          tf.int64, tf.bool)
+
+
+# The last collective op of each tf.compat.v1 graph: a session runs ops that do not depend on
+# each other in any order, so every collective is made to wait for the one built before it
+# (the order of the program, the same on every rank). tf.function orders stateful ops itself.
+_LAST = weakref.WeakKeyDictionary()
+
+
+def _after_previous():
+    g = tf.compat.v1.get_default_graph()
+    if getattr(g, "_building_function", False):
+        return []
+    last = _LAST.get(g)
+    return [last] if last is not None else []
 
 
 def _run(fn, tensors, touts, shapes):
@@ -117,10 +133,12 @@ def _run(fn, tensors, touts, shapes):
         outs = [tf.convert_to_tensor(o.astype(d.as_numpy_dtype, copy=False))
                 for o, d in zip(outs, wire)]
     else:
-        outs = tf.numpy_function(lambda *a: [o.astype(d.as_numpy_dtype, copy=False)
-                                             for o, d in zip(_call(fn, a), wire)],
-                                 tensors, wire, stateful=True)
+        with tf.control_dependencies(_after_previous()):
+            outs = tf.numpy_function(lambda *a: [o.astype(d.as_numpy_dtype, copy=False)
+                                                 for o, d in zip(_call(fn, a), wire)],
+                                     tensors, wire, stateful=True)
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        _LAST[tf.compat.v1.get_default_graph()] = outs[0].op
         for o, s in zip(outs, shapes):
             if s is not None:
                 o.set_shape(s)
@@ -151,15 +169,13 @@ def _is_float(t):
 
 # ---- allreduce ---------------------------------------------------------------------------
 
-def _allreduce(tensor, op, pre, post, name, ps):
-    def fn(a):
-        return _np.allreduce(a, op=op, name=name, prescale_factor=pre, postscale_factor=post,
-                             process_set=ps)
-    return _run(fn, [tensor], [tensor.dtype], [tensor.shape])[0]
-
-
 def _grouped(tensors, op, pre, post, name, ps):
     tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if any(t.dtype == tf.uint16 for t in tensors):  # reduced as int32 (libchorus has no uint16)
+        outs = _grouped([tf.cast(t, tf.int32) if t.dtype == tf.uint16 else t for t in tensors],
+                        op, pre, post, name, ps)
+        return [tf.cast(o, tf.uint16) if t.dtype == tf.uint16 else o
+                for o, t in zip(outs, tensors)]
     if not tensors:
         return []
     dts = {t.dtype for t in tensors}
@@ -437,7 +453,10 @@ def join():
     every rank has joined. Returns the last rank to join (an int32 tensor)."""
     if tf.executing_eagerly():
         return tf.constant(_np.join(), dtype=tf.int32)
-    return tf.numpy_function(lambda: np.int32(_np.join()), [], tf.int32, stateful=True)
+    with tf.control_dependencies(_after_previous()):
+        out = tf.numpy_function(lambda: np.int32(_np.join()), [], tf.int32, stateful=True)
+    _LAST[tf.compat.v1.get_default_graph()] = out.op
+    return out
 
 
 def barrier(process_set=global_process_set):
@@ -445,5 +464,8 @@ def barrier(process_set=global_process_set):
     if tf.executing_eagerly():
         _np.barrier(process_set)
         return None
-    return tf.numpy_function(lambda: np.int32(_np.barrier(process_set) or 0), [], tf.int32,
-                             stateful=True)
+    with tf.control_dependencies(_after_previous()):
+        out = tf.numpy_function(lambda: np.int32(_np.barrier(process_set) or 0), [], tf.int32,
+                                stateful=True)
+    _LAST[tf.compat.v1.get_default_graph()] = out.op
+    return out

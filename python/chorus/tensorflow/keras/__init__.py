@@ -36,6 +36,19 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         process_set)
 
 
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average,
+                                backward_passes_per_step=1, average_aggregated_gradients=False,
+                                process_set=global_process_set, local_layers=None):
+    """DistributedOptimizer whose local_layers' variables keep their own gradients (divided
+    by the size, as Horovod's)."""
+    return _keras.create_distributed_optimizer(
+        optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
+        gradient_predivide_factor, op, backward_passes_per_step, average_aggregated_gradients,
+        process_set, local_layers)
+
+
 def broadcast_global_variables(root_rank, model=None):
     """Overwrites the model's variables (every variable of a tf.compat.v1 graph when no model
     is given) with root_rank's."""

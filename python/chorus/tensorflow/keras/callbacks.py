@@ -12,18 +12,21 @@ from ..mpi_ops import size
 class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
     """At the end of the first batch (when the optimizer's variables exist), overwrites the
     model's and the optimizer's variables with root_rank's, so every rank trains the same
-    weights from there on."""
+    weights from there on. local_variables keep this rank's values."""
 
-    def __init__(self, root_rank, device="", process_set=global_process_set):
+    def __init__(self, root_rank, device="", local_variables=None,
+                 process_set=global_process_set):
         super().__init__()
         self.root_rank = root_rank
+        self.local_refs = {v.ref() for v in (local_variables or [])}
         self.process_set = process_set
         self.broadcast_done = False
 
     def on_batch_end(self, batch, logs=None):
         if self.broadcast_done:
             return
-        broadcast_variables(self.model.variables, self.root_rank, self.process_set)
+        broadcast_variables([v for v in self.model.variables if v.ref() not in self.local_refs],
+                            self.root_rank, self.process_set)
         opt = self.model.optimizer
         ov = opt.variables() if callable(getattr(opt, "variables", None)) else opt.variables
         broadcast_variables(ov, self.root_rank, self.process_set)

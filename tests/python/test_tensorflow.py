@@ -87,11 +87,14 @@ def test_gradients_of_the_collectives():
         g = tf.reduce_sum(hvd.allgather(v * (R + 1)))
         b = tf.reduce_sum(hvd.broadcast(v, 0))
         rs = tf.reduce_sum(hvd.reducescatter(tf.reshape(tf.tile(v, [N]), [N, 3]), op=hvd.Sum))
-    # d/dv of the sum over ranks' (R+1)v is (R+1) times the sum over ranks of 1
+    # Horovod's definitions: allreduce's gradient is the same allreduce of the gradients
+    # (here N ones), allgather's this rank's rows of the average of every rank's gradient,
+    # broadcast's that average on the root and zeros elsewhere, reducescatter's (Sum) the
+    # allgathered gradient times the size; then times (R+1) for v * (R+1).
     np.testing.assert_array_equal(tape.gradient(s, v).numpy(), [(R + 1) * N] * 3)
-    np.testing.assert_array_equal(tape.gradient(g, v).numpy(), [(R + 1) * N] * 3)
-    np.testing.assert_array_equal(tape.gradient(b, v).numpy(), [N if R == 0 else 0] * 3)
-    np.testing.assert_array_equal(tape.gradient(rs, v).numpy(), [N] * 3)
+    np.testing.assert_array_equal(tape.gradient(g, v).numpy(), [R + 1] * 3)
+    np.testing.assert_array_equal(tape.gradient(b, v).numpy(), [1 if R == 0 else 0] * 3)
+    np.testing.assert_array_equal(tape.gradient(rs, v).numpy(), [N * N] * 3)
 
 
 def test_mismatched_shapes_fail_on_every_rank_naming_them():

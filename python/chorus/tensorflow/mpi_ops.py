@@ -297,7 +297,7 @@ def _allgather_raw(tensor, name, ps):
 
 def allgather(tensor, name=None, process_set=global_process_set, ignore_name_scope=False):
     """Every rank's tensor concatenated along dim 0 (dim 0 may differ between ranks). Its
-    gradient is this rank's rows of the sum of every rank's gradient."""
+    gradient is this rank's rows of the average of every rank's gradient (as Horovod)."""
     tensor = tf.convert_to_tensor(tensor)
     if tensor.shape.rank == 0:
         tensor = tf.reshape(tensor, [1])
@@ -308,7 +308,7 @@ def allgather(tensor, name=None, process_set=global_process_set, ignore_name_sco
         y = _allgather_raw(x, n, process_set)
 
         def grad(dy):
-            dy = _reduce_with_grad([tf.convert_to_tensor(dy)], Sum, 1.0, 1.0,
+            dy = _reduce_with_grad([tf.convert_to_tensor(dy)], Average, 1.0, 1.0,
                                    None if n is None else n + ".grad", process_set)[0]
             rows = _allgather_raw(tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1]),
                                   None if n is None else n + ".rows", process_set)
@@ -331,7 +331,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set,
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set,
               ignore_name_scope=False):
     """root_rank's tensor on every rank (root_rank is a global rank). Its gradient is the
-    sum of every rank's gradient on the root and zero elsewhere."""
+    average of every rank's gradient on the root and zero elsewhere (as Horovod)."""
     tensor = tf.convert_to_tensor(tensor)
     n = _name(name, "broadcast", tensor, ignore_name_scope)
     ps = _set(process_set)
@@ -343,7 +343,7 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set,
                  [x.dtype], [x.shape])[0]
 
         def grad(dy):
-            dy = _reduce_with_grad([tf.convert_to_tensor(dy)], Sum, 1.0, 1.0,
+            dy = _reduce_with_grad([tf.convert_to_tensor(dy)], Average, 1.0, 1.0,
                                    None if n is None else n + ".grad", process_set)[0]
             return dy if rank() == int(root_rank) else tf.zeros_like(dy)
         return y, grad
@@ -367,7 +367,8 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set,
              ignore_name_scope=False):
     """Sends splits[j] rows of tensor to rank j of the process set (equal parts when splits is
-    None). Returns (received tensor, received splits)."""
+    None). Returns the received tensor, and with splits given (received tensor, received
+    splits), as Horovod."""
     tensor = tf.convert_to_tensor(tensor)
     n = _name(name, "alltoall", tensor, ignore_name_scope)
     shape = tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else None
@@ -397,15 +398,15 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set,
             return g
         return (y, recv), grad
     y, recv = f(tensor)
-    return y, tf.stop_gradient(recv)
+    return y if splits is None else (y, tf.stop_gradient(recv))
 
 
 def reducescatter(tensor, device_dense="", compression=None, op=Average, name=None,
                   process_set=global_process_set, ignore_name_scope=False,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces over the ranks and returns this rank's rows of dim 0 (the first dim0 % size
-    ranks get one row more). Its gradient is the allgather of the gradients (divided by the
-    size for Average)."""
+    ranks get one row more). Its gradient is the allgather of the gradients (times the size
+    for Sum, as Horovod)."""
     op = _core.as_op(op)
     if op not in (Average, Sum):
         raise NotImplementedError("chorus reducescatter: op=Average and op=Sum only (as "
@@ -429,8 +430,8 @@ def reducescatter(tensor, device_dense="", compression=None, op=Average, name=No
         def grad(dy):
             g = allgather(tf.convert_to_tensor(dy), name=None if n is None else n + ".grad",
                           process_set=process_set)
-            if op is Average:
-                g = g / tf.cast(_set(process_set).size(), g.dtype)
+            if op is Sum:  # the gathered gradient is the same on every rank (as Horovod)
+                g = g * tf.cast(_set(process_set).size(), g.dtype)
             return g * tf.cast(prescale_factor * postscale_factor, g.dtype)
         return y, grad
     return compression.decompress(f(comp), ctx)

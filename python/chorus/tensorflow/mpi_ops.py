@@ -345,20 +345,24 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set,
         def grad(dy):
             dy = _reduce_with_grad([tf.convert_to_tensor(dy)], Average, 1.0, 1.0,
                                    None if n is None else n + ".grad", process_set)[0]
-            return dy if rank() == int(root_rank) else tf.zeros_like(dy)
+            if rank() == int(root_rank):
+                return dy
+            with tf.control_dependencies([dy]):  # the allreduce runs on every rank
+                return tf.zeros_like(dy)
         return y, grad
     return f(tensor)
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Overwrites each variable with root_rank's value; returns the variables."""
+    """Overwrites each variable with root_rank's value. Returns the variables eagerly and, in
+    a graph, the values of the assignments (evaluating them does the broadcast)."""
     out = []
     for i, v in enumerate(variables):
         val = broadcast(tf.convert_to_tensor(v), root_rank,
                         name=None if name is None else "%s.%d" % (name, i),
                         process_set=process_set)
-        v.assign(val)
-        out.append(v)
+        assigned = v.assign(val)
+        out.append(v if tf.executing_eagerly() else assigned)
     return out
 
 

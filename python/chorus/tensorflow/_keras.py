@@ -13,8 +13,9 @@ import tensorflow as tf
 
 from .._core import Average, Sum, global_process_set
 from .compression import Compression
-from .gradient_tape import _factors, _make_allreduce_grads
+from .gradient_tape import _factors, _make_allreduce_grads, _scaled
 from .mpi_ops import size
+from .util import no_autograph
 
 
 class _Aggregator:
@@ -100,8 +101,7 @@ def create_distributed_optimizer(optimizer, name=None, device_dense="", device_s
         local = [v is not None and v.ref() in local_refs for v in variables]
         red = iter(reduce_all([g for g, l in zip(grads, local) if not l]))
         n = float(size())
-        return [(None if g is None else g / n) if l else next(red)
-                for g, l in zip(grads, local)]
+        return [_scaled(g, 1.0 / n) if l else next(red) for g, l in zip(grads, local)]
 
     def reduce_or_aggregate(self, grads, variables):
         if backward_passes_per_step == 1:
@@ -112,6 +112,7 @@ def create_distributed_optimizer(optimizer, name=None, device_dense="", device_s
                                            lambda gs: reduce_grads(gs, variables))
         return self._agg_helper(grads)
 
+    @tf.autograph.experimental.do_not_convert
     def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
         if hasattr(base, "_compute_gradients"):
             gv = base._compute_gradients(self, loss, var_list, grad_loss=grad_loss, tape=tape)
@@ -122,6 +123,7 @@ def create_distributed_optimizer(optimizer, name=None, device_dense="", device_s
         self._chorus_reduced = True
         return list(zip(grads, [v for _, v in gv]))
 
+    @tf.autograph.experimental.do_not_convert
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
         gv = list(grads_and_vars)
         if not self._chorus_reduced:
@@ -133,6 +135,7 @@ def create_distributed_optimizer(optimizer, name=None, device_dense="", device_s
         return self._agg_helper.apply(self, lambda: base.apply_gradients(self, gv, *args,
                                                                            **kwargs))
 
+    @tf.autograph.experimental.do_not_convert
     def get_gradients(self, loss, params):
         return reduce_grads(base.get_gradients(self, loss, params), params)
 
@@ -142,3 +145,6 @@ def create_distributed_optimizer(optimizer, name=None, device_dense="", device_s
         attrs["get_gradients"] = get_gradients
     cls = type(base.__name__, (base,), attrs)
     return cls.from_config(optimizer.get_config())
+
+
+no_autograph(globals())

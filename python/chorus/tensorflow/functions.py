@@ -5,6 +5,7 @@ import tensorflow as tf
 from .. import _np
 from .._core import global_process_set
 from .mpi_ops import broadcast
+from .util import no_autograph
 
 
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
@@ -44,3 +45,6 @@ def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """Returns the list of every rank's obj (pickled), in rank order."""
     return _np.allgather_object(obj, name, process_set)
+
+
+no_autograph(globals())

@@ -6,6 +6,7 @@ import tensorflow as tf
 from .._core import Average, Sum, Adasum, global_process_set, as_op
 from .compression import Compression
 from .mpi_ops import grouped_allreduce, size
+from .util import no_autograph
 
 
 def _make_allreduce_grads(op, compression, sparse_as_dense, prescale, postscale, process_set,
@@ -55,6 +56,7 @@ class _DistributedGradientTape(tf.GradientTape):
         size (as Horovod's, so that it weighs as an averaged one would)."""
         self._local_vars.add(source.ref())
 
+    @tf.autograph.experimental.do_not_convert
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = super().gradient(target, sources, output_gradients, **kwargs)
         flat = tf.nest.flatten(sources)
@@ -62,7 +64,7 @@ class _DistributedGradientTape(tf.GradientTape):
         local = [hasattr(s, "ref") and s.ref() in self._local_vars for s in flat]
         red = iter(self._allreduce_grads([g for g, l in zip(gflat, local) if not l]))
         n = float(size())
-        out = [(None if g is None else g / n) if l else next(red) for g, l in zip(gflat, local)]
+        out = [_scaled(g, 1.0 / n) if l else next(red) for g, l in zip(gflat, local)]
         return tf.nest.pack_sequence_as(grads, out)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None,
@@ -73,6 +75,15 @@ class _DistributedGradientTape(tf.GradientTape):
         pairs = list(zip(tf.nest.flatten(sources), tf.nest.flatten(grads)))
         return ([(v, g) for v, g in pairs if v.ref() in self._local_vars],
                 [(v, g) for v, g in pairs if v.ref() not in self._local_vars])
+
+
+def _scaled(g, f):
+    """g * f for a tensor, tf.IndexedSlices or None."""
+    if g is None:
+        return None
+    if isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(g.values * f, g.indices, g.dense_shape)
+    return g * f
 
 
 def DistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None,
@@ -113,3 +124,6 @@ def _factors(op, predivide, process_set):
         raise ValueError("chorus: gradient_predivide_factor needs op=Average")
     n = process_set.size() if process_set is not None else size()
     return 1.0 / predivide, predivide / n
+
+
+no_autograph(globals())

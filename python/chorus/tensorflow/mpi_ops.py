@@ -22,6 +22,7 @@ from .._core import (Average, Sum, Min, Max, Product, Adasum, ProcessSet, global
                      add_process_set, remove_process_set, is_initialized, shutdown)
 from .._lib import ChorusError, ChorusMismatchError, ChorusInvalidArgument
 from .compression import Compression
+from .util import no_autograph
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
@@ -474,3 +475,6 @@ def barrier(process_set=global_process_set):
                                 stateful=True)
     _LAST[tf.compat.v1.get_default_graph()] = out.op
     return out
+
+
+no_autograph(globals())

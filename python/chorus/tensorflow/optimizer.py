@@ -8,6 +8,7 @@ from .._core import Average, Sum, global_process_set
 from . import _keras
 from .compression import Compression
 from .gradient_tape import _factors, _make_allreduce_grads
+from .util import no_autograph
 
 
 class _V1DistributedOptimizer(tf.compat.v1.train.Optimizer):
@@ -57,3 +58,6 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
                                sparse_as_dense, pre, post, process_set,
                                name or "DistributedOptimizer")
     return _V1DistributedOptimizer(optimizer, fn, name, use_locking)
+
+
+no_autograph(globals())

@@ -7,8 +7,10 @@
 #                       puts it elsewhere, outside the build tree that `make clean` removes)
 #                       gets tensorflow-cpu, tf-keras (Keras 2, the API Horovod's Keras layer
 #                       has), numpy, pytest, parameterized and packaging from PyPI (about
-#                       2.2 GB), then every test of tests/list/tensorflow.list runs with the
-#                       venv's Python ($TEST_PYTHON in the list lines).
+#                       2.2 GB), builds the op library python/csrc/tf_ops.cpp against that
+#                       TensorFlow into $(BUILD)/lib/_chorus_tf_ops.so (tf.sysconfig's flags),
+#                       then every test of tests/list/tensorflow.list runs with the venv's
+#                       Python ($TEST_PYTHON in the list lines).
 
 TF_VERSION ?= 2.21.*
 TF_VENV    ?= $(BUILD)/tensorflow-venv
@@ -24,7 +26,18 @@ tensorflow-venv:
 	    echo "$(TF_PKGS)" > $(TF_VENV)/chorus-packages; \
 	fi
 
-check-tensorflow: $(BUILD)/lib/libchorus.so $(BUILD)/bin/chorus-run tensorflow-venv
+# The op library (python/csrc/tf_ops.cpp), against the venv's TensorFlow: its headers as system
+# headers (they do not build warning-free), its flags and framework library (tf.sysconfig).
+TF_OPS_SO = $(BUILD)/lib/_chorus_tf_ops.so
+TF_FLAGS  = $$($(TF_PY) -c 'import tensorflow as t; s = t.sysconfig; print(" ".join(f.replace("-I", "-isystem ", 1) if f.startswith("-I") else f for f in s.get_compile_flags() + s.get_link_flags()))' 2>/dev/null)
+
+.PHONY: tensorflow-ops
+tensorflow-ops: tensorflow-venv
+	@mkdir -p $(BUILD)/lib
+	$(CXX) -O2 -fPIC -shared -Wall -Wextra -Werror -Wno-unused-parameter -o $(TF_OPS_SO) \
+	    python/csrc/tf_ops.cpp $(TF_FLAGS) -Wl,-rpath,$$($(TF_PY) -c 'import tensorflow as t, os; print(os.path.dirname(t.__file__))' 2>/dev/null)
+
+check-tensorflow: $(BUILD)/lib/libchorus.so $(BUILD)/bin/chorus-run tensorflow-venv tensorflow-ops
 	BUILD=$(BUILD) TEST_PYTHON=$(TF_PY) TEST_LOGDIR=$(BUILD)/tensorflow-test-logs \
 	    TEST_LISTS=tests/list/tensorflow.list \
 	    CHORUS_TEST_JOBS=$${CHORUS_TEST_JOBS:-$(TEST_JOBS)} bash tests/run.sh $(TESTS)

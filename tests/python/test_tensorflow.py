@@ -102,8 +102,13 @@ def test_mismatched_shapes_fail_on_every_rank_naming_them():
     with pytest.raises(tf.errors.FailedPreconditionError,
                        match="ranks disagree: count .* 3 on rank 0 but 4 on rank 1"):
         hvd.allreduce(x, name="mismatched")
-    with pytest.raises(tf.errors.OpError, match="ranks disagree: count"):
+    # in a graph too (the op library's ChorusCheck raises the error class)
+    with pytest.raises(tf.errors.FailedPreconditionError, match="ranks disagree: count"):
         tf.function(lambda t: hvd.allreduce(t, name="mismatched.fn"))(x)
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        with pytest.raises(tf.errors.FailedPreconditionError,
+                           match="ranks disagree: dtype int32 on rank 0 but float32 on rank 1"):
+            sess.run(hvd.allgather(tf.ones([2], tf.int32 if R == 0 else tf.float32)))
     assert hvd.allreduce(tf.ones([2]), op=hvd.Sum).numpy().tolist() == [N, N]  # still works
 
 

@@ -12,6 +12,7 @@ its input tensor's graph name (the same on every rank that traced the same funct
 eagerly, by the engine's counter (every rank calls in the same order).
 """
 
+import os
 import weakref
 
 import numpy as np
@@ -20,7 +21,7 @@ import tensorflow as tf
 from .. import _core, _np
 from .._core import (Average, Sum, Min, Max, Product, Adasum, ProcessSet, global_process_set,
                      add_process_set, remove_process_set, is_initialized, shutdown)
-from .._lib import ChorusError, ChorusMismatchError, ChorusInvalidArgument
+from .._lib import ChorusError, ChorusMismatchError, ChorusInvalidArgument, lib_path
 from .compression import Compression
 from .util import no_autograph
 
@@ -84,7 +85,7 @@ def _tf_error(e):
     msg = str(e)
     if isinstance(e, ChorusMismatchError):
         return tf.errors.FailedPreconditionError(None, None, msg)
-    if isinstance(e, ChorusInvalidArgument):
+    if isinstance(e, (ChorusInvalidArgument, ValueError)):
         return tf.errors.InvalidArgumentError(None, None, msg)
     return None
 
@@ -92,7 +93,7 @@ def _tf_error(e):
 def _call(fn, arrays):
     try:
         out = fn(*arrays)
-    except ChorusError as e:
+    except (ChorusError, ValueError) as e:
         err = _tf_error(e)
         if err is None:
             raise
@@ -118,6 +119,42 @@ def _after_previous():
     return [last] if last is not None else []
 
 
+def _ops():
+    """The op library built against this TensorFlow (python/csrc/tf_ops.cpp, beside
+    libchorus.so), or None where it was not built."""
+    global _OPS
+    if _OPS is False:
+        path = os.path.join(os.path.dirname(lib_path), "_chorus_tf_ops.so")
+        _OPS = tf.load_op_library(path) if os.path.exists(path) else None
+    return _OPS
+
+
+_OPS = False
+
+
+def _graph_call(fn, tensors, wire):
+    """fn as a graph op. With the op library, a chorus error comes back as (code, message)
+    outputs that ChorusCheck raises as that tf.errors class; without it the exception
+    propagates (TensorFlow makes it an UnknownError carrying the message)."""
+    def plain(*a):
+        return [o.astype(d.as_numpy_dtype, copy=False) for o, d in zip(_call(fn, a), wire)]
+
+    ops = _ops()
+    if ops is None:
+        outs = tf.numpy_function(plain, tensors, wire, stateful=True)
+        return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+    def checked(*a):
+        try:
+            return plain(*a) + [np.int32(0), b""]
+        except tf.errors.OpError as e:
+            return [np.zeros(0, d.as_numpy_dtype) for d in wire] + [
+                np.int32(e.error_code), str(e.message).encode()]
+    outs = tf.numpy_function(checked, tensors, list(wire) + [tf.int32, tf.string],
+                             stateful=True)
+    return list(ops.chorus_check(outs[-2], outs[-1], outs[:-2]))
+
+
 def _run(fn, tensors, touts, shapes):
     """fn(*numpy arrays) -> list of arrays, as tensors of dtypes touts (static shapes where
     known). bfloat16 travels as float32 (NumPy has no such dtype)."""
@@ -135,10 +172,7 @@ def _run(fn, tensors, touts, shapes):
                 for o, d in zip(outs, wire)]
     else:
         with tf.control_dependencies(_after_previous()):
-            outs = tf.numpy_function(lambda *a: [o.astype(d.as_numpy_dtype, copy=False)
-                                                 for o, d in zip(_call(fn, a), wire)],
-                                     tensors, wire, stateful=True)
-        outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+            outs = _graph_call(fn, tensors, wire)
         _LAST[tf.compat.v1.get_default_graph()] = outs[0].op
         for o, s in zip(outs, shapes):
             if s is not None:

@@ -139,7 +139,12 @@ def create_distributed_optimizer(optimizer, name=None, device_dense="", device_s
     def get_gradients(self, loss, params):
         return reduce_grads(base.get_gradients(self, loss, params), params)
 
+    def register_local_var(self, var):
+        """var's gradient stays this rank's own (divided by the size, as Horovod's)."""
+        local_refs.add(var.ref())
+
     attrs = {"_compute_gradients": _compute_gradients, "apply_gradients": apply_gradients,
+             "register_local_var": register_local_var,
              "_chorus_distributed": True, "_chorus_reduced": False, "_agg_helper": None}
     if hasattr(base, "get_gradients"):
         attrs["get_gradients"] = get_gradients

@@ -180,3 +180,16 @@ def test_keras_fit_with_callbacks_ends_with_the_same_weights():
     np.testing.assert_allclose(lrs[0], 0.05 * N / N * (0.75 * (N - 1) / 2 + 1), rtol=1e-6)
     assert type(model.optimizer).__name__ == "SGD" and model.optimizer.get_config()[
         "momentum"] == pytest.approx(0.9)
+
+
+def test_keras_aggregation_applies_every_second_step():
+    v = tf.Variable([0.0])
+    opt = hvdk.DistributedOptimizer(tf.keras.optimizers.SGD(1.0), backward_passes_per_step=2,
+                                    average_aggregated_gradients=True)
+    applied = -(N + 1) / 2.0  # the ranks' gradients R+1, averaged over passes and ranks
+    for i, want in enumerate([0.0, applied, applied, 2 * applied]):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(v * (R + 1))
+        opt.apply_gradients(zip(tape.gradient(loss, [v]), [v]))
+        assert v.numpy().tolist() == [want], (i, v.numpy())
+        assert int(opt.iterations.numpy()) == i + 1

@@ -198,8 +198,12 @@ def _name(name, kind, tensor, ignore_name_scope=False):
         return None
 
 
-def _is_float(t):
-    return t.dtype.is_floating
+def _as_op(op, average=None):
+    o = _core.as_op(op, average, adasum=True)
+    if o is Adasum:
+        raise NotImplementedError("chorus.tensorflow: op=Adasum is not supported; use "
+                                  "op=Average (the default) or op=Sum")
+    return o
 
 
 # ---- allreduce ---------------------------------------------------------------------------
@@ -273,7 +277,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
               process_set=global_process_set, ignore_name_scope=False):
     """The reduction of ``tensor`` over the ranks of the process set (op: Average by default,
     Sum, Min, Max, Product). tf.IndexedSlices are gathered instead (Average or Sum)."""
-    op = _core.as_op(op, average)
+    op = _as_op(op, average)
     compression = compression or Compression.none
     if isinstance(tensor, tf.IndexedSlices):
         return _sparse_allreduce(tensor, op, prescale_factor, postscale_factor,
@@ -290,7 +294,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
                       compression=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                       process_set=global_process_set, name=None, ignore_name_scope=False):
     """Reduces a list of tensors as one operation (fused by the engine)."""
-    op = _core.as_op(op, average)
+    op = _as_op(op, average)
     compression = compression or Compression.none
     if not tensors:
         return []

@@ -1,13 +1,18 @@
 #!/bin/sh
-# horovod_suite.sh - Horovod's own PyTorch test file (test/parallel/test_torch.py of Horovod
-# HVD_VERSION, default 0.28.1) run against chorus.torch: one 2-rank `chorus-run` job per test,
-# each under a deadline, then the counts of passed, failed, skipped and timed-out tests.
+# horovod_suite.sh - one of Horovod's own test files (HVD_TEST, default
+# test/parallel/test_torch.py, of Horovod HVD_VERSION, default 0.28.1) run against Chorus:
+# one 2-rank `chorus-run` job per test, each under a deadline, then the counts of passed,
+# failed, skipped and timed-out tests. HVD_TEST=test/parallel/test_tensorflow.py or
+# test/parallel/test_tensorflow2_keras.py runs Horovod's TensorFlow and Keras files against
+# chorus.tensorflow (PYTHON: a Python with tensorflow-cpu and tf-keras, such as the venv of
+# `make check-tensorflow`).
 #
 # Horovod's test file is not part of this repository and is not in Horovod's PyPI sdist: it
 # is read from HVD_SRC (a checkout of Horovod's source, holding test/parallel/test_torch.py and
 # test/utils/common.py) or else downloaded from GitHub at the tag v$HVD_VERSION into $OUT.
 # `import horovod.torch as hvd` in it gives chorus.torch itself: bench/horovod_shim/ is put
-# first on PYTHONPATH (horovod.torch is an alias of chorus.torch; see the shim's files).
+# first on PYTHONPATH (horovod.torch is an alias of chorus.torch, horovod.tensorflow of
+# chorus.tensorflow, horovod.keras of chorus.keras; see the shim's files).
 #
 #   bench/horovod_suite.sh                              Debian's python3-torch
 #   PYTHON=/path/to/venv/bin/python bench/horovod_suite.sh    another torch (no build needed:
@@ -26,6 +31,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 NP=${NP:-2}
 TEST_TIMEOUT=${TEST_TIMEOUT:-120}
 HVD_VERSION=${HVD_VERSION:-0.28.1}
+HVD_TEST=${HVD_TEST:-test/parallel/test_torch.py}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/horovod-suite.XXXXXX")}
 mkdir -p "$OUT/logs"
 [ -x "$BUILD/bin/chorus-run" ] || { echo "horovod_suite.sh: $BUILD/bin/chorus-run not found; run make" >&2; exit 2; }
@@ -33,7 +39,7 @@ mkdir -p "$OUT/logs"
 if [ -z "${HVD_SRC:-}" ]; then
     HVD_SRC=$OUT/horovod-$HVD_VERSION
     url=https://raw.githubusercontent.com/horovod/horovod/v$HVD_VERSION
-    for f in test/parallel/test_torch.py test/utils/common.py; do
+    for f in "$HVD_TEST" test/utils/common.py test/parallel/base_test_tensorflow.py; do
         [ -s "$HVD_SRC/$f" ] && continue
         mkdir -p "$(dirname "$HVD_SRC/$f")"
         curl -fsSL --retry 3 -o "$HVD_SRC/$f" "$url/$f" || {
@@ -42,7 +48,7 @@ if [ -z "${HVD_SRC:-}" ]; then
         }
     done
 fi
-TESTS=$HVD_SRC/test/parallel/test_torch.py
+TESTS=$HVD_SRC/$HVD_TEST
 [ -f "$TESTS" ] || { echo "horovod_suite.sh: $TESTS not found" >&2; exit 2; }
 
 shim=$ROOT/bench/horovod_shim
@@ -52,19 +58,31 @@ pp=$shim:$ROOT/python
 export PYTHONPATH="$pp${PYTHONPATH:+:$PYTHONPATH}"
 export CHORUS_LIB="${CHORUS_LIB:-$BUILD/lib/libchorus.so}"
 export PATH="$BUILD/bin:$PATH"
+# Horovod's Keras layer is Keras 2's: with TensorFlow >= 2.16 a script that imports
+# tensorflow.keras before horovod gets Keras 3 unless this is set (tf_keras is then tf.keras).
+case $HVD_TEST in *tensorflow*) export TF_USE_LEGACY_KERAS=${TF_USE_LEGACY_KERAS:-1} ;; esac
 
 if [ $# -gt 0 ]; then
     names=$*
 else
-    names=$(sed -n 's/^    def \(test_[A-Za-z0-9_]*\)(.*/\1/p' "$TESTS")
+    # pytest's own list (it has the names that parameterized.expand makes), else the defs
+    names=$("$PYTHON" -m pytest -q --collect-only -p no:cacheprovider "$TESTS" 2>/dev/null |
+            sed -n 's/^.*::\(test_[A-Za-z0-9_]*\)$/\1/p')
+    [ -n "$names" ] || names=$(sed -n 's/^    def \(test_[A-Za-z0-9_]*\)(.*/\1/p' "$TESTS")
 fi
-echo "horovod_suite.sh: $TESTS, np=$NP, $("$PYTHON" -c 'import torch; print("torch", torch.__version__)'), $TEST_TIMEOUT s per test, logs in $OUT/logs"
+# the file's test class (TorchTests, TensorFlowTests, Tf2KerasTests)
+class=$(sed -n 's/^class \([A-Za-z0-9_]*Tests\)(.*/\1/p' "$TESTS" | tail -n 1)
+case $HVD_TEST in
+    *tensorflow*) fw=$("$PYTHON" -c 'import tensorflow as t; print("tensorflow", t.__version__)' 2>/dev/null) ;;
+    *) fw=$("$PYTHON" -c 'import torch; print("torch", torch.__version__)') ;;
+esac
+echo "horovod_suite.sh: $TESTS, np=$NP, $fw, $TEST_TIMEOUT s per test, logs in $OUT/logs"
 pass=0 fail=0 skip=0 hang=0 failed=""
 for t in $names; do
     log=$OUT/logs/$t.log
     # each rank runs one test of the file; pytest's summary line is printed by every rank
     timeout -k 10 "$TEST_TIMEOUT" chorus-run -np "$NP" "$PYTHON" -m pytest -q -rs \
-        -p no:cacheprovider "$TESTS::TorchTests::$t" > "$log" 2>&1
+        -p no:cacheprovider "$TESTS::$class::$t" > "$log" 2>&1
     rc=$?
     if [ $rc = 124 ] || [ $rc = 137 ]; then
         verdict=TIMEOUT hang=$((hang + 1)) failed="$failed $t"

@@ -4,6 +4,7 @@
  * chorus_comm_split_type and chorus_comm_create_group, chorus_finalize, chorus_comm_abort; and
  * the communicators behind the hierarchical collectives of a job that spans hosts.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,29 @@ out:
     return r;
 }
 
+/* A process that forms a world of the same job again (chorus_init after chorus_finalize, as
+ * Horovod's shutdown() then init() does) meets in a namespace of its own: the n-th world of a
+ * job in this process is job "<id>.<n>" from the second on. In the first one's namespace a
+ * peer could read this rank's address of the world before, and connect to a listener that has
+ * closed. Every rank forms its worlds in the same order, so n agrees, as the PMIx key's count
+ * does (bootstrap/pmix.c). */
+static void again_in_process(chorus_job *job)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char last[sizeof(job->job)];
+    static int n;
+    pthread_mutex_lock(&mu);
+    if (strcmp(last, job->job)) {
+        snprintf(last, sizeof(last), "%s", job->job);
+        n = 0;
+    } else {
+        char id[sizeof(job->job)];
+        snprintf(id, sizeof(id), "%.50s.%d", last, ++n);
+        snprintf(job->job, sizeof(job->job), "%s", id);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
 chorus_result chorus_init(chorus_comm **out)
 {
     chorus_errbuf *e = chorus__init_errbuf();
@@ -96,6 +120,7 @@ chorus_result chorus_init(chorus_comm **out)
     *out = NULL;
     chorus_job job;
     CHORUS_CHECK(chorus__job_from_env(&job, e));
+    again_in_process(&job);
     return chorus__init_job(&job, out);
 }
 

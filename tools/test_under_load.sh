@@ -47,6 +47,7 @@ while [ $r -le "$ROUNDS" ]; do
     echo "== round $r of $ROUNDS (load average $(cut -d' ' -f1-3 /proc/loadavg))"
     out=$BUILD/test-under-load.out
     mkdir -p "$BUILD"
+    : > "$out" # made before tail starts on it
     t0=$(date +%s)
     $MAKE --no-print-directory test > "$out" 2>&1 &
     run=$!

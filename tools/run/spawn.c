@@ -134,10 +134,8 @@ worker *spawn(job *j, int rank, int size)
      * child would wait for it forever). */
     char **envp = child_env(j, rank, size, wid);
     if (!envp) {
-        close(out[0]);
-        close(out[1]);
-        close(errp[0]);
-        close(errp[1]);
+        close_pair(out);
+        close_pair(errp);
         close_pair(stp);
         return NULL;
     }
@@ -166,10 +164,8 @@ worker *spawn(job *j, int rank, int size)
         remote ? spawn_agent(j, h, rank, wid, envp, out[1], errp[1], &agent_in) : spawn_process(&c);
     if (pid < 0) {
         free_env(envp);
-        close(out[0]);
-        close(out[1]);
-        close(errp[0]);
-        close(errp[1]);
+        close_pair(out);
+        close_pair(errp);
         close_pair(stp);
         return NULL;
     }

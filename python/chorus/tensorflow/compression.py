@@ -4,28 +4,7 @@
 import tensorflow as tf
 
 
-class Compressor:
-    """Interface for compressing and decompressing a tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from .._compression import Compressor, NoneCompressor  # noqa: F401 (part of the API)
 
 
 class FP16Compressor(Compressor):

@@ -1,5 +1,6 @@
 /*
- * main.c - chorus-run, which starts the ranks of a Chorus job on this host or across hosts.
+ * run.c - chorus-run, which starts the ranks of a Chorus job on this host or across hosts: the
+ * steps of a run, behind chorus_run_main (include/chorus/run.h; tools/chorus-run.c is its main).
  *
  *   chorus-run -np N [options] [--] program [args...]
  *   chorus-run -H a:2,b:2 [--rsh CMD] [options] [--] program [args...]
@@ -42,8 +43,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "chorus/run.h"
 #include "coll/comm.h"
-#include "run.h"
+#include "launch/launch.h"
 #include "wire/sock.h"
 
 /* A port on 127.0.0.1 that nothing listens on now (0 when none could be found). */
@@ -180,7 +182,7 @@ static int restart_job(job *j, const outcome *out)
     return start_ranks(j) < 0;
 }
 
-int main(int argc, char **argv)
+int chorus_run_main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "--agent")) return run_agent_main(argc, argv);
     if (argc == 2 && !strcmp(argv[1], "--version"))

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run.h"
+#include "launch/launch.h"
 
 /* Loopback TCP and shared memory wake the receiver on the sender's CPU, so two ranks that
  * float can end up taking turns on one core while the other idles; pinned ranks cannot.

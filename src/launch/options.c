@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
-#include "run.h"
+#include "launch/launch.h"
 
 static void usage(FILE *f)
 {

@@ -17,8 +17,8 @@ extern "C" {
  * bad command line (the reason on stderr), else the failing rank's status with a line saying
  * which rank failed and how. It serves the rendezvous store, forks the ranks (or, with
  * --agent, is one rank's agent on another host), installs handlers for SIGINT, SIGTERM,
- * SIGHUP and SIGCHLD (SIGPIPE ignored) and waits for the job: call it from a program's main thread, once,
- * with no other children of the process running. */
+ * SIGHUP and SIGCHLD (SIGPIPE ignored) and waits for the job: call it from a program's main thread,
+ * once, with no other children of the process running. */
 int chorus_run_main(int argc, char **argv);
 
 #ifdef __cplusplus

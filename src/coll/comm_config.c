@@ -17,8 +17,9 @@ static int per_call(const char *name)
 
 chorus_result chorus_comm_config_set(chorus_comm *c, const char *name, const char *value)
 {
-    if (!c) return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
-                                "chorus_comm_config_set: communicator is NULL");
+    if (!c)
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_comm_config_set: communicator is NULL");
     if (!name || !per_call(name))
         return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG,
                             "chorus_comm_config_set: %s is not read per call (a communicator's "
@@ -26,7 +27,8 @@ chorus_result chorus_comm_config_set(chorus_comm *c, const char *name, const cha
                             "CHORUS_BCAST_TREE_MAX; set the others with chorus_config_set before "
                             "the communicator is made)",
                             name ? name : "(null)");
-    chorus_config cfg = c->cfg; /* the new setting is checked on a copy: a bad one changes nothing */
+    chorus_config cfg =
+        c->cfg; /* the new setting is checked on a copy: a bad one changes nothing */
     chorus_errbuf e = {{0}};
     chorus_result r = chorus__config_set(&cfg, name, value && *value ? value : NULL, &e);
     if (r == CHORUS_OK) r = chorus__select_check_config(&cfg, &e);

@@ -67,16 +67,16 @@ static void begin_attempt(job *j)
         snprintf(j->id, sizeof(j->id), "%s", j->base_id);
     else
         snprintf(j->id, sizeof(j->id), "%s-r%d", j->base_id, j->attempt);
-    j->master_port = j->nnodes > 1                ? j->store_port + 1
-                     : chorus__env("MASTER_PORT") ? 0
-                                                  : free_port();
+    chorus_job_vars v;
+    chorus__job_vars_read(&v); /* MASTER_PORT: the user's, or --master-port's */
+    j->master_port = j->nnodes > 1 ? j->store_port + 1 : v.MASTER_PORT ? 0 : free_port();
     if (j->verbose)
         fprintf(stderr,
                 "chorus-run: job %s: %d rank%s of %s; rendezvous store %s; MASTER_PORT %s "
                 "%d%s%s\n",
                 j->id, j->np, j->np == 1 ? "" : "s", j->argv[0], j->store,
                 j->master_port ? "(picked)" : "(yours)",
-                j->master_port ? j->master_port : atoi(chorus__env("MASTER_PORT")),
+                j->master_port ? j->master_port : atoi(v.MASTER_PORT),
                 j->log_dir ? "; output in " : "", j->log_dir ? j->log_dir : "");
 }
 

@@ -51,10 +51,9 @@ LIB_SRCS := $(wildcard src/*/*.c src/transport/*/*.c src/engine/compress/*.c)
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o)
 
 # Tools: tools/<name>.c -> $(BUILD)/bin/<name>; fragments may add their own rules. The
-# launcher is a folder: tools/run/*.c -> $(BUILD)/bin/chorus-run.
-TOOL_SRCS ?= tools/chorus-bench.c
-RUN_SRCS  := $(wildcard tools/run/*.c)
-TOOLS      = $(BUILD)/bin/chorus-run $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
+# launcher's code is library code (src/launch/); tools/chorus-run.c is its main.
+TOOL_SRCS ?= tools/chorus-run.c tools/chorus-bench.c
+TOOLS      = $(TOOL_SRCS:tools/%.c=$(BUILD)/bin/%)
 
 # Tests: tests/unit/*.c and tests/mp/*.c each become a program linked with libchorus.a.
 TEST_SRCS := $(wildcard tests/unit/*.c tests/mp/*.c tests/fault/*.c)
@@ -100,10 +99,6 @@ $(TEST_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/tests/harness.o: | deps
 $(BUILD)/bin/%: $(BUILD)/obj/tools/%.o $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/lib/libchorus.a $(LIB_LDLIBS)
-
-$(BUILD)/bin/chorus-run: $(RUN_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/lib/libchorus.a
-	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/lib/libchorus.a $(LIB_LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/obj/tests/%.o $(BUILD)/obj/tests/harness.o $(BUILD)/lib/libchorus.a
 	@mkdir -p $(dir $@)

@@ -369,6 +369,17 @@ const char *chorus_config_get(const char *name);
  * set; CHORUS_ERR_NOMEM. Thread-safe. */
 chorus_result chorus_config_set(const char *name, const char *value);
 
+/* Sets, for communicator c only, a variable its collectives read at every call: a
+ * CHORUS_ALGO_<COLLECTIVE> (value NULL or "": the rules choose again), CHORUS_TCP_ONESHOT_MAX or
+ * CHORUS_BCAST_TREE_MAX; the communicators split from c later inherit it. For programs that
+ * change a communicator's settings between calls (chorus-bench --algo forces each algorithm in
+ * turn). Every rank of c must make the same setting between the same calls. The value is
+ * checked as chorus_init checks the environment's (an algorithm name against the collective's
+ * algorithms). CHORUS_ERR_INVALID_ARG for another name, an unknown algorithm or a malformed
+ * value (the reason in chorus_last_error(c)), nothing then changed. Not thread-safe with calls
+ * on c. */
+chorus_result chorus_comm_config_set(chorus_comm *c, const char *name, const char *value);
+
 /* This host's address for a service other ranks must reach, chosen as libchorus chooses the
  * one its rank 0 serves the rendezvous store on when the launcher gives no meeting point
  * (several hosts under mpirun): CHORUS_IFACE's IPv4 address when set, else the host's first

@@ -9,7 +9,7 @@ it are one module. The rules, over every module of src/, nn/ and tools/:
      a symbol B's object defines (a file calling up into the one that calls it is a circle
      even when no header shows it).
   3. Layers in order, by includes and by calls: base < wire < bootstrap < transport < reduce <
-     coll < engine, elastic, ps (the folders of src/) < nn < tools. No file includes a
+     coll < engine, elastic, ps < launch (the folders of src/) < nn < tools. No file includes a
      header of a higher layer, no object uses a symbol a higher layer defines.
   4. The tools include only the public headers (include/chorus.h, include/chorus/*.h) and the
      headers of their own folder.
@@ -18,7 +18,16 @@ it are one module. The rules, over every module of src/, nn/ and tools/:
   6. No import circle among the modules of python/ (a package's __init__ included).
   7. Every function declared in include/ has a contract comment directly above it (or above
      the group of declarations it belongs to, with no blank line between).
-  8. No getenv() outside src/base/config.c in src/, tools/, nn/.
+  8. No getenv() outside src/base/config.c in src/, tools/, nn/, and no chorus__env("NAME") of
+     a variable of src/base/config_table.h (a row or a job variable) outside it: those are
+     read through the table (chorus__config_text, chorus__job_vars_read).
+  9. The Python package passes options to the library through the C API
+     (chorus_config_set), never by writing a CHORUS_* variable into os.environ.
+ 10. docs/ARCHITECTURE.md stays true: its one picture of the layers lists the folders of
+     LAYERS below, highest first; each of its walks of a gradient (a fenced block whose first
+     line is "walk: ...", then one file per line) names files that exist, and visits their
+     folders in layer order, highest first (the Python package above tools/, a sub-package
+     above its package), none twice.
 
 check_circles.py finds the circles of rules 1 and 2 a second way (the compiler's dependency
 lists and readelf's symbol tables, reachability instead of strongly connected components);
@@ -28,9 +37,10 @@ ALLOWED below lists the violations known today, each by its exact key: they are 
 known and do not fail the check. An entry that no longer occurs fails it as stale, so the list
 only shrinks; it is empty once the tree obeys every rule.
 
-Usage: check_structure.py [--no-allow] [--root DIR] [BUILD]   (BUILD: the build folder with
-obj/, default build; --no-allow reports the listed violations as failures too; --root checks
-another tree than this one, as the structure_selftest test does)
+Usage: check_structure.py [--no-allow] [--allow KEY]... [--root DIR] [BUILD]   (BUILD: the
+build folder with obj/, default build; --no-allow reports the listed violations as failures
+too; --allow adds an entry to ALLOWED for this run; --root checks another tree than this one,
+as the structure_selftest test does)
 Exit status 0 when every rule holds, 1 with one line per violation otherwise.
 """
 
@@ -43,7 +53,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 C_TREES = ["src", "nn", "tools"]
 LAYERS = [["src/base"], ["src/wire"], ["src/bootstrap"], ["src/transport"], ["src/reduce"],
-          ["src/coll"], ["src/engine", "src/elastic", "src/ps"], ["nn"],
+          ["src/coll"], ["src/engine", "src/elastic", "src/ps"], ["src/launch"], ["nn"],
           ["tools"]]
 MAX_FILE_LINES = 900
 MAX_FUNCTION_LINES = 120
@@ -52,20 +62,6 @@ INCLUDE_RE = re.compile(r'^\s*#\s*include\s+[<"]([^">]+)[">]')
 # Violations known today, each named exactly as the check prints it. Remove an entry with
 # the change that fixes it (a stale entry fails the check); add none.
 ALLOWED = [
-    # Tools that use private headers of src/.
-    "private include: tools/chorus-bench.c includes src/base/base.h",
-    "private include: tools/chorus-bench.c includes src/coll/comm.h",
-    "private include: tools/chorus-bench.c includes src/reduce/reduce.h",
-    "private include: tools/chorus-bench.c includes src/wire/wire.h",
-    "private include: tools/run/elastic.c includes src/elastic/keys.h",
-    "private include: tools/run/hosts.c includes src/wire/sock.h",
-    "private include: tools/run/main.c includes src/coll/comm.h",
-    "private include: tools/run/main.c includes src/wire/sock.h",
-    "private include: tools/run/options.c includes src/base/atomic_file.h",
-    "private include: tools/run/run.h includes src/base/base.h",
-    "private include: tools/run/run.h includes src/base/loop.h",
-    "private include: tools/run/run.h includes src/bootstrap/store.h",
-    "private include: tools/run/streams.c includes src/base/atomic_file.h",
 ]
 
 
@@ -438,9 +434,22 @@ def contract_comments():
     return bad
 
 
+def table_names():
+    """The variables of the config table and the job variables (src/base/config_table.h)."""
+    path = os.path.join(ROOT, "src", "base", "config_table.h")
+    if not os.path.exists(path):
+        return set()
+    with open(path, encoding="utf-8") as fh:
+        return set(re.findall(r"^CHORUS_(?:CFG|JOB_VAR)\((\w+),", fh.read(), re.M))
+
+
 def getenv_calls():
+    """Rule 8: no getenv outside the config module, and no chorus__env of a variable of the
+    tables (those are read through them: chorus__config_text, chorus__job_vars_read)."""
     bad = []
-    rx = re.compile(r"\b(secure_)?getenv\s*\(")
+    names = table_names()
+    getenv_rx = re.compile(r"\b(secure_)?getenv\s*\(")
+    env_rx = re.compile(r'\bchorus__env\s*\(\s*"(\w+)"')
     for rel in ("src", "tools", "nn"):
         for f in files_under(rel, (".c", ".h")):
             if f == "src/base/config.c":
@@ -448,8 +457,127 @@ def getenv_calls():
             with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
                 for n, line in enumerate(fh, 1):
                     code = line.split("//")[0]
-                    if rx.search(code) and not code.lstrip().startswith(("*", "/*")):
+                    if getenv_rx.search(code) and not code.lstrip().startswith(("*", "/*")):
                         bad.append("%s:%d: getenv outside the config module" % (f, n))
+                    for name in env_rx.findall(code):
+                        if name in names:
+                            bad.append("%s:%d: chorus__env(\"%s\") reads a variable of the "
+                                       "config table around it" % (f, n, name))
+    return bad
+
+
+def _chorus_var(node):
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) \
+        and node.value.startswith("CHORUS_")
+
+
+def _is_environ(node):
+    return isinstance(node, ast.Attribute) and node.attr == "environ"
+
+
+def python_env_writes():
+    """Rule 9: CHORUS_* variables written into os.environ (an assignment, update, setdefault
+    or putenv) by the Python package, instead of chorus_config_set."""
+    bad = []
+    for f in files_under("python/chorus", (".py",)):
+        with open(os.path.join(ROOT, f), encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), f)
+        for node in ast.walk(tree):
+            hit = None
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                hit = any(isinstance(t, ast.Subscript) and _is_environ(t.value)
+                          and _chorus_var(t.slice) for t in targets)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                fn = node.func
+                if fn.attr in ("update", "setdefault") and _is_environ(fn.value):
+                    hit = any(_chorus_var(a) for a in node.args[:1]) or any(
+                        (k.arg or "").startswith("CHORUS_") for k in node.keywords)
+                elif fn.attr == "putenv":
+                    hit = any(_chorus_var(a) for a in node.args[:1])
+            if hit:
+                bad.append("%s:%d: a CHORUS_* variable written into os.environ (pass it with "
+                           "chorus_config_set)" % (f, node.lineno))
+    return bad
+
+
+DOC = "docs/ARCHITECTURE.md"
+
+
+def doc_blocks(lines, first):
+    """The fenced blocks of a document whose first line starts with `first`: (line number of
+    that line, its text, [(line number, text) of the lines after it])."""
+    out, i = [], 0
+    while i < len(lines):
+        if lines[i].startswith("```") and i + 1 < len(lines) and lines[i + 1].startswith(first):
+            j = i + 2
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            out.append((i + 2, lines[i + 1], [(k + 1, lines[k]) for k in range(i + 2, j)]))
+            i = j
+        i += 1
+    return out
+
+
+def walk_rank(path):
+    """Where a file's folder stands in the layers: a layer of LAYERS, above them the Python
+    package (a sub-package above the package it lies in)."""
+    if path.startswith("python/"):
+        return len(LAYERS) + path.count("/") - 1
+    return layer_of(module_of(path))
+
+
+def doc_rules():
+    """Rule 10: docs/ARCHITECTURE.md's picture of the layers lists the folders of LAYERS, top
+    row the highest; each of its walks (a block starting "walk:") names files that exist, and
+    the folders it visits are in layer order, highest first, none visited twice."""
+    path = os.path.join(ROOT, DOC)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    bad, folder_rx = [], re.compile(r"^((?:src|nn|tools)(?:/\w+)*)/$")
+    pictures = doc_blocks(lines, "layers:")
+    if len(pictures) != 1:
+        bad.append("%s: %d pictures of the layers (a block starting \"layers:\"), want one"
+                   % (DOC, len(pictures)))
+    for _, _, body in pictures:
+        rows = []
+        for _, text in body:
+            cells = [c.strip() for c in text.strip().strip("|").split("  ") if c.strip()]
+            folders = [c for c in (cells[0].split() if cells else []) if folder_rx.match(c)]
+            if folders:
+                rows.append([f.rstrip("/") for f in folders])
+        if rows != list(reversed(LAYERS)):
+            bad.append("%s: the picture of the layers shows %s, LAYERS (highest first) is %s"
+                       % (DOC, rows, list(reversed(LAYERS))))
+    walks = doc_blocks(lines, "walk:")
+    if len(walks) < 2:
+        bad.append("%s: %d walks of a gradient (blocks starting \"walk:\"), want two"
+                   % (DOC, len(walks)))
+    for n, title, body in walks:
+        name = title[len("walk:"):].strip()
+        seen, prev = [], None
+        for ln, text in body:
+            f = text.split()[0] if text.split() else ""
+            if not f:
+                continue
+            if not os.path.exists(os.path.join(ROOT, f)):
+                bad.append("%s:%d: walk %s names %s, which does not exist" % (DOC, ln, name, f))
+                continue
+            folder, rank = os.path.dirname(f), walk_rank(f)
+            if rank is None:
+                bad.append("%s:%d: walk %s: %s is in no layer" % (DOC, ln, name, f))
+            elif seen and folder != seen[-1][0] and folder in [s[0] for s in seen]:
+                bad.append("%s:%d: walk %s comes back to %s/" % (DOC, ln, name, folder))
+            elif prev is not None and rank > prev:
+                bad.append("%s:%d: walk %s goes up, from %s/ to %s/"
+                           % (DOC, ln, name, seen[-1][0], folder))
+            if rank is not None:
+                prev = rank
+                seen.append((folder, rank))
+        if not seen:
+            bad.append("%s:%d: walk %s names no file" % (DOC, n, name))
     return bad
 
 
@@ -469,6 +597,9 @@ def main():
     args = sys.argv[1:]
     use_allow = "--no-allow" not in args
     args = [a for a in args if a != "--no-allow"]
+    while args[:1] == ["--allow"] and len(args) > 1:  # an entry more, as if listed in ALLOWED
+        ALLOWED.append(args[1])
+        args = args[2:]
     if args[:1] == ["--root"] and len(args) > 1:
         ROOT, args = os.path.abspath(args[1]), args[2:]
     build = args[0] if args else "build"
@@ -498,6 +629,8 @@ def main():
         found.append(circle("python import", pg, comp, {}))
     found += [(p, "") for p in contract_comments()]
     found += [(p, "") for p in getenv_calls()]
+    found += [(p, "") for p in python_env_writes()]
+    found += [(p, "") for p in doc_rules()]
 
     allowed = set(ALLOWED) if use_allow else set()
     keys = {k for k, _ in found}

@@ -22,6 +22,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -30,13 +31,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
-#include "base/base.h"
-#include "coll/comm.h"
-#include "reduce/reduce.h"
-#include "wire/wire.h"
+#include "chorus.h"
 
 enum { C_ALLREDUCE, C_BROADCAST, C_ALLGATHER, C_REDUCE_SCATTER, C_ALLTOALL, C_COUNT };
 static const char *coll_names[] = {"allreduce", "broadcast", "allgather", "reduce_scatter",
@@ -55,17 +56,43 @@ static long long val(int rank, size_t i, chorus_op op)
     return (long long)((i * 7 + (size_t)rank * 3) % 5);
 }
 
-static void put(void *b, size_t i, chorus_dtype t, long long v)
+/* f rounded to nearest even at bit `drop` of its float32 encoding: the top bits of the result
+ * are the narrower encoding's exponent and mantissa for a normal value. */
+static uint32_t round_bits(float f, int drop)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    uint32_t half = 1u << (drop - 1), rest = x & ((half << 1) - 1), keep = x >> drop;
+    return keep + (rest > half || (rest == half && (keep & 1)));
+}
+
+/* The float16 encoding of f (bfloat16's is round_bits(f, 16)), rounded to nearest even, written
+ * here rather than taken from the library so that the check does not trust the code it checks. f is
+ * 0 or a normal value of both types (the inputs are small integers, the averages at least 1/n). */
+static uint16_t to_f16(float f)
+{
+    if (f == 0) return 0;
+    uint32_t r = round_bits(f, 13); /* sign, 8-bit exponent, 10-bit mantissa */
+    uint32_t sign = (r >> 3) & 0x8000, exp = ((r >> 10) & 0xff) - 127 + 15;
+    return (uint16_t)(sign | (exp << 10) | (r & 0x3ff));
+}
+
+/* Element i of buffer b of type t: v / div as the library computes it when div is the rank
+ * count of an average (the sum stored in the type, then divided in the type: integers
+ * truncate, 16-bit floats go through float32); div 1 stores v itself. */
+static void put(void *b, size_t i, chorus_dtype t, long long v, int div)
 {
     switch (t) {
-    case CHORUS_INT8: ((int8_t *)b)[i] = (int8_t)v; break;
-    case CHORUS_UINT8: ((uint8_t *)b)[i] = (uint8_t)v; break;
-    case CHORUS_INT32: ((int32_t *)b)[i] = (int32_t)v; break;
-    case CHORUS_INT64: ((int64_t *)b)[i] = v; break;
-    case CHORUS_FLOAT16: ((uint16_t *)b)[i] = chorus__f32_to_f16((float)v); break;
-    case CHORUS_BFLOAT16: ((uint16_t *)b)[i] = chorus__f32_to_bf16((float)v); break;
-    case CHORUS_FLOAT32: ((float *)b)[i] = (float)v; break;
-    case CHORUS_FLOAT64: ((double *)b)[i] = (double)v; break;
+    case CHORUS_INT8: ((int8_t *)b)[i] = (int8_t)((int8_t)v / div); break;
+    case CHORUS_UINT8: ((uint8_t *)b)[i] = (uint8_t)((uint8_t)v / div); break;
+    case CHORUS_INT32: ((int32_t *)b)[i] = (int32_t)((int32_t)v / div); break;
+    case CHORUS_INT64: ((int64_t *)b)[i] = v / div; break;
+    case CHORUS_FLOAT16: ((uint16_t *)b)[i] = to_f16((float)v / (float)div); break;
+    case CHORUS_BFLOAT16:
+        ((uint16_t *)b)[i] = (uint16_t)round_bits((float)v / (float)div, 16);
+        break;
+    case CHORUS_FLOAT32: ((float *)b)[i] = (float)v / (float)div; break;
+    case CHORUS_FLOAT64: ((double *)b)[i] = (double)v / (double)div; break;
     default: break;
     }
 }
@@ -132,34 +159,33 @@ static size_t prepare(bench *b, size_t count)
     switch (b->coll) {
     case C_ALLREDUCE:
         for (size_t i = 0; i < count; i++) {
-            put(b->send, i, b->t, val(b->rank, i, b->op));
-            put(b->want, i, b->t, reduce_ref(b->n, i, b->op));
+            put(b->send, i, b->t, val(b->rank, i, b->op), 1);
+            put(b->want, i, b->t, reduce_ref(b->n, i, b->op), b->op == CHORUS_AVG ? b->n : 1);
         }
-        if (b->op == CHORUS_AVG) chorus__reduce_finish(b->want, count, b->t, b->op, b->n);
         return count * b->es;
     case C_BROADCAST:
         for (size_t i = 0; i < count; i++) {
-            put(b->want, i, b->t, val(b->root, i, CHORUS_SUM));
-            put(b->recv, i, b->t, b->rank == b->root ? val(b->root, i, CHORUS_SUM) : 9);
+            put(b->want, i, b->t, val(b->root, i, CHORUS_SUM), 1);
+            put(b->recv, i, b->t, b->rank == b->root ? val(b->root, i, CHORUS_SUM) : 9, 1);
         }
         return count * b->es;
     case C_ALLGATHER:
-        for (size_t i = 0; i < count; i++) put(b->send, i, b->t, val(b->rank, i, CHORUS_SUM));
+        for (size_t i = 0; i < count; i++) put(b->send, i, b->t, val(b->rank, i, CHORUS_SUM), 1);
         for (size_t r = 0; r < n; r++)
             for (size_t i = 0; i < count; i++)
-                put(b->want, r * count + i, b->t, val((int)r, i, CHORUS_SUM));
+                put(b->want, r * count + i, b->t, val((int)r, i, CHORUS_SUM), 1);
         return count * n * b->es;
     case C_REDUCE_SCATTER:
-        for (size_t i = 0; i < count * n; i++) put(b->send, i, b->t, val(b->rank, i, b->op));
+        for (size_t i = 0; i < count * n; i++) put(b->send, i, b->t, val(b->rank, i, b->op), 1);
         for (size_t i = 0; i < count; i++)
-            put(b->want, i, b->t, reduce_ref(b->n, (size_t)b->rank * count + i, b->op));
-        if (b->op == CHORUS_AVG) chorus__reduce_finish(b->want, count, b->t, b->op, b->n);
+            put(b->want, i, b->t, reduce_ref(b->n, (size_t)b->rank * count + i, b->op),
+                b->op == CHORUS_AVG ? b->n : 1);
         return count * b->es;
     default:
         for (size_t j = 0; j < n; j++)
             for (size_t i = 0; i < count; i++) {
-                put(b->send, j * count + i, b->t, val(b->rank * 31 + (int)j, i, CHORUS_SUM));
-                put(b->want, j * count + i, b->t, val((int)j * 31 + b->rank, i, CHORUS_SUM));
+                put(b->send, j * count + i, b->t, val(b->rank * 31 + (int)j, i, CHORUS_SUM), 1);
+                put(b->want, j * count + i, b->t, val((int)j * 31 + b->rank, i, CHORUS_SUM), 1);
             }
         return count * n * b->es;
     }
@@ -212,7 +238,7 @@ static const char *type_name(chorus_dtype t)
     case CHORUS_FLOAT16: return "half";
     case CHORUS_FLOAT32: return "float";
     case CHORUS_FLOAT64: return "double";
-    default: return chorus__dtype_name((int)t);
+    default: return chorus_dtype_name((int)t);
     }
 }
 
@@ -227,7 +253,7 @@ typedef struct opts {
 
 /* Errors before chorus_init are printed by one process: rank 0, or a process started without
  * a launcher. */
-static int bad(const opts *o, const char *fmt, ...) CHORUS__PRINTF(2, 3);
+static int bad(const opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int bad(const opts *o, const char *fmt, ...)
 {
     if (!o->quiet) {
@@ -244,12 +270,49 @@ static int bad(const opts *o, const char *fmt, ...)
 /* -n: the times of the iterations of one size are kept, combined over the ranks and sorted */
 #define MAX_ITERS (1 << 24)
 
+/* A whole decimal number from lo to hi, nothing else in the text: 0, or -1. */
+static int parse_long(const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
+}
+
 static int parse_int_arg(const char *v, int lo, int hi, int *out)
 {
     long x;
-    if (chorus__parse_int(v, lo, hi, &x)) return -1;
+    if (parse_long(v, lo, hi, &x)) return -1;
     *out = (int)x;
     return 0;
+}
+
+/* A size in bytes as nccl-tests writes it: digits, then nothing or one of K, M, G (either
+ * case, powers of 1024). 0, or -1 (a sign, a space, another suffix, an overflow). */
+static int parse_size(const char *v, size_t *out)
+{
+    if (!isdigit((unsigned char)*v)) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 10);
+    const char *units = "KMG", *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (errno || (*end && (!u || !*u || end[1]))) return -1;
+    for (int k = u ? (int)(u - units) + 1 : 0; k > 0; k--) {
+        if (x > ULLONG_MAX / 1024) return -1;
+        x *= 1024;
+    }
+    if (x > SIZE_MAX) return -1;
+    *out = (size_t)x;
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* The long option a names, as its short letter; 0 when unknown. */
@@ -305,7 +368,7 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
         case 'b':
         case 'e':
         case 'i':
-            if (chorus__parse_bytes(v, c == 'b' ? &o->minb : c == 'e' ? &o->maxb : &o->stepb))
+            if (parse_size(v, c == 'b' ? &o->minb : c == 'e' ? &o->maxb : &o->stepb))
                 return bad(o, "-%c %s is not a size in bytes (e.g. 8, 64K, 1M)", c, v);
             break;
         case 'f': {
@@ -317,7 +380,7 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
         }
         case 'n': {
             long n;
-            if (chorus__parse_int(v, 1, LONG_MAX, &n))
+            if (parse_long(v, 1, LONG_MAX, &n))
                 return bad(o, "-n %s is not a whole number of iterations, 1 or more", v);
             if (n > MAX_ITERS)
                 return bad(o,
@@ -363,7 +426,7 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
             if (o->all_types) break;
             b->t = CHORUS_DTYPE_COUNT;
             for (int k = 0; k < CHORUS_DTYPE_COUNT; k++)
-                if (!strcasecmp(v, chorus__dtype_name(k)) || !strcasecmp(v, type_name(k)))
+                if (!strcasecmp(v, chorus_dtype_name(k)) || !strcasecmp(v, type_name(k)))
                     b->t = (chorus_dtype)k;
             if (b->t == CHORUS_DTYPE_COUNT)
                 return bad(o,
@@ -376,7 +439,7 @@ static int parse_args(int argc, char **argv, opts *o, bench *b)
             if (o->all_ops) break;
             b->op = CHORUS_OP_COUNT;
             for (int k = 0; k < CHORUS_OP_COUNT; k++)
-                if (!strcasecmp(v, chorus__op_name(k))) b->op = (chorus_op)k;
+                if (!strcasecmp(v, chorus_op_name(k))) b->op = (chorus_op)k;
             if (b->op == CHORUS_OP_COUNT)
                 return bad(o, "unknown op '%s' (sum, prod, min, max, avg, band, bor, bxor, all)",
                            v);
@@ -432,13 +495,13 @@ static chorus_result measure(bench *b, const opts *o, size_t count, size_t bytes
     int it = o->iters > 0 ? o->iters : (int)fmin(1000, fmax(5, 3e8 / (double)(bytes + 4096) / 8));
     int wu = o->warm >= 0 ? o->warm : (it / 10 > 2 ? it / 10 : 2);
     double *times = malloc(sizeof(double) * (size_t)it);
-    if (!times) return chorus__fail(NULL, CHORUS_ERR_NOMEM, "out of memory");
+    if (!times) return CHORUS_ERR_NOMEM;
     fill_inputs(b, count, in_place);
     for (int k = 0; k < wu + it && r == CHORUS_OK; k++) {
         r = chorus_barrier(b->c);
-        double t0 = chorus__now();
+        double t0 = now_s();
         if (r == CHORUS_OK) r = run_once(b, send, count);
-        if (k >= wu) times[k - wu] = chorus__now() - t0;
+        if (k >= wu) times[k - wu] = now_s() - t0;
     }
     /* -a: combine each iteration's time over ranks */
     static const chorus_op combine[] = {CHORUS_SUM, CHORUS_AVG, CHORUS_MIN, CHORUS_MAX};
@@ -542,20 +605,22 @@ static int series_add(series *s, double x, double y)
     return 0;
 }
 
-/* Whether an executable named prog is in PATH. */
+extern char **environ;
+
+/* Whether the program prog can be started from PATH: it is started (`prog --version`, its
+ * output discarded) and waited for, as the shell that --plot's popen runs would find it. */
 static int in_path(const char *prog)
 {
-    const char *path = chorus__env("PATH");
-    char buf[4096];
-    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
-        const char *c = strchr(p, ':');
-        size_t len = c ? (size_t)(c - p) : strlen(p);
-        snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, len ? p : ".", prog);
-        if (access(buf, X_OK) == 0) return 1;
-        if (!c) break;
-        p = c + 1;
-    }
-    return 0;
+    posix_spawn_file_actions_t fa;
+    if (posix_spawn_file_actions_init(&fa)) return 0;
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    char *args[] = {(char *)prog, "--version", NULL};
+    pid_t pid;
+    int st = 0, started = !posix_spawnp(&pid, prog, &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (started) waitpid(pid, &st, 0);
+    return started && !(WIFEXITED(st) && WEXITSTATUS(st) == 127);
 }
 
 /* Rank 0, before measuring: can --plot be drawn? 0, or 2 after saying why. */
@@ -640,7 +705,7 @@ static int run_sizes(bench *b, const opts *o, totals *tot, series *ser)
         }
         if (count && b->rank == 0) {
             printf("  %10zu  %12zu  %8s  %6s  %6d", bytes, count, type_name(b->t),
-                   reduces ? chorus__op_name((int)b->op) : "none",
+                   reduces ? chorus_op_name((int)b->op) : "none",
                    b->coll == C_BROADCAST ? b->root : -1);
             for (int v = 0; v < 2; v++) print_variant(&res[v]);
             printf("\n");
@@ -672,13 +737,13 @@ static void algo_var(const bench *b, char *var, size_t len)
     }
 }
 
-/* Forces algorithm name ("auto": the rules) for b's collective on b's communicator. */
-static chorus_result set_algo(bench *b, const char *name, chorus_errbuf *e)
+/* Forces algorithm name ("auto": the rules) for b's collective on b's communicator; the
+ * reason of a refusal is chorus_last_error(b->c). */
+static chorus_result set_algo(bench *b, const char *name)
 {
     char var[64];
     algo_var(b, var, sizeof(var));
-    chorus_result r = chorus__config_set(&b->c->cfg, var, strcmp(name, "auto") ? name : NULL, e);
-    return r == CHORUS_OK ? chorus__select_check_config(&b->c->cfg, e) : r;
+    return chorus_comm_config_set(b->c, var, strcmp(name, "auto") ? name : NULL);
 }
 
 /* Splits --algo into names, each checked against the collective's algorithms (every rank
@@ -694,12 +759,27 @@ static int algo_list(bench *b, const opts *o, char names[][32], int *n)
             return bad(o, "--algo %s: give up to %d comma-separated algorithm names", o->algos,
                        MAX_ALGOS);
         snprintf(names[*n], 32, "%.*s", (int)len, p);
-        chorus_errbuf e;
-        if (set_algo(b, names[*n], &e) != CHORUS_OK) return bad(o, "--algo: %s", e.msg);
+        if (set_algo(b, names[*n]) != CHORUS_OK)
+            return bad(o, "--algo: %s", chorus_last_error(b->c));
         (*n)++;
         p = c ? c + 1 : p + len;
     }
     return 0;
+}
+
+/* This process's rank as chorus-run set it (CHORUS_RANK), 0 without it: before chorus_init,
+ * only rank 0 reports a bad command line. */
+static long launched_rank(void)
+{
+    const char *v = chorus_config_get("CHORUS_RANK");
+    long r;
+    return v && !parse_long(v, 0, INT_MAX, &r) ? r : 0;
+}
+
+static void *alloc_aligned(size_t n)
+{
+    void *p = NULL;
+    return posix_memalign(&p, 64, n ? n : 64) ? NULL : p;
 }
 
 int main(int argc, char **argv)
@@ -712,7 +792,7 @@ int main(int argc, char **argv)
               .iters = -1,
               .check = 1,
               .average = 1,
-              .quiet = chorus__config()->rank > 0};
+              .quiet = launched_rank() > 0};
     int st = parse_args(argc, argv, &o, &b);
     if (st) return st < 0 ? 0 : st;
     chorus_result r = chorus_init(&b.c);
@@ -739,9 +819,9 @@ int main(int argc, char **argv)
         return (int)plot_ok;
     }
     size_t cap = o.maxb + 64 * sizeof(double) * (size_t)b.n; /* room for the widest type */
-    b.send = chorus__malloc_aligned(cap);
-    b.recv = chorus__malloc_aligned(cap);
-    b.want = chorus__malloc_aligned(cap);
+    b.send = alloc_aligned(cap);
+    b.recv = alloc_aligned(cap);
+    b.want = alloc_aligned(cap);
     if (!b.send || !b.recv || !b.want) {
         fprintf(stderr, "chorus-bench: rank %d: out of memory for %zu bytes\n", b.rank, cap);
         return 1;
@@ -770,8 +850,7 @@ int main(int argc, char **argv)
     for (int ai = 0; ai < (nalgos ? nalgos : 1); ai++)
         for (int ti = 0; ti < types; ti++)
             for (int oi = 0; oi < ops; oi++) {
-                chorus_errbuf ae;
-                if (nalgos) set_algo(&b, algos[ai], &ae); /* checked by algo_list */
+                if (nalgos) set_algo(&b, algos[ai]); /* checked by algo_list */
                 if (nalgos && b.rank == 0 && ti == 0 && oi == 0) {
                     char var[64];
                     algo_var(&b, var, sizeof(var));
@@ -785,7 +864,7 @@ int main(int argc, char **argv)
                     snprintf(cur->label, sizeof(cur->label), "%s%s%s%s%s",
                              nalgos ? algos[ai] : coll_names[b.coll], types > 1 ? " " : "",
                              types > 1 ? type_name(b.t) : "", ops > 1 ? " " : "",
-                             ops > 1 ? chorus__op_name((int)b.op) : "");
+                             ops > 1 ? chorus_op_name((int)b.op) : "");
                 if (run_sizes(&b, &o, &tot, cur)) return 1;
             }
     if (ser && plot_write(&o, &b, ser, nser)) st = 1;

@@ -31,7 +31,10 @@ the environment's value would be (a bad one is refused, naming it), and wins ove
 environment wherever the library reads the variable next; child processes do not see it, and
 `chorus_config_set(name, NULL)` gives the environment back its say. `chorus_config_get` and
 `chorus_config_is_set` read what the library sees. `chorus.torch.distributed` passes the
-meeting point and the deadline to `chorus_init` this way.
+meeting point and the deadline to `chorus_init` this way. The variables a communicator reads at every call
+(`CHORUS_ALGO_*`, `CHORUS_TCP_ONESHOT_MAX`, `CHORUS_BCAST_TREE_MAX`) can also be set for one
+communicator between calls, on every rank alike: `chorus_comm_config_set(comm, name, value)`
+(`chorus-bench --algo` forces each algorithm in turn this way).
 
 Chorus also reads the variables of the launchers it runs under:
 

@@ -205,8 +205,18 @@ typedef struct chorus_job_vars {
  * hold until it changes. */
 void chorus__job_vars_read(chorus_job_vars *v);
 
+/* The text of the config table's row `name` as the parse reads it: the process's setting
+ * (chorus_config_set), else the environment's, else a Horovod alias's, and in *from (when
+ * not NULL) the variable it came from; NULL when unset or empty, and for a name that is no
+ * row. Read now, unchecked: for code that needs the text of a variable another process will
+ * parse (chorus-run checking what its ranks will read). */
+const char *chorus__config_text(const char *name, const char **from);
+
 /* Any other environment variable (PATH, ...): its value, NULL when unset or empty. The one way
- * the library reads a variable that is in neither table. */
+ * the library reads a variable that is in neither table: a program's search path, the
+ * defaults the launcher gives its ranks unless the user set them (PYTHONUNBUFFERED,
+ * OMP_NUM_THREADS), a variable the user names (chorus-run -x VAR). The rows of the tables are
+ * read through them (make check-structure refuses chorus__env("<a row>") outside config.c). */
 const char *chorus__env(const char *name);
 /* Entry i ("NAME=value") of the process environment, NULL past the last one. */
 const char *chorus__env_entry(size_t i);

@@ -342,6 +342,14 @@ chorus_result chorus__config_parse(chorus_config *cfg, chorus_errbuf *e)
     return r;
 }
 
+const char *chorus__config_text(const char *name, const char **from)
+{
+    const char *ignored;
+    for (const chorus_cfg_entry *t = table; name && t->name; t++)
+        if (!strcmp(t->name, name)) return chorus__cfg_row_text(t, from ? from : &ignored);
+    return NULL;
+}
+
 chorus_result chorus__config_set(chorus_config *cfg, const char *name, const char *value,
                                  chorus_errbuf *e)
 {

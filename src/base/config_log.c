@@ -86,7 +86,9 @@ static int foreign_name(const char *name, size_t n)
 static void warn_unknown(void)
 {
     /* A rank started by chorus-run: the launcher warned already, once for the job. */
-    if (chorus__env("CHORUS_RANK") && chorus__env("CHORUS_STORE_ADDR")) return;
+    chorus_job_vars job;
+    chorus__job_vars_read(&job);
+    if (job.CHORUS_RANK && job.CHORUS_STORE_ADDR) return;
     const char *entry;
     for (size_t i = 0; (entry = chorus__env_entry(i)) != NULL; i++) {
         const char *eq = strchr(entry, '=');

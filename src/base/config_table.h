@@ -121,6 +121,11 @@ CHORUS_JOB_VAR(SLURM_NNODES, "srun")
 CHORUS_JOB_VAR(SLURM_STEP_NODELIST, "srun")
 CHORUS_JOB_VAR(SLURM_JOB_NODELIST, "srun")
 CHORUS_JOB_VAR(JOB_COMPLETION_INDEX, "a Kubernetes Indexed Job")
+CHORUS_JOB_VAR(PET_NNODES, "torchrun's flags as variables (chorus-run --nnodes reads them)")
+CHORUS_JOB_VAR(PET_NPROC_PER_NODE, "torchrun's flags as variables")
+CHORUS_JOB_VAR(PET_NODE_RANK, "torchrun's flags as variables")
+CHORUS_JOB_VAR(PET_MASTER_ADDR, "torchrun's flags as variables")
+CHORUS_JOB_VAR(PET_MASTER_PORT, "torchrun's flags as variables")
 CHORUS_JOB_VAR(TMPDIR, "the system (where a one-host job's rendezvous file goes)")
 #endif
 /* clang-format on */

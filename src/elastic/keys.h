@@ -1,6 +1,6 @@
 /*
  * keys.h - the keys of the elastic membership protocol in the launcher's store, shared by
- * src/elastic/elastic.c (the workers) and tools/run/elastic.c (the launcher). Every key and
+ * src/elastic/elastic.c (the workers) and src/launch/elastic.c (the launcher). Every key and
  * value format is defined here and nowhere else.
  *
  *   el/next            newest generation the launcher is forming (or formed), in decimal

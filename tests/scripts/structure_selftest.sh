@@ -2,10 +2,12 @@
 # The structure checks find what they are for: a small tree with one of each violation (an
 # include circle and a call circle in src/base, a lower folder including and calling a higher
 # one, a tool including a private header, a function of 121 lines, a file of 901 lines, two
-# Python modules importing each other, one inside a function) is
-# reported by tools/check_structure.py line by line, and its circles by tools/check_circles.py;
-# a function of exactly 120 lines is not; the repository's allow-list entries, absent from
-# the small tree, are reported as stale.
+# Python modules importing each other, one inside a function, a variable of the config table
+# read with chorus__env, a CHORUS_* variable written into os.environ, an ARCHITECTURE.md whose
+# picture of the layers is out of date and whose walk names a missing file, goes up a layer
+# and comes back to a folder) is reported by tools/check_structure.py line by line, and its
+# circles by tools/check_circles.py; a function of exactly 120 lines is not; an allow-list
+# entry absent from the small tree is reported as stale.
 set -u
 fail() { echo "FAILED: $*"; exit 1; }
 d=$(mktemp -d)
@@ -38,7 +40,15 @@ mkdir -p "$d/python/pkg"
 printf '' > "$d/python/pkg/__init__.py"
 printf 'from . import b\n' > "$d/python/pkg/a.py"
 printf 'def f():\n    from pkg import a\n    return a\n' > "$d/python/pkg/b.py"
-for c in src/base/a.c src/base/b.c src/coll/c.c src/wire/w.c tools/t.c nn/big.c; do
+printf 'CHORUS_CFG(CHORUS_TIMEOUT_S, timeout_s, DOUBLE, "300", "help")\nCHORUS_JOB_VAR(MASTER_PORT, "torchrun")\n' > "$d/src/base/config_table.h"
+printf 'const char *chorus__env(const char *name);\nint e_f(void)\n{\n    return chorus__env("CHORUS_TIMEOUT_S") != 0;\n}\n' > "$d/src/base/e.c"
+mkdir -p "$d/python/chorus" "$d/docs"
+printf 'import os\nos.environ.setdefault("CHORUS_DEBUG", "INFO")\n' > "$d/python/chorus/d.py"
+{
+    printf '# Architecture\n\n```text\nlayers: the rows\n| tools/   the tools |\n| src/base/   base |\n```\n\n'
+    printf '```text\nwalk: up and back\nsrc/base/a.c   a\nsrc/coll/c.c   up\nsrc/base/b.c   back\nsrc/base/gone.c   missing\n```\n'
+} > "$d/docs/ARCHITECTURE.md"
+for c in src/base/a.c src/base/e.c src/base/b.c src/coll/c.c src/wire/w.c tools/t.c nn/big.c; do
     mkdir -p "$d/build/obj/$(dirname $c)"
     (cd "$d" && ${CC:-cc} -Isrc -c $c -o build/obj/${c%.c}.o) || fail "compiling $c"
 done
@@ -54,12 +64,22 @@ for want in "include circle: src/base/a, src/base/b" \
     "private include: tools/t.c includes src/base/a.h" \
     "long function: tools/t.c long_one (121 lines, at most 120)" \
     "long file: nn/big.c (901 lines, at most 900)" \
-    "python import circle: pkg.a, pkg.b"; do
+    "python import circle: pkg.a, pkg.b" \
+    "src/base/e.c:4: chorus__env(\"CHORUS_TIMEOUT_S\") reads a variable of the config table around it" \
+    "python/chorus/d.py:2: a CHORUS_* variable written into os.environ (pass it with chorus_config_set)" \
+    "docs/ARCHITECTURE.md:12: walk up and back goes up, from src/base/ to src/coll/" \
+    "docs/ARCHITECTURE.md:13: walk up and back comes back to src/base/" \
+    "docs/ARCHITECTURE.md:14: walk up and back names src/base/gone.c, which does not exist" \
+    "docs/ARCHITECTURE.md: 1 walks of a gradient (blocks starting \"walk:\"), want two"; do
     echo "$out" | grep -qxF "$want" || fail "check_structure does not report: $want"
 done
 echo "$out" | grep -q "ok_one" && fail "a function of 120 lines was reported"
 
-out=$(python3 tools/check_structure.py --root "$d" build 2>&1); rc=$?
+echo "$out" | grep -q "^docs/ARCHITECTURE.md: the picture of the layers shows \[\['tools'\], \['src/base'\]\]" ||
+    fail "check_structure does not report the picture of the layers out of date"
+
+out=$(python3 tools/check_structure.py --allow "private include: tools/x.c includes src/y.h" \
+    --root "$d" build 2>&1); rc=$?
 [ $rc = 1 ] || fail "check_structure with the allow-list: exit $rc, expected 1"
 echo "$out" | grep -q "^stale allow-list entry (fixed: remove it from ALLOWED): " ||
     fail "stale allow-list entries not reported"

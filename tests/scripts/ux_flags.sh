@@ -205,6 +205,10 @@ refused "chorus-run: --hostfile: $tmp/nohosts: No such file or directory" --host
 refused "chorus-run: --host-discovery-script $tmp/nodisc: No such file or directory" --elastic --host-discovery-script "$tmp/nodisc"
 refused "chorus-run: --ssh-identity-file $tmp/nokey: No such file or directory" --ssh-identity-file "$tmp/nokey"
 refused "chorus-run: --grace needs a number of seconds (0 or more), not '5s'" --grace 5s
+# Horovod's name for it is what the ranks would read too: checked alike, named as set
+out=$(HOROVOD_TIMELINE="$tmp/nodir/h.json" chorus-run -np 1 true 2>&1); rc=$?
+[ $rc = 2 ] && [ "$out" = "chorus-run: HOROVOD_TIMELINE=$tmp/nodir/h.json: the directory $tmp/nodir does not exist" ] ||
+    fail "HOROVOD_TIMELINE in a missing directory: exit $rc: $out"
 out=$(MASTER_PORT=99999 chorus-run -np 1 true 2>&1); rc=$?
 [ $rc = 2 ] && [ "$out" = "chorus-run: invalid environment: MASTER_PORT=99999 is not a TCP port (1 to 65535)" ] || fail "MASTER_PORT=99999: exit $rc: $out"
 out=$(chorus-run -np 1 "$tmp/noprog" 2>&1); rc=$?

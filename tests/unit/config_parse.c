@@ -1,7 +1,8 @@
 /* config_parse - the typed config: every default parses, values of each type are read
  * strictly, a malformed one is an error naming the variable and its value (from chorus_init
  * too), a communicator keeps the values it was created with and its splits inherit them, and
- * chorus_config_set's settings of the process win over the environment. */
+ * chorus_config_set's settings of the process win over the environment; chorus_comm_config_set
+ * changes one communicator's per-call settings. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,47 @@ static void process_settings(void)
     ASSERT_EQ(chorus_config_set(NULL, "5"), CHORUS_ERR_INVALID_ARG);
 }
 
+/* chorus_comm_config_set: a communicator's own setting of a variable read per call, checked
+ * like the environment's (an algorithm against its collective's), inherited by later splits;
+ * a refused one names why and changes nothing. */
+static void comm_settings(void)
+{
+    chorus_comm *c = NULL, *s = NULL;
+    ASSERT_OK(chorus_init(&c));
+    ASSERT_OK(chorus_comm_config_set(c, "CHORUS_ALGO_ALLREDUCE", "ring"));
+    ASSERT_OK(chorus_comm_config_set(c, "CHORUS_TCP_ONESHOT_MAX", "8K"));
+    ASSERT_EQ(strcmp(c->cfg.algo_allreduce, "ring"), 0);
+    ASSERT_EQ(c->cfg.tcp_oneshot_max, 8192);
+    ASSERT(!chorus_config_is_set("CHORUS_ALGO_ALLREDUCE")); /* the process's setting is untouched */
+    ASSERT_OK(chorus_comm_split(c, 0, 0, &s));
+    ASSERT_EQ(strcmp(s->cfg.algo_allreduce, "ring"), 0);
+    float x = 2, y = 0;
+    ASSERT_OK(chorus_allreduce(c, &x, &y, 1, CHORUS_FLOAT32, CHORUS_SUM));
+    ASSERT_EQ(y, 2);
+
+    ASSERT_EQ(chorus_comm_config_set(c, "CHORUS_ALGO_ALLREDUCE", "warp"), CHORUS_ERR_INVALID_ARG);
+    printf("chorus_comm_config_set: %s\n", chorus_last_error(c));
+    ASSERT_STR_CONTAINS(chorus_last_error(c),
+                        "CHORUS_ALGO_ALLREDUCE=warp is not an algorithm of allreduce; valid:");
+    ASSERT_EQ(strcmp(c->cfg.algo_allreduce, "ring"), 0);
+    ASSERT_EQ(chorus_comm_config_set(c, "CHORUS_TCP_ONESHOT_MAX", "-1"), CHORUS_ERR_INVALID_ARG);
+    printf("chorus_comm_config_set: %s\n", chorus_last_error(c));
+    ASSERT_STR_CONTAINS(chorus_last_error(c), "CHORUS_TCP_ONESHOT_MAX=-1");
+    ASSERT_EQ(c->cfg.tcp_oneshot_max, 8192);
+    ASSERT_EQ(chorus_comm_config_set(c, "CHORUS_SHM", "0"), CHORUS_ERR_INVALID_ARG);
+    printf("chorus_comm_config_set: %s\n", chorus_last_error(c));
+    ASSERT_STR_CONTAINS(chorus_last_error(c),
+                        "chorus_comm_config_set: CHORUS_SHM is not read per call");
+    ASSERT_EQ(chorus_comm_config_set(NULL, "CHORUS_ALGO_ALLREDUCE", "ring"),
+              CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "communicator is NULL");
+
+    ASSERT_OK(chorus_comm_config_set(c, "CHORUS_ALGO_ALLREDUCE", NULL)); /* the rules again */
+    ASSERT(c->cfg.algo_allreduce == NULL);
+    chorus_finalize(s);
+    chorus_finalize(c);
+}
+
 static void hashing(void)
 {
     const char a[] = "generation-1", b[] = "generation-2";
@@ -240,6 +282,7 @@ int main(void)
     init_refuses();
     snapshot();
     process_settings();
+    comm_settings();
     hashing();
     printf("config_parse: ok\n");
     return 0;

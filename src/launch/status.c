@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run.h"
+#include "launch/launch.h"
 
 /* A rank of a plain job failed at time now (an error reported, or an exit): the first
  * failure starts the grace the others get before they are stopped. */

@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 
 #include "elastic/keys.h"
-#include "run.h"
+#include "launch/launch.h"
 
 static void kv_set(job *j, const char *key, const char *val)
 {

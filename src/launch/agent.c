@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "run.h"
+#include "launch/launch.h"
 
 #define AGENT_STOP_GRACE_S 2.0 /* launcher gone: SIGTERM, then SIGKILL after this */
 #define AGENT_DRAIN_S      1.0 /* after the rank ended: what its pipes still hold, this long */

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
-#include "run.h"
+#include "launch/launch.h"
 
 /* Writes one line of a rank's output, and keeps it in t. */
 int run_rank_base;

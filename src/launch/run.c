@@ -1,5 +1,6 @@
 /*
- * main.c - chorus-run, which starts the ranks of a Chorus job on this host or across hosts.
+ * run.c - chorus-run, which starts the ranks of a Chorus job on this host or across hosts: the
+ * steps of a run, behind chorus_run_main (include/chorus/run.h; tools/chorus-run.c is its main).
  *
  *   chorus-run -np N [options] [--] program [args...]
  *   chorus-run -H a:2,b:2 [--rsh CMD] [options] [--] program [args...]
@@ -42,8 +43,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "chorus/run.h"
 #include "coll/comm.h"
-#include "run.h"
+#include "launch/launch.h"
 #include "wire/sock.h"
 
 /* A port on 127.0.0.1 that nothing listens on now (0 when none could be found). */
@@ -65,16 +67,16 @@ static void begin_attempt(job *j)
         snprintf(j->id, sizeof(j->id), "%s", j->base_id);
     else
         snprintf(j->id, sizeof(j->id), "%s-r%d", j->base_id, j->attempt);
-    j->master_port = j->nnodes > 1                ? j->store_port + 1
-                     : chorus__env("MASTER_PORT") ? 0
-                                                  : free_port();
+    chorus_job_vars v;
+    chorus__job_vars_read(&v); /* MASTER_PORT: the user's, or --master-port's */
+    j->master_port = j->nnodes > 1 ? j->store_port + 1 : v.MASTER_PORT ? 0 : free_port();
     if (j->verbose)
         fprintf(stderr,
                 "chorus-run: job %s: %d rank%s of %s; rendezvous store %s; MASTER_PORT %s "
                 "%d%s%s\n",
                 j->id, j->np, j->np == 1 ? "" : "s", j->argv[0], j->store,
                 j->master_port ? "(picked)" : "(yours)",
-                j->master_port ? j->master_port : atoi(chorus__env("MASTER_PORT")),
+                j->master_port ? j->master_port : atoi(v.MASTER_PORT),
                 j->log_dir ? "; output in " : "", j->log_dir ? j->log_dir : "");
 }
 
@@ -180,7 +182,7 @@ static int restart_job(job *j, const outcome *out)
     return start_ranks(j) < 0;
 }
 
-int main(int argc, char **argv)
+int chorus_run_main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "--agent")) return run_agent_main(argc, argv);
     if (argc == 2 && !strcmp(argv[1], "--version"))

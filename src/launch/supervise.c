@@ -8,7 +8,7 @@
 #include <poll.h>
 #include <sys/wait.h>
 
-#include "run.h"
+#include "launch/launch.h"
 
 static int sig_pipe[2];
 static volatile sig_atomic_t got_signal;

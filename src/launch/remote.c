@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "run.h"
+#include "launch/launch.h"
 
 #define WRITE_STALL_S 30.0 /* a reader that takes nothing for this long is given up */
 

@@ -1,6 +1,8 @@
 /*
- * run.h - the launcher's private header: the job, its workers and their streams, as the files
- * of tools/run/ share them. Each file calls only files listed before it (no circle):
+ * launch.h - the launcher's private header: the job, its workers and their streams, as the
+ * files of src/launch/ share them (the public side is include/chorus/run.h: chorus_run_main,
+ * which the chorus-run program calls). Each file calls only files listed before it (no
+ * circle):
  *   hosts.c      host lists, placement by slot, this machine, the store's address, elastic hosts
  *   remote.c     the agent protocol as both sides use it (and the signal handlers)
  *   report.c     how the job ended, told, and the exit code
@@ -13,7 +15,7 @@
  *   elastic.c    the membership of each generation
  *   supervise.c  the supervision loop: signals, reaping, the grace, the stop, --timeout
  *   options.c    the command line, with the flags of horovodrun, torchrun and mpirun
- *   main.c       the steps of a run
+ *   run.c        the steps of a run (chorus_run_main)
  *
  * The agent is `chorus-run --agent LABEL`, started as `RSH HOST /path/chorus-run --agent
  * LABEL`. Everything else comes on its stdin, never on a command line: the working
@@ -30,8 +32,8 @@
  *     X status       the rank ended with this wait status (the agent then exits with it)
  * The agent's own complaints go to its stderr, which the launcher shows as the rank's.
  */
-#ifndef CHORUS_TOOLS_RUN_H
-#define CHORUS_TOOLS_RUN_H
+#ifndef CHORUS_LAUNCH_LAUNCH_H
+#define CHORUS_LAUNCH_LAUNCH_H
 
 #include <sched.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
-#include "run.h"
+#include "launch/launch.h"
 
 static void close_pair(int p[2])
 {

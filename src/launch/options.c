@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "base/atomic_file.h"
-#include "run.h"
+#include "launch/launch.h"
 
 static void usage(FILE *f)
 {
@@ -208,7 +208,7 @@ static int check_readable(const char *opt, const char *path)
 /* A per-job secret of 32 random bytes in hex, unless the user gave one. */
 int make_secret(void)
 {
-    if (chorus__env("CHORUS_SECRET")) return 0;
+    if (chorus__config_text("CHORUS_SECRET", NULL)) return 0;
     unsigned char rnd[32];
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
     if (fd < 0 || read(fd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd)) {
@@ -521,7 +521,9 @@ static int apply_option(const char *a, const char *v, job *j, run_opts *o)
 /* MASTER_PORT, whether --master-port or the environment set it: a TCP port. */
 static int check_master_port(void)
 {
-    const char *v = chorus__env("MASTER_PORT");
+    chorus_job_vars job;
+    chorus__job_vars_read(&job);
+    const char *v = job.MASTER_PORT;
     long port;
     if (!v || !chorus__parse_int(v, 1, 65535, &port)) return 0;
     char var[600];
@@ -541,7 +543,7 @@ static int check_master_port(void)
  * work. */
 static int check_servers(const job *j)
 {
-    const char *v = chorus__env("CHORUS_PS_SERVERS");
+    const char *v = chorus__config_text("CHORUS_PS_SERVERS", NULL);
     long k;
     if (!v || j->np < 1) return 0; /* a malformed value is the configuration check's */
     if (chorus__parse_int(v, 1, 4096, &k) || k < j->np) return 0;
@@ -565,7 +567,7 @@ static int check_servers(const job *j)
  * its directory must exist. */
 static int check_timeline(const job *j)
 {
-    const char *f = chorus__env("CHORUS_TIMELINE");
+    const char *from, *f = chorus__config_text("CHORUS_TIMELINE", &from);
     if (!f || !*f || (j->hosts.n > 0 && !j->hosts.h[0].local)) return 0;
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s", f);
@@ -577,8 +579,8 @@ static int check_timeline(const job *j)
         *slash = 0;
     struct stat st;
     if (!stat(dir, &st) && S_ISDIR(st.st_mode) && !access(dir, W_OK)) return 0;
-    fprintf(stderr, "chorus-run: %s%s: the directory %s %s\n",
-            env_flag_used[0] ? "--timeline-filename " : "CHORUS_TIMELINE=", f, dir,
+    fprintf(stderr, "chorus-run: %s%s%s: the directory %s %s\n",
+            env_flag_used[0] ? "--timeline-filename " : from, env_flag_used[0] ? "" : "=", f, dir,
             stat(dir, &st)         ? "does not exist"
             : !S_ISDIR(st.st_mode) ? "is not a directory"
                                    : "is not writable");
@@ -735,28 +737,29 @@ static int local_ranks(const job *j)
 static int check_nodes(job *j)
 {
     const char *v;
-    if (!j->nnodes && (v = chorus__env("PET_NNODES")) && check_nnodes(v, j)) return 2;
+    chorus_job_vars job;
+    chorus__job_vars_read(&job);
+    if (!j->nnodes && (v = job.PET_NNODES) && check_nnodes(v, j)) return 2;
     if (j->nnodes <= 1) return -1;
-    if (j->np < 1 && (v = chorus__env("PET_NPROC_PER_NODE")) &&
+    if (j->np < 1 && (v = job.PET_NPROC_PER_NODE) &&
         parse_int_arg("PET_NPROC_PER_NODE", v, 1, 4096, &j->np))
         return 2;
-    if (j->node_rank < 0 && (v = chorus__env("PET_NODE_RANK")) &&
+    if (j->node_rank < 0 && (v = job.PET_NODE_RANK) &&
         parse_int_arg("PET_NODE_RANK", v, 0, 4095, &j->node_rank))
         return 2;
-    if (j->node_rank < 0 && (v = chorus__env("JOB_COMPLETION_INDEX")) &&
+    if (j->node_rank < 0 && (v = job.JOB_COMPLETION_INDEX) &&
         parse_int_arg("JOB_COMPLETION_INDEX", v, 0, 4095, &j->node_rank))
         return 2;
-    if (!j->master_addr[0] &&
-        ((v = chorus__env("PET_MASTER_ADDR")) || (v = chorus__env("MASTER_ADDR"))))
+    if (!j->master_addr[0] && ((v = job.PET_MASTER_ADDR) || (v = job.MASTER_ADDR)))
         snprintf(j->master_addr, sizeof(j->master_addr), "%s", v);
-    v = chorus__env("MASTER_PORT"); /* --master-port's, or the environment's */
-    if (!v) v = chorus__env("PET_MASTER_PORT");
+    v = job.MASTER_PORT ? job.MASTER_PORT : job.PET_MASTER_PORT; /* --master-port's too */
     j->store_port = 29500;
     if (v && parse_int_arg("--master-port", v, 1, 65534, &j->store_port)) return 2;
     const char *missing = j->node_rank < 0     ? "--node-rank I (this node's index, 0 to N-1)"
                           : !j->master_addr[0] ? "--master-addr HOST (where node 0 is)"
-                          : !chorus__env("CHORUS_SECRET") ? "CHORUS_SECRET (the same on every node)"
-                                                          : NULL;
+                          : !chorus__config_text("CHORUS_SECRET", NULL)
+                              ? "CHORUS_SECRET (the same on every node)"
+                              : NULL;
     if (missing) {
         fprintf(stderr, "chorus-run: --nnodes %d needs %s\n", j->nnodes, missing);
         return 2;
@@ -839,7 +842,8 @@ int check_args(int argc, char **argv, job *j, run_opts *o)
     }
     if (j->max_restarts < 0) j->max_restarts = j->elastic ? 3 : 0;
     if (!o->max_np_set) j->max_np = j->np;
-    const char *b = chorus__env("CHORUS_BIND"); /* checked with the rest of the config later */
+    const char *b =
+        chorus__config_text("CHORUS_BIND", NULL); /* checked with the rest of the config later */
     if (o->bind_req < 0 && b && !strcmp(b, "none")) o->bind_req = 0;
     /* an elastic job may grow to max_np: plan for that many */
     int np = j->np;

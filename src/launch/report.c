@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run.h"
+#include "launch/launch.h"
 
 void describe_status(int status, char *out, size_t len)
 {

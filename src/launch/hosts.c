@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run.h"
+#include "launch/launch.h"
 #include "wire/sock.h"
 
 /* ---- host lists ------------------------------------------------------------------------- */

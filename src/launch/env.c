@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run.h"
+#include "launch/launch.h"
 
 /* Loopback TCP and shared memory wake the receiver on the sender's CPU, so two ranks that
  * float can end up taking turns on one core while the other idles; pinned ranks cannot.
@@ -147,10 +147,12 @@ char **child_env(const job *j, int rank, int size, int wid)
         PUT("ROLE_WORLD_SIZE=%d", size);
         PUT("TORCHELASTIC_RESTART_COUNT=%d", j->attempt);
         PUT("TORCHELASTIC_MAX_RESTARTS=%d", j->max_restarts);
+        chorus_job_vars job;
+        chorus__job_vars_read(&job);
         if (j->master_port) { /* else the user's MASTER_PORT (and MASTER_ADDR) */
             PUT("MASTER_ADDR=%s", master);
             PUT("MASTER_PORT=%d", j->master_port);
-        } else if (!chorus__env("MASTER_ADDR")) {
+        } else if (!job.MASTER_ADDR) {
             PUT("MASTER_ADDR=%s", master);
         }
     }

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "run.h"
+#include "launch/launch.h"
 
 void signal_all(job *j, int sig)
 {

@@ -1,6 +1,7 @@
 # nn.mk - the C neural-network library (libchorus_nn), the trainer chorus-train, and their
 # tests. A tier of its own over the core (`make trainer`): OpenBLAS and zlib; the trainer's
-# data comes from dataset-fashion-mnist (the demo's and the tests' tier).
+# data comes from dataset-fashion-mnist, and the GPT's text from fortunes (the demos' and the
+# tests' tier).
 #
 #   make trainer      what make builds, plus libchorus_nn.a, libchorus_nn.so, chorus-train and
 #                     chorus_nn.pc
@@ -20,7 +21,7 @@ NN_TEST_SRCS := $(wildcard tests/unit/nn_*.c tests/mp/train_*.c) tests/unit/pipe
 NN_TEST_BINS := $(NN_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 NN_PKGS       = zlib1g-dev libopenblas-dev
-DEBIAN_PKGS  += $(NN_PKGS) dataset-fashion-mnist
+DEBIAN_PKGS  += $(NN_PKGS) dataset-fashion-mnist fortunes
 NN_TARGETS   := $(NN_LIB) $(NN_SO) $(BUILD)/bin/chorus-train $(BUILD)/lib/pkgconfig/chorus_nn.pc
 WORLD_TARGETS += $(NN_TARGETS)
 NN_PC = $(call pc_text,chorus_nn,Neural-network layers and data-parallel training over Chorus,-lchorus_nn,$(NN_LDLIBS),chorus)

@@ -35,6 +35,7 @@
  *   split.h     tensor parallelism, activation recomputation, ZeRO
  *   balance.h   the load balancer's share rule
  *   pipeline.h  pipeline parallelism
+ *   text.h      text for the GPT: the fortune databases as byte tokens
  */
 #ifndef CHORUS_NN_H
 #define CHORUS_NN_H
@@ -50,5 +51,6 @@
 #include "chorus/nn/optim.h"
 #include "chorus/nn/pipeline.h"
 #include "chorus/nn/split.h"
+#include "chorus/nn/text.h"
 
 #endif /* CHORUS_NN_H */

@@ -1,0 +1,99 @@
+#!/bin/sh
+# gpt_train.sh - chorus-train --model gpt with real ranks, on real text: a few of Debian's
+# fortune databases copied into a directory of their own (small, so that a step and an
+# evaluation take a moment), and a small shape of the GPT.
+#   sync      2 ranks: --grad-sync fused, layer and engine (with buckets) end with the same
+#             parameters, to the bit, on both ranks; --accum 2 trains too; the validation line,
+#             tokens/s and the sampled text are printed
+#   resume    8 steps straight and 4 + --resume 4 (checkpoints every 4 steps, 2 ranks) end
+#             with the same parameters, to the bit; a resume with another shape is refused
+#             naming both
+#   learns    250 steps on 2 ranks bring the validation loss below the unigram model's
+#   refused   the splits the GPT does not have yet, and GPT options given to another model,
+#             are refused with their reason
+set -u
+PATH=${BUILD:-build}/bin:$PATH
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT INT TERM
+fail() { echo "FAIL: $*"; exit 1; }
+mkdir "$d/text"
+for f in fortunes goedel kids love; do
+    cp /usr/share/games/fortunes/$f "$d/text/" || fail "the fortune databases are not installed (sudo apt-get install fortunes)"
+done
+small="--model gpt --data $d/text --layers 2 --d-model 64 --heads 4 --context 32 --batch 16 --log-every 2 --seed 4"
+run() { # name args...: chorus-train on 2 ranks, its output in $d/name.log
+    log=$d/$1.log
+    shift
+    chorus-run -np 2 chorus-train "$@" > "$log" 2>&1 || { cat "$log"; fail "$(basename "$log" .log)"; }
+}
+same() { # a b: the dumps of both ranks of runs a and b are equal
+    for r in 0 1; do
+        cmp "$d/$1.$r" "$d/$2.$r" || fail "$1 and $2: rank $r's parameters differ"
+    done
+}
+refused() { # message args...: the run fails saying message
+    msg=$1
+    shift
+    out=$(chorus-train $small --max-steps 1 "$@" 2>&1) && fail "$* was not refused"
+    echo "$out" | grep -qF -- "$msg" || { echo "$out"; fail "$*: expected '$msg'"; }
+    echo "refused $*: $(echo "$out" | tail -1)"
+}
+case "$1" in
+sync)
+    for s in fused layer engine; do
+        run $s $small --max-steps 4 --grad-sync $s --bucket-kb 64 --sample 40 --dump-params "$d/$s"
+        cmp "$d/$s.0" "$d/$s.1" || fail "--grad-sync $s: the ranks' parameters differ"
+    done
+    same fused layer
+    same fused engine
+    echo "--grad-sync fused, layer, engine: the same parameters on both ranks, to the bit"
+    run accum $small --max-steps 4 --accum 2 --dump-params "$d/accum"
+    cmp "$d/accum.0" "$d/accum.1" || fail "--accum 2: the ranks' parameters differ"
+    cat "$d/engine.log"
+    grep -q "validation after step 4: loss [0-9.]* nats per token (perplexity [0-9.]*; unigram [0-9.]*), next-byte accuracy" "$d/engine.log" || fail "no validation line"
+    grep -q "gpt: [0-9]* tokens/s over" "$d/engine.log" || fail "no tokens/s line"
+    grep -q "sample (40 bytes at temperature 0.8" "$d/engine.log" || fail "no sample"
+    ;;
+resume)
+    run straight $small --max-steps 8 --no-eval --sample 0 --dump-params "$d/straight"
+    run half $small --max-steps 4 --no-eval --sample 0 --checkpoint-dir "$d/ck" --checkpoint-every 4
+    run rest $small --max-steps 8 --no-eval --sample 0 --checkpoint-dir "$d/ck" --checkpoint-every 4 --resume --dump-params "$d/rest"
+    same straight rest
+    echo "8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
+    out=$(chorus-run -np 2 chorus-train $small --layers 3 --max-steps 8 --no-eval --checkpoint-dir "$d/ck" --resume 2>&1) &&
+        fail "a resume with another shape was not refused"
+    echo "$out" | grep -q "are of a model built with --model gpt --layers 2 --d-model 64 --heads 4 --context 32 --vocab 256; this run asks for --model gpt --layers 3" ||
+        { echo "$out"; fail "no message naming both shapes"; }
+    echo "a resume with --layers 3 over --layers 2 is refused naming both"
+    ;;
+learns)
+    run learn $small --epochs 5 --max-steps 250 --lr 0.004 --sample 200
+    cat "$d/learn.log"
+    python3 - "$d/learn.log" <<'PY' || fail "the validation loss is not below the unigram model's"
+import re, sys
+m = re.findall(r"validation after step 250: loss ([0-9.]+) .*unigram ([0-9.]+)", open(sys.argv[1]).read())
+loss, unigram = map(float, m[-1])
+print(f"validation loss {loss:.4f}, unigram {unigram:.4f}")
+sys.exit(0 if loss < unigram else 1)
+PY
+    ;;
+refused)
+    why="--model gpt trains data parallel only for now"
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --tensor-parallel splits linear layers in column/row pairs; the GPT's attention heads and MLP are not split yet" --tensor-parallel 2
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --pipeline-stages cuts a stack of layers into stages" --pipeline-stages 2
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --zero shards the optimizer state" --zero 1
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --recompute keeps" --recompute
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): the parameter server applies the update without the GPT's gradient clipping" --mode ps-sync
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --compress views" --compress topk:0.1
+    refused "--d-model 64 is not a multiple of --heads 5" --heads 5
+    refused "--vocab 100 is too small for the byte tokens" --vocab 100
+    refused "unknown GPT preset 'huge' (the presets: tiny, gpt2-124m)" --preset huge
+    out=$(chorus-train --model mlp --layers 3 2>&1) && fail "--layers with --model mlp was not refused"
+    echo "$out" | grep -qF -- "--layers is for --model gpt, not --model mlp" || { echo "$out"; fail "--layers with mlp"; }
+    out=$(chorus-train $small --data "$d/none" 2>&1) && fail "a missing text directory was not refused"
+    echo "$out" | grep -qF "sudo apt-get install fortunes" || { echo "$out"; fail "no install hint"; }
+    echo "GPT options with --model mlp and a missing text directory are refused with their reasons"
+    ;;
+*) fail "unknown case $1" ;;
+esac
+echo "gpt_train $1: ok"

@@ -26,13 +26,23 @@ NN_TARGETS   := $(NN_LIB) $(NN_SO) $(BUILD)/bin/chorus-train $(BUILD)/lib/pkgcon
 WORLD_TARGETS += $(NN_TARGETS)
 NN_PC = $(call pc_text,chorus_nn,Neural-network layers and data-parallel training over Chorus,-lchorus_nn,$(NN_LDLIBS),chorus)
 
-.PHONY: trainer deps-nn deps-demo install-nn uninstall-nn
+.PHONY: trainer deps-nn deps-demo deps-demo-gpt demo-gpt install-nn uninstall-nn
 trainer: deps-nn $(ALL_TARGETS) $(NN_TARGETS)
 deps-nn:
 	@sh tools/deps.sh "libchorus_nn and chorus-train (make trainer)" $(CORE_PKGS) $(NN_PKGS)
 deps-demo:
 	@sh tools/deps.sh "the demo (make demo)" $(CORE_PKGS) $(NN_PKGS) dataset-fashion-mnist
+deps-demo-gpt:
+	@sh tools/deps.sh "the GPT demo (make demo-gpt)" $(CORE_PKGS) $(NN_PKGS) fortunes
 $(NN_OBJS) $(TRAIN_OBJS): | deps-nn
+
+# The GPT's tour: the tiny preset on 2 local ranks for GPT_DEMO_SECONDS of training (the
+# learning-rate schedule spans them), the gradients averaged by the engine behind backward,
+# then the validation loss against the unigram model's and a sample of generated text.
+GPT_DEMO_SECONDS ?= 180
+demo-gpt: deps-demo-gpt $(ALL_TARGETS) $(NN_TARGETS)
+	$(BUILD)/bin/chorus-run -np 2 $(BUILD)/bin/chorus-train --model gpt --grad-sync engine \
+	    --time-limit $(GPT_DEMO_SECONDS) --log-every 50 --sample 600
 
 # The layer loops are written to vectorise; -O3 lets the compiler do it fully.
 $(NN_OBJS) $(TRAIN_OBJS): OPT = -O3

@@ -231,9 +231,34 @@ static void residual_forward(float *out, const float *a, const float *b, size_t 
 
 /* ---- the model ------------------------------------------------------------------------- */
 
-static size_t block_params(int C)
+/* One block's parameters on this rank (its shard with tensor parallelism). */
+static size_t block_params(const nn_gpt *g)
 {
-    return 12 * (size_t)C * C + 13 * (size_t)C;
+    size_t C = (size_t)g->c.d_model, Cl = (size_t)g->c_local, Fl = (size_t)g->ff_local;
+    return 2 * C + (3 * Cl * C + 3 * Cl) + (C * Cl + C) + 2 * C + (Fl * C + Fl) + (C * Fl + C);
+}
+
+/* Sums buf (n floats) over the tensor-parallel ranks in place; the first failure is latched
+ * in m->comm_err (later sums of a failed model are skipped). */
+static void tp_sum(nn_gpt *g, float *buf, size_t n, const char *what)
+{
+    if (g->tp_size == 1 || g->m->comm_err) return;
+    chorus_result r = chorus_allreduce(g->tp_comm, buf, buf, n, CHORUS_FLOAT32, CHORUS_SUM);
+    if (r != CHORUS_OK)
+        g->m->comm_err = nn__fail(r, "GPT tensor parallel %s (%d ranks): %s", what, g->tp_size,
+                                  chorus_last_error(g->tp_comm));
+}
+
+/* A row-parallel linear layer: out (N,OUT) = the sum over the ranks of in (N,IN) W^T, W
+ * (OUT,IN) this rank's columns, plus the bias (whole, added once after the sum). */
+static void row_forward(nn_gpt *g, float *out, const float *in, const float *w, const float *bias,
+                        int N, int IN, int OUT)
+{
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, in, IN, w, IN, 0.0f, out,
+                OUT);
+    tp_sum(g, out, (size_t)N * OUT, "row-parallel forward");
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OUT; o++) out[(size_t)n * OUT + o] += bias[o];
 }
 
 chorus_result nn_gpt_preset(const char *name, nn_gpt_config *c)
@@ -254,7 +279,7 @@ chorus_result nn_gpt_preset(const char *name, nn_gpt_config *c)
 /* Points p's views into buf, laid out as the layers of g->m say. */
 static void point_params(const nn_gpt *g, nn_gpt_params *p, float *buf)
 {
-    size_t C = (size_t)g->c.d_model;
+    size_t C = (size_t)g->c.d_model, Cl = (size_t)g->c_local, Fl = (size_t)g->ff_local;
     p->wte = buf;
     p->wpe = buf + (size_t)g->c.vocab * C;
     for (int l = 0; l < g->c.layers; l++) {
@@ -262,15 +287,15 @@ static void point_params(const nn_gpt *g, nn_gpt_params *p, float *buf)
         nn_gpt_block *k = &p->blocks[l];
         k->ln1w = q, q += C;
         k->ln1b = q, q += C;
-        k->qkvw = q, q += 3 * C * C;
-        k->qkvb = q, q += 3 * C;
-        k->projw = q, q += C * C;
+        k->qkvw = q, q += 3 * Cl * C;
+        k->qkvb = q, q += 3 * Cl;
+        k->projw = q, q += C * Cl;
         k->projb = q, q += C;
         k->ln2w = q, q += C;
         k->ln2b = q, q += C;
-        k->fcw = q, q += 4 * C * C;
-        k->fcb = q, q += 4 * C;
-        k->fc2w = q, q += 4 * C * C;
+        k->fcw = q, q += Fl * C;
+        k->fcb = q, q += Fl;
+        k->fc2w = q, q += C * Fl;
         k->fc2b = q;
     }
     p->lnfw = buf + g->m->layers[g->c.layers + 1].param_off;
@@ -294,9 +319,9 @@ static chorus_result make_param_model(nn_gpt *g)
         L->kind = i == nl - 1 ? NN_LAYERNORM : NN_LINEAR;
         L->nparams = i == 0        ? ((size_t)c->vocab + (size_t)c->context) * C
                      : i == nl - 1 ? 2 * C
-                                   : block_params(c->d_model);
+                                   : block_params(g);
         L->in_c = L->out_c = c->d_model, L->in_h = L->out_h = c->heads;
-        L->in_w = L->out_w = i == 0 ? c->vocab : 1;
+        L->in_w = L->out_w = i == 0 ? c->vocab : g->tp_size;
         L->param_off = off;
         off += L->nparams;
     }
@@ -329,30 +354,37 @@ static float *take(float **cur, size_t n)
 static size_t carve_acts(nn_gpt *g, float *base)
 {
     struct nn_gpt_acts *a = g->a;
-    size_t C = (size_t)g->c.d_model, T = (size_t)g->c.context;
-    size_t N = (size_t)g->max_batch * T, NH = (size_t)g->c.heads;
+    size_t C = (size_t)g->c.d_model, T = (size_t)g->c.context, Cl = (size_t)g->c_local;
+    size_t N = (size_t)g->max_batch * T, NHl = (size_t)(g->c.heads / g->tp_size);
+    size_t Fl = (size_t)g->ff_local;
     float *cur = base;
     a->encoded = take(&cur, N * C);
     for (int l = 0; l < g->c.layers; l++) {
         gpt_layer_acts *k = &a->l[l];
         k->ln1 = take(&cur, N * C), k->ln1_mean = take(&cur, N), k->ln1_rstd = take(&cur, N);
-        k->qkv = take(&cur, 3 * N * C);
-        k->att = take(&cur, (size_t)g->max_batch * NH * T * T);
-        k->atty = take(&cur, N * C), k->res2 = take(&cur, N * C);
+        k->qkv = take(&cur, 3 * N * Cl);
+        k->att = take(&cur, (size_t)g->max_batch * NHl * T * T);
+        k->atty = take(&cur, N * Cl), k->res2 = take(&cur, N * C);
         k->ln2 = take(&cur, N * C), k->ln2_mean = take(&cur, N), k->ln2_rstd = take(&cur, N);
-        k->fch = take(&cur, 4 * N * C), k->fchg = take(&cur, 4 * N * C);
+        k->fch = take(&cur, N * Fl), k->fchg = take(&cur, N * Fl);
         k->res3 = take(&cur, N * C);
     }
     a->lnf = take(&cur, N * C), a->lnf_mean = take(&cur, N), a->lnf_rstd = take(&cur, N);
     a->logits = take(&cur, N * (size_t)g->c.vocab);
-    a->dres = take(&cur, N * C), a->dln = take(&cur, N * C), a->datty = take(&cur, N * C);
-    a->dqkv = take(&cur, 3 * N * C), a->dfch = take(&cur, 4 * N * C);
+    a->dres = take(&cur, N * C), a->dln = take(&cur, N * C), a->datty = take(&cur, N * Cl);
+    a->dqkv = take(&cur, 3 * N * Cl), a->dfch = take(&cur, N * Fl);
     a->dscores = take(&cur, T * T);
     return (size_t)(cur - base);
 }
 
 nn_gpt *nn_gpt_create(const nn_gpt_config *c, int max_batch)
 {
+    return nn_gpt_create_tp(c, max_batch, NULL);
+}
+
+nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_comm)
+{
+    int tp = tp_comm ? chorus_size(tp_comm) : 1;
     if (c->layers <= 0 || c->d_model <= 0 || c->heads <= 0 || c->context <= 0 || c->vocab <= 0 ||
         max_batch <= 0) {
         nn__fail(CHORUS_ERR_INVALID_ARG,
@@ -367,10 +399,21 @@ nn_gpt *nn_gpt_create(const nn_gpt_config *c, int max_batch)
                  c->heads);
         return NULL;
     }
+    if (c->heads % tp) {
+        nn__fail(CHORUS_ERR_INVALID_ARG,
+                 "nn_gpt_create: the %d heads do not divide among %d tensor-parallel ranks",
+                 c->heads, tp);
+        return NULL;
+    }
     nn_gpt *g = calloc(1, sizeof(*g));
     if (!g) return nn__fail(CHORUS_ERR_NOMEM, "nn_gpt_create: out of memory"), NULL;
     g->c = *c;
     g->max_batch = max_batch;
+    g->tp_comm = tp > 1 ? tp_comm : NULL;
+    g->tp_size = tp;
+    g->tp_rank = tp > 1 ? chorus_rank(tp_comm) : 0;
+    g->c_local = c->d_model / tp;
+    g->ff_local = 4 * c->d_model / tp;
     if (make_param_model(g)) return nn_gpt_destroy(g), NULL;
     g->a = calloc(1, sizeof(*g->a));
     if (g->a) g->a->l = calloc((size_t)c->layers, sizeof(gpt_layer_acts));
@@ -431,10 +474,11 @@ void nn_gpt_init_params(nn_gpt *g, uint64_t seed)
         nn_gpt_block *k = &g->p.blocks[l];
         fill(k->ln1w, C, 1.0f);
         fill(k->ln2w, C, 1.0f);
-        fill_normal(k->qkvw, 3 * C * C, std, &r);
-        fill_normal(k->projw, C * C, res_std, &r);
-        fill_normal(k->fcw, 4 * C * C, std, &r);
-        fill_normal(k->fc2w, 4 * C * C, res_std, &r);
+        size_t Cl = (size_t)g->c_local, Fl = (size_t)g->ff_local;
+        fill_normal(k->qkvw, 3 * Cl * C, std, &r);
+        fill_normal(k->projw, C * Cl, res_std, &r);
+        fill_normal(k->fcw, Fl * C, std, &r);
+        fill_normal(k->fc2w, C * Fl, res_std, &r);
     }
     fill(g->p.lnfw, C, 1.0f);
     g->m->seed = seed;
@@ -445,17 +489,19 @@ static void block_forward(nn_gpt *g, int l, const float *x)
 {
     const nn_gpt_block *p = &g->p.blocks[l];
     gpt_layer_acts *a = &g->a->l[l];
-    int B = g->B, T = g->T, C = g->c.d_model, N = B * T;
+    int B = g->B, T = g->T, C = g->c.d_model, N = B * T, Cl = g->c_local, Fl = g->ff_local;
     size_t NC = (size_t)N * C;
+    /* attention: QKV column-parallel (this rank's heads), the output row-parallel */
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
-    matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
-    attention_forward(a->atty, a->att, a->qkv, B, T, C, g->c.heads);
-    matmul_forward(a->res2, a->atty, p->projw, p->projb, N, C, C); /* the projection ... */
-    residual_forward(a->res2, a->res2, x, NC);                     /* ... plus the residual */
+    matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * Cl);
+    attention_forward(a->atty, a->att, a->qkv, B, T, Cl, g->c.heads / g->tp_size);
+    row_forward(g, a->res2, a->atty, p->projw, p->projb, N, Cl, C); /* the projection ... */
+    residual_forward(a->res2, a->res2, x, NC);                      /* ... plus the residual */
+    /* MLP: fc column-parallel (this rank's hidden units), fc2 row-parallel */
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
-    matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
-    gelu_forward(a->fchg, a->fch, 4 * NC);
-    matmul_forward(a->res3, a->fchg, p->fc2w, p->fc2b, N, 4 * C, C);
+    matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, Fl);
+    gelu_forward(a->fchg, a->fch, (size_t)N * Fl);
+    row_forward(g, a->res3, a->fchg, p->fc2w, p->fc2b, N, Fl, C);
     residual_forward(a->res3, a->res3, a->res2, NC);
 }
 
@@ -507,17 +553,20 @@ static void block_backward(nn_gpt *g, int l, const float *x)
     nn_gpt_block *d = &g->g.blocks[l];
     const gpt_layer_acts *a = &g->a->l[l];
     struct nn_gpt_acts *s = g->a;
-    int B = g->B, T = g->T, C = g->c.d_model, N = B * T;
-    /* MLP: res3 = res2 + fc2(gelu(fc(ln2(res2)))) */
-    matmul_backward(s->dfch, d->fc2w, d->fc2b, s->dres, a->fchg, p->fc2w, N, 4 * C, C);
-    gelu_backward(s->dfch, a->fch, (size_t)N * 4 * C);
-    matmul_backward(s->dln, d->fcw, d->fcb, s->dfch, a->ln2, p->fcw, N, C, 4 * C);
+    int B = g->B, T = g->T, C = g->c.d_model, N = B * T, Cl = g->c_local, Fl = g->ff_local;
+    /* MLP: res3 = res2 + fc2(gelu(fc(ln2(res2)))); the ranks' parts of dln add up */
+    matmul_backward(s->dfch, d->fc2w, d->fc2b, s->dres, a->fchg, p->fc2w, N, Fl, C);
+    gelu_backward(s->dfch, a->fch, (size_t)N * Fl);
+    matmul_backward(s->dln, d->fcw, d->fcb, s->dfch, a->ln2, p->fcw, N, C, Fl);
+    tp_sum(g, s->dln, (size_t)N * C, "MLP backward");
     layernorm_backward(s->dres, d->ln2w, d->ln2b, s->dln, a->res2, p->ln2w, a->ln2_mean,
                        a->ln2_rstd, N, C);
     /* attention: res2 = x + proj(attention(qkv(ln1(x)))) */
-    matmul_backward(s->datty, d->projw, d->projb, s->dres, a->atty, p->projw, N, C, C);
-    attention_backward(s->dqkv, s->dscores, s->datty, a->qkv, a->att, B, T, C, g->c.heads);
-    matmul_backward(s->dln, d->qkvw, d->qkvb, s->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+    matmul_backward(s->datty, d->projw, d->projb, s->dres, a->atty, p->projw, N, Cl, C);
+    attention_backward(s->dqkv, s->dscores, s->datty, a->qkv, a->att, B, T, Cl,
+                       g->c.heads / g->tp_size);
+    matmul_backward(s->dln, d->qkvw, d->qkvb, s->dqkv, a->ln1, p->qkvw, N, C, 3 * Cl);
+    tp_sum(g, s->dln, (size_t)N * C, "attention backward");
     layernorm_backward(s->dres, d->ln1w, d->ln1b, s->dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, N,
                        C);
 }
@@ -563,4 +612,69 @@ int32_t nn_gpt_sample_next(nn_gpt *g, const int32_t *tokens, int n, float temper
         if (u < acc) return v;
     }
     return V - 1;
+}
+
+/* rows x cols of src (row stride sld) into dst (row stride dld) */
+static void copy_rect(float *dst, size_t dld, const float *src, size_t sld, size_t rows,
+                      size_t cols)
+{
+    for (size_t r = 0; r < rows; r++) memcpy(dst + r * dld, src + r * sld, cols * sizeof(float));
+}
+
+void nn_gpt_copy_shard(nn_gpt *g, const nn_gpt *whole)
+{
+    size_t C = (size_t)g->c.d_model, Cl = (size_t)g->c_local, Fl = (size_t)g->ff_local;
+    size_t r = (size_t)g->tp_rank;
+    const nn_gpt_params *w = &whole->p;
+    memcpy(g->p.wte, w->wte, ((size_t)g->c.vocab + (size_t)g->c.context) * C * sizeof(float));
+    memcpy(g->p.lnfw, w->lnfw, 2 * C * sizeof(float));
+    for (int l = 0; l < g->c.layers; l++) {
+        nn_gpt_block *k = &g->p.blocks[l];
+        const nn_gpt_block *f = &w->blocks[l];
+        memcpy(k->ln1w, f->ln1w, C * sizeof(float));
+        memcpy(k->ln1b, f->ln1b, C * sizeof(float));
+        memcpy(k->ln2w, f->ln2w, C * sizeof(float));
+        memcpy(k->ln2b, f->ln2b, C * sizeof(float));
+        for (size_t j = 0; j < 3; j++) { /* this rank's heads of q, k and v */
+            copy_rect(k->qkvw + j * Cl * C, C, f->qkvw + (j * C + r * Cl) * C, C, Cl, C);
+            memcpy(k->qkvb + j * Cl, f->qkvb + j * C + r * Cl, Cl * sizeof(float));
+        }
+        copy_rect(k->projw, Cl, f->projw + r * Cl, C, C, Cl);
+        memcpy(k->projb, f->projb, C * sizeof(float));
+        copy_rect(k->fcw, C, f->fcw + r * Fl * C, C, Fl, C);
+        memcpy(k->fcb, f->fcb + r * Fl, Fl * sizeof(float));
+        copy_rect(k->fc2w, Fl, f->fc2w + r * Fl, 4 * C, C, Fl);
+        memcpy(k->fc2b, f->fc2b, C * sizeof(float));
+    }
+}
+
+/* The sum of squares of the gradients in [a, b) of g->m->grads. */
+static double sum_sq(const float *a, const float *b)
+{
+    double s = 0;
+    for (; a < b; a++) s += (double)*a * *a;
+    return s;
+}
+
+chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm)
+{
+    const nn_model *m = g->m;
+    double whole = 0, split = 0; /* held whole on every rank; split over the ranks */
+    whole += sum_sq(g->g.wte, g->g.wte + m->layers[0].nparams);
+    whole += sum_sq(g->g.lnfw, g->g.lnfw + 2 * (size_t)g->c.d_model);
+    for (int l = 0; l < g->c.layers; l++) {
+        const nn_gpt_block *d = &g->g.blocks[l];
+        const float *end = m->grads + m->layers[1 + l].param_off + m->layers[1 + l].nparams;
+        whole += sum_sq(d->ln1w, d->qkvw) + sum_sq(d->projb, d->fcw) + sum_sq(d->fc2b, end);
+        split += sum_sq(d->qkvw, d->projb) + sum_sq(d->fcw, d->fc2b);
+    }
+    if (g->tp_size > 1) {
+        chorus_result r =
+            chorus_allreduce(g->tp_comm, &split, &split, 1, CHORUS_FLOAT64, CHORUS_SUM);
+        if (r != CHORUS_OK)
+            return nn__fail(r, "GPT gradient norm over %d tensor-parallel ranks: %s", g->tp_size,
+                            chorus_last_error(g->tp_comm));
+    }
+    *norm = sqrt(whole + split);
+    return CHORUS_OK;
 }

@@ -9,6 +9,9 @@
 #             with the same parameters, to the bit; a resume with another shape is refused
 #             naming both
 #   learns    250 steps on 2 ranks bring the validation loss below the unigram model's
+#   tp        --tensor-parallel 2 (heads and MLP split over 2 ranks) follows one rank's losses
+#             for 10 steps within 1e-4 (the row-parallel sums run in another order) and
+#             prints its sample; heads that do not divide and checkpoints are refused
 #   refused   the splits the GPT does not have yet, and GPT options given to another model,
 #             are refused with their reason
 set -u
@@ -77,9 +80,25 @@ print(f"validation loss {loss:.4f}, unigram {unigram:.4f}")
 sys.exit(0 if loss < unigram else 1)
 PY
     ;;
+tp)
+    chorus-run -np 1 chorus-train $small --max-steps 10 --metrics "$d/one.jsonl" > "$d/one.log" 2>&1 || { cat "$d/one.log"; fail "one rank"; }
+    run tp $small --max-steps 10 --tensor-parallel 2 --metrics "$d/tp.jsonl" --sample 40
+    cat "$d/tp.log"
+    grep -q "2 ranks = 1 data-parallel replica x 2 tensor-parallel shards" "$d/tp.log" || fail "no grid line"
+    grep -q "sample (40 bytes" "$d/tp.log" || fail "no sample"
+    python3 - "$d/one.jsonl" "$d/tp.jsonl" <<'PY' || fail "the tensor-parallel losses leave one rank's"
+import json, sys
+rows = [[json.loads(l) for l in open(f) if l.startswith('{"step"')] for f in sys.argv[1:]]
+assert len(rows[0]) == len(rows[1]) == 10, [len(r) for r in rows]
+worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(*rows))
+print(f"10 steps: largest loss difference between one rank and --tensor-parallel 2: {worst:.2e}")
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
+    refused "--tensor-parallel 3: the GPT's 4 heads do not divide among 3 ranks" --tensor-parallel 3
+    refused "--tensor-parallel and --zero do not write checkpoints yet" --tensor-parallel 2 --checkpoint-dir "$d/ck"
+    ;;
 refused)
-    why="--model gpt trains data parallel only for now"
-    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --tensor-parallel splits linear layers in column/row pairs; the GPT's attention heads and MLP are not split yet" --tensor-parallel 2
+    why="--model gpt trains data parallel and with --tensor-parallel only for now"
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --pipeline-stages cuts a stack of layers into stages" --pipeline-stages 2
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --zero shards the optimizer state" --zero 1
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --recompute keeps" --recompute

@@ -42,6 +42,47 @@ static void write_file(const char *dir, const char *name, const void *p, size_t 
     ASSERT_EQ(fclose(f), 0);
 }
 
+/* The batch of the comparisons, into g: forward, loss (returned, the mean), backward. */
+static double one_step(nn_gpt *g, int32_t *tok, int32_t *tgt)
+{
+    const int B = 3, T = small.context;
+    random_tokens(tok, (size_t)B * T, small.vocab, 11);
+    random_tokens(tgt, (size_t)B * T, small.vocab, 12);
+    nn_zero_grad(g->m);
+    nn_gpt_forward(g, tok, B, T);
+    double loss = nn_gpt_loss(g, tgt, 1.0f / (float)(B * T), NULL) / (B * T);
+    nn_gpt_backward(g);
+    return loss;
+}
+
+/* --tp DIR: this rank's shard of the model of dump(), one step, its gradients. */
+static int dump_tp(const char *dir)
+{
+    chorus_comm *comm;
+    ASSERT_OK(chorus_init(&comm));
+    int rank = chorus_rank(comm);
+    test_rank = rank;
+    nn_gpt *whole = make_model(&small, 3, 7);
+    nn_gpt *g = nn_gpt_create_tp(&small, 3, comm);
+    ASSERT(g != NULL);
+    nn_gpt_copy_shard(g, whole);
+    int32_t tok[3 * 16], tgt[3 * 16];
+    double loss = one_step(g, tok, tgt);
+    ASSERT_OK(nn_model_comm_status(g->m));
+    char name[64], text[64];
+    snprintf(name, sizeof(name), "grads.%d.f32", rank);
+    write_file(dir, name, g->m->grads, g->m->nparams * sizeof(float));
+    snprintf(name, sizeof(name), "loss.%d.txt", rank);
+    int n = snprintf(text, sizeof(text), "%.17g\n", loss);
+    write_file(dir, name, text, (size_t)n);
+    printf("nn_gpt: rank %d of %d wrote its shard's gradients (%zu of %zu parameters) to %s\n",
+           rank, g->tp_size, g->m->nparams, whole->m->nparams, dir);
+    nn_gpt_destroy(g);
+    nn_gpt_destroy(whole);
+    chorus_finalize(comm);
+    return 0;
+}
+
 /* The comparison's files: config.txt, params.f32, tokens.i32, targets.i32, loss.txt,
  * grads.f32. */
 static int dump(const char *dir)
@@ -49,12 +90,7 @@ static int dump(const char *dir)
     const int B = 3, T = small.context;
     nn_gpt *g = make_model(&small, B, 7);
     int32_t tok[3 * 16], tgt[3 * 16];
-    random_tokens(tok, (size_t)B * T, small.vocab, 11);
-    random_tokens(tgt, (size_t)B * T, small.vocab, 12);
-    nn_zero_grad(g->m);
-    nn_gpt_forward(g, tok, B, T);
-    double loss = nn_gpt_loss(g, tgt, 1.0f / (float)(B * T), NULL) / (B * T);
-    nn_gpt_backward(g);
+    double loss = one_step(g, tok, tgt);
     char text[256];
     int n = snprintf(text, sizeof(text), "%d %d %d %d %d %d %d\n", small.layers, small.d_model,
                      small.heads, small.context, small.vocab, B, T);
@@ -155,6 +191,7 @@ static void test_descends(void)
 
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "--tp")) return dump_tp(argv[2]);
     if (argc == 2) return dump(argv[1]);
     test_refused();
     test_gpt2_count();

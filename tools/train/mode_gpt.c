@@ -6,7 +6,9 @@
  * gradient sum (--grad-sync fused, layer or engine with its overlap and buckets), --accum, the
  * broadcast of the first parameters, checkpoints and --resume are data parallelism's own
  * (mode_allreduce.c). Before the update the summed gradient's norm, the same on every rank, is
- * cut to --clip-grad. The splits this model does not have yet are refused with the reason.
+ * cut to --clip-grad. --tensor-parallel T splits each block's heads and MLP over T ranks of a
+ * replica (Megatron's; nn/gpt.c), the grid and its output as for the MLP (split.c). The splits
+ * this model does not have yet are refused with the reason.
  */
 #include <math.h>
 #include <stdio.h>
@@ -73,12 +75,10 @@ static void check_opts(opts *o)
     }
     resolve_shape(o);
     const char *why =
-        o->pipe_stages  ? "--pipeline-stages cuts a stack of layers into stages; the GPT's blocks, "
-                          "with their residual connections, are not cut yet"
-        : o->par.tp > 1 ? "--tensor-parallel splits linear layers in column/row pairs; the GPT's "
-                          "attention heads and MLP are not split yet"
-        : o->par.zero   ? "--zero shards the optimizer state and gradients by the layers of a "
-                          "stack; the GPT's parameter groups are not sharded yet"
+        o->pipe_stages ? "--pipeline-stages cuts a stack of layers into stages; the GPT's blocks, "
+                         "with their residual connections, are not cut yet"
+        : o->par.zero  ? "--zero shards the optimizer state and gradients by the layers of a "
+                         "stack; the GPT's parameter groups are not sharded yet"
         : o->par.recompute
             ? "--recompute keeps the outputs of a stack's segments; the GPT's blocks keep all "
               "their activations"
@@ -92,9 +92,13 @@ static void check_opts(opts *o)
         : o->dropout > 0 ? "--dropout: the GPT has no dropout"
                          : NULL;
     if (why)
-        die("--model gpt trains data parallel only for now (chorus-run -np N, with --accum, "
-            "--grad-sync, --checkpoint-dir): %s",
+        die("--model gpt trains data parallel and with --tensor-parallel only for now "
+            "(chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): %s",
             why);
+    if (o->par.tp > 1 && o->gpt.heads % o->par.tp)
+        die("--tensor-parallel %d: the GPT's %d heads do not divide among %d ranks (each rank "
+            "takes whole heads)",
+            o->par.tp, o->gpt.heads, o->par.tp);
 }
 
 /* Windows idx[0..n) of text into s->x and s->y. */
@@ -121,12 +125,20 @@ void gpt_load(trainer *t)
     s->unigram = nn_text_unigram_loss(&s->train, &s->val);
 }
 
+/* With --tensor-parallel every rank initialises the whole model from the seed and keeps its
+ * shard, so that the split model starts where the unsplit one does. */
 nn_model *gpt_make(trainer *t, int max_batch)
 {
     train_gpt *s = t->gpt;
-    s->g = nn_gpt_create(&t->o.gpt, max_batch);
+    chorus_comm *tp = t->o.par.tp > 1 ? t->o.par.tp_comm : NULL;
+    s->g = nn_gpt_create_tp(&t->o.gpt, max_batch, tp);
     if (!s->g) die("%s", nn_last_error());
-    nn_gpt_init_params(s->g, t->o.seed);
+    nn_gpt *whole = tp ? nn_gpt_create(&t->o.gpt, 1) : s->g;
+    if (!whole) die("%s", nn_last_error());
+    nn_gpt_init_params(whole, t->o.seed);
+    if (tp) nn_gpt_copy_shard(s->g, whole);
+    if (tp) nn_gpt_destroy(whole);
+    s->g->m->seed = t->o.seed;
     size_t n = (size_t)max_batch * (size_t)t->o.gpt.context;
     s->x = malloc(n * sizeof(int32_t));
     s->y = malloc(n * sizeof(int32_t));
@@ -176,15 +188,15 @@ static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float
     stats[2] = (double)nloc * T; /* loss and accuracy per token */
 }
 
-/* The summed gradient, the same on every rank, cut to norm --clip-grad; then the update. */
+/* The summed gradient, the same on every replica, cut to global norm --clip-grad (the norm of
+ * the whole model's gradient: over the tensor-parallel shards too); then the update. */
 static void step(trainer *t, float lr)
 {
     train_gpt *s = t->gpt;
     float *g = t->m->grads;
     size_t n = t->m->nparams;
-    double ss = 0;
-    for (size_t i = 0; i < n; i++) ss += (double)g[i] * g[i];
-    s->grad_norm = sqrt(ss);
+    if (nn_model_comm_status(t->m)) die("%s", nn_last_error());
+    if (nn_gpt_grad_norm(s->g, &s->grad_norm)) die("%s", nn_last_error());
     if (t->o.clip > 0 && s->grad_norm > t->o.clip) {
         float k = (float)(t->o.clip / s->grad_norm);
         for (size_t i = 0; i < n; i++) g[i] *= k;
@@ -226,7 +238,8 @@ static double evaluate(trainer *t, double *loss)
 }
 
 /* Rank 0: tokens per second, and --sample bytes of text drawn from the model after a fortune
- * separator, at temperature 0.8. */
+ * separator, at temperature 0.8 (with --tensor-parallel the shards of replica 0 draw together,
+ * the same bytes: the others' output goes nowhere). */
 static void gpt_report(trainer *t)
 {
     allreduce_report(t);
@@ -234,10 +247,10 @@ static void gpt_report(trainer *t)
     int T = s->g->c.context;
     if (t->rank != 0) return;
     if (t->train_time > 0)
-        printf("gpt: %.0f tokens/s over %.1f s of training (%d ranks); last gradient norm %.3f "
-               "before clipping to %g\n",
-               t->samples_done * T / t->train_time, t->train_time, t->world, s->grad_norm,
-               (double)t->o.clip);
+        printf("gpt: %.0f tokens/s over %.1f s of training (%d rank%s); last gradient norm "
+               "%.3f before clipping to %g\n",
+               t->samples_done * T / t->train_time, t->train_time, chorus_size(t->comm),
+               chorus_size(t->comm) > 1 ? "s" : "", s->grad_norm, (double)t->o.clip);
     if (t->o.sample <= 0) return;
     int n = t->o.sample + 2;
     int32_t *text = malloc((size_t)n * sizeof(int32_t));

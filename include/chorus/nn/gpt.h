@@ -42,7 +42,9 @@ typedef struct nn_gpt_block {
     float *fc2w, *fc2b;   /* (C, 4C), (C) */
 } nn_gpt_block;
 
-/* The whole model's parameters (or gradients). */
+/* The whole model's parameters (or gradients); with tensor parallelism, this rank's shard:
+ * qkvw (3 C/tp, C) (its heads' rows of each of q, k, v), qkvb (3 C/tp), projw (C, C/tp),
+ * fcw (4C/tp, C), fcb (4C/tp), fc2w (C, 4C/tp); the rest whole. */
 typedef struct nn_gpt_params {
     float *wte;           /* (vocab, C) token embedding, also the output layer's weight */
     float *wpe;           /* (context, C) position embedding */
@@ -64,7 +66,18 @@ typedef struct nn_gpt {
     nn_model *m;
     nn_gpt_params p, g; /* views into m->params and m->grads */
     int max_batch;      /* sequences per forward */
-    int B, T;           /* the shape of the last forward */
+    /* Megatron tensor parallelism over tp_comm's tp_size ranks (1: none): this rank holds heads
+     * [tp_rank * H/tp, (tp_rank + 1) * H/tp) of every block, their rows of the QKV weight
+     * and columns of the attention output (column- then row-parallel), and
+     * 1/tp of the MLP's hidden units (rows of fc, columns of fc2). Embeddings, LayerNorms and
+     * the biases of the two row-parallel layers are whole on every rank, with equal
+     * gradients. One allreduce per sublayer forward (the row-parallel output) and backward
+     * (the column-parallel input's gradient); a failure is latched in m->comm_err. */
+    chorus_comm *tp_comm;
+    int tp_rank, tp_size;
+    int c_local;  /* C / tp: this rank's attention width (its heads' queries, keys, values) */
+    int ff_local; /* 4C / tp: this rank's MLP hidden units */
+    int B, T;     /* the shape of the last forward */
     const int32_t *tokens;
     struct nn_gpt_acts *a;
     size_t act_bytes; /* bytes of activations and backward scratch held */
@@ -75,6 +88,12 @@ typedef struct nn_gpt {
  * positive or a width that the heads do not divide, CHORUS_ERR_NOMEM; nn_last_error() says
  * which. */
 nn_gpt *nn_gpt_create(const nn_gpt_config *c, int max_batch);
+/* nn_gpt_create split over the ranks of tp_comm (NULL: one rank) by Megatron's tensor
+ * parallelism (nn_gpt.tp_comm). The heads must divide among the ranks (CHORUS_ERR_INVALID_ARG
+ * otherwise). Every rank of tp_comm must run the same forward and backward passes. */
+nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_comm);
+/* Copies this rank's shard of the unsplit model whole (same shape, tp_size 1) into g. */
+void nn_gpt_copy_shard(nn_gpt *g, const nn_gpt *whole);
 /* Frees g and everything it holds. NULL is ignored. */
 void nn_gpt_destroy(nn_gpt *g);
 
@@ -94,6 +113,11 @@ double nn_gpt_loss(nn_gpt *g, const int32_t *targets, float grad_scale, long *hi
 /* Back-propagates the loss's gradient through the last forward, ADDING the parameter gradients
  * to g->m->grads (several passes accumulate). */
 void nn_gpt_backward(nn_gpt *g);
+
+/* The global norm of the whole model's gradient into *norm: with tensor parallelism the split
+ * tensors' squares are summed over the ranks (collective over tp_comm) and those every rank
+ * holds whole counted once. Errors: the allreduce's. */
+chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm);
 
 /* Draws the next token after tokens[0..n) (n >= 1; the last `context` of them are seen) from
  * softmax(logits / temperature) with the random state r. */

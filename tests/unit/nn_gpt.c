@@ -187,6 +187,7 @@ static void test_descends(void)
     }
     printf("nn_gpt: loss %.4f -> %.4f after 30 steps of gradient descent\n", first, last);
     ASSERT(last < 0.5 * first);
+    nn_gpt_destroy(g);
 }
 
 int main(int argc, char **argv)

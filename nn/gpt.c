@@ -461,8 +461,25 @@ static void fill(float *p, size_t n, float v)
     for (size_t i = 0; i < n; i++) p[i] = v;
 }
 
-void nn_gpt_init_params(nn_gpt *g, uint64_t seed)
+/* With tensor parallelism: the unsplit model's parameters alone (no activations), initialised,
+ * and this rank's shard of them, so that the split model starts where the unsplit one does. */
+static chorus_result init_shard(nn_gpt *g, uint64_t seed)
 {
+    nn_gpt w = {.c = g->c, .max_batch = g->max_batch, .tp_size = 1};
+    w.c_local = g->c.d_model, w.ff_local = 4 * g->c.d_model;
+    chorus_result r = make_param_model(&w);
+    if (r == CHORUS_OK) r = nn_gpt_init_params(&w, seed);
+    if (r == CHORUS_OK) nn_gpt_copy_shard(g, &w);
+    free(w.p.blocks);
+    free(w.g.blocks);
+    nn_model_destroy(w.m);
+    g->m->seed = seed;
+    return r;
+}
+
+chorus_result nn_gpt_init_params(nn_gpt *g, uint64_t seed)
+{
+    if (g->tp_size > 1) return init_shard(g, seed);
     size_t C = (size_t)g->c.d_model;
     float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * (float)g->c.layers);
     nn_rng r;
@@ -482,6 +499,7 @@ void nn_gpt_init_params(nn_gpt *g, uint64_t seed)
     }
     fill(g->p.lnfw, C, 1.0f);
     g->m->seed = seed;
+    return CHORUS_OK;
 }
 
 /* One block's forward: x (N,C) in, a->res3 out. */

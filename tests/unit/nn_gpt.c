@@ -17,7 +17,7 @@ static nn_gpt *make_model(const nn_gpt_config *c, int B, uint64_t seed)
 {
     nn_gpt *g = nn_gpt_create(c, B);
     ASSERT(g != NULL);
-    nn_gpt_init_params(g, seed);
+    ASSERT_NN_OK(nn_gpt_init_params(g, seed));
     nn_rng r;
     nn_rng_seed(&r, seed + 1);
     for (size_t i = 0; i < g->m->nparams; i++)
@@ -65,6 +65,18 @@ static int dump_tp(const char *dir)
     nn_gpt *whole = make_model(&small, 3, 7);
     nn_gpt *g = nn_gpt_create_tp(&small, 3, comm);
     ASSERT(g != NULL);
+    /* the split model's own initialisation is the shard of the unsplit one's */
+    nn_gpt *unsplit = nn_gpt_create(&small, 1);
+    ASSERT(unsplit != NULL);
+    ASSERT_NN_OK(nn_gpt_init_params(unsplit, 8));
+    ASSERT_NN_OK(nn_gpt_init_params(g, 8));
+    float *mine = malloc(g->m->nparams * sizeof(float));
+    ASSERT(mine != NULL);
+    memcpy(mine, g->m->params, g->m->nparams * sizeof(float));
+    nn_gpt_copy_shard(g, unsplit);
+    ASSERT(!memcmp(mine, g->m->params, g->m->nparams * sizeof(float)));
+    free(mine);
+    nn_gpt_destroy(unsplit);
     nn_gpt_copy_shard(g, whole);
     int32_t tok[3 * 16], tgt[3 * 16];
     double loss = one_step(g, tok, tgt);

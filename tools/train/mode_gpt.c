@@ -125,20 +125,14 @@ void gpt_load(trainer *t)
     s->unigram = nn_text_unigram_loss(&s->train, &s->val);
 }
 
-/* With --tensor-parallel every rank initialises the whole model from the seed and keeps its
- * shard, so that the split model starts where the unsplit one does. */
+/* With --tensor-parallel every rank keeps its shard of the unsplit model's initialisation, so
+ * that the split model starts where the unsplit one does. */
 nn_model *gpt_make(trainer *t, int max_batch)
 {
     train_gpt *s = t->gpt;
     chorus_comm *tp = t->o.par.tp > 1 ? t->o.par.tp_comm : NULL;
     s->g = nn_gpt_create_tp(&t->o.gpt, max_batch, tp);
-    if (!s->g) die("%s", nn_last_error());
-    nn_gpt *whole = tp ? nn_gpt_create(&t->o.gpt, 1) : s->g;
-    if (!whole) die("%s", nn_last_error());
-    nn_gpt_init_params(whole, t->o.seed);
-    if (tp) nn_gpt_copy_shard(s->g, whole);
-    if (tp) nn_gpt_destroy(whole);
-    s->g->m->seed = t->o.seed;
+    if (!s->g || nn_gpt_init_params(s->g, t->o.seed)) die("%s", nn_last_error());
     size_t n = (size_t)max_batch * (size_t)t->o.gpt.context;
     s->x = malloc(n * sizeof(int32_t));
     s->y = malloc(n * sizeof(int32_t));

@@ -99,8 +99,11 @@ void nn_gpt_destroy(nn_gpt *g);
 
 /* GPT-2's initialisation, reproducible from seed: linear weights and embeddings normal with
  * standard deviation 0.02, the two projections into the residual stream (attention output,
- * MLP output) 0.02 / sqrt(2 layers); biases 0; LayerNorm gains 1, shifts 0. */
-void nn_gpt_init_params(nn_gpt *g, uint64_t seed);
+ * MLP output) 0.02 / sqrt(2 layers); biases 0; LayerNorm gains 1, shifts 0. A model split by
+ * tensor parallelism gets its shard of the unsplit model's initialisation (the unsplit
+ * parameters are made for a moment, without activations). Errors: CHORUS_ERR_NOMEM (split
+ * models only). */
+chorus_result nn_gpt_init_params(nn_gpt *g, uint64_t seed);
 
 /* Forward over tokens (B, T), 1 <= T <= context, B <= max_batch. Returns the logits (B, T,
  * vocab), valid until the next forward or loss. */

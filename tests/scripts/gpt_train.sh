@@ -11,7 +11,9 @@
 #   learns    250 steps on 2 ranks bring the validation loss below the unigram model's
 #   tp        --tensor-parallel 2 (heads and MLP split over 2 ranks) follows one rank's losses
 #             for 10 steps within 1e-4 (the row-parallel sums run in another order) and
-#             prints its sample; heads that do not divide and checkpoints are refused
+#             prints its sample; so does a 2x2 grid (2 replicas x 2 shards, --grad-sync
+#             engine), whose replicas end bitwise identical; heads that do not divide and
+#             checkpoints are refused
 #   refused   the splits the GPT does not have yet, and GPT options given to another model,
 #             are refused with their reason
 set -u
@@ -93,6 +95,19 @@ assert len(rows[0]) == len(rows[1]) == 10, [len(r) for r in rows]
 worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(*rows))
 print(f"10 steps: largest loss difference between one rank and --tensor-parallel 2: {worst:.2e}")
 sys.exit(0 if worst <= 1e-4 else 1)
+PY
+    # 4 ranks = 2 data replicas x 2 shards, the replicas' gradients summed by the engine
+    chorus-run -np 4 chorus-train $small --max-steps 10 --tensor-parallel 2 --grad-sync engine --no-eval \
+        --sample 0 --metrics "$d/grid.jsonl" --dump-params "$d/grid" > "$d/grid.log" 2>&1 || { cat "$d/grid.log"; fail "2x2 grid"; }
+    for t in 0 1; do
+        cmp "$d/grid.tp$t.0" "$d/grid.tp$t.1" || fail "2x2 grid: the replicas of shard $t differ"
+    done
+    python3 - "$d/one.jsonl" "$d/grid.jsonl" <<'PY' || fail "the 2x2 grid's losses leave one rank's"
+import json, sys
+rows = [[json.loads(l) for l in open(f) if l.startswith('{"step"')] for f in sys.argv[1:]]
+worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(*rows))
+print(f"2x2 grid, --grad-sync engine: replicas identical; largest loss difference from one rank {worst:.2e}")
+sys.exit(0 if len(rows[1]) == 10 and worst <= 1e-4 else 1)
 PY
     refused "--tensor-parallel 3: the GPT's 4 heads do not divide among 3 ranks" --tensor-parallel 3
     refused "--tensor-parallel and --zero do not write checkpoints yet" --tensor-parallel 2 --checkpoint-dir "$d/ck"

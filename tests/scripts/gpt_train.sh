@@ -6,8 +6,8 @@
 #             parameters, to the bit, on both ranks; --accum 2 trains too; the validation line,
 #             tokens/s and the sampled text are printed
 #   resume    8 steps straight and 4 + --resume 4 (checkpoints every 4 steps, 2 ranks) end
-#             with the same parameters, to the bit; a resume with another shape is refused
-#             naming both
+#             with the same parameters, to the bit; a resume with another shape or another
+#             --clip-grad is refused naming both
 #   learns    250 steps on 2 ranks bring the validation loss below the unigram model's
 #   tp        --tensor-parallel 2 (heads and MLP split over 2 ranks) follows one rank's losses
 #             for 10 steps within 1e-4 (the row-parallel sums run in another order) and
@@ -70,6 +70,10 @@ resume)
     echo "$out" | grep -q "are of a model built with --model gpt --layers 2 --d-model 64 --heads 4 --context 32 --vocab 256; this run asks for --model gpt --layers 3" ||
         { echo "$out"; fail "no message naming both shapes"; }
     echo "a resume with --layers 3 over --layers 2 is refused naming both"
+    out=$(chorus-run -np 2 chorus-train $small --clip-grad 0.5 --max-steps 8 --no-eval --checkpoint-dir "$d/ck" --resume 2>&1) &&
+        fail "a resume with another --clip-grad was not refused"
+    echo "$out" | grep -qF -- "--clip-grad was 1 in the checkpoint, now 0.5" || { echo "$out"; fail "no message naming --clip-grad"; }
+    echo "a resume with --clip-grad 0.5 over 1 is refused naming both"
     ;;
 learns)
     run learn $small --epochs 5 --max-steps 250 --lr 0.004 --sample 200

@@ -48,7 +48,8 @@ static void describe_config(const opts *o, int world, rec_config *c)
     rec_add(c, REC_RESULT, "--lr-schedule", "%s", o->schedule);
     rec_add(c, REC_RESULT, "--warmup-epochs", "%s", float_text(o->warmup_epochs, f[1]));
     rec_add(c, REC_RESULT, "--optim", "%s", o->optim);
-    rec_add(c, REC_RESULT, "--clip-grad", "%s", float_text(o->clip, f[4]));
+    if (o->clip > 0) /* only where it acts: a record written before it existed still matches */
+        rec_add(c, REC_RESULT, "--clip-grad", "%s", float_text(o->clip, f[4]));
     int sgd = !strcmp(o->optim, "sgd"), ps = !!strncmp(o->mode, "allreduce", 9);
     rec_add(c, sgd ? REC_RESULT : REC_RANKS, "--momentum", "%s", float_text(o->momentum, f[2]));
     rec_add(c, REC_RESULT, "--weight-decay", "%s", float_text(o->wd, f[3]));

@@ -126,6 +126,7 @@ refused)
     refused "--d-model 64 is not a multiple of --heads 5" --heads 5
     refused "--vocab 100 is too small for the byte tokens" --vocab 100
     refused "unknown GPT preset 'huge' (the presets: tiny, gpt2-124m)" --preset huge
+    refused "the text is too short for --context 8192: 76912 training and 4005 held-out bytes" --context 8192
     out=$(chorus-train --model mlp --layers 3 2>&1) && fail "--layers with --model mlp was not refused"
     echo "$out" | grep -qF -- "--layers is for --model gpt, not --model mlp" || { echo "$out"; fail "--layers with mlp"; }
     out=$(chorus-train $small --data "$d/none" 2>&1) && fail "a missing text directory was not refused"

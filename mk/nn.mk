@@ -1,6 +1,7 @@
 # nn.mk - the C neural-network library (libchorus_nn), the trainer chorus-train, and their
 # tests. A tier of its own over the core (`make trainer`): OpenBLAS and zlib; the trainer's
-# data comes from dataset-fashion-mnist (the demo's and the tests' tier).
+# data comes from dataset-fashion-mnist, and the GPT's text from fortunes (the demos' and the
+# tests' tier).
 #
 #   make trainer      what make builds, plus libchorus_nn.a, libchorus_nn.so, chorus-train and
 #                     chorus_nn.pc
@@ -20,18 +21,28 @@ NN_TEST_SRCS := $(wildcard tests/unit/nn_*.c tests/mp/train_*.c) tests/unit/pipe
 NN_TEST_BINS := $(NN_TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 NN_PKGS       = zlib1g-dev libopenblas-dev
-DEBIAN_PKGS  += $(NN_PKGS) dataset-fashion-mnist
+DEBIAN_PKGS  += $(NN_PKGS) dataset-fashion-mnist fortunes
 NN_TARGETS   := $(NN_LIB) $(NN_SO) $(BUILD)/bin/chorus-train $(BUILD)/lib/pkgconfig/chorus_nn.pc
 WORLD_TARGETS += $(NN_TARGETS)
 NN_PC = $(call pc_text,chorus_nn,Neural-network layers and data-parallel training over Chorus,-lchorus_nn,$(NN_LDLIBS),chorus)
 
-.PHONY: trainer deps-nn deps-demo install-nn uninstall-nn
+.PHONY: trainer deps-nn deps-demo deps-demo-gpt demo-gpt install-nn uninstall-nn
 trainer: deps-nn $(ALL_TARGETS) $(NN_TARGETS)
 deps-nn:
 	@sh tools/deps.sh "libchorus_nn and chorus-train (make trainer)" $(CORE_PKGS) $(NN_PKGS)
 deps-demo:
 	@sh tools/deps.sh "the demo (make demo)" $(CORE_PKGS) $(NN_PKGS) dataset-fashion-mnist
+deps-demo-gpt:
+	@sh tools/deps.sh "the GPT demo (make demo-gpt)" $(CORE_PKGS) $(NN_PKGS) fortunes
 $(NN_OBJS) $(TRAIN_OBJS): | deps-nn
+
+# The GPT's tour: the tiny preset on 2 local ranks for GPT_DEMO_SECONDS of training (the
+# learning-rate schedule spans them), the gradients averaged by the engine behind backward,
+# then the validation loss against the unigram model's and a sample of generated text.
+GPT_DEMO_SECONDS ?= 180
+demo-gpt: deps-demo-gpt $(ALL_TARGETS) $(NN_TARGETS)
+	$(BUILD)/bin/chorus-run -np 2 $(BUILD)/bin/chorus-train --model gpt --grad-sync engine \
+	    --time-limit $(GPT_DEMO_SECONDS) --log-every 50 --sample 600
 
 # The layer loops are written to vectorise; -O3 lets the compiler do it fully.
 $(NN_OBJS) $(TRAIN_OBJS): OPT = -O3

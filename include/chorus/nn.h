@@ -30,10 +30,12 @@
  *   data.h      IDX files (Fashion-MNIST) and the distributed sampler
  *   ckpt.h      training state and checkpoints
  *   dist.h      data-parallel gradient synchronisation and gradient compression
+ *   gpt.h       a GPT (decoder-only transformer) over the BLAS
  *   memory.h    the accounting of a rank's bytes by part
  *   split.h     tensor parallelism, activation recomputation, ZeRO
  *   balance.h   the load balancer's share rule
  *   pipeline.h  pipeline parallelism
+ *   text.h      text for the GPT: the fortune databases as byte tokens
  */
 #ifndef CHORUS_NN_H
 #define CHORUS_NN_H
@@ -43,10 +45,12 @@
 #include "chorus/nn/ckpt.h"
 #include "chorus/nn/data.h"
 #include "chorus/nn/dist.h"
+#include "chorus/nn/gpt.h"
 #include "chorus/nn/memory.h"
 #include "chorus/nn/model.h"
 #include "chorus/nn/optim.h"
 #include "chorus/nn/pipeline.h"
 #include "chorus/nn/split.h"
+#include "chorus/nn/text.h"
 
 #endif /* CHORUS_NN_H */

@@ -95,7 +95,7 @@ grep -q "CHORUS_SKIP_DEPS=1" "$tmp/out" || fail "the message does not mention CH
 echo "== not root, same machine: make test, make wheel"
 mk as_user "$CORE" test && fail "make test succeeded without its packages"
 head -1 "$tmp/out"
-for p in python3-torch python3-pytest openmpi-bin pkg-config zlib1g-dev libopenblas-dev dataset-fashion-mnist; do
+for p in python3-torch python3-pytest openmpi-bin pkg-config zlib1g-dev libopenblas-dev dataset-fashion-mnist fortunes; do
     grep -q "^deps: the tests (make test): these Debian packages are not installed:.* $p\( \|$\)" "$tmp/out" ||
         fail "make test does not name $p"
 done

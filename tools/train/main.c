@@ -151,7 +151,7 @@ static void eval_periodic(trainer *t)
         t->st.global_step % (uint64_t)t->o.eval_every)
         return;
     double t0 = now_s(), loss = 0;
-    double acc = evaluate_model(t, &loss);
+    double acc = t->mode->evaluate ? t->mode->evaluate(t, &loss) : evaluate_model(t, &loss);
     double trained = t0 - t->t_start - t->eval_s;
     t->eval_s += now_s() - t0;
     if (t->rank) return;

@@ -42,10 +42,12 @@ static int add_large(nn_model *m, opts *o, int nclasses)
 }
 
 const train_model train_models[] = {
-    {"mlp", 10, 0.1f, 0.0f, add_mlp},
-    {"cnn", 8, 0.05f, 0.25f, add_cnn},
-    {"large", 10, 0.01f, 0.0f, add_large},
-    {NULL, 0, 0, 0, NULL},
+    {"mlp", 10, 0.1f, 0.0f, 1e-3f, add_mlp, NULL, NULL},
+    {"cnn", 8, 0.05f, 0.25f, 1e-3f, add_cnn, NULL, NULL},
+    {"large", 10, 0.01f, 0.0f, 1e-3f, add_large, NULL, NULL},
+    /* a GPT on the fortune databases (mode_gpt.c) */
+    {"gpt", 1, 0.1f, 0.0f, 2e-3f, NULL, gpt_load, gpt_make},
+    {NULL, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 
 const train_model *train_model_named(const char *name)

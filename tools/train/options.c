@@ -19,27 +19,30 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: chorus-train [options]            (one process)\n"
             "       chorus-run -np N chorus-train [options]\n"
-            "Trains on Fashion-MNIST with data-parallel gradient averaging.\n"
-            "  --model mlp|cnn        784-512-256-10 MLP, or 2x(conv3x3,relu,pool)+2 linear "
-            "(mlp)\n"
-            "  --epochs N             passes over the training set (mlp 10, cnn 8)\n"
+            "Trains on Fashion-MNIST (or, --model gpt, on text) with data-parallel gradient\n"
+            "averaging.\n"
+            "  --model mlp|cnn|gpt    784-512-256-10 MLP, or 2x(conv3x3,relu,pool)+2 linear, or\n"
+            "                         a GPT on the fortune databases (below) (mlp)\n"
+            "  --epochs N             passes over the training set (mlp 10, cnn 8, gpt 1)\n"
             "  --batch G              GLOBAL batch per optimizer step, split across ranks "
-            "(256)\n"
+            "(256;\n"
+            "                         gpt: windows of --context tokens, 32)\n"
             "  --accum K              split each rank's share into K micro-batches whose\n"
             "                         gradients accumulate (same result, less memory) (1)\n"
-            "  --optim sgd|adamw      (sgd: with momentum, Nesterov)\n"
+            "  --optim sgd|adamw      (sgd: with momentum, Nesterov; gpt: adamw)\n"
             "  --lr X                 peak learning rate (sgd: mlp 0.1, cnn 0.05, large 0.01;\n"
-            "                         adamw 0.001)\n"
+            "                         adamw 0.001, gpt 0.002)\n"
             "  --scale-lr             multiply --lr by the number of ranks (linear scaling, for\n"
             "                         when --batch grows with the ranks)\n"
             "  --lr-schedule S        cosine|step|const after warm-up (cosine); step: x0.1 at\n"
             "                         50%% and 75%% of training\n"
-            "  --warmup-epochs E      linear warm-up from 0 over E epochs (0)\n"
+            "  --warmup-epochs E      linear warm-up from 0 over E epochs (0; gpt 0.05)\n"
             "  --momentum M --weight-decay W --no-nesterov --dropout P\n"
             "                         (momentum: 0.9; ps-async and ps-ssp: 0.8)\n"
             "  --seed S               initialisation, shuffling and dropout (1)\n"
             "  --threads T            BLAS threads per rank (1)\n"
-            "  --data DIR             Fashion-MNIST directory (" NN_FASHION_DEFAULT_DIR ")\n"
+            "  --data DIR             Fashion-MNIST directory (" NN_FASHION_DEFAULT_DIR ");\n"
+            "                         gpt: the fortune databases' (" NN_FORTUNES_DEFAULT_DIR ")\n"
             "  --checkpoint-dir D     save checkpoints there (each epoch, and see below); a\n"
             "                         fresh run refuses a D holding another run's checkpoints\n"
             "  --checkpoint-every N   also every N optimizer steps\n"
@@ -111,6 +114,17 @@ static void usage(FILE *f)
             "  --microbatches M       pipeline: micro-batches per step (4)\n"
             "  --schedule S           pipeline: gpipe (all forwards, then all backwards) or\n"
             "                         1f1b (bounded activation memory) (1f1b)\n"
+            "  --model gpt            token and position embeddings, pre-norm transformer\n"
+            "                         blocks, tied output layer; byte tokens of the fortune\n"
+            "                         databases in --data (" NN_FORTUNES_DEFAULT_DIR "),\n"
+            "                         every 20th fortune held out for validation\n"
+            "  --preset P             gpt: tiny (4 layers, d-model 128, 4 heads, context 64,\n"
+            "                         vocab 256) or gpt2-124m (12, 768, 12, 1024, 50257) (tiny)\n"
+            "  --layers N --d-model C --heads H --context T --vocab V\n"
+            "                         gpt: the shape, each over the preset's\n"
+            "  --clip-grad X          cut the gradient's global norm to X (0: off) (gpt 1)\n"
+            "  --sample N             gpt: rank 0 prints N bytes of generated text at the end\n"
+            "                         (400)\n"
             "  --version              print the version and exit\n");
 }
 
@@ -163,7 +177,15 @@ enum {
     O_MICRO,
     O_PSCHED,
     O_CHECKDIV,
-    O_PERTURB
+    O_PERTURB,
+    O_PRESET,
+    O_LAYERS,
+    O_DMODEL,
+    O_HEADS,
+    O_CONTEXT,
+    O_VOCAB,
+    O_CLIP,
+    O_SAMPLE
 };
 static const struct option lo[] = {{"model", 1, 0, O_MODEL},
                                    {"epochs", 1, 0, O_EPOCHS},
@@ -213,6 +235,14 @@ static const struct option lo[] = {{"model", 1, 0, O_MODEL},
                                    {"zero", 1, 0, O_ZERO},
                                    {"recompute", 2, 0, O_RECOMP},
                                    {"max-memory-mb", 1, 0, O_MAXMEM},
+                                   {"preset", 1, 0, O_PRESET},
+                                   {"layers", 1, 0, O_LAYERS},
+                                   {"d-model", 1, 0, O_DMODEL},
+                                   {"heads", 1, 0, O_HEADS},
+                                   {"context", 1, 0, O_CONTEXT},
+                                   {"vocab", 1, 0, O_VOCAB},
+                                   {"clip-grad", 1, 0, O_CLIP},
+                                   {"sample", 1, 0, O_SAMPLE},
                                    {0, 0, 0, 0}};
 
 /* The long name of option value c in the table lo. */
@@ -246,13 +276,16 @@ static void set_defaults(opts *o)
     memset(o, 0, sizeof(*o));
     o->model = "mlp";
     o->epochs = -1;
-    o->batch = 256;
+    o->batch = 0;             /* 256; --model gpt 32 */
+    o->warmup_epochs = -1.0f; /* 0; --model gpt 0.05 */
+    o->clip = -1.0f;          /* off; --model gpt 1 */
+    o->sample = -1;           /* --model gpt 400 */
     o->lr = -1.0f;
     o->seed = 1;
     o->threads = 1;
     o->accum = 1;
     o->schedule = "cosine";
-    o->optim = "sgd";
+    o->optim = NULL;  /* sgd; adamw for --model gpt */
     o->momentum = -1; /* by mode, below */
     o->wd = -1.0f;
     o->dropout = -1.0f;
@@ -345,6 +378,14 @@ static void take(opts *o, int c)
         if (optarg) NUM(o->par.recompute, (int)strtol(optarg, &end, 10), o->par.recompute > 0);
         break;
     case O_MAXMEM: NUM(o->par.max_mb, strtol(optarg, &end, 10), o->par.max_mb > 0); break;
+    case O_PRESET: o->preset = optarg; break;
+    case O_LAYERS: NUM(o->gpt.layers, (int)strtol(optarg, &end, 10), o->gpt.layers > 0); break;
+    case O_DMODEL: NUM(o->gpt.d_model, (int)strtol(optarg, &end, 10), o->gpt.d_model > 0); break;
+    case O_HEADS: NUM(o->gpt.heads, (int)strtol(optarg, &end, 10), o->gpt.heads > 0); break;
+    case O_CONTEXT: NUM(o->gpt.context, (int)strtol(optarg, &end, 10), o->gpt.context > 0); break;
+    case O_VOCAB: NUM(o->gpt.vocab, (int)strtol(optarg, &end, 10), o->gpt.vocab > 0); break;
+    case O_CLIP: NUM(o->clip, strtof(optarg, &end), o->clip >= 0); break;
+    case O_SAMPLE: NUM(o->sample, (int)strtol(optarg, &end, 10), o->sample >= 0); break;
     default: usage(stderr); exit(2);
     }
 #undef NUM
@@ -372,6 +413,7 @@ static void check_choices(opts *o)
         die("--compress must be none, fp16, bf16, topk:R, randomk:R or powersgd:N, not ''");
     if (o->dump && !o->dump[0]) die("--dump-params needs a file name, not ''");
     if (!train_model_named(o->model)) die("--model must be %s, not '%s'", model_names(), o->model);
+    if (!o->optim) o->optim = strcmp(o->model, "gpt") ? "sgd" : "adamw";
     if (strcmp(o->optim, "sgd") && strcmp(o->optim, "adamw"))
         die("--optim must be sgd or adamw, not '%s'", o->optim);
     if (strcmp(o->schedule, "cosine") && strcmp(o->schedule, "step") &&
@@ -413,7 +455,12 @@ static void resolve(opts *o)
     const train_model *model = train_model_named(o->model);
     int adam = !strcmp(o->optim, "adamw");
     if (o->epochs < 0) o->epochs = model->epochs;
-    if (o->lr < 0) o->lr = adam ? 1e-3f : model->lr;
+    if (o->lr < 0) o->lr = adam ? model->adam_lr : model->lr;
+    int gpt = !strcmp(o->model, "gpt");
+    if (!o->batch) o->batch = gpt ? 32 : 256;
+    if (o->warmup_epochs < 0) o->warmup_epochs = gpt ? 0.05f : 0.0f;
+    if (o->clip < 0) o->clip = gpt ? 1.0f : 0.0f;
+    if (o->sample < 0) o->sample = gpt ? 400 : 0;
     /* Asynchronous updates add momentum of their own: each gradient was taken at parameters
      * a few updates old, which acts like a heavier momentum term (docs/PARAMETER_SERVER.md
      * shows the measurements behind 0.8). */

@@ -38,7 +38,7 @@ static const char *float_text(float v, char buf[32])
  * checkpoint is always of the whole model. */
 static void describe_config(const opts *o, int world, rec_config *c)
 {
-    char f[5][32];
+    char f[6][32];
     memset(c, 0, sizeof(*c));
     int keeps = compress_keeps_state(o);
     rec_add(c, REC_RESULT, "--model", "%s", o->model);
@@ -48,6 +48,8 @@ static void describe_config(const opts *o, int world, rec_config *c)
     rec_add(c, REC_RESULT, "--lr-schedule", "%s", o->schedule);
     rec_add(c, REC_RESULT, "--warmup-epochs", "%s", float_text(o->warmup_epochs, f[1]));
     rec_add(c, REC_RESULT, "--optim", "%s", o->optim);
+    if (o->clip > 0) /* only where it acts: a record written before it existed still matches */
+        rec_add(c, REC_RESULT, "--clip-grad", "%s", float_text(o->clip, f[4]));
     int sgd = !strcmp(o->optim, "sgd"), ps = !!strncmp(o->mode, "allreduce", 9);
     rec_add(c, sgd ? REC_RESULT : REC_RANKS, "--momentum", "%s", float_text(o->momentum, f[2]));
     rec_add(c, REC_RESULT, "--weight-decay", "%s", float_text(o->wd, f[3]));
@@ -65,7 +67,7 @@ static void describe_config(const opts *o, int world, rec_config *c)
     rec_add(c, !strcmp(o->mode, "ps-ssp") ? REC_RESULT : REC_RANKS, "--staleness", "%d",
             o->staleness);
     rec_add(c, REC_NOTE, "--seed", "%llu", (unsigned long long)o->seed);
-    rec_add(c, REC_RANKS, "--dropout", "%s", float_text(o->dropout, f[4])); /* see restore */
+    rec_add(c, REC_RANKS, "--dropout", "%s", float_text(o->dropout, f[5])); /* see restore */
     /* with a compressor's memory, its tensors are those of the sync mode, on each rank */
     rec_add(c, keeps ? REC_RESULT : REC_RANKS, "--grad-sync", "%s", o->sync);
     rec_add(c, keeps ? REC_RESULT : REC_RANKS, "--bucket-kb", "%ld", o->bucket_kb);
@@ -145,9 +147,14 @@ void start_job(trainer *t)
     t->world = t->dist.size;
 }
 
-/* Step: read the train and test splits of Fashion-MNIST. */
+/* Step: read the train and test splits of Fashion-MNIST (or the model's own data). */
 void load_data(trainer *t)
 {
+    const train_model *model = train_model_named(t->o.model);
+    if (model->load) {
+        model->load(t);
+        return;
+    }
     if (nn_fashion_load(t->o.data, 1, &t->train)) die("%s", nn_last_error());
     if (nn_fashion_load(t->o.data, 0, &t->test)) die("%s", nn_last_error());
 }
@@ -189,10 +196,11 @@ void build(trainer *t)
     if (max_micro < 1) max_micro = 1;
     /* Evaluation runs in chunks of max_batch; keep them reasonably large. */
     t->max_batch = max_micro < 256 ? 256 : max_micro;
-    t->m = build_model(o, &t->train, t->max_batch);
+    const train_model *model = train_model_named(o->model);
+    t->m = model->make ? model->make(t, max_micro) : build_model(o, &t->train, t->max_batch);
     t->own = t->m;
     if (t->mode->model_built) t->mode->model_built(t);
-    nn_model_init_params(t->m, o->seed);
+    if (!model->make) nn_model_init_params(t->m, o->seed);
     t->m->rank = t->rank;
     optim_init(o, &t->opt, par_optim_count(&o->par, t->m));
     if (t->mode->optim_built) t->mode->optim_built(t);

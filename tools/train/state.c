@@ -16,7 +16,12 @@
 #define ARCH_NAME "model"
 static void arch_text(const opts *o, char *out, size_t len)
 {
-    snprintf(out, len, "--model %s --dropout %g", o->model, (double)o->dropout);
+    if (!strcmp(o->model, "gpt"))
+        snprintf(out, len,
+                 "--model gpt --layers %d --d-model %d --heads %d --context %d --vocab %d",
+                 o->gpt.layers, o->gpt.d_model, o->gpt.heads, o->gpt.context, o->gpt.vocab);
+    else
+        snprintf(out, len, "--model %s --dropout %g", o->model, (double)o->dropout);
 }
 
 /* The options saved beside the checkpoints of t into out when they differ from this run's

@@ -68,6 +68,13 @@ typedef struct opts {
 
     long check_div;      /* --check-divergence N: compare the replicas every N steps (0: off) */
     const char *perturb; /* --test-perturb RANK:STEP[:TENSOR] (tests only), or NULL */
+
+    /* --model gpt (mode_gpt.c) */
+    const char *preset; /* --preset tiny|gpt2-124m, or NULL: tiny */
+    nn_gpt_config gpt;  /* the shape: --layers --d-model --heads --context --vocab over the
+                         * preset's (0: the preset's) */
+    float clip;         /* --clip-grad: the gradients' global norm is cut to this (0: off) */
+    int sample;         /* --sample N: bytes of text rank 0 generates at the end */
 } opts;
 
 typedef struct train_mode train_mode;
@@ -113,6 +120,7 @@ typedef struct trainer {
     uint64_t div_n;        /* --check-divergence: comparisons made */
     rec_config rec;        /* the options that decide the result (train_record.c) */
     int comp_state;        /* --compress keeps memory: every rank saves its own with a checkpoint */
+    struct train_gpt *gpt; /* --model gpt: the model, its text and buffers (mode_gpt.c) */
 } trainer;
 
 /* Sums of one epoch so far, over all ranks. */
@@ -197,9 +205,15 @@ typedef struct train_model {
     int epochs;    /* default --epochs */
     float lr;      /* default --lr with --optim sgd */
     float dropout; /* default --dropout */
+    float adam_lr; /* default --lr with --optim adamw */
     /* Appends the layers to m (whose per-sample input is the data set's) with nclasses
      * outputs; nonzero when one did not fit. */
     int (*add)(nn_model *m, opts *o, int nclasses);
+    /* A model that is not a stack of layers: its data into t->train and t->test (their n
+     * samples, nclasses outputs) instead of Fashion-MNIST's, and its model, built for
+     * max_batch samples and initialised from --seed, instead of add's. NULL: add's. */
+    void (*load)(trainer *t);
+    nn_model *(*make)(trainer *t, int max_batch);
 } train_model;
 
 /* models.c: the models, ended by a row without a name, and the one named name (or NULL). */
@@ -263,6 +277,10 @@ void allreduce_sync(trainer *t, float lr, double stats[3], size_t *gcount);
 void allreduce_step(trainer *t, float lr);
 void allreduce_save(trainer *t);
 void allreduce_report(trainer *t);
+
+/* mode_gpt.c: --model gpt's data and model (its train_model row). */
+void gpt_load(trainer *t);
+nn_model *gpt_make(trainer *t, int max_batch);
 
 /* The hooks of every mode whose replicas sum their gradients and keep equal parameters
  * (allreduce, the splits, the pipeline), as designated initializers of a train_mode. */

@@ -1,0 +1,132 @@
+/*
+ * chorus/nn/gpt.h - a GPT (decoder-only transformer) for libchorus_nn (nn.h): token and position
+ * embeddings, pre-norm blocks (LayerNorm, causal multi-head self-attention, GELU MLP, residual
+ * connections), a final LayerNorm and an output layer tied to the token embedding, trained with
+ * softmax cross-entropy on the next token. Forward and backward are written in C over the BLAS
+ * (nn/gpt.c). Included by chorus/nn.h, which states the library's conventions (errors, threading).
+ */
+#ifndef CHORUS_NN_GPT_H
+#define CHORUS_NN_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chorus.h"
+#include "chorus/nn/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct nn_gpt_config {
+    int layers;  /* transformer blocks */
+    int d_model; /* width of the residual stream (C) */
+    int heads;   /* attention heads; d_model is a multiple of it */
+    int context; /* longest sequence (T) */
+    int vocab;   /* token ids are in [0, vocab) */
+} nn_gpt_config;
+
+/* The named shapes: "tiny" (4 blocks, width 128, 4 heads, context 64, vocabulary 256: trains in
+ * minutes on two cores) and "gpt2-124m" (GPT-2 small: 12 blocks, 768, 12 heads, 1024, 50257).
+ * Errors: CHORUS_ERR_INVALID_ARG for another name (the message lists these). */
+chorus_result nn_gpt_preset(const char *name, nn_gpt_config *c);
+
+/* One block's parameters (or gradients, the same views into the gradient buffer). Linear
+ * weights are (out, in), row-major, as torch.nn.Linear's: y = x W^T + b. */
+typedef struct nn_gpt_block {
+    float *ln1w, *ln1b;   /* (C) LayerNorm before attention */
+    float *qkvw, *qkvb;   /* (3C, C), (3C): queries, keys, values, heads side by side in each */
+    float *projw, *projb; /* (C, C), (C): attention output */
+    float *ln2w, *ln2b;   /* (C) LayerNorm before the MLP */
+    float *fcw, *fcb;     /* (4C, C), (4C) */
+    float *fc2w, *fc2b;   /* (C, 4C), (C) */
+} nn_gpt_block;
+
+/* The whole model's parameters (or gradients); with tensor parallelism, this rank's shard:
+ * qkvw (3 C/tp, C) (its heads' rows of each of q, k, v), qkvb (3 C/tp), projw (C, C/tp),
+ * fcw (4C/tp, C), fcb (4C/tp), fc2w (C, 4C/tp); the rest whole. */
+typedef struct nn_gpt_params {
+    float *wte;           /* (vocab, C) token embedding, also the output layer's weight */
+    float *wpe;           /* (context, C) position embedding */
+    nn_gpt_block *blocks; /* (layers) */
+    float *lnfw, *lnfb;   /* (C) final LayerNorm */
+} nn_gpt_params;
+
+struct nn_gpt_acts; /* what forward keeps for backward (nn/gpt.c) */
+
+typedef struct nn_gpt {
+    nn_gpt_config c;
+    /* The parameters and gradients as a model of libchorus_nn, so that gradient
+     * synchronisation (nn_dist), checkpoints and the optimizers work on them unchanged: one
+     * contiguous buffer each, in groups that m->layers describe: layer 0 the embeddings (wte,
+     * wpe), layer 1 + l block l, the last the final LayerNorm. Its layers cannot run
+     * nn_forward: use nn_gpt_forward. nn_backward's grad_hook is honoured: nn_gpt_backward
+     * calls m->grad_hook once per group as soon as its gradient is complete (the final
+     * LayerNorm, the blocks last first, then the embeddings). */
+    nn_model *m;
+    nn_gpt_params p, g; /* views into m->params and m->grads */
+    int max_batch;      /* sequences per forward */
+    /* Megatron tensor parallelism over tp_comm's tp_size ranks (1: none): this rank holds heads
+     * [tp_rank * H/tp, (tp_rank + 1) * H/tp) of every block, their rows of the QKV weight
+     * and columns of the attention output (column- then row-parallel), and
+     * 1/tp of the MLP's hidden units (rows of fc, columns of fc2). Embeddings, LayerNorms and
+     * the biases of the two row-parallel layers are whole on every rank, with equal
+     * gradients. One allreduce per sublayer forward (the row-parallel output) and backward
+     * (the column-parallel input's gradient); a failure is latched in m->comm_err. */
+    chorus_comm *tp_comm;
+    int tp_rank, tp_size;
+    int c_local;  /* C / tp: this rank's attention width (its heads' queries, keys, values) */
+    int ff_local; /* 4C / tp: this rank's MLP hidden units */
+    int B, T;     /* the shape of the last forward */
+    const int32_t *tokens;
+    struct nn_gpt_acts *a;
+    size_t act_bytes; /* bytes of activations and backward scratch held */
+} nn_gpt;
+
+/* Builds a model of shape c for batches of up to max_batch sequences (parameters zero: call
+ * nn_gpt_init_params). Errors (NULL returned): CHORUS_ERR_INVALID_ARG for a shape that is not
+ * positive or a width that the heads do not divide, CHORUS_ERR_NOMEM; nn_last_error() says
+ * which. */
+nn_gpt *nn_gpt_create(const nn_gpt_config *c, int max_batch);
+/* nn_gpt_create split over the ranks of tp_comm (NULL: one rank) by Megatron's tensor
+ * parallelism (nn_gpt.tp_comm). The heads must divide among the ranks (CHORUS_ERR_INVALID_ARG
+ * otherwise). Every rank of tp_comm must run the same forward and backward passes. */
+nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_comm);
+/* Copies this rank's shard of the unsplit model whole (same shape, tp_size 1) into g. */
+void nn_gpt_copy_shard(nn_gpt *g, const nn_gpt *whole);
+/* Frees g and everything it holds. NULL is ignored. */
+void nn_gpt_destroy(nn_gpt *g);
+
+/* GPT-2's initialisation, reproducible from seed: linear weights and embeddings normal with
+ * standard deviation 0.02, the two projections into the residual stream (attention output,
+ * MLP output) 0.02 / sqrt(2 layers); biases 0; LayerNorm gains 1, shifts 0. A model split by
+ * tensor parallelism gets its shard of the unsplit model's initialisation (the unsplit
+ * parameters are made for a moment, without activations). Errors: CHORUS_ERR_NOMEM (split
+ * models only). */
+chorus_result nn_gpt_init_params(nn_gpt *g, uint64_t seed);
+
+/* Forward over tokens (B, T), 1 <= T <= context, B <= max_batch. Returns the logits (B, T,
+ * vocab), valid until the next forward or loss. */
+const float *nn_gpt_forward(nn_gpt *g, const int32_t *tokens, int B, int T);
+/* After nn_gpt_forward: the softmax cross-entropy of the logits against targets (B, T). Returns
+ * the SUM over the B*T positions of -log p(target); replaces the logits with their gradient,
+ * (softmax - onehot) * grad_scale, for nn_gpt_backward. Adds the positions whose most likely
+ * token is the target to *hits when hits is not NULL. */
+double nn_gpt_loss(nn_gpt *g, const int32_t *targets, float grad_scale, long *hits);
+/* Back-propagates the loss's gradient through the last forward, ADDING the parameter gradients
+ * to g->m->grads (several passes accumulate). */
+void nn_gpt_backward(nn_gpt *g);
+
+/* The global norm of the whole model's gradient into *norm: with tensor parallelism the split
+ * tensors' squares are summed over the ranks (collective over tp_comm) and those every rank
+ * holds whole counted once. Errors: the allreduce's. */
+chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm);
+
+/* Draws the next token after tokens[0..n) (n >= 1; the last `context` of them are seen) from
+ * softmax(logits / temperature) with the random state r. */
+int32_t nn_gpt_sample_next(nn_gpt *g, const int32_t *tokens, int n, float temperature, nn_rng *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CHORUS_NN_GPT_H */

@@ -1,0 +1,138 @@
+#!/bin/sh
+# gpt_train.sh - chorus-train --model gpt with real ranks, on real text: a few of Debian's
+# fortune databases copied into a directory of their own (small, so that a step and an
+# evaluation take a moment), and a small shape of the GPT.
+#   sync      2 ranks: --grad-sync fused, layer and engine (with buckets) end with the same
+#             parameters, to the bit, on both ranks; --accum 2 trains too; the validation line,
+#             tokens/s and the sampled text are printed
+#   resume    8 steps straight and 4 + --resume 4 (checkpoints every 4 steps, 2 ranks) end
+#             with the same parameters, to the bit; a resume with another shape or another
+#             --clip-grad is refused naming both
+#   learns    250 steps on 2 ranks bring the validation loss below the unigram model's
+#   tp        --tensor-parallel 2 (heads and MLP split over 2 ranks) follows one rank's losses
+#             for 10 steps within 1e-4 (the row-parallel sums run in another order) and
+#             prints its sample; so does a 2x2 grid (2 replicas x 2 shards, --grad-sync
+#             engine), whose replicas end bitwise identical; heads that do not divide and
+#             checkpoints are refused
+#   refused   the splits the GPT does not have yet, and GPT options given to another model,
+#             are refused with their reason
+set -u
+PATH=${BUILD:-build}/bin:$PATH
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT INT TERM
+fail() { echo "FAIL: $*"; exit 1; }
+mkdir "$d/text"
+for f in fortunes goedel kids love; do
+    cp /usr/share/games/fortunes/$f "$d/text/" || fail "the fortune databases are not installed (sudo apt-get install fortunes)"
+done
+small="--model gpt --data $d/text --layers 2 --d-model 64 --heads 4 --context 32 --batch 16 --log-every 2 --seed 4"
+run() { # name args...: chorus-train on 2 ranks, its output in $d/name.log
+    log=$d/$1.log
+    shift
+    chorus-run -np 2 chorus-train "$@" > "$log" 2>&1 || { cat "$log"; fail "$(basename "$log" .log)"; }
+}
+same() { # a b: the dumps of both ranks of runs a and b are equal
+    for r in 0 1; do
+        cmp "$d/$1.$r" "$d/$2.$r" || fail "$1 and $2: rank $r's parameters differ"
+    done
+}
+refused() { # message args...: the run fails saying message
+    msg=$1
+    shift
+    out=$(chorus-train $small --max-steps 1 "$@" 2>&1) && fail "$* was not refused"
+    echo "$out" | grep -qF -- "$msg" || { echo "$out"; fail "$*: expected '$msg'"; }
+    echo "refused $*: $(echo "$out" | tail -1)"
+}
+case "$1" in
+sync)
+    for s in fused layer engine; do
+        run $s $small --max-steps 4 --grad-sync $s --bucket-kb 64 --sample 40 --dump-params "$d/$s"
+        cmp "$d/$s.0" "$d/$s.1" || fail "--grad-sync $s: the ranks' parameters differ"
+    done
+    same fused layer
+    same fused engine
+    echo "--grad-sync fused, layer, engine: the same parameters on both ranks, to the bit"
+    run accum $small --max-steps 4 --accum 2 --dump-params "$d/accum"
+    cmp "$d/accum.0" "$d/accum.1" || fail "--accum 2: the ranks' parameters differ"
+    cat "$d/engine.log"
+    grep -q "validation after step 4: loss [0-9.]* nats per token (perplexity [0-9.]*; unigram [0-9.]*), next-byte accuracy" "$d/engine.log" || fail "no validation line"
+    grep -q "gpt: [0-9]* tokens/s over" "$d/engine.log" || fail "no tokens/s line"
+    grep -q "sample (40 bytes at temperature 0.8" "$d/engine.log" || fail "no sample"
+    ;;
+resume)
+    run straight $small --max-steps 8 --no-eval --sample 0 --dump-params "$d/straight"
+    run half $small --max-steps 4 --no-eval --sample 0 --checkpoint-dir "$d/ck" --checkpoint-every 4
+    run rest $small --max-steps 8 --no-eval --sample 0 --checkpoint-dir "$d/ck" --checkpoint-every 4 --resume --dump-params "$d/rest"
+    same straight rest
+    echo "8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
+    out=$(chorus-run -np 2 chorus-train $small --layers 3 --max-steps 8 --no-eval --checkpoint-dir "$d/ck" --resume 2>&1) &&
+        fail "a resume with another shape was not refused"
+    echo "$out" | grep -q "are of a model built with --model gpt --layers 2 --d-model 64 --heads 4 --context 32 --vocab 256; this run asks for --model gpt --layers 3" ||
+        { echo "$out"; fail "no message naming both shapes"; }
+    echo "a resume with --layers 3 over --layers 2 is refused naming both"
+    out=$(chorus-run -np 2 chorus-train $small --clip-grad 0.5 --max-steps 8 --no-eval --checkpoint-dir "$d/ck" --resume 2>&1) &&
+        fail "a resume with another --clip-grad was not refused"
+    echo "$out" | grep -qF -- "--clip-grad was 1 in the checkpoint, now 0.5" || { echo "$out"; fail "no message naming --clip-grad"; }
+    echo "a resume with --clip-grad 0.5 over 1 is refused naming both"
+    ;;
+learns)
+    run learn $small --epochs 5 --max-steps 250 --lr 0.004 --sample 200
+    cat "$d/learn.log"
+    python3 - "$d/learn.log" <<'PY' || fail "the validation loss is not below the unigram model's"
+import re, sys
+m = re.findall(r"validation after step 250: loss ([0-9.]+) .*unigram ([0-9.]+)", open(sys.argv[1]).read())
+loss, unigram = map(float, m[-1])
+print(f"validation loss {loss:.4f}, unigram {unigram:.4f}")
+sys.exit(0 if loss < unigram else 1)
+PY
+    ;;
+tp)
+    chorus-run -np 1 chorus-train $small --max-steps 10 --metrics "$d/one.jsonl" > "$d/one.log" 2>&1 || { cat "$d/one.log"; fail "one rank"; }
+    run tp $small --max-steps 10 --tensor-parallel 2 --metrics "$d/tp.jsonl" --sample 40
+    cat "$d/tp.log"
+    grep -q "2 ranks = 1 data-parallel replica x 2 tensor-parallel shards" "$d/tp.log" || fail "no grid line"
+    grep -q "sample (40 bytes" "$d/tp.log" || fail "no sample"
+    python3 - "$d/one.jsonl" "$d/tp.jsonl" <<'PY' || fail "the tensor-parallel losses leave one rank's"
+import json, sys
+rows = [[json.loads(l) for l in open(f) if l.startswith('{"step"')] for f in sys.argv[1:]]
+assert len(rows[0]) == len(rows[1]) == 10, [len(r) for r in rows]
+worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(*rows))
+print(f"10 steps: largest loss difference between one rank and --tensor-parallel 2: {worst:.2e}")
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
+    # 4 ranks = 2 data replicas x 2 shards, the replicas' gradients summed by the engine
+    chorus-run -np 4 chorus-train $small --max-steps 10 --tensor-parallel 2 --grad-sync engine --no-eval \
+        --sample 0 --metrics "$d/grid.jsonl" --dump-params "$d/grid" > "$d/grid.log" 2>&1 || { cat "$d/grid.log"; fail "2x2 grid"; }
+    for t in 0 1; do
+        cmp "$d/grid.tp$t.0" "$d/grid.tp$t.1" || fail "2x2 grid: the replicas of shard $t differ"
+    done
+    python3 - "$d/one.jsonl" "$d/grid.jsonl" <<'PY' || fail "the 2x2 grid's losses leave one rank's"
+import json, sys
+rows = [[json.loads(l) for l in open(f) if l.startswith('{"step"')] for f in sys.argv[1:]]
+worst = max(abs(a["loss"] - b["loss"]) for a, b in zip(*rows))
+print(f"2x2 grid, --grad-sync engine: replicas identical; largest loss difference from one rank {worst:.2e}")
+sys.exit(0 if len(rows[1]) == 10 and worst <= 1e-4 else 1)
+PY
+    refused "--tensor-parallel 3: the GPT's 4 heads do not divide among 3 ranks" --tensor-parallel 3
+    refused "--tensor-parallel and --zero do not write checkpoints yet" --tensor-parallel 2 --checkpoint-dir "$d/ck"
+    ;;
+refused)
+    why="--model gpt trains data parallel and with --tensor-parallel only for now"
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --pipeline-stages cuts a stack of layers into stages" --pipeline-stages 2
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --zero shards the optimizer state" --zero 1
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --recompute keeps" --recompute
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): the parameter server applies the update without the GPT's gradient clipping" --mode ps-sync
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --compress views" --compress topk:0.1
+    refused "--d-model 64 is not a multiple of --heads 5" --heads 5
+    refused "--vocab 100 is too small for the byte tokens" --vocab 100
+    refused "unknown GPT preset 'huge' (the presets: tiny, gpt2-124m)" --preset huge
+    refused "the text is too short for --context 8192: 76912 training and 4005 held-out bytes" --context 8192
+    out=$(chorus-train --model mlp --layers 3 2>&1) && fail "--layers with --model mlp was not refused"
+    echo "$out" | grep -qF -- "--layers is for --model gpt, not --model mlp" || { echo "$out"; fail "--layers with mlp"; }
+    out=$(chorus-train $small --data "$d/none" 2>&1) && fail "a missing text directory was not refused"
+    echo "$out" | grep -qF "sudo apt-get install fortunes" || { echo "$out"; fail "no install hint"; }
+    echo "GPT options with --model mlp and a missing text directory are refused with their reasons"
+    ;;
+*) fail "unknown case $1" ;;
+esac
+echo "gpt_train $1: ok"

@@ -1,0 +1,215 @@
+/*
+ * nn_gpt.c - the GPT of nn/gpt.c. Without arguments: its checks of its own (shapes refused with
+ * their message, the parameter count of GPT-2 small, backward passes accumulating, the gradient
+ * hook's order, a loss that falls under training). With a directory: writes a small model's
+ * weights, one batch, its loss and every gradient there, for tests/python/gpt_torch.py to
+ * compare with the same model in PyTorch.
+ */
+#include "chorus/nn.h"
+#include "harness.h"
+
+static const nn_gpt_config small = {
+    .layers = 2, .d_model = 32, .heads = 4, .context = 16, .vocab = 256};
+
+/* Weights from the model's initialisation, moved off it (every LayerNorm gain not 1, every
+ * bias not 0) so that each gradient of the comparison is a real one. */
+static nn_gpt *make_model(const nn_gpt_config *c, int B, uint64_t seed)
+{
+    nn_gpt *g = nn_gpt_create(c, B);
+    ASSERT(g != NULL);
+    ASSERT_NN_OK(nn_gpt_init_params(g, seed));
+    nn_rng r;
+    nn_rng_seed(&r, seed + 1);
+    for (size_t i = 0; i < g->m->nparams; i++)
+        g->m->params[i] += 0.1f * (nn_rng_uniform(&r) - 0.5f);
+    return g;
+}
+
+static void random_tokens(int32_t *t, size_t n, int vocab, uint64_t seed)
+{
+    nn_rng r;
+    nn_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) t[i] = (int32_t)nn_rng_below(&r, (uint64_t)vocab);
+}
+
+static void write_file(const char *dir, const char *name, const void *p, size_t bytes)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    ASSERT(f != NULL);
+    ASSERT_EQ(fwrite(p, 1, bytes, f), bytes);
+    ASSERT_EQ(fclose(f), 0);
+}
+
+/* The batch of the comparisons, into g: forward, loss (returned, the mean), backward. */
+static double one_step(nn_gpt *g, int32_t *tok, int32_t *tgt)
+{
+    const int B = 3, T = small.context;
+    random_tokens(tok, (size_t)B * T, small.vocab, 11);
+    random_tokens(tgt, (size_t)B * T, small.vocab, 12);
+    nn_zero_grad(g->m);
+    nn_gpt_forward(g, tok, B, T);
+    double loss = nn_gpt_loss(g, tgt, 1.0f / (float)(B * T), NULL) / (B * T);
+    nn_gpt_backward(g);
+    return loss;
+}
+
+/* --tp DIR: this rank's shard of the model of dump(), one step, its gradients. */
+static int dump_tp(const char *dir)
+{
+    chorus_comm *comm;
+    ASSERT_OK(chorus_init(&comm));
+    int rank = chorus_rank(comm);
+    test_rank = rank;
+    nn_gpt *whole = make_model(&small, 3, 7);
+    nn_gpt *g = nn_gpt_create_tp(&small, 3, comm);
+    ASSERT(g != NULL);
+    /* the split model's own initialisation is the shard of the unsplit one's */
+    nn_gpt *unsplit = nn_gpt_create(&small, 1);
+    ASSERT(unsplit != NULL);
+    ASSERT_NN_OK(nn_gpt_init_params(unsplit, 8));
+    ASSERT_NN_OK(nn_gpt_init_params(g, 8));
+    float *mine = malloc(g->m->nparams * sizeof(float));
+    ASSERT(mine != NULL);
+    memcpy(mine, g->m->params, g->m->nparams * sizeof(float));
+    nn_gpt_copy_shard(g, unsplit);
+    ASSERT(!memcmp(mine, g->m->params, g->m->nparams * sizeof(float)));
+    free(mine);
+    nn_gpt_destroy(unsplit);
+    nn_gpt_copy_shard(g, whole);
+    int32_t tok[3 * 16], tgt[3 * 16];
+    double loss = one_step(g, tok, tgt);
+    ASSERT_OK(nn_model_comm_status(g->m));
+    char name[64], text[64];
+    snprintf(name, sizeof(name), "grads.%d.f32", rank);
+    write_file(dir, name, g->m->grads, g->m->nparams * sizeof(float));
+    snprintf(name, sizeof(name), "loss.%d.txt", rank);
+    int n = snprintf(text, sizeof(text), "%.17g\n", loss);
+    write_file(dir, name, text, (size_t)n);
+    printf("nn_gpt: rank %d of %d wrote its shard's gradients (%zu of %zu parameters) to %s\n",
+           rank, g->tp_size, g->m->nparams, whole->m->nparams, dir);
+    nn_gpt_destroy(g);
+    nn_gpt_destroy(whole);
+    chorus_finalize(comm);
+    return 0;
+}
+
+/* The comparison's files: config.txt, params.f32, tokens.i32, targets.i32, loss.txt,
+ * grads.f32. */
+static int dump(const char *dir)
+{
+    const int B = 3, T = small.context;
+    nn_gpt *g = make_model(&small, B, 7);
+    int32_t tok[3 * 16], tgt[3 * 16];
+    double loss = one_step(g, tok, tgt);
+    char text[256];
+    int n = snprintf(text, sizeof(text), "%d %d %d %d %d %d %d\n", small.layers, small.d_model,
+                     small.heads, small.context, small.vocab, B, T);
+    write_file(dir, "config.txt", text, (size_t)n);
+    write_file(dir, "params.f32", g->m->params, g->m->nparams * sizeof(float));
+    write_file(dir, "grads.f32", g->m->grads, g->m->nparams * sizeof(float));
+    write_file(dir, "tokens.i32", tok, sizeof(tok));
+    write_file(dir, "targets.i32", tgt, sizeof(tgt));
+    n = snprintf(text, sizeof(text), "%.17g\n", loss);
+    write_file(dir, "loss.txt", text, (size_t)n);
+    nn_gpt_destroy(g);
+    printf("nn_gpt: wrote the model and one step to %s\n", dir);
+    return 0;
+}
+
+static void test_refused(void)
+{
+    nn_gpt_config c = small;
+    c.heads = 5;
+    ASSERT(nn_gpt_create(&c, 1) == NULL);
+    ASSERT(strstr(nn_last_error(), "d_model 32 is not a multiple of the 5 heads") != NULL);
+    c = small;
+    c.layers = 0;
+    ASSERT(nn_gpt_create(&c, 1) == NULL);
+    ASSERT(strstr(nn_last_error(), "every size must be positive") != NULL);
+    ASSERT(nn_gpt_preset("huge", &c) == CHORUS_ERR_INVALID_ARG);
+    ASSERT(strstr(nn_last_error(), "the presets: tiny, gpt2-124m") != NULL);
+}
+
+/* GPT-2 small has 124,439,808 parameters (tied output layer). */
+static void test_gpt2_count(void)
+{
+    nn_gpt_config c;
+    ASSERT_OK(nn_gpt_preset("gpt2-124m", &c));
+    size_t C = (size_t)c.d_model;
+    size_t n = (size_t)(c.vocab + c.context) * C + (size_t)c.layers * (12 * C * C + 13 * C) + 2 * C;
+    ASSERT_EQ(n, 124439808);
+}
+
+static int hook_order[8], hook_n;
+static void record_hook(nn_model *m, int layer, void *arg)
+{
+    (void)m, (void)arg;
+    if (hook_n < 8) hook_order[hook_n] = layer;
+    hook_n++;
+}
+
+/* Two backward passes of one batch give twice the gradient of one; the hook sees the groups
+ * final LayerNorm, blocks last first, embeddings. */
+static void test_accumulate_and_hook(void)
+{
+    nn_gpt *g = make_model(&small, 2, 3);
+    int32_t tok[2 * 16], tgt[2 * 16];
+    random_tokens(tok, 32, small.vocab, 5);
+    random_tokens(tgt, 32, small.vocab, 6);
+    nn_zero_grad(g->m);
+    nn_gpt_forward(g, tok, 2, 16);
+    nn_gpt_loss(g, tgt, 1.0f / 32, NULL);
+    nn_gpt_backward(g);
+    float *once = malloc(g->m->nparams * sizeof(float));
+    memcpy(once, g->m->grads, g->m->nparams * sizeof(float));
+    g->m->grad_hook = record_hook;
+    nn_gpt_forward(g, tok, 2, 16);
+    nn_gpt_loss(g, tgt, 1.0f / 32, NULL);
+    nn_gpt_backward(g);
+    for (size_t i = 0; i < g->m->nparams; i++)
+        ASSERT_NEAR(g->m->grads[i], 2.0 * once[i], 1e-6 + 1e-5 * fabs(once[i]));
+    ASSERT_EQ(hook_n, 4);
+    ASSERT_EQ(hook_order[0], 3);
+    ASSERT_EQ(hook_order[1], 2);
+    ASSERT_EQ(hook_order[2], 1);
+    ASSERT_EQ(hook_order[3], 0);
+    free(once);
+    nn_gpt_destroy(g);
+}
+
+/* Plain gradient descent on one repeated batch must drive its loss down: the gradient points
+ * downhill (a sign or scale error would not). */
+static void test_descends(void)
+{
+    nn_gpt *g = make_model(&small, 2, 9);
+    int32_t tok[2 * 16], tgt[2 * 16];
+    random_tokens(tok, 32, 16, 1); /* a small alphabet, learnable in a few steps */
+    for (int i = 0; i < 32; i++) tgt[i] = (tok[i] + 1) % 16;
+    double first = 0, last = 0;
+    for (int s = 0; s < 30; s++) {
+        nn_zero_grad(g->m);
+        nn_gpt_forward(g, tok, 2, 16);
+        double l = nn_gpt_loss(g, tgt, 1.0f / 32, NULL) / 32;
+        nn_gpt_backward(g);
+        for (size_t i = 0; i < g->m->nparams; i++) g->m->params[i] -= 0.5f * g->m->grads[i];
+        if (s == 0) first = l;
+        last = l;
+    }
+    printf("nn_gpt: loss %.4f -> %.4f after 30 steps of gradient descent\n", first, last);
+    ASSERT(last < 0.5 * first);
+    nn_gpt_destroy(g);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--tp")) return dump_tp(argv[2]);
+    if (argc == 2) return dump(argv[1]);
+    test_refused();
+    test_gpt2_count();
+    test_accumulate_and_hook();
+    test_descends();
+    printf("nn_gpt: ok\n");
+    return 0;
+}

@@ -1,0 +1,300 @@
+/*
+ * mode_gpt.c - --model gpt: a GPT (nn/gpt.c) trained on the byte tokens of Debian's fortune
+ * databases (nn/text.c), data parallel. A sample is a window of --context tokens; the sampler
+ * shards each global batch of windows over the ranks as it does images. Forward and backward
+ * run over the GPT, whose parameters and gradients are an nn_model of parameter groups, so the
+ * gradient sum (--grad-sync fused, layer or engine with its overlap and buckets), --accum, the
+ * broadcast of the first parameters, checkpoints and --resume are data parallelism's own
+ * (mode_allreduce.c). Before the update the summed gradient's norm, the same on every rank, is
+ * cut to --clip-grad. --tensor-parallel T splits each block's heads and MLP over T ranks of a
+ * replica (Megatron's; nn/gpt.c), the grid and its output as for the MLP (split.c). The splits
+ * this model does not have yet are refused with the reason.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chorus.h"
+#include "trainer.h"
+
+typedef struct train_gpt {
+    nn_gpt *g;
+    nn_text train, val;
+    int32_t *x, *y;   /* (g->max_batch, context) a batch of windows and their next tokens */
+    double unigram;   /* the unigram model's validation loss (nats per token) */
+    double grad_norm; /* the last step's gradient norm, before clipping */
+} train_gpt;
+
+static int wanted(const opts *o)
+{
+    return !strcmp(o->model, "gpt");
+}
+
+/* The GPT options given to another model. */
+static void refuse_gpt_options(const opts *o)
+{
+    const char *given = o->preset        ? "--preset"
+                        : o->gpt.layers  ? "--layers"
+                        : o->gpt.d_model ? "--d-model"
+                        : o->gpt.heads   ? "--heads"
+                        : o->gpt.context ? "--context"
+                        : o->gpt.vocab   ? "--vocab"
+                        : o->clip > 0    ? "--clip-grad"
+                        : o->sample > 0  ? "--sample"
+                                         : NULL;
+    if (given) die("%s is for --model gpt, not --model %s", given, o->model);
+}
+
+/* The shape: the preset's, each size given on the command line over it. */
+static void resolve_shape(opts *o)
+{
+    nn_gpt_config c;
+    if (nn_gpt_preset(o->preset ? o->preset : "tiny", &c)) die("--preset: %s", nn_last_error());
+    if (o->gpt.layers) c.layers = o->gpt.layers;
+    if (o->gpt.d_model) c.d_model = o->gpt.d_model;
+    if (o->gpt.heads) c.heads = o->gpt.heads;
+    if (o->gpt.context) c.context = o->gpt.context;
+    if (o->gpt.vocab) c.vocab = o->gpt.vocab;
+    if (c.d_model % c.heads)
+        die("--d-model %d is not a multiple of --heads %d (each head takes d-model/heads "
+            "features)",
+            c.d_model, c.heads);
+    if (c.vocab < 256)
+        die("--vocab %d is too small for the byte tokens of the text (0..255): use 256 or more",
+            c.vocab);
+    o->gpt = c;
+}
+
+/* What the GPT does not run with yet, each with its reason. */
+static void check_opts(opts *o)
+{
+    if (!wanted(o)) {
+        refuse_gpt_options(o);
+        return;
+    }
+    resolve_shape(o);
+    const char *why =
+        o->pipe_stages ? "--pipeline-stages cuts a stack of layers into stages; the GPT's blocks, "
+                         "with their residual connections, are not cut yet"
+        : o->par.zero  ? "--zero shards the optimizer state and gradients by the layers of a "
+                         "stack; the GPT's parameter groups are not sharded yet"
+        : o->par.recompute
+            ? "--recompute keeps the outputs of a stack's segments; the GPT's blocks keep all "
+              "their activations"
+        : strcmp(o->mode, "allreduce")
+            ? "the parameter server applies the update without the GPT's gradient clipping"
+        : strcmp(o->compress, "none")
+            ? "--compress views each layer's gradient as a weight matrix; the GPT's parameter "
+              "groups hold several"
+        : !strcmp(o->balance, "dynamic") || o->balance_shares
+            ? "--balance dynamic is not measured on it yet: split the batch evenly"
+        : o->dropout > 0 ? "--dropout: the GPT has no dropout"
+                         : NULL;
+    if (why)
+        die("--model gpt trains data parallel and with --tensor-parallel only for now "
+            "(chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): %s",
+            why);
+    if (o->par.tp > 1 && o->gpt.heads % o->par.tp)
+        die("--tensor-parallel %d: the GPT's %d heads do not divide among %d ranks (each rank "
+            "takes whole heads)",
+            o->par.tp, o->gpt.heads, o->par.tp);
+}
+
+/* Windows idx[0..n) of text into s->x and s->y. */
+static void gather(train_gpt *s, const nn_text *text, const uint32_t *idx, size_t n)
+{
+    int T = s->g->c.context;
+    for (size_t i = 0; i < n; i++)
+        nn_text_window(text, T, idx[i], s->x + i * (size_t)T, s->y + i * (size_t)T);
+}
+
+void gpt_load(trainer *t)
+{
+    train_gpt *s = t->gpt = calloc(1, sizeof(*s));
+    if (!s) die("out of memory");
+    if (nn_text_load_fortunes(t->o.data, &s->train, &s->val)) die("%s", nn_last_error());
+    int T = t->o.gpt.context;
+    size_t ntrain = nn_text_windows(&s->train, T), nval = nn_text_windows(&s->val, T);
+    if (!ntrain || !nval)
+        die("the text is too short for --context %d: %zu training and %zu held-out bytes", T,
+            s->train.n, s->val.n);
+    t->train.n = (int)ntrain;
+    t->test.n = (int)nval;
+    t->train.nclasses = t->test.nclasses = t->o.gpt.vocab;
+    s->unigram = nn_text_unigram_loss(&s->train, &s->val);
+}
+
+/* With --tensor-parallel every rank keeps its shard of the unsplit model's initialisation, so
+ * that the split model starts where the unsplit one does. */
+nn_model *gpt_make(trainer *t, int max_batch)
+{
+    train_gpt *s = t->gpt;
+    chorus_comm *tp = t->o.par.tp > 1 ? t->o.par.tp_comm : NULL;
+    s->g = nn_gpt_create_tp(&t->o.gpt, max_batch, tp);
+    if (!s->g || nn_gpt_init_params(s->g, t->o.seed)) die("%s", nn_last_error());
+    size_t n = (size_t)max_batch * (size_t)t->o.gpt.context;
+    s->x = malloc(n * sizeof(int32_t));
+    s->y = malloc(n * sizeof(int32_t));
+    if (!s->x || !s->y) die("out of memory");
+    nn_mem *mm = &t->o.par.mem;
+    nn_mem_add(mm, NN_MEM_PARAMS, s->g->m->nparams * sizeof(float));
+    nn_mem_add(mm, NN_MEM_GRADS, s->g->m->nparams * sizeof(float));
+    nn_mem_add(mm, NN_MEM_ACTIVATIONS, s->g->act_bytes + 2 * n * sizeof(int32_t));
+    return s->g->m;
+}
+
+/* Rank 0's line on the model and the text. */
+static int start(trainer *t)
+{
+    const train_gpt *s = t->gpt;
+    const nn_gpt_config *c = &s->g->c;
+    if (t->rank == 0)
+        printf("gpt: %d layers, d-model %d, %d heads, context %d, vocab %d; text %s: %zu "
+               "training bytes (%d windows), %zu held-out bytes (%d windows); a unigram model "
+               "scores %.4f nats per token on them\n",
+               c->layers, c->d_model, c->heads, c->context, c->vocab,
+               t->o.data ? t->o.data : NN_FORTUNES_DEFAULT_DIR, s->train.n, t->train.n, s->val.n,
+               t->test.n, s->unigram);
+    return 0;
+}
+
+/* This rank's windows of the step, in --accum micro-batches whose gradients add up; the loss
+ * gradient is that of the mean over the global step's tokens. */
+static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float scale,
+                             double stats[3])
+{
+    train_gpt *s = t->gpt;
+    int T = s->g->c.context, K = t->o.accum;
+    size_t off = 0;
+    for (int k = 0; k < K; k++) {
+        size_t nb = nloc / (size_t)K + ((size_t)k < nloc % (size_t)K);
+        if (nb == 0) continue; /* the engine is then handed the gradients by the sync */
+        gather(s, &s->train, idx + off, nb);
+        nn_gpt_forward(s->g, s->x, (int)nb, T);
+        long hits = 0;
+        stats[0] += nn_gpt_loss(s->g, s->y, scale / (float)T, &hits);
+        stats[1] += (double)hits;
+        if (k + 1 == K) nn_dist_begin_backward(&t->dist, t->m);
+        nn_gpt_backward(s->g);
+        off += nb;
+    }
+    stats[2] = (double)nloc * T; /* loss and accuracy per token */
+}
+
+/* The summed gradient, the same on every replica, cut to global norm --clip-grad (the norm of
+ * the whole model's gradient: over the tensor-parallel shards too); then the update. */
+static void step(trainer *t, float lr)
+{
+    train_gpt *s = t->gpt;
+    float *g = t->m->grads;
+    size_t n = t->m->nparams;
+    if (nn_model_comm_status(t->m)) die("%s", nn_last_error());
+    if (nn_gpt_grad_norm(s->g, &s->grad_norm)) die("%s", nn_last_error());
+    if (t->o.clip > 0 && s->grad_norm > t->o.clip) {
+        float k = (float)(t->o.clip / s->grad_norm);
+        for (size_t i = 0; i < n; i++) g[i] *= k;
+    }
+    allreduce_step(t, lr);
+}
+
+/* The held-out windows, each rank a contiguous slice; returns the next-byte accuracy and the
+ * loss per token in *loss; rank 0 says them with the perplexity and the unigram baseline. */
+static double evaluate(trainer *t, double *loss)
+{
+    train_gpt *s = t->gpt;
+    int T = s->g->c.context, mb = s->g->max_batch;
+    size_t n = (size_t)t->test.n, parts = (size_t)t->world;
+    size_t per = (n + parts - 1) / parts, lo = per * (size_t)t->rank;
+    size_t hi = lo + per < n ? lo + per : n;
+    double acc[3] = {0, 0, 0};
+    uint32_t *idx = malloc((size_t)mb * sizeof(uint32_t));
+    if (!idx) die("out of memory");
+    for (size_t w = lo; w < hi; w += (size_t)mb) {
+        int B = (int)(hi - w < (size_t)mb ? hi - w : (size_t)mb);
+        for (int i = 0; i < B; i++) idx[i] = (uint32_t)(w + (size_t)i);
+        gather(s, &s->val, idx, (size_t)B);
+        nn_gpt_forward(s->g, s->x, B, T);
+        long hits = 0;
+        acc[0] += nn_gpt_loss(s->g, s->y, 0.0f, &hits);
+        acc[1] += (double)hits;
+        acc[2] += (double)B * T;
+    }
+    free(idx);
+    if (nn_dist_sum(&t->dist, acc, 3)) die("%s", nn_last_error());
+    *loss = acc[0] / acc[2];
+    if (t->rank == 0)
+        printf("validation after step %llu: loss %.4f nats per token (perplexity %.2f; unigram "
+               "%.4f), next-byte accuracy %.4f\n",
+               (unsigned long long)t->st.global_step, *loss, exp(*loss), s->unigram,
+               acc[1] / acc[2]);
+    return acc[1] / acc[2];
+}
+
+/* Rank 0: tokens per second, and --sample bytes of text drawn from the model after a fortune
+ * separator, at temperature 0.8 (with --tensor-parallel the shards of replica 0 draw together,
+ * the same bytes: the others' output goes nowhere). */
+static void gpt_report(trainer *t)
+{
+    allreduce_report(t);
+    train_gpt *s = t->gpt;
+    int T = s->g->c.context;
+    if (t->rank != 0) return;
+    if (t->train_time > 0)
+        printf("gpt: %.0f tokens/s over %.1f s of training (%d rank%s); last gradient norm "
+               "%.3f before clipping to %g\n",
+               t->samples_done * T / t->train_time, t->train_time, chorus_size(t->comm),
+               chorus_size(t->comm) > 1 ? "s" : "", s->grad_norm, (double)t->o.clip);
+    if (t->o.sample <= 0) return;
+    int n = t->o.sample + 2;
+    int32_t *text = malloc((size_t)n * sizeof(int32_t));
+    char *out = malloc((size_t)n + 1);
+    if (!text || !out) die("out of memory");
+    text[0] = '%', text[1] = '\n';
+    nn_rng r;
+    nn_rng_seed(&r, nn_seed_mix(t->o.seed, 0x73616d70, t->st.global_step, 0));
+    for (int i = 2; i < n; i++) {
+        text[i] = nn_gpt_sample_next(s->g, text, i, 0.8f, &r);
+        if (text[i] > 255) text[i] = '?'; /* a vocabulary wider than the bytes */
+        out[i - 2] = (char)text[i];
+    }
+    out[n - 2] = '\0';
+    printf("sample (%d bytes at temperature 0.8, after a fortune separator):\n%s\n", n - 2, out);
+    fflush(stdout);
+    free(text);
+    free(out);
+}
+
+/* t->m is the GPT's own parameter model, which main.c frees. */
+static void finish(trainer *t)
+{
+    train_gpt *s = t->gpt;
+    if (!s) return;
+    if (s->g) s->g->m = NULL;
+    nn_gpt_destroy(s->g);
+    nn_text_free(&s->train);
+    nn_text_free(&s->val);
+    free(s->x);
+    free(s->y);
+    free(s);
+    t->gpt = NULL;
+}
+
+const train_mode mode_gpt = {
+    .name = "gpt",
+    .wanted = wanted,
+    .check_opts = check_opts,
+    .share = "rank",
+    .ckpt_note = "",
+    DATA_PARALLEL_HOOKS,
+    .first_params = allreduce_first_params,
+    .sync = allreduce_sync,
+    .save = allreduce_save,
+    .start = start,
+    .forward_backward = forward_backward,
+    .step = step,
+    .evaluate = evaluate,
+    .comm_line = allreduce_comm_line,
+    .report = gpt_report,
+    .finish = finish,
+};

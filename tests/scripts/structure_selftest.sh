@@ -2,7 +2,8 @@
 # The structure checks find what they are for: a small tree with one of each violation (an
 # include circle and a call circle in src/base, a lower folder including and calling a higher
 # one, a tool including a private header, a function of 121 lines, a file of 901 lines, two
-# Python modules importing each other, one inside a function) is
+# Python modules importing each other, one inside a function, one transport including and
+# calling another) is
 # reported by tools/check_structure.py line by line, and its circles by tools/check_circles.py;
 # a function of exactly 120 lines is not; the repository's allow-list entries, absent from
 # the small tree, are reported as stale.
@@ -10,7 +11,11 @@ set -u
 fail() { echo "FAILED: $*"; exit 1; }
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-mkdir -p "$d/src/base" "$d/src/wire" "$d/src/coll" "$d/tools" "$d/nn"
+mkdir -p "$d/src/base" "$d/src/wire" "$d/src/coll" "$d/tools" "$d/nn" "$d/src/transport/x" \
+    "$d/src/transport/y"
+printf 'int y_f(void);\n' > "$d/src/transport/y/y.h"
+printf '#include "transport/y/y.h"\nint y_f(void)\n{\n    return 3;\n}\n' > "$d/src/transport/y/y.c"
+printf '#include "transport/y/y.h"\nint x_f(void)\n{\n    return y_f();\n}\n' > "$d/src/transport/x/x.c"
 
 printf 'int a_f(void);\n' > "$d/src/base/a.h"
 printf 'int b_f(void);\n' > "$d/src/base/b.h"
@@ -38,7 +43,8 @@ mkdir -p "$d/python/pkg"
 printf '' > "$d/python/pkg/__init__.py"
 printf 'from . import b\n' > "$d/python/pkg/a.py"
 printf 'def f():\n    from pkg import a\n    return a\n' > "$d/python/pkg/b.py"
-for c in src/base/a.c src/base/b.c src/coll/c.c src/wire/w.c tools/t.c nn/big.c; do
+for c in src/base/a.c src/base/b.c src/coll/c.c src/wire/w.c tools/t.c nn/big.c \
+    src/transport/x/x.c src/transport/y/y.c; do
     mkdir -p "$d/build/obj/$(dirname $c)"
     (cd "$d" && ${CC:-cc} -Isrc -c $c -o build/obj/${c%.c}.o) || fail "compiling $c"
 done
@@ -54,7 +60,9 @@ for want in "include circle: src/base/a, src/base/b" \
     "private include: tools/t.c includes src/base/a.h" \
     "long function: tools/t.c long_one (121 lines, at most 120)" \
     "long file: nn/big.c (901 lines, at most 900)" \
-    "python import circle: pkg.a, pkg.b"; do
+    "python import circle: pkg.a, pkg.b" \
+    "cross-transport include: src/transport/x/x.c includes src/transport/y/y.h" \
+    "cross-transport call: src/transport/x/x uses y_f from src/transport/y/y"; do
     echo "$out" | grep -qxF "$want" || fail "check_structure does not report: $want"
 done
 echo "$out" | grep -q "ok_one" && fail "a function of 120 lines was reported"

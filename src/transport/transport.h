@@ -71,8 +71,8 @@ typedef struct chorus_transport_ops {
      * progress (it moves on whenever a byte of a pending request moves); a timeout breaks the
      * transport blaming the peer of the first pending request. CHORUS_OK once enough are done
      * (each request's res says how it ended), else the error that broke the transport. */
-    chorus_result (*wait)(void *self, chorus_req *const *reqs, int nreq, int need,
-                          double timeout_s, chorus_errbuf *e);
+    chorus_result (*wait)(void *self, chorus_req *const *reqs, int nreq, int need, double timeout_s,
+                          chorus_errbuf *e);
     /* Non-blocking: 1 if r is done, 0 if not, -1 if it never will be (detail in e). */
     int (*test)(void *self, chorus_req *r, chorus_errbuf *e);
     /* An unclaimed point-to-point message of comm_id from peer with tag (CHORUS__NET_ANY:

@@ -15,8 +15,8 @@ static void op_irecv(void *n, chorus_req *r, int peer, const chorus_wire_hdr *ex
     chorus__net_irecv(n, r, peer, expect, buf);
 }
 
-static chorus_result op_wait(void *n, chorus_req *const *reqs, int nreq, int need,
-                             double timeout_s, chorus_errbuf *e)
+static chorus_result op_wait(void *n, chorus_req *const *reqs, int nreq, int need, double timeout_s,
+                             chorus_errbuf *e)
 {
     return chorus__net_wait_some(n, reqs, nreq, need, timeout_s, e);
 }

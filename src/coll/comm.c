@@ -14,9 +14,9 @@
 #include "base/trace.h"
 #include "bootstrap/rendezvous.h"
 #include "coll/comm.h"
-#include "transport/tcp/net.h"
 #include "transport/shm/cma.h"
 #include "transport/shm/shm.h"
+#include "transport/tcp/net.h"
 
 /* ---- init ------------------------------------------------------------------------------- */
 

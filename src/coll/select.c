@@ -244,12 +244,15 @@ static const unsigned tune_on[NALGO] = {
     [AR_RING] = ON_NET,
 };
 
+/* What a row needs, asked of the capabilities of c's transports. */
 static int has_transport(const chorus_comm *c, chorus_algo_tp tp)
 {
+    chorus_transport shm = chorus__shm_transport(c->shm);
     switch (tp) {
-    case CHORUS_TP_NET: return 1;
-    case CHORUS_TP_SHM: return c->shm != NULL;
-    case CHORUS_TP_SHM_CMA: return c->shm != NULL && c->shm->cma;
+    case CHORUS_TP_NET: return chorus__tp_has(&c->net, CHORUS_TPCAP_MSG);
+    case CHORUS_TP_SHM: return chorus__tp_has(&shm, CHORUS_TPCAP_SEGMENT);
+    case CHORUS_TP_SHM_CMA:
+        return chorus__tp_has(&shm, CHORUS_TPCAP_SEGMENT | CHORUS_TPCAP_ZERO_COPY);
     case CHORUS_TP_HIER: return c->hier != NULL;
     }
     return 0;

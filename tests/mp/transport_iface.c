@@ -126,9 +126,8 @@ static void shm_failure(void)
     chorus_errbuf e = {{0}};
     int peer = 1 - rank_;
     s->what = "a test wait";
-    uint64_t never = (uint64_t)__atomic_load_n(&s->ctrl[peer].ch[CHORUS_SHM_IN].seq,
-                                               __ATOMIC_ACQUIRE) +
-                     1000;
+    uint64_t never =
+        (uint64_t)__atomic_load_n(&s->ctrl[peer].ch[CHORUS_SHM_IN].seq, __ATOMIC_ACQUIRE) + 1000;
     chorus_result res = chorus__shm_wait(s, peer, CHORUS_SHM_IN, never, &e);
     printf("rank %d: shared-memory wait returned %s: %s\n", rank_, chorus_strerror(res), e.msg);
     if (rank_ == 0) {

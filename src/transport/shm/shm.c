@@ -279,15 +279,7 @@ static chorus_result op_error(void *v, int *culprit, chorus_errbuf *e)
     return r;
 }
 
-static const chorus_transport_ops shm_ops = {.name = "shm", .abort = op_abort, .error = op_error};
-
-chorus_transport chorus__shm_transport(chorus_shm *s)
-{
-    if (!s) return (chorus_transport){0};
-    return (chorus_transport){.ops = &shm_ops,
-                              .self = s,
-                              .caps = CHORUS_TPCAP_SEGMENT | (s->cma ? CHORUS_TPCAP_ZERO_COPY : 0)};
-}
+const chorus_transport_ops chorus__shm_ops = {.name = "shm", .abort = op_abort, .error = op_error};
 
 static int peer_dead(chorus_shm *s, int q)
 {

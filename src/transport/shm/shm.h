@@ -137,8 +137,16 @@ void chorus__shm_destroy(chorus_shm *s);
 void chorus__shm_abort(chorus_shm *s, int culprit, chorus_result r, const char *why);
 
 /* The group as a transport (transport.h): a segment (with single-copy transfers when agreed),
- * its failure record the abort word; no messages. s NULL: none. */
-chorus_transport chorus__shm_transport(chorus_shm *s);
+ * its failure record the abort word; no messages. s NULL: none. Inline: the algorithm table
+ * asks its capabilities on every call. */
+extern const chorus_transport_ops chorus__shm_ops;
+static inline chorus_transport chorus__shm_transport(chorus_shm *s)
+{
+    if (!s) return (chorus_transport){0};
+    return (chorus_transport){.ops = &chorus__shm_ops,
+                              .self = s,
+                              .caps = CHORUS_TPCAP_SEGMENT | (s->cma ? CHORUS_TPCAP_ZERO_COPY : 0)};
+}
 
 /* Staging slot of rank q for chunk g. */
 static inline char *chorus__shm_slot(const chorus_shm *s, int q, uint64_t g)

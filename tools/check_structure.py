@@ -28,6 +28,9 @@ it are one module. The rules, over every module of src/, nn/ and tools/:
      line is "walk: ...", then one file per line) names files that exist, and visits their
      folders in layer order, highest first (the Python package above tools/, a sub-package
      above its package), none twice.
+ 11. Transports apart: no file of one transport (src/transport/<name>/) includes a header of
+     another, and no object of one uses a symbol another defines; they meet through
+     src/transport/transport.h (what one needs of another comes as a chorus_transport).
 
 check_circles.py finds the circles of rules 1 and 2 a second way (the compiler's dependency
 lists and readelf's symbol tables, reachability instead of strongly connected components);
@@ -179,10 +182,19 @@ def include_graph(incs):
     return graph
 
 
+def transport_of(path):
+    """The transport a file or module belongs to (src/transport/<name>/...), or None."""
+    m = re.match(r"src/transport/([^/]+)/", path)
+    return m.group(1) if m else None
+
+
 def include_rules(incs):
-    """Rule 3 by includes and rule 4."""
+    """Rules 3 and 9 by includes, and rule 4."""
     bad = []
     for f, _, target in incs:
+        tf, tt = transport_of(f), transport_of(target)
+        if tf and tt and tf != tt:
+            bad.append(("cross-transport include: %s includes %s" % (f, target), ""))
         lf, lt = layer_of(module_of(f)), layer_of(module_of(target))
         if lf is not None and lt is not None and lt > lf:
             bad.append(("upward include: %s includes %s" % (f, target), ""))
@@ -247,6 +259,9 @@ def upward_calls(objs, owner_of):
             ld = layer_of(d) if d else None
             if lm is not None and ld is not None and ld > lm:
                 bad.append(("upward call: %s uses %s from %s" % (m, s, d), ""))
+            tm, td = transport_of(m), transport_of(d) if d else None
+            if tm and td and tm != td:
+                bad.append(("cross-transport call: %s uses %s from %s" % (m, s, d), ""))
     return bad
 
 

@@ -23,7 +23,7 @@ static chorus_result check(chorus_comm *c, const char *fn, size_t count, size_t 
         chorus__mul_overflow(n, chorus_dtype_size(t), bytes) || *bytes > (size_t)1 << 62)
         return BAD("%s: count %zu (x%zu) of %s overflows the addressable size", fn, count, mult,
                    chorus__dtype_name((int)t));
-    return chorus__net_error(c->net, &c->err);
+    return chorus__tp_error(&c->net, NULL, &c->err);
 }
 
 static chorus_result check_op(chorus_comm *c, const char *fn, chorus_op op, chorus_dtype t)
@@ -44,10 +44,8 @@ static chorus_result done(chorus_comm *c, chorus_result r)
 {
     if (r != CHORUS_OK) {
         const char *why = c->err.msg[0] ? c->err.msg : chorus_strerror(r);
-        chorus__shm_abort(c->shm, r, why); /* wakes ranks waiting in shared memory */
-        if (c->hier) chorus__shm_abort(c->hier->local->shm, r, why);
-        chorus__net_abort(c->net, -1, r, why);
-        chorus__net_error(c->net, &c->err);
+        chorus__comm_break(c, -1, r, why);
+        chorus__tp_error(&c->net, NULL, &c->err);
     }
     return r;
 }
@@ -208,7 +206,7 @@ static chorus_result alltoall_call(chorus_comm *c, const void *send, void *recv,
 
 static chorus_result barrier_call(chorus_comm *c, call_info *ci)
 {
-    CHORUS_CHECK(chorus__net_error(c->net, &c->err));
+    CHORUS_CHECK(chorus__tp_error(&c->net, NULL, &c->err));
     const chorus_algo *algo;
     CHORUS_CHECK(pick(c, CHORUS_COLL_BARRIER, 0, &algo, ci));
     if (c->size == 1) return CHORUS_OK;

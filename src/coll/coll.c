@@ -27,7 +27,7 @@ void chorus__coll_isend(chorus_coll *x, chorus_req *r, int peer, int tag, const 
     chorus_wire_hdr h = x->h;
     h.tag = tag;
     h.len = bytes;
-    chorus__net_isend(x->c->net, r, x->c->world[peer], &h, buf);
+    chorus__tp_isend(&x->c->net, r, x->c->world[peer], &h, buf);
 }
 
 void chorus__coll_irecv(chorus_coll *x, chorus_req *r, int peer, int tag, void *buf, size_t bytes)
@@ -35,14 +35,14 @@ void chorus__coll_irecv(chorus_coll *x, chorus_req *r, int peer, int tag, void *
     chorus_wire_hdr h = x->h;
     h.tag = tag;
     h.len = bytes;
-    chorus__net_irecv(x->c->net, r, x->c->world[peer], &h, buf);
+    chorus__tp_irecv(&x->c->net, r, x->c->world[peer], &h, buf);
 }
 
 chorus_result chorus__coll_wait(chorus_coll *x, chorus_req *const *reqs, int n)
 {
     /* The timeout runs from the last byte any of the requests moved, so a large or slow
      * transfer that keeps moving never times out; a stall does. */
-    CHORUS_CHECK(chorus__net_wait_some(x->c->net, reqs, n, n, chorus__timeout_s(), &x->c->err));
+    CHORUS_CHECK(chorus__tp_wait(&x->c->net, reqs, n, n, chorus__timeout_s(), &x->c->err));
     for (int i = 0; i < n; i++)
         if (reqs[i]->res != CHORUS_OK) return reqs[i]->res;
     return CHORUS_OK;
@@ -128,6 +128,6 @@ chorus_result chorus__coll_agree(chorus_comm *c, int over_shm, const char *what,
 chorus_result chorus__coll_sub_fail(chorus_comm *c, chorus_comm *sub, chorus_result r)
 {
     if (r == CHORUS_OK) return r;
-    chorus__shm_abort(sub->shm, r, sub->err.msg[0] ? sub->err.msg : chorus_strerror(r));
+    chorus__shm_abort(sub->shm, -1, r, sub->err.msg[0] ? sub->err.msg : chorus_strerror(r));
     return chorus__fail(&c->err, r, "%s", sub->err.msg);
 }

@@ -23,16 +23,11 @@ typedef struct chorus_coll_args {
     int root;
 } chorus_coll_args;
 
-/* Where an algorithm's buffers live. Host memory only for now; a device memory type is a new
- * value here and rows that declare it. */
-typedef enum { CHORUS_MEM_HOST = 0 } chorus_mem_type;
-
-/* The transport an algorithm moves data with: a row is usable on a communicator that has it. */
-/* What a row needs of the communicator: TCP (always there), its shared-memory group, or that
- * group with single-copy transfers agreed at set-up (c->shm->cma). */
-/* CHORUS_TP_HIER: the host-local and cross-host communicators of a job spanning hosts
- * (c->hier, comm.c). */
-typedef enum { CHORUS_TP_NET, CHORUS_TP_SHM, CHORUS_TP_SHM_CMA, CHORUS_TP_HIER } chorus_transport;
+/* What a row needs of the communicator, so that it is usable there: its message transport
+ * (c->net, always there), its shared-memory group (a transport with CHORUS_TPCAP_SEGMENT), that
+ * group with single-copy transfers agreed at set-up (CHORUS_TPCAP_ZERO_COPY), or the host-local
+ * and cross-host communicators of a job spanning hosts (c->hier, comm.c). */
+typedef enum { CHORUS_TP_NET, CHORUS_TP_SHM, CHORUS_TP_SHM_CMA, CHORUS_TP_HIER } chorus_algo_tp;
 
 typedef chorus_result (*chorus_algo_fn)(chorus_comm *c, const chorus_coll_args *a);
 
@@ -43,7 +38,7 @@ typedef struct chorus_algo {
     const char *alias; /* an older name still accepted, or NULL */
     const char *desc;
     chorus_mem_type mem;
-    chorus_transport tp;
+    chorus_algo_tp tp;
     chorus_algo_fn run;
 } chorus_algo;
 

@@ -16,6 +16,7 @@
 #include "coll/comm.h"
 #include "transport/shm/cma.h"
 #include "transport/shm/shm.h"
+#include "transport/tcp/net.h"
 
 /* ---- init ------------------------------------------------------------------------------- */
 
@@ -41,43 +42,49 @@ static void comm_free(chorus_comm *c)
 {
     if (!c) return;
     hier_free(c->hier);
-    if (c->shm && c->net) {
+    if (c->shm) {
         /* Leaving a broken communicator: tell the ranks that wait for us in shared memory
          * why, so that they name the lost peer rather than us. */
         chorus_errbuf e;
-        chorus_result r = chorus__net_error(c->net, &e);
-        if (r != CHORUS_OK) chorus__shm_abort(c->shm, r, e.msg);
+        int culprit;
+        chorus_result r = chorus__tp_error(&c->net, &culprit, &e);
+        if (r != CHORUS_OK) chorus__shm_abort(c->shm, culprit, r, e.msg);
     }
     chorus__cma_release(c->shm);
     chorus__shm_destroy(c->shm);
     chorus__trace_release(c->trace);
-    if (c->net) chorus__net_release(c->net);
+    chorus__tp_release(&c->net);
     free(c->world);
     free(c->host);
     free(c->scratch);
     free(c);
 }
 
-/* The world's TCP mesh: rendezvous (bootstrap) around the transport's listen and connect. */
+/* The world's TCP mesh: rendezvous (bootstrap) around the transport's listen and connect. The
+ * one place the collective layer names TCP: everything after reaches it as c->net, a
+ * transport (transport.h). */
 static chorus_result connect_job(chorus_comm *c, const chorus_job *job, chorus_errbuf *e)
 {
     char addr[128];
+    chorus_net *n = NULL;
     if (job->size == 1) {
         c->local_rank = 0;
         c->local_size = 1;
         c->nhosts = 1;
-        return chorus__net_create(&c->cfg, 0, 1, job->job, "127.0.0.1", &c->net, addr, sizeof(addr),
-                                  e);
+        chorus_result r =
+            chorus__net_create(&c->cfg, 0, 1, job->job, "127.0.0.1", &n, addr, sizeof(addr), e);
+        c->net = chorus__net_transport(n);
+        return r;
     }
     chorus_rdzv rz = {.host = c->host, .cfg = &c->cfg};
     chorus_result r;
     CHORUS_CHECK_GOTO(chorus__rdzv_open(&rz, job, e), r, out);
-    CHORUS_CHECK_GOTO(chorus__net_create(&c->cfg, job->rank, job->size, job->job, rz.ip, &c->net,
-                                         addr, sizeof(addr), e),
-                      r, out);
+    r = chorus__net_create(&c->cfg, job->rank, job->size, job->job, rz.ip, &n, addr, sizeof(addr),
+                           e);
+    c->net = chorus__net_transport(n);
+    CHORUS_CHECK_GOTO(r, r, out);
     CHORUS_CHECK_GOTO(chorus__rdzv_exchange(&rz, addr, e), r, out);
-    CHORUS_CHECK_GOTO(chorus__net_connect_all(c->net, rz.addrs, rz.hostnames, rz.deadline, e), r,
-                      out);
+    CHORUS_CHECK_GOTO(chorus__net_connect_all(n, rz.addrs, rz.hostnames, rz.deadline, e), r, out);
     CHORUS_CHECK_GOTO(chorus__rdzv_check_identity(&rz, e), r, out);
     c->nhosts = rz.nhosts;
     c->local_rank = rz.local_rank;
@@ -182,8 +189,7 @@ chorus_result chorus_comm_abort(chorus_comm *c)
     if (!c) return CHORUS_ERR_INVALID_ARG;
     char why[200];
     snprintf(why, sizeof(why), "rank %d aborted the communicator", c->world[c->rank]);
-    chorus__shm_abort(c->shm, CHORUS_ERR_ABORTED, why);
-    chorus__net_abort(c->net, c->world[c->rank], CHORUS_ERR_ABORTED, why);
+    chorus__comm_break(c, c->world[c->rank], CHORUS_ERR_ABORTED, why);
     return CHORUS_OK;
 }
 
@@ -253,7 +259,7 @@ static chorus_result comm_group(chorus_comm *c, const int *mem, int n, uint64_t 
     s->id = id;
     s->cfg = c->cfg;
     s->net = c->net;
-    chorus__net_retain(c->net);
+    chorus__tp_retain(&c->net);
     *out = s;
     return CHORUS_OK;
 }

@@ -10,11 +10,11 @@
 #include "bootstrap/env.h"
 #include "coll/patterns.h"
 #include "reduce/reduce.h"
-#include "transport/tcp/net.h"
+#include "transport/transport.h"
 #include "wire/wire.h"
 
 struct chorus_comm {
-    chorus_net *net;
+    chorus_transport net; /* the job's message transport (TCP), shared with split communicators */
     int rank, size;
     int local_rank, local_size;
     int *world; /* comm rank -> world rank */
@@ -65,12 +65,41 @@ typedef struct chorus_hier {
  * apply; errors are TCP failures. */
 chorus_result chorus__comm_hier_setup(chorus_comm *c);
 
+/* Where an algorithm's buffers live. Host memory only for now; a device memory type is a new
+ * value here and rows that declare it. */
+typedef enum { CHORUS_MEM_HOST = 0 } chorus_mem_type;
+
 /* Logs the algorithm rules in force for a new communicator c at INFO (select.c; init and
  * split call it once per communicator). */
 void chorus__select_describe(const chorus_comm *c);
 /* CHORUS_ERR_INVALID_ARG naming the variable and the valid names when a CHORUS_ALGO_* value of
  * cfg names no algorithm of its collective (checked at init and by chorus-run before launch). */
 chorus_result chorus__select_check_config(const chorus_config *cfg, chorus_errbuf *e);
+
+/* Breaks every transport of c through the transport interface (transport.h), each keeping
+ * the first reason it was given: its shared-memory groups (its own and, in a hierarchical
+ * communicator, this host's), waking the ranks that wait there, then its message transport,
+ * telling the peers. culprit: the job's rank blamed, -1 for nobody in particular. */
+void chorus__comm_break(chorus_comm *c, int culprit, chorus_result r, const char *why);
+
+/* The job's rank that c's failure records blame (its message transport's first, then its
+ * shared-memory group's), or -1: healthy, or nobody in particular. */
+int chorus__comm_culprit(const chorus_comm *c);
+
+/* The algorithms of a collective kind worth measuring on c (autotuning: one choice for every
+ * size of a job), from select.c's table: NULL (the rules) first, then the rows that give every
+ * rank the same bits and are an alternative on c's topology (one host, hosts, TCP), usable on
+ * c for memory type mem. Up to max names (the table's strings) into out; returns the count. */
+int chorus__select_candidates(const chorus_comm *c, int kind, chorus_mem_type mem, const char **out,
+                              int max);
+/* The algorithm forced for kind on c (CHORUS_ALGO_<KIND>, or chorus__select_force), or NULL:
+ * the rules. */
+const char *chorus__select_forced(const chorus_comm *c, int kind);
+/* Forces kind's algorithm on c by name, as CHORUS_ALGO_<KIND> does (NULL: the rules again);
+ * CHORUS_ERR_INVALID_ARG naming the valid names when no row of kind has that name. The choice
+ * is c's own (split communicators made later inherit it); not thread-safe with collectives of
+ * c running on another thread. */
+chorus_result chorus__select_force(chorus_comm *c, int kind, const char *name);
 
 /* Records a failure of a call on comm (the detail chorus_last_error(comm) returns) and
  * returns r; for layers above the collectives that report through a communicator. */

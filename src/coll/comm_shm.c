@@ -168,7 +168,7 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
                                         "use TCP");
         return r;
     }
-    chorus__shm_start(s, &c->cfg, chorus__net_fail_watch(c->net), c->size);
+    chorus__shm_start(s, &c->cfg, c->net, c->size);
     s->world = c->world; /* messages name job ranks, also in a split communicator */
     r = cma_setup(c, s);
     if (r != CHORUS_OK) {

@@ -1,16 +1,16 @@
 /*
  * p2p.c - point-to-point messages: chorus_isend/chorus_irecv and the requests they return
  * (wait, test, waitall, waitany), probe, and the blocking chorus_send/chorus_recv on the same
- * path. Matching (any source, any tag, the order of messages) lives in the TCP transport
- * (transport/tcp/, match.c); this file checks arguments, translates ranks of the communicator to
- * ranks of the world and back, and turns what the transport reports into results and messages.
+ * path, over the communicator's message transport (transport.h). Matching (any source, any tag,
+ * the order of messages) lives in the transport (TCP: transport/tcp/match.c); this file checks
+ * arguments, translates ranks of the communicator to ranks of the world and back, and turns what
+ * the transport reports into results and messages.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "coll/comm.h"
-#include "transport/shm/shm.h"
 
 #define REQUEST_MAGIC 0x43503250u /* "P2PC": a live request */
 
@@ -38,7 +38,7 @@ static int comm_rank_of(const chorus_comm *c, int w)
  * the communicator's detail is the net's. */
 static chorus_result broke(chorus_comm *c, chorus_result r)
 {
-    chorus__shm_abort(c->shm, r, c->err.msg[0] ? c->err.msg : chorus_strerror(r));
+    chorus__comm_break(c, -1, r, c->err.msg[0] ? c->err.msg : chorus_strerror(r));
     return r;
 }
 
@@ -81,7 +81,7 @@ static chorus_result check_args(chorus_comm *c, const char *fn, const void *buf,
         return BAD(&c->err, "%s: count %zu of %s overflows the addressable size", fn, count,
                    chorus__dtype_name((int)t));
     if (count && !buf) return BAD(&c->err, "%s: NULL buffer with count %zu", fn, count);
-    CHORUS_CHECK(chorus__net_error(c->net, &c->err));
+    CHORUS_CHECK(chorus__tp_error(&c->net, NULL, &c->err));
     *h = (chorus_wire_hdr){.type = CHORUS_MSG_P2P,
                            .comm_id = c->id,
                            .tag = tag,
@@ -101,9 +101,9 @@ static chorus_result post(chorus_comm *c, const char *fn, chorus_request *rq, vo
         .magic = REQUEST_MAGIC, .c = c, .peer = peer, .tag = tag, .t = t, .count = count};
     int w = peer == CHORUS_ANY_SOURCE ? CHORUS__NET_ANY : c->world[peer];
     if (is_send)
-        chorus__net_isend(c->net, &rq->r, w, &h, buf);
+        chorus__tp_isend(&c->net, &rq->r, w, &h, buf);
     else
-        chorus__net_irecv(c->net, &rq->r, w, &h, buf);
+        chorus__tp_irecv(&c->net, &rq->r, w, &h, buf);
     return CHORUS_OK;
 }
 
@@ -138,11 +138,11 @@ static chorus_result finish(chorus_request *rq, int done, chorus_result net_res,
     int lost = 0;
     if (res == CHORUS_ERR_MISMATCH) {
         mismatch(rq);
-    } else if (res == CHORUS_ERR_PEER_LOST && chorus__net_error(c->net, NULL) == CHORUS_OK) {
-        chorus__net_loss_detail(c->net, &c->err); /* an expendable rank: c goes on */
+    } else if (res == CHORUS_ERR_PEER_LOST && chorus__tp_error(&c->net, NULL, NULL) == CHORUS_OK) {
+        chorus__tp_loss_detail(&c->net, &c->err); /* an expendable rank: c goes on */
         lost = 1;
     } else if (res != CHORUS_OK) {
-        chorus__net_error(c->net, &c->err); /* what broke the communicator */
+        chorus__tp_error(&c->net, NULL, &c->err); /* what broke the communicator */
         broke(c, res);
     }
     if (status) {
@@ -179,8 +179,7 @@ static chorus_result check_req(const chorus_request *rq, const char *fn)
 static chorus_result wait_one(chorus_request *rq, chorus_status *status)
 {
     chorus_req *r = &rq->r;
-    chorus_result nr =
-        chorus__net_wait_some(rq->c->net, &r, 1, 1, chorus__timeout_s(), &rq->c->err);
+    chorus_result nr = chorus__tp_wait(&rq->c->net, &r, 1, 1, chorus__timeout_s(), &rq->c->err);
     return finish(rq, r->done, nr, status);
 }
 
@@ -234,10 +233,10 @@ chorus_result chorus_test(chorus_request *req, int *done, chorus_status *status)
     CHORUS_CHECK(check_req(req, "chorus_test"));
     if (!done) return BAD(&req->c->err, "chorus_test: done is NULL");
     chorus_comm *c = req->c;
-    int st = chorus__net_test(c->net, &req->r, &c->err);
+    int st = chorus__tp_test(&c->net, &req->r, &c->err);
     *done = st != 0;
     if (!st) return CHORUS_OK;
-    chorus_result res = finish(req, st > 0, chorus__net_error(c->net, NULL), status);
+    chorus_result res = finish(req, st > 0, chorus__tp_error(&c->net, NULL, NULL), status);
     release(req);
     return res;
 }
@@ -282,21 +281,21 @@ chorus_result chorus_waitany(int n, chorus_request **reqs, int *index, chorus_st
                             "chorus_waitany: out of memory");
     }
     chorus_result res = CHORUS_OK;
-    chorus_net *net = NULL;
+    const chorus_transport *net = NULL;
     int k = 0;
     for (int i = 0; i < n && res == CHORUS_OK; i++) {
         if (!reqs[i]) continue;
         res = check_req(reqs[i], "chorus_waitany");
-        if (res == CHORUS_OK && net && reqs[i]->c->net != net)
+        if (res == CHORUS_OK && net && reqs[i]->c->net.self != net->self)
             res = BAD(chorus__init_errbuf(), "chorus_waitany: the requests belong to "
                                              "communicators of different chorus_init calls");
-        net = res == CHORUS_OK ? reqs[i]->c->net : net;
+        net = res == CHORUS_OK ? &reqs[i]->c->net : net;
         rs[k] = &reqs[i]->r;
         at[k++] = i;
     }
     if (res == CHORUS_OK && k > 0) {
         chorus_comm *c = reqs[at[0]]->c;
-        chorus_result nr = chorus__net_wait_some(net, rs, k, 1, chorus__timeout_s(), &c->err);
+        chorus_result nr = chorus__tp_wait(net, rs, k, 1, chorus__timeout_s(), &c->err);
         int j = 0; /* the first done, else (the communicator broke) the first */
         while (j < k && !rs[j]->done) j++;
         if (j == k) j = 0;
@@ -315,11 +314,11 @@ static chorus_result probe(chorus_comm *c, const char *fn, int source, int tag, 
                            int *flag, chorus_status *status)
 {
     CHORUS_CHECK(check_peer_tag(c, fn, source, tag, 1));
-    CHORUS_CHECK(chorus__net_error(c->net, &c->err));
+    CHORUS_CHECK(chorus__tp_error(&c->net, NULL, &c->err));
     int found, src;
     chorus_wire_hdr h;
     int w = source == CHORUS_ANY_SOURCE ? CHORUS__NET_ANY : c->world[source];
-    chorus_result res = chorus__net_probe(c->net, c->id, w, tag, tmo, &found, &h, &src, &c->err);
+    chorus_result res = chorus__tp_probe(&c->net, c->id, w, tag, tmo, &found, &h, &src, &c->err);
     if (res != CHORUS_OK) return broke(c, res);
     if (flag) *flag = found;
     if (found && status)

@@ -229,12 +229,30 @@ static const row table[NALGO] = {
         chorus__barrier_dissemination, always),
 };
 
-static int has_transport(const chorus_comm *c, chorus_transport tp)
+/* Autotuning (src/engine/autotune.c) forces one algorithm for every size of a job, so it
+ * measures only the rows that give every rank the same bits (a fold in one order for all)
+ * and that are worth trying at every size, each on the topology it is an alternative for:
+ * one host over shared memory, hosts joined by the hierarchical rows, or TCP alone. Single
+ * copy is left out (above CHORUS_SHM_CMA_MAX it is slower than the slots), and so is
+ * recursive doubling (each rank folds in its own order). */
+enum { ON_SHM = 1, ON_HIER = 2, ON_NET = 4 };
+static const unsigned tune_on[NALGO] = {
+    [AR_SHM_ONESHOT] = ON_SHM,
+    [AR_SHM_PIPELINED] = ON_SHM,
+    [AR_DIRECT_RING] = ON_HIER | ON_NET, /* across hosts: flat, every rank on the network */
+    [AR_ONESHOT] = ON_NET,
+    [AR_RING] = ON_NET,
+};
+
+/* What a row needs, asked of the capabilities of c's transports. */
+static int has_transport(const chorus_comm *c, chorus_algo_tp tp)
 {
+    chorus_transport shm = chorus__shm_transport(c->shm);
     switch (tp) {
-    case CHORUS_TP_NET: return 1;
-    case CHORUS_TP_SHM: return c->shm != NULL;
-    case CHORUS_TP_SHM_CMA: return c->shm != NULL && c->shm->cma;
+    case CHORUS_TP_NET: return chorus__tp_has(&c->net, CHORUS_TPCAP_MSG);
+    case CHORUS_TP_SHM: return chorus__tp_has(&shm, CHORUS_TPCAP_SEGMENT);
+    case CHORUS_TP_SHM_CMA:
+        return chorus__tp_has(&shm, CHORUS_TPCAP_SEGMENT | CHORUS_TPCAP_ZERO_COPY);
     case CHORUS_TP_HIER: return c->hier != NULL;
     }
     return 0;
@@ -275,18 +293,25 @@ static void valid_names(int kind, char *out, size_t len)
     if (!shm_row && o < len) snprintf(out + o, len - o, ", shm (shared memory, by the rules)");
 }
 
+/* Where a config holds the CHORUS_ALGO_* value of a collective kind (NULL: no such kind). */
+static const char **forced_field(chorus_config *cfg, int kind)
+{
+    switch (kind) {
+    case CHORUS_COLL_ALLREDUCE: return &cfg->algo_allreduce;
+    case CHORUS_COLL_BROADCAST: return &cfg->algo_broadcast;
+    case CHORUS_COLL_ALLGATHER: return &cfg->algo_allgather;
+    case CHORUS_COLL_REDUCE_SCATTER: return &cfg->algo_reduce_scatter;
+    case CHORUS_COLL_ALLTOALL: return &cfg->algo_alltoall;
+    case CHORUS_COLL_BARRIER: return &cfg->algo_barrier;
+    }
+    return NULL;
+}
+
 /* The CHORUS_ALGO_* value of a config for a collective kind, or NULL. */
 static const char *forced_name(const chorus_config *cfg, int kind)
 {
-    const char *const v[CHORUS_COLL_KIND_MAX] = {
-        [CHORUS_COLL_ALLREDUCE] = cfg->algo_allreduce,
-        [CHORUS_COLL_BROADCAST] = cfg->algo_broadcast,
-        [CHORUS_COLL_ALLGATHER] = cfg->algo_allgather,
-        [CHORUS_COLL_REDUCE_SCATTER] = cfg->algo_reduce_scatter,
-        [CHORUS_COLL_ALLTOALL] = cfg->algo_alltoall,
-        [CHORUS_COLL_BARRIER] = cfg->algo_barrier,
-    };
-    return kind >= 0 && kind < CHORUS_COLL_KIND_MAX ? v[kind] : NULL;
+    const char **f = forced_field((chorus_config *)cfg, kind);
+    return f ? *f : NULL;
 }
 
 /* "CHORUS_ALGO_<KIND>" */
@@ -302,7 +327,7 @@ static void var_name(int kind, char *var, size_t len)
 
 /* A forced algorithm whose transport this communicator lacks: warned once per collective,
  * then the rules choose. */
-static void warn_unusable(chorus_comm *c, int kind, const char *v, chorus_transport tp)
+static void warn_unusable(chorus_comm *c, int kind, const char *v, chorus_algo_tp tp)
 {
     if (c->select_warned & (1u << kind)) return;
     c->select_warned |= 1u << kind;
@@ -437,6 +462,39 @@ const chorus_algo *chorus__select(chorus_comm *c, int kind, chorus_mem_type mem,
                             "no %s algorithm for this memory type on this communicator",
                             chorus__coll_kind_name(kind));
     return r ? &r->a : NULL;
+}
+
+int chorus__select_candidates(const chorus_comm *c, int kind, chorus_mem_type mem, const char **out,
+                              int max)
+{
+    int n = 0;
+    if (max < 1) return 0;
+    out[n++] = NULL;
+    if (c->size < 2) return n;
+    unsigned topo = c->shm ? ON_SHM : c->hier && c->size > c->nhosts ? ON_HIER : ON_NET;
+    for (int i = 0; i < NALGO && n < max; i++)
+        if (table[i].a.kind == kind && (tune_on[i] & topo) && usable(c, &table[i], mem))
+            out[n++] = table[i].a.name;
+    return n;
+}
+
+const char *chorus__select_forced(const chorus_comm *c, int kind)
+{
+    return forced_name(&c->cfg, kind);
+}
+
+chorus_result chorus__select_force(chorus_comm *c, int kind, const char *name)
+{
+    const char **f = forced_field(&c->cfg, kind);
+    if (!f) return chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG, "no collective of kind %d", kind);
+    if (!name || !strcmp(name, "shm")) {
+        *f = name ? "shm" : NULL;
+        return CHORUS_OK;
+    }
+    const row *r = find_named(kind, name);
+    if (!r) return not_an_algorithm(kind, name, &c->err);
+    *f = r->a.name;
+    return CHORUS_OK;
 }
 
 void chorus__select_describe(const chorus_comm *c)

@@ -382,7 +382,7 @@ chorus_result chorus_elastic_run(chorus_elastic *el, chorus_elastic_train_fn tra
         if (r == CHORUS_OK) return CHORUS_OK;
         if (el->err.msg[0] == 0 || r != CHORUS_ERR_MEMBERSHIP) copy_comm_error(el, el->comm);
         if (!el->elastic || !recoverable(r)) return r;
-        int lost = chorus__net_failed_rank(el->comm->net);
+        int lost = chorus__comm_culprit(el->comm);
         if (lost >= 0 && lost < el->nmembers && r != CHORUS_ERR_MEMBERSHIP)
             el->suspect = el->members[lost];
         CHORUS_WARN(CHORUS_LOG_ELASTIC,

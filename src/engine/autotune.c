@@ -59,24 +59,11 @@ static void add_ms(double *vals, int *n, double v)
     (*n)++;
 }
 
-/* The allreduce algorithms worth trying on this communicator: the rules first, then what the
- * rules would not pick for every size. Every one of them gives all ranks the same bits. */
-static int algo_candidates(const chorus_comm *c, const char **out)
+/* Applies an allreduce algorithm of the table's candidates (NULL: the rules). */
+static void set_algo(chorus_engine *e, const char *algo)
 {
-    int n = 0;
-    out[n++] = NULL;
-    if (c->size < 2) return 1;
-    if (c->shm) {
-        out[n++] = "shm_oneshot";
-        out[n++] = "shm_pipelined";
-    } else if (c->hier && c->size > c->nhosts) {
-        out[n++] = "direct_ring"; /* flat: every rank on the network */
-    } else {
-        out[n++] = "direct_ring";
-        out[n++] = "oneshot";
-        out[n++] = "ring";
-    }
-    return n;
+    if (chorus__select_force(e->comm, CHORUS_COLL_ALLREDUCE, algo) != CHORUS_OK)
+        CHORUS_WARN(CHORUS_LOG_ENGINE, "autotune: %s", chorus_last_error(e->comm));
 }
 
 /* The candidates of the current stage, around the best values so far. */
@@ -86,7 +73,9 @@ static void stage_candidates(chorus_engine *e)
     t->ncand = 0;
     switch (t->stage) {
     case STAGE_ALGO:
-        if (!t->algo_forced) t->ncand = algo_candidates(e->comm, t->algo);
+        if (!t->algo_forced)
+            t->ncand = chorus__select_candidates(e->comm, CHORUS_COLL_ALLREDUCE, CHORUS_MEM_HOST,
+                                                 t->algo, ENG_TUNE_MAXC);
         if (t->ncand < 2) t->ncand = 0;
         break;
     case STAGE_FUSION: {
@@ -113,8 +102,7 @@ static void apply(chorus_engine *e, int i)
     eng_tune *t = &e->tune;
     e->o.fusion_threshold = t->stage == STAGE_FUSION ? t->fusion[i] : t->best_fusion;
     e->o.cycle_time_ms = t->stage == STAGE_CYCLE ? t->cycle[i] : t->best_cycle;
-    if (!t->algo_forced)
-        e->comm->cfg.algo_allreduce = t->stage == STAGE_ALGO ? t->algo[i] : t->best_algo;
+    if (!t->algo_forced) set_algo(e, t->stage == STAGE_ALGO ? t->algo[i] : t->best_algo);
 }
 
 static void describe(const chorus_engine *e, const eng_tune *t, int i, char *out, size_t len)
@@ -144,8 +132,8 @@ static void next_stage(chorus_engine *e)
     t->active = 0;
     e->o.fusion_threshold = t->best_fusion;
     e->o.cycle_time_ms = t->best_cycle;
-    if (!t->algo_forced) e->comm->cfg.algo_allreduce = t->best_algo;
-    const char *alg = e->comm->cfg.algo_allreduce;
+    if (!t->algo_forced) set_algo(e, t->best_algo);
+    const char *alg = chorus__select_forced(e->comm, CHORUS_COLL_ALLREDUCE);
     double took = chorus__now() - t->t_start;
     if (e->rank == 0) {
         char line[600];
@@ -219,7 +207,8 @@ static chorus_result trial_step(chorus_engine *e, double dt)
     t->score[t->cand] = med;
     t->trials++;
     if (t->base_score < 0 && e->o.fusion_threshold == t->start_fusion &&
-        e->o.cycle_time_ms == t->start_cycle && e->comm->cfg.algo_allreduce == t->start_algo)
+        e->o.cycle_time_ms == t->start_cycle &&
+        chorus__select_forced(e->comm, CHORUS_COLL_ALLREDUCE) == t->start_algo)
         t->base_score = med; /* the starting settings' trial */
     if (e->rank == 0) {
         char d[64];
@@ -311,7 +300,7 @@ void chorus__tune_start(chorus_engine *e, int on, int steps, int warmup, int alg
     t->algo_forced = algo_forced;
     t->best_fusion = t->start_fusion = e->o.fusion_threshold;
     t->best_cycle = t->start_cycle = e->o.cycle_time_ms;
-    t->best_algo = t->start_algo = e->comm->cfg.algo_allreduce;
+    t->best_algo = t->start_algo = chorus__select_forced(e->comm, CHORUS_COLL_ALLREDUCE);
     t->base_score = -1;
     CHORUS_INFO(CHORUS_LOG_ENGINE,
                 "autotune: on: %d warm-up steps, then %d measured steps per candidate (rank 0 "

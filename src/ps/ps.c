@@ -9,11 +9,8 @@
 
 #include "base/status.h"
 #include "coll/comm.h"
-#include "coll/comm.h"
 #include "ps/ps_int.h"
 #include "reduce/reduce.h"
-#include "transport/tcp/net.h"
-#include "transport/tcp/net.h"
 
 /* A key is cut into one slice per server when each slice would hold at least this many
  * floats; smaller keys go whole to one server. */
@@ -131,9 +128,9 @@ chorus_result chorus_ps_create(chorus_comm *c, const chorus_ps_opts *o, chorus_p
     }
     /* Async and SSP go on without a worker that dies: its connections may be lost without
      * breaking the job, on every rank (the workers are connected to one another too). */
-    if (o->mode != CHORUS_PS_SYNC)
+    if (o->mode != CHORUS_PS_SYNC && chorus__tp_has(&c->net, CHORUS_TPCAP_EXPENDABLE))
         for (int r = ps->nservers; r < ps->size; r++)
-            chorus__net_set_expendable(c->net, c->world[r]);
+            chorus__tp_set_expendable(&c->net, c->world[r]);
     /* ... and the launcher lets the job go on without this worker (base/status.h) */
     if (o->mode != CHORUS_PS_SYNC && ps->worker >= 0) chorus__status_expendable(c->world[c->rank]);
     CHORUS_INFO(CHORUS_LOG_INIT, "parameter server: %d server%s, %d worker%s, mode %s",

@@ -5,14 +5,19 @@
 # Python modules importing each other, one inside a function, a variable of the config table
 # read with chorus__env, a CHORUS_* variable written into os.environ, an ARCHITECTURE.md whose
 # picture of the layers is out of date and whose walk names a missing file, goes up a layer
-# and comes back to a folder) is reported by tools/check_structure.py line by line, and its
-# circles by tools/check_circles.py; a function of exactly 120 lines is not; an allow-list
-# entry absent from the small tree is reported as stale.
+# and comes back to a folder, one transport including and calling another) is reported by
+# tools/check_structure.py line by line, and its circles by tools/check_circles.py; a function
+# of exactly 120 lines is not; an allow-list entry absent from the small tree is reported as
+# stale.
 set -u
 fail() { echo "FAILED: $*"; exit 1; }
 d=$(mktemp -d)
 trap 'rm -rf "$d"' EXIT
-mkdir -p "$d/src/base" "$d/src/wire" "$d/src/coll" "$d/tools" "$d/nn"
+mkdir -p "$d/src/base" "$d/src/wire" "$d/src/coll" "$d/tools" "$d/nn" "$d/src/transport/x" \
+    "$d/src/transport/y"
+printf 'int y_f(void);\n' > "$d/src/transport/y/y.h"
+printf '#include "transport/y/y.h"\nint y_f(void)\n{\n    return 3;\n}\n' > "$d/src/transport/y/y.c"
+printf '#include "transport/y/y.h"\nint x_f(void)\n{\n    return y_f();\n}\n' > "$d/src/transport/x/x.c"
 
 printf 'int a_f(void);\n' > "$d/src/base/a.h"
 printf 'int b_f(void);\n' > "$d/src/base/b.h"
@@ -48,7 +53,8 @@ printf 'import os\nos.environ.setdefault("CHORUS_DEBUG", "INFO")\n' > "$d/python
     printf '# Architecture\n\n```text\nlayers: the rows\n| tools/   the tools |\n| src/base/   base |\n```\n\n'
     printf '```text\nwalk: up and back\nsrc/base/a.c   a\nsrc/coll/c.c   up\nsrc/base/b.c   back\nsrc/base/gone.c   missing\n```\n'
 } > "$d/docs/ARCHITECTURE.md"
-for c in src/base/a.c src/base/e.c src/base/b.c src/coll/c.c src/wire/w.c tools/t.c nn/big.c; do
+for c in src/base/a.c src/base/e.c src/base/b.c src/coll/c.c src/wire/w.c tools/t.c nn/big.c \
+    src/transport/x/x.c src/transport/y/y.c; do
     mkdir -p "$d/build/obj/$(dirname $c)"
     (cd "$d" && ${CC:-cc} -Isrc -c $c -o build/obj/${c%.c}.o) || fail "compiling $c"
 done
@@ -70,7 +76,9 @@ for want in "include circle: src/base/a, src/base/b" \
     "docs/ARCHITECTURE.md:12: walk up and back goes up, from src/base/ to src/coll/" \
     "docs/ARCHITECTURE.md:13: walk up and back comes back to src/base/" \
     "docs/ARCHITECTURE.md:14: walk up and back names src/base/gone.c, which does not exist" \
-    "docs/ARCHITECTURE.md: 1 walks of a gradient (blocks starting \"walk:\"), want two"; do
+    "docs/ARCHITECTURE.md: 1 walks of a gradient (blocks starting \"walk:\"), want two" \
+    "cross-transport include: src/transport/x/x.c includes src/transport/y/y.h" \
+    "cross-transport call: src/transport/x/x uses y_f from src/transport/y/y"; do
     echo "$out" | grep -qxF "$want" || fail "check_structure does not report: $want"
 done
 echo "$out" | grep -q "ok_one" && fail "a function of 120 lines was reported"

@@ -26,8 +26,8 @@
 #include "wire/wire.h"
 
 #define SHM_MAGIC      0x314d4853524f4843ull /* "CHORSHM1" */
-#define SHM_VERSION    3
-#define SLEEP_SLICE_NS (5 * 1000 * 1000) /* how often a sleeper checks liveness and deadline */
+#define SHM_VERSION    4                     /* 4: the abort record names the rank blamed */
+#define SLEEP_SLICE_NS (5 * 1000 * 1000)     /* how often a sleeper checks liveness and deadline */
 
 static size_t round_up(size_t x, size_t a)
 {
@@ -174,10 +174,10 @@ void chorus__shm_unlink(chorus_shm *s)
         CHORUS_WARN(CHORUS_LOG_SHM, "shm_unlink(%s): %s", s->name, strerror(errno));
 }
 
-void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_fail_watch fail,
+void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_transport watch,
                        int local_size)
 {
-    s->fail = fail;
+    s->watch = watch;
     long spin = cfg->shm_spin_us;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     /* More ranks than cores: a spinning rank steals the core of the rank it waits for, so
@@ -227,13 +227,14 @@ void chorus__shm_wake(chorus_shm *s, chorus_shm_flag *f)
     futex(&f->seq, FUTEX_WAKE, INT_MAX, NULL);
 }
 
-void chorus__shm_abort(chorus_shm *s, chorus_result r, const char *why)
+void chorus__shm_abort(chorus_shm *s, int culprit, chorus_result r, const char *why)
 {
     if (!s) return;
     chorus_shm_hdr *h = s->hdr;
     uint32_t zero = 0;
     if (__atomic_compare_exchange_n(&h->abort, &zero, 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
         h->abort_result = (int32_t)r;
+        h->abort_rank = culprit;
         snprintf(h->abort_why, sizeof(h->abort_why), "%s", why);
         __atomic_store_n(&h->abort, 2, __ATOMIC_SEQ_CST);
     }
@@ -256,6 +257,29 @@ chorus_result chorus__shm_check_abort(chorus_shm *s, chorus_errbuf *e)
     if (!__atomic_load_n(&s->hdr->abort, __ATOMIC_ACQUIRE)) return CHORUS_OK;
     return aborted(s, e);
 }
+
+/* A wait found member q lost or stuck (r, reason in e): the group breaks naming it, so that
+ * every member learns the same reason at once. */
+static chorus_result blame(chorus_shm *s, int q, chorus_result r, chorus_errbuf *e)
+{
+    chorus__shm_abort(s, chorus__shm_wrank(s, q), r, e && e->msg[0] ? e->msg : chorus_strerror(r));
+    return r;
+}
+
+static void op_abort(void *s, int culprit, chorus_result r, const char *why)
+{
+    chorus__shm_abort(s, culprit, r, why);
+}
+
+static chorus_result op_error(void *v, int *culprit, chorus_errbuf *e)
+{
+    chorus_shm *s = v;
+    chorus_result r = chorus__shm_check_abort(s, e);
+    if (culprit) *culprit = r == CHORUS_OK ? -1 : (int)s->hdr->abort_rank;
+    return r;
+}
+
+const chorus_transport_ops chorus__shm_ops = {.name = "shm", .abort = op_abort, .error = op_error};
 
 static int peer_dead(chorus_shm *s, int q)
 {
@@ -291,6 +315,21 @@ static int peer_stopped(chorus_shm *s, int q)
     return paren && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't');
 }
 
+/* The awaited member q is gone: it finalized, or its process exited or was killed. */
+static chorus_result lost(chorus_shm *s, int q, chorus_errbuf *e)
+{
+    int fin = __atomic_load_n(&s->ctrl[q].finalized, __ATOMIC_ACQUIRE);
+    return blame(s, q,
+                 chorus__fail(e, CHORUS_ERR_PEER_LOST,
+                              fin ? "rank %d (pid %d) has already finalized, but rank %d still "
+                                    "expects it in %s over shared memory"
+                                  : "rank %d (pid %d) was lost: the process exited or was killed "
+                                    "while rank %d waited for it in %s over shared memory",
+                              chorus__shm_wrank(s, q), (int)s->ctrl[q].pid,
+                              chorus__shm_wrank(s, s->rank), s->what),
+                 e);
+}
+
 /* A wait on peer made no progress for CHORUS_TIMEOUT_S. Blames a stopped rank when there is
  * one (the awaited rank may be alive and waiting for it too), else the awaited rank. */
 static chorus_result timed_out(chorus_shm *s, int peer, chorus_errbuf *e)
@@ -298,19 +337,24 @@ static chorus_result timed_out(chorus_shm *s, int peer, chorus_errbuf *e)
     for (int i = 0; i < s->size; i++) {
         int q = (peer + i) % s->size; /* the awaited rank first */
         if (q != s->rank && peer_stopped(s, q))
-            return chorus__fail(e, CHORUS_ERR_TIMEOUT,
-                                "rank %d (pid %d) made no progress: its process is stopped "
-                                "(SIGSTOP?); rank %d timed out waiting for rank %d in %s over "
-                                "shared memory (CHORUS_TIMEOUT_S)",
-                                chorus__shm_wrank(s, q), (int)s->ctrl[q].pid,
-                                chorus__shm_wrank(s, s->rank), chorus__shm_wrank(s, peer), s->what);
+            return blame(
+                s, q,
+                chorus__fail(e, CHORUS_ERR_TIMEOUT,
+                             "rank %d (pid %d) made no progress: its process is stopped "
+                             "(SIGSTOP?); rank %d timed out waiting for rank %d in %s over "
+                             "shared memory (CHORUS_TIMEOUT_S)",
+                             chorus__shm_wrank(s, q), (int)s->ctrl[q].pid,
+                             chorus__shm_wrank(s, s->rank), chorus__shm_wrank(s, peer), s->what),
+                e);
     }
-    return chorus__fail(e, CHORUS_ERR_TIMEOUT,
-                        "rank %d timed out waiting for rank %d (pid %d) in %s over shared "
-                        "memory; that rank is stuck or not calling the same collectives "
-                        "(CHORUS_TIMEOUT_S)",
-                        chorus__shm_wrank(s, s->rank), chorus__shm_wrank(s, peer),
-                        (int)s->ctrl[peer].pid, s->what);
+    return blame(s, peer,
+                 chorus__fail(e, CHORUS_ERR_TIMEOUT,
+                              "rank %d timed out waiting for rank %d (pid %d) in %s over shared "
+                              "memory; that rank is stuck or not calling the same collectives "
+                              "(CHORUS_TIMEOUT_S)",
+                              chorus__shm_wrank(s, s->rank), chorus__shm_wrank(s, peer),
+                              (int)s->ctrl[peer].pid, s->what),
+                 e);
 }
 
 chorus_result chorus__shm_wait_slow(chorus_shm *s, int peer, int ch, uint32_t target,
@@ -342,23 +386,13 @@ chorus_result chorus__shm_wait_slow(chorus_shm *s, int peer, int ch, uint32_t ta
         if (chorus__shm_reached(__atomic_load_n(&f->seq, __ATOMIC_ACQUIRE), target))
             return CHORUS_OK;
         if (__atomic_load_n(ab, __ATOMIC_ACQUIRE)) return aborted(s, e);
-        chorus_result r = chorus__fail_watch_check(&s->fail, e);
+        chorus_result r = chorus__tp_error(&s->watch, NULL, e);
         if (r != CHORUS_OK) return r;
         if (peer_dead(s, peer)) {
             /* it may have posted just before exiting */
             if (chorus__shm_reached(__atomic_load_n(&f->seq, __ATOMIC_ACQUIRE), target))
                 return CHORUS_OK;
-            if (__atomic_load_n(&s->ctrl[peer].finalized, __ATOMIC_ACQUIRE))
-                return chorus__fail(e, CHORUS_ERR_PEER_LOST,
-                                    "rank %d (pid %d) has already finalized, but rank %d still "
-                                    "expects it in %s over shared memory",
-                                    chorus__shm_wrank(s, peer), (int)s->ctrl[peer].pid,
-                                    chorus__shm_wrank(s, s->rank), s->what);
-            return chorus__fail(e, CHORUS_ERR_PEER_LOST,
-                                "rank %d (pid %d) was lost: the process exited or was killed "
-                                "while rank %d waited for it in %s over shared memory",
-                                chorus__shm_wrank(s, peer), (int)s->ctrl[peer].pid,
-                                chorus__shm_wrank(s, s->rank), s->what);
+            return lost(s, peer, e);
         }
         if (chorus__now() > deadline) return timed_out(s, peer, e);
         __atomic_add_fetch(&f->waiters, 1, __ATOMIC_SEQ_CST);

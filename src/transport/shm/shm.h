@@ -20,8 +20,10 @@
  * Waits spin for CHORUS_SHM_SPIN_US (yielding between polls when ranks outnumber cores), then
  * sleep in FUTEX_WAIT on the flag word (shared, not
  * private, futexes), waking every few milliseconds to check the abort word, the deadline
- * (CHORUS_TIMEOUT_S without progress), the job's other transport (TCP: its fail watch, fail.h) and
- * whether the awaited peer is still alive (pidfd, else kill(pid, 0)). A poster wakes sleepers only
+ * (CHORUS_TIMEOUT_S without progress), the failure record of the job's message transport
+ * (transport.h; TCP) and whether the awaited peer is still alive (pidfd, else kill(pid, 0)). A
+ * wait that finds a peer lost or stuck breaks the group naming it (its failure record: the
+ * abort word, the result, the reason and the rank blamed). A poster wakes sleepers only
  * when the flag's waiter count says someone sleeps, so the fast path makes no system call.
  */
 #ifndef CHORUS_SHM_H
@@ -31,7 +33,7 @@
 #include <stdint.h>
 
 #include "base/base.h"
-#include "transport/fail.h"
+#include "transport/transport.h"
 
 enum { CHORUS_SHM_IN, CHORUS_SHM_RED, CHORUS_SHM_OUT, CHORUS_SHM_NCH };
 
@@ -69,6 +71,7 @@ typedef struct chorus_shm_hdr {
     _Alignas(64) uint32_t abort; /* 0 healthy, 1 reason being written, 2 reason valid */
     int32_t abort_result;
     char abort_why[448];
+    int32_t abort_rank;              /* the job's rank blamed, -1: nobody in particular */
     _Alignas(64) uint64_t cma_claim; /* single-copy allreduce: pieces claimed (allreduce_cma.c) */
 } chorus_shm_hdr;
 
@@ -88,7 +91,7 @@ typedef struct chorus_shm {
     int yield_now;          /* more ranks than cores: yield between polls from the start */
     int *pidfd;             /* [size], -1: use kill(pid, 0) or nothing */
     int *pid_ok;            /* [size]: pid is meaningful in this pid namespace */
-    chorus_fail_watch fail; /* to notice a failure reported over TCP */
+    chorus_transport watch; /* the job's message transport: its failures end waits too */
     const char *what;       /* the running collective, for error messages */
     char *block;            /* CHORUS_SHM_BLOCK private bytes, 64-byte aligned */
     char name[64];
@@ -123,14 +126,27 @@ chorus_result chorus__shm_attach(const char *name, uint64_t comm_id, int size, i
 void chorus__shm_unlink(chorus_shm *s);
 /* After every rank has attached: opens liveness handles for the peers; spin time and the
  * non-temporal threshold come from cfg (the communicator's config); waits also give up when
- * fail (the TCP net's, chorus__net_fail_watch) reports a failure. */
-void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_fail_watch fail,
+ * watch (the job's message transport, whose failure record they poll) has failed. */
+void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_transport watch,
                        int local_size);
 /* Marks this rank finalized, unmaps, closes handles. NULL is fine. */
 void chorus__shm_destroy(chorus_shm *s);
 
-/* Breaks the group: the first reason wins, sleepers are woken and fail with it. */
-void chorus__shm_abort(chorus_shm *s, chorus_result r, const char *why);
+/* Breaks the group: the first reason wins (with culprit, the job's rank blamed, -1 for nobody
+ * in particular), sleepers are woken and fail with it. NULL is fine. */
+void chorus__shm_abort(chorus_shm *s, int culprit, chorus_result r, const char *why);
+
+/* The group as a transport (transport.h): a segment (with single-copy transfers when agreed),
+ * its failure record the abort word; no messages. s NULL: none. Inline: the algorithm table
+ * asks its capabilities on every call. */
+extern const chorus_transport_ops chorus__shm_ops;
+static inline chorus_transport chorus__shm_transport(chorus_shm *s)
+{
+    if (!s) return (chorus_transport){0};
+    return (chorus_transport){.ops = &chorus__shm_ops,
+                              .self = s,
+                              .caps = CHORUS_TPCAP_SEGMENT | (s->cma ? CHORUS_TPCAP_ZERO_COPY : 0)};
+}
 
 /* Staging slot of rank q for chunk g. */
 static inline char *chorus__shm_slot(const chorus_shm *s, int q, uint64_t g)

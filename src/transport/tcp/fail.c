@@ -123,16 +123,6 @@ chorus_result chorus__net_error(chorus_net *n, chorus_errbuf *e)
     return r;
 }
 
-static chorus_result net_error_of(void *n, chorus_errbuf *e)
-{
-    return chorus__net_error(n, e);
-}
-
-chorus_fail_watch chorus__net_fail_watch(chorus_net *n)
-{
-    return (chorus_fail_watch){.check = n ? net_error_of : NULL, .arg = n};
-}
-
 int chorus__net_failed_rank(chorus_net *n)
 {
     pthread_mutex_lock(&n->mu);

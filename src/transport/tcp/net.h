@@ -16,34 +16,10 @@
 #define CHORUS_NET_H
 
 #include "base/base.h"
-#include "transport/fail.h"
+#include "transport/transport.h"
 #include "wire/wire.h"
 
 typedef struct chorus_net chorus_net;
-
-typedef struct chorus_req {
-    struct chorus_req *next;
-    int peer; /* world rank; CHORUS__NET_ANY: a point-to-point receive from any rank */
-    int is_send;
-    int done;
-    chorus_result res; /* CHORUS_ERR_MISMATCH: a point-to-point message that does not fit */
-    chorus_wire_hdr h; /* send: the header; recv: what is expected */
-    unsigned char hbytes[CHORUS_WIRE_HDR_LEN];
-    size_t hoff;
-    char *buf;
-    size_t len, off; /* recv: bytes expected (P2P: the capacity until matched), received */
-    /* point-to-point receives: posting order, and the message that matched (world rank of the
-     * sender, its header) */
-    uint64_t order;
-    int src;
-    chorus_wire_hdr got;
-    /* striping over several lanes (send.c, recv.c): a send's slices on the other lanes are requests
-     * of their own with parent set; parts counts what is outstanding; lane_moved counts bytes moved
-     * on the other lanes (progress, for wait deadlines) */
-    struct chorus_req *parent;
-    int parts;
-    uint64_t lane_moved;
-} chorus_req;
 
 /* Point-to-point receives (header type CHORUS_MSG_P2P) match on communicator, source and tag,
  * as in MPI: peer CHORUS__NET_ANY takes a message from any rank (of that communicator id), tag
@@ -52,8 +28,7 @@ typedef struct chorus_req {
  * one tag are received in the order sent. The expected header carries the dtype (coll >> 8) and
  * the capacity (count, len); a matched message of another dtype or more elements completes the
  * receive with CHORUS_ERR_MISMATCH (req->got says what was sent) and is discarded; the net stays
- * healthy. */
-#define CHORUS__NET_ANY (-1)
+ * healthy. CHORUS__NET_ANY is in transport.h. */
 
 /* Creates the listening socket on bind_ip (port 0: any) and returns "ip:port" to publish.
  * Timeouts, heartbeats, the largest message and the spin time come from cfg (the creating
@@ -111,9 +86,9 @@ int chorus__net_failed_rank(chorus_net *n);
 /* The error that broke the net, or CHORUS_OK. */
 chorus_result chorus__net_error(chorus_net *n, chorus_errbuf *e);
 
-/* chorus__net_error as a fail watch (fail.h) for another transport of the job (shared
- * memory); n NULL: nothing to watch. */
-chorus_fail_watch chorus__net_fail_watch(chorus_net *n);
+/* The net as a transport (transport.h): messages, expendable peers, shared ownership; its
+ * failure record is chorus__net_error and chorus__net_failed_rank. */
+chorus_transport chorus__net_transport(chorus_net *n);
 
 /* Marks world rank p as one the job can lose (a parameter server's worker in async and SSP
  * mode): when p dies (or is stopped past the heartbeat timeout) the net does not break. Its

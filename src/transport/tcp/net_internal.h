@@ -12,6 +12,7 @@
  *   progress.c  epoll progress, waits with deadlines, timeouts and whom they blame, probes
  *   watchdog.c  the heartbeat thread that pings idle lanes and finds silent peers
  *   conn.c      creating the net, the connection mesh and its handshakes, closing it
+ *   ops.c       the net as a transport (transport.h): the table of its operations
  *
  * Locking: one mutex per net (mu) protects everything below. A thread that waits drops it
  * while it sleeps in epoll_wait, so several communicators sharing the net (comm_split) can be

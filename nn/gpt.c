@@ -276,14 +276,16 @@ chorus_result nn_gpt_preset(const char *name, nn_gpt_config *c)
                     "unknown GPT preset '%s' (the presets: tiny, gpt2-124m)", name);
 }
 
-/* Points p's views into buf, laid out as the layers of g->m say. */
-static void point_params(const nn_gpt *g, nn_gpt_params *p, float *buf)
+/* Points p's views into the groups of g->m (their parameters, or with grads their
+ * gradients): each group's views from its layer's w or dw, laid out as the layer says. */
+static void point_params(const nn_gpt *g, nn_gpt_params *p, int grads)
 {
     size_t C = (size_t)g->c.d_model, Cl = (size_t)g->c_local, Fl = (size_t)g->ff_local;
-    p->wte = buf;
-    p->wpe = buf + (size_t)g->c.vocab * C;
+    const nn_layer *G = g->m->layers;
+    p->wte = grads ? G[0].dw : G[0].w;
+    p->wpe = p->wte + (size_t)g->c.vocab * C;
     for (int l = 0; l < g->c.layers; l++) {
-        float *q = buf + g->m->layers[1 + l].param_off;
+        float *q = grads ? G[1 + l].dw : G[1 + l].w;
         nn_gpt_block *k = &p->blocks[l];
         k->ln1w = q, q += C;
         k->ln1b = q, q += C;
@@ -298,8 +300,13 @@ static void point_params(const nn_gpt *g, nn_gpt_params *p, float *buf)
         k->fc2w = q, q += C * Fl;
         k->fc2b = q;
     }
-    p->lnfw = buf + g->m->layers[g->c.layers + 1].param_off;
+    p->lnfw = grads ? G[g->c.layers + 1].dw : G[g->c.layers + 1].w;
     p->lnfb = p->lnfw + C;
+}
+
+void nn_gpt_point_grads(nn_gpt *g)
+{
+    point_params(g, &g->g, 1);
 }
 
 /* The parameters as an nn_model of parameter groups (gpt.h: nn_gpt.m): the shapes go into its
@@ -337,8 +344,8 @@ static chorus_result make_param_model(nn_gpt *g)
         m->layers[i].w = m->params + m->layers[i].param_off;
         m->layers[i].dw = m->grads + m->layers[i].param_off;
     }
-    point_params(g, &g->p, m->params);
-    point_params(g, &g->g, m->grads);
+    point_params(g, &g->p, 0);
+    point_params(g, &g->g, 1);
     return CHORUS_OK;
 }
 
@@ -523,18 +530,28 @@ static void block_forward(nn_gpt *g, int l, const float *x)
     residual_forward(a->res3, a->res3, a->res2, NC);
 }
 
+/* Before group `group`'s parameters are read: the model's forward hook (ZeRO's wait for their
+ * all-gather). */
+static void group_ready(nn_gpt *g, int group)
+{
+    if (g->m->fwd_hook) g->m->fwd_hook(g->m, group, g->m->fwd_hook_arg);
+}
+
 const float *nn_gpt_forward(nn_gpt *g, const int32_t *tokens, int B, int T)
 {
     struct nn_gpt_acts *a = g->a;
     int C = g->c.d_model, N = B * T;
     g->B = B, g->T = T;
     memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
+    group_ready(g, 0);
     encoder_forward(a->encoded, a->tokens, g->p.wte, g->p.wpe, B, T, C);
     const float *x = a->encoded;
     for (int l = 0; l < g->c.layers; l++) {
+        group_ready(g, 1 + l);
         block_forward(g, l, x);
         x = a->l[l].res3;
     }
+    group_ready(g, g->c.layers + 1);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, g->p.lnfw, g->p.lnfb, N, C);
     /* logits (N,V) = lnf wte^T: the output layer is the token embedding */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, g->c.vocab, C, 1.0f, a->lnf, C,
@@ -598,11 +615,10 @@ void nn_gpt_backward(nn_gpt *g)
 {
     struct nn_gpt_acts *a = g->a;
     int B = g->B, T = g->T, C = g->c.d_model, V = g->c.vocab, N = B * T, L = g->c.layers;
-    /* the tied output layer: dlnf (N,C) = dlogits wte; dwte += dlogits^T lnf */
+    /* the tied output layer: dlnf (N,C) = dlogits wte (its dwte below, with the embeddings':
+     * each group's gradient is written between the hooks of the groups before and after it) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, a->logits, V, g->p.wte, C,
                 0.0f, a->dln, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, a->logits, V, a->lnf, C,
-                1.0f, g->g.wte, C);
     memset(a->dres, 0, (size_t)N * C * sizeof(float));
     const float *last = L ? a->l[L - 1].res3 : a->encoded;
     layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, last, g->p.lnfw, a->lnf_mean,
@@ -612,6 +628,9 @@ void nn_gpt_backward(nn_gpt *g)
         block_backward(g, l, l ? a->l[l - 1].res3 : a->encoded);
         group_done(g, 1 + l);
     }
+    /* dwte += dlogits^T lnf, then the embeddings' rows */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, a->logits, V, a->lnf, C,
+                1.0f, g->g.wte, C);
     encoder_backward(g->g.wte, g->g.wpe, a->dres, a->tokens, B, T, C);
     group_done(g, 0);
 }
@@ -682,7 +701,7 @@ chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm)
     whole += sum_sq(g->g.lnfw, g->g.lnfw + 2 * (size_t)g->c.d_model);
     for (int l = 0; l < g->c.layers; l++) {
         const nn_gpt_block *d = &g->g.blocks[l];
-        const float *end = m->grads + m->layers[1 + l].param_off + m->layers[1 + l].nparams;
+        const float *end = m->layers[1 + l].dw + m->layers[1 + l].nparams;
         whole += sum_sq(d->ln1w, d->qkvw) + sum_sq(d->projb, d->fcw) + sum_sq(d->fc2b, end);
         split += sum_sq(d->qkvw, d->projb) + sum_sq(d->fcw, d->fc2b);
     }

@@ -14,6 +14,13 @@
 #             prints its sample; so does a 2x2 grid (2 replicas x 2 shards, --grad-sync
 #             engine), whose replicas end bitwise identical; heads that do not divide and
 #             checkpoints are refused
+#   zero      --zero 1 and --zero 2 on 2 ranks end 4 steps with the same parameters, to the bit,
+#             as plain data parallelism, without clipping and with it (ZeRO-1 clips by the norm
+#             of every rank's whole summed gradient, as data parallelism does; ZeRO-2 by the
+#             norm from its shards, added in another order, so its losses are only held to
+#             1e-6 of data parallelism's there, the bits compared without clipping); the
+#             per-rank gradient and optimizer bytes shrink; checkpoints, --accum 2 with
+#             --zero 2 and --zero with --tensor-parallel are refused with their reasons
 #   refused   the splits the GPT does not have yet, and GPT options given to another model,
 #             are refused with their reason
 set -u
@@ -116,10 +123,44 @@ PY
     refused "--tensor-parallel 3: the GPT's 4 heads do not divide among 3 ranks" --tensor-parallel 3
     refused "--tensor-parallel and --zero do not write checkpoints yet" --tensor-parallel 2 --checkpoint-dir "$d/ck"
     ;;
+zero)
+    for z in 0 1 2; do
+        for c in 0 1; do
+            run z$z.c$c $small --max-steps 4 --no-eval --sample 0 --zero $z --clip-grad $c \
+                --metrics "$d/z$z.c$c.jsonl" --dump-params "$d/z$z.c$c"
+        done
+    done
+    for c in 0 1; do
+        same z0.c$c z1.c$c
+        echo "--zero 1 --clip-grad $c: the parameters of plain data parallelism, to the bit"
+    done
+    same z0.c0 z2.c0
+    echo "--zero 2 --clip-grad 0: the parameters of plain data parallelism, to the bit"
+    grep -q "last gradient norm [0-9.]* before clipping to 1$" "$d/z2.c1.log" || fail "no norm line"
+    python3 - "$d" <<'PY' || fail "ZeRO's losses or memory leave plain data parallelism's"
+import json, re, sys
+d = sys.argv[1]
+rows = lambda n: [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl") if l.startswith('{"step"')]
+plain, z2 = rows("z0.c1"), rows("z2.c1")
+worst = max(abs(a - b) for a, b in zip(plain, z2))
+print(f"--zero 2 --clip-grad 1: {len(z2)} steps, largest loss difference from plain {worst:.2e}")
+assert len(plain) == len(z2) == 4 and worst <= 1e-6
+mem = {}
+for z in range(3):
+    m = re.search(r"memory rank 0: params ([0-9.]+) MiB, grads ([0-9.]+) MiB, optimizer ([0-9.]+) MiB",
+                  open(f"{d}/z{z}.c1.log").read())
+    mem[z] = tuple(map(float, m.groups()))
+    print(f"--zero {z}: rank 0 params {mem[z][0]} MiB, grads {mem[z][1]} MiB, optimizer {mem[z][2]} MiB")
+assert mem[1][2] < 0.6 * mem[0][2] and mem[2][2] == mem[1][2], "the optimizer state is not sharded"
+assert mem[2][1] < mem[1][1] == mem[0][1], "ZeRO-2 does not hold fewer gradient bytes"
+PY
+    refused "--tensor-parallel and --zero do not write checkpoints yet" --zero 1 --checkpoint-dir "$d/ck"
+    refused "--zero 2 keeps no full gradient buffer to accumulate in" --zero 2 --accum 2
+    refused "--zero with --tensor-parallel: the gradient norm for clipping" --zero 1 --tensor-parallel 2
+    ;;
 refused)
-    why="--model gpt trains data parallel and with --tensor-parallel only for now"
+    why="--model gpt trains data parallel, with --tensor-parallel and with --zero only for now"
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --pipeline-stages cuts a stack of layers into stages" --pipeline-stages 2
-    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --zero shards the optimizer state" --zero 1
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --recompute keeps" --recompute
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): the parameter server applies the update without the GPT's gradient clipping" --mode ps-sync
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --compress views" --compress topk:0.1

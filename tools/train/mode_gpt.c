@@ -77,8 +77,9 @@ static void check_opts(opts *o)
     const char *why =
         o->pipe_stages ? "--pipeline-stages cuts a stack of layers into stages; the GPT's blocks, "
                          "with their residual connections, are not cut yet"
-        : o->par.zero  ? "--zero shards the optimizer state and gradients by the layers of a "
-                         "stack; the GPT's parameter groups are not sharded yet"
+        : o->par.zero && o->par.tp > 1
+            ? "--zero with --tensor-parallel: the gradient norm for clipping is not yet taken "
+              "over shards of both kinds; use one of them"
         : o->par.recompute
             ? "--recompute keeps the outputs of a stack's segments; the GPT's blocks keep all "
               "their activations"
@@ -92,8 +93,8 @@ static void check_opts(opts *o)
         : o->dropout > 0 ? "--dropout: the GPT has no dropout"
                          : NULL;
     if (why)
-        die("--model gpt trains data parallel and with --tensor-parallel only for now "
-            "(chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): %s",
+        die("--model gpt trains data parallel, with --tensor-parallel and with --zero only for "
+            "now (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): %s",
             why);
     if (o->par.tp > 1 && o->gpt.heads % o->par.tp)
         die("--tensor-parallel %d: the GPT's %d heads do not divide among %d ranks (each rank "
@@ -138,8 +139,16 @@ nn_model *gpt_make(trainer *t, int max_batch)
     s->y = malloc(n * sizeof(int32_t));
     if (!s->x || !s->y) die("out of memory");
     nn_mem *mm = &t->o.par.mem;
-    nn_mem_add(mm, NN_MEM_PARAMS, s->g->m->nparams * sizeof(float));
-    nn_mem_add(mm, NN_MEM_GRADS, s->g->m->nparams * sizeof(float));
+    nn_model *m = s->g->m;
+    nn_mem_add(mm, NN_MEM_PARAMS, m->nparams * sizeof(float));
+    if (t->o.par.zero == 2) { /* ZeRO-2 keeps one group's gradient and its chunks of the sum */
+        free(m->grads);
+        m->grads = NULL;
+        m->no_grads = 1;
+        for (int i = 0; i < m->nlayers; i++) m->layers[i].dw = NULL;
+    } else {
+        nn_mem_add(mm, NN_MEM_GRADS, m->nparams * sizeof(float));
+    }
     nn_mem_add(mm, NN_MEM_ACTIVATIONS, s->g->act_bytes + 2 * n * sizeof(int32_t));
     return s->g->m;
 }
@@ -176,6 +185,7 @@ static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float
         stats[0] += nn_gpt_loss(s->g, s->y, scale / (float)T, &hits);
         stats[1] += (double)hits;
         if (k + 1 == K) nn_dist_begin_backward(&t->dist, t->m);
+        if (k + 1 == K) par_begin_backward(&t->o.par, t->m); /* --zero 2's reduce-scatter */
         nn_gpt_backward(s->g);
         off += nb;
     }
@@ -183,19 +193,46 @@ static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float
 }
 
 /* The summed gradient, the same on every replica, cut to global norm --clip-grad (the norm of
- * the whole model's gradient: over the tensor-parallel shards too); then the update. */
+ * the whole model's gradient: over the tensor-parallel shards too); then the update. With
+ * --zero, ZeRO sums the gradient first: ZeRO-1 into every rank's whole buffer (the same norm,
+ * to the bit, as plain data parallelism), ZeRO-2 into each rank's chunks (the norm from their
+ * squares, added in another order). */
 static void step(trainer *t, float lr)
 {
     train_gpt *s = t->gpt;
-    float *g = t->m->grads;
-    size_t n = t->m->nparams;
+    train_par *p = &t->o.par;
     if (nn_model_comm_status(t->m)) die("%s", nn_last_error());
-    if (nn_gpt_grad_norm(s->g, &s->grad_norm)) die("%s", nn_last_error());
+    if (p->zero && nn_zero_sum_grads(&p->zs, t->m)) die("%s", nn_last_error());
+    chorus_result r = p->zero == 2 ? nn_zero_shard_norm(&p->zs, &s->grad_norm)
+                                   : nn_gpt_grad_norm(s->g, &s->grad_norm);
+    if (r) die("%s", nn_last_error());
     if (t->o.clip > 0 && s->grad_norm > t->o.clip) {
         float k = (float)(t->o.clip / s->grad_norm);
-        for (size_t i = 0; i < n; i++) g[i] *= k;
+        if (p->zero) {
+            nn_zero_scale_grads(&p->zs, t->m, k);
+        } else {
+            float *g = t->m->grads;
+            for (size_t i = 0; i < t->m->nparams; i++) g[i] *= k;
+        }
     }
     allreduce_step(t, lr);
+}
+
+/* The optimizer's state and ZeRO's buffers; under --zero 2 the gradient views follow the
+ * layers' into ZeRO's buffer. */
+static void optim_built(trainer *t)
+{
+    allreduce_optim_built(t);
+    nn_gpt_point_grads(t->gpt->g);
+}
+
+/* ZeRO times its own gradient sum. */
+static void comm_line(trainer *t)
+{
+    if (t->o.par.zero)
+        split_comm_line(t);
+    else
+        allreduce_comm_line(t);
 }
 
 /* The held-out windows, each rank a contiguous slice; returns the next-byte accuracy and the
@@ -286,7 +323,13 @@ const train_mode mode_gpt = {
     .check_opts = check_opts,
     .share = "rank",
     .ckpt_note = "",
-    DATA_PARALLEL_HOOKS,
+    /* DATA_PARALLEL_HOOKS, with the GPT's optim_built */
+    .replicas_agree = 1,
+    .agree_stop = 1,
+    .periodic_eval = 1,
+    .shares = allreduce_shares,
+    .model_built = allreduce_model_built,
+    .optim_built = optim_built,
     .first_params = allreduce_first_params,
     .sync = allreduce_sync,
     .save = allreduce_save,
@@ -294,7 +337,7 @@ const train_mode mode_gpt = {
     .forward_backward = forward_backward,
     .step = step,
     .evaluate = evaluate,
-    .comm_line = allreduce_comm_line,
+    .comm_line = comm_line,
     .report = gpt_report,
     .finish = finish,
 };

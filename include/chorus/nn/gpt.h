@@ -114,8 +114,15 @@ const float *nn_gpt_forward(nn_gpt *g, const int32_t *tokens, int B, int T);
  * token is the target to *hits when hits is not NULL. */
 double nn_gpt_loss(nn_gpt *g, const int32_t *targets, float grad_scale, long *hits);
 /* Back-propagates the loss's gradient through the last forward, ADDING the parameter gradients
- * to g->m->grads (several passes accumulate). */
+ * to g->m->grads (several passes accumulate). The groups' gradients are written one group at
+ * a time, the final LayerNorm's first, then the blocks from the last, the embeddings' last
+ * (the tied output layer's share of them included); g->m->grad_hook, when set, is called as
+ * each is finished. g->m->fwd_hook, when set, is called by forward before each group's
+ * parameters are read. */
 void nn_gpt_backward(nn_gpt *g);
+/* Points the gradient views (g->g) at the groups' m->layers[i].dw again, after they were moved
+ * (ZeRO-2 points every group's at one buffer of its own, nn_zero_init). */
+void nn_gpt_point_grads(nn_gpt *g);
 
 /* The global norm of the whole model's gradient into *norm: with tensor parallelism the split
  * tensors' squares are summed over the ranks (collective over tp_comm) and those every rank

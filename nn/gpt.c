@@ -368,6 +368,11 @@ static size_t carve_acts(nn_gpt *g, float *base)
     a->encoded = take(&cur, N * C);
     for (int l = 0; l < g->c.layers; l++) {
         gpt_layer_acts *k = &a->l[l];
+        if (g->recompute && l > 0) { /* block 0's inner activations, its own output */
+            *k = a->l[0];
+            k->res3 = take(&cur, N * C);
+            continue;
+        }
         k->ln1 = take(&cur, N * C), k->ln1_mean = take(&cur, N), k->ln1_rstd = take(&cur, N);
         k->qkv = take(&cur, 3 * N * Cl);
         k->att = take(&cur, (size_t)g->max_batch * NHl * T * T);
@@ -382,6 +387,49 @@ static size_t carve_acts(nn_gpt *g, float *base)
     a->dqkv = take(&cur, 3 * N * Cl), a->dfch = take(&cur, N * Fl);
     a->dscores = take(&cur, T * T);
     return (size_t)(cur - base);
+}
+
+static void free_acts(struct nn_gpt_acts *a)
+{
+    if (!a) return;
+    free(a->l);
+    free(a->mem);
+    free(a->tokens);
+    free(a);
+}
+
+/* g->a for g's shape and g->recompute. Errors: CHORUS_ERR_NOMEM (g->a NULL). */
+static chorus_result alloc_acts(nn_gpt *g)
+{
+    const nn_gpt_config *c = &g->c;
+    struct nn_gpt_acts *a = g->a = calloc(1, sizeof(*g->a));
+    if (a) a->l = calloc((size_t)c->layers, sizeof(gpt_layer_acts));
+    size_t n = a && a->l ? carve_acts(g, NULL) : 0;
+    if (n) a->mem = malloc(n * sizeof(float));
+    size_t ntok = (size_t)g->max_batch * (size_t)c->context;
+    if (n && a->mem) a->tokens = malloc(ntok * sizeof(int32_t));
+    if (!n || !a->mem || !a->tokens) {
+        free_acts(a);
+        g->a = NULL;
+        return nn__fail(CHORUS_ERR_NOMEM,
+                        "nn_gpt_create: out of memory for %zu floats of activations", n);
+    }
+    carve_acts(g, a->mem);
+    g->act_bytes = n * sizeof(float) + ntok * sizeof(int32_t);
+    return CHORUS_OK;
+}
+
+chorus_result nn_gpt_set_recompute(nn_gpt *g, int on)
+{
+    struct nn_gpt_acts *old = g->a;
+    int was = g->recompute;
+    g->recompute = on != 0;
+    if (alloc_acts(g)) {
+        g->a = old, g->recompute = was;
+        return CHORUS_ERR_NOMEM;
+    }
+    free_acts(old);
+    return CHORUS_OK;
 }
 
 nn_gpt *nn_gpt_create(const nn_gpt_config *c, int max_batch)
@@ -422,30 +470,14 @@ nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_
     g->c_local = c->d_model / tp;
     g->ff_local = 4 * c->d_model / tp;
     if (make_param_model(g)) return nn_gpt_destroy(g), NULL;
-    g->a = calloc(1, sizeof(*g->a));
-    if (g->a) g->a->l = calloc((size_t)c->layers, sizeof(gpt_layer_acts));
-    size_t n = g->a && g->a->l ? carve_acts(g, NULL) : 0;
-    if (n) g->a->mem = malloc(n * sizeof(float));
-    size_t ntok = (size_t)max_batch * (size_t)c->context;
-    if (n && g->a->mem) g->a->tokens = malloc(ntok * sizeof(int32_t));
-    if (!n || !g->a->mem || !g->a->tokens) {
-        nn__fail(CHORUS_ERR_NOMEM, "nn_gpt_create: out of memory for %zu floats of activations", n);
-        return nn_gpt_destroy(g), NULL;
-    }
-    carve_acts(g, g->a->mem);
-    g->act_bytes = n * sizeof(float) + ntok * sizeof(int32_t);
+    if (alloc_acts(g)) return nn_gpt_destroy(g), NULL;
     return g;
 }
 
 void nn_gpt_destroy(nn_gpt *g)
 {
     if (!g) return;
-    if (g->a) {
-        free(g->a->l);
-        free(g->a->mem);
-        free(g->a->tokens);
-        free(g->a);
-    }
+    free_acts(g->a);
     free(g->p.blocks);
     free(g->g.blocks);
     nn_model_destroy(g->m);
@@ -625,7 +657,9 @@ void nn_gpt_backward(nn_gpt *g)
                        a->lnf_rstd, N, C);
     group_done(g, L + 1);
     for (int l = L - 1; l >= 0; l--) {
-        block_backward(g, l, l ? a->l[l - 1].res3 : a->encoded);
+        const float *x = l ? a->l[l - 1].res3 : a->encoded;
+        if (g->recompute && l < L - 1) block_forward(g, l, x); /* its inner activations again */
+        block_backward(g, l, x);
         group_done(g, 1 + l);
     }
     /* dwte += dlogits^T lnf, then the embeddings' rows */

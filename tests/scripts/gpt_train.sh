@@ -21,6 +21,10 @@
 #             1e-6 of data parallelism's there, the bits compared without clipping); the
 #             per-rank gradient and optimizer bytes shrink; checkpoints, --accum 2 with
 #             --zero 2 and --zero with --tensor-parallel are refused with their reasons
+#   recompute --recompute (each block's inner activations dropped after forward and computed
+#             again in backward) ends 4 steps with the parameters of the run that keeps them,
+#             to the bit, on its own, with --zero 2 and with --tensor-parallel 2, holding fewer
+#             activation bytes per rank; --recompute=2 is refused
 #   refused   the splits the GPT does not have yet, and GPT options given to another model,
 #             are refused with their reason
 set -u
@@ -158,10 +162,30 @@ PY
     refused "--zero 2 keeps no full gradient buffer to accumulate in" --zero 2 --accum 2
     refused "--zero with --tensor-parallel: the gradient norm for clipping" --zero 1 --tensor-parallel 2
     ;;
+recompute)
+    for v in "keep" "again --recompute" "z2 --zero 2 --recompute" "tp --tensor-parallel 2" \
+        "tpagain --tensor-parallel 2 --recompute"; do
+        n=${v%% *}
+        run $n $small --layers 3 --max-steps 4 --no-eval --sample 0 --dump-params "$d/$n" ${v#"$n"}
+    done
+    same keep again
+    same keep z2
+    for t in 0 1; do
+        cmp "$d/tp.tp$t.0" "$d/tpagain.tp$t.0" || fail "--tensor-parallel 2 --recompute: shard $t differs"
+    done
+    echo "--recompute, alone, with --zero 2 and with --tensor-parallel 2: the same parameters, to the bit"
+    python3 - "$d" <<'PY' || fail "--recompute does not hold fewer activation bytes"
+import re, sys
+act = {n: float(re.search(r"memory rank 0: .*activations ([0-9.]+) MiB", open(f"{sys.argv[1]}/{n}.log").read()).group(1))
+       for n in ("keep", "again", "tp", "tpagain")}
+print("rank 0's activations (MiB):", act)
+assert act["again"] < act["keep"] and act["tpagain"] < act["tp"]
+PY
+    refused "--recompute=K keeps every K-th layer of a stack; the GPT recomputes every block" --recompute=2
+    ;;
 refused)
-    why="--model gpt trains data parallel, with --tensor-parallel and with --zero only for now"
+    why="--model gpt trains data parallel, with --tensor-parallel, --zero and --recompute only for now"
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --pipeline-stages cuts a stack of layers into stages" --pipeline-stages 2
-    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --recompute keeps" --recompute
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): the parameter server applies the update without the GPT's gradient clipping" --mode ps-sync
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --compress views" --compress topk:0.1
     refused "--d-model 64 is not a multiple of --heads 5" --heads 5

@@ -80,9 +80,9 @@ static void check_opts(opts *o)
         : o->par.zero && o->par.tp > 1
             ? "--zero with --tensor-parallel: the gradient norm for clipping is not yet taken "
               "over shards of both kinds; use one of them"
-        : o->par.recompute
-            ? "--recompute keeps the outputs of a stack's segments; the GPT's blocks keep all "
-              "their activations"
+        : o->par.recompute > 0
+            ? "--recompute=K keeps every K-th layer of a stack; the GPT recomputes every block: "
+              "give --recompute alone"
         : strcmp(o->mode, "allreduce")
             ? "the parameter server applies the update without the GPT's gradient clipping"
         : strcmp(o->compress, "none")
@@ -93,8 +93,8 @@ static void check_opts(opts *o)
         : o->dropout > 0 ? "--dropout: the GPT has no dropout"
                          : NULL;
     if (why)
-        die("--model gpt trains data parallel, with --tensor-parallel and with --zero only for "
-            "now (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): %s",
+        die("--model gpt trains data parallel, with --tensor-parallel, --zero and --recompute "
+            "only for now (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): %s",
             why);
     if (o->par.tp > 1 && o->gpt.heads % o->par.tp)
         die("--tensor-parallel %d: the GPT's %d heads do not divide among %d ranks (each rank "
@@ -134,6 +134,11 @@ nn_model *gpt_make(trainer *t, int max_batch)
     chorus_comm *tp = t->o.par.tp > 1 ? t->o.par.tp_comm : NULL;
     s->g = nn_gpt_create_tp(&t->o.gpt, max_batch, tp);
     if (!s->g || nn_gpt_init_params(s->g, t->o.seed)) die("%s", nn_last_error());
+    if (t->o.par.recompute) { /* every block's inner activations dropped after forward */
+        size_t all = s->g->act_bytes;
+        if (nn_gpt_set_recompute(s->g, 1)) die("--recompute: %s", nn_last_error());
+        s->g->m->recompute_saved = all - s->g->act_bytes;
+    }
     size_t n = (size_t)max_batch * (size_t)t->o.gpt.context;
     s->x = malloc(n * sizeof(int32_t));
     s->y = malloc(n * sizeof(int32_t));

@@ -7,8 +7,11 @@
  * broadcast of the first parameters, checkpoints and --resume are data parallelism's own
  * (mode_allreduce.c). Before the update the summed gradient's norm, the same on every rank, is
  * cut to --clip-grad. --tensor-parallel T splits each block's heads and MLP over T ranks of a
- * replica (Megatron's; nn/gpt.c), the grid and its output as for the MLP (split.c). The splits
- * this model does not have yet are refused with the reason.
+ * replica (Megatron's; nn/gpt.c), the grid and its output as for the MLP (split.c). --zero 1|2
+ * shards the parameter groups' optimizer state and gradients (nn/zero.c; the sum comes before
+ * the clipping), --recompute drops each block's inner activations (nn/gpt.c), --compress runs
+ * the element-wise compressors over the gradient sum. The splits this model does not have
+ * yet are refused with the reason.
  */
 #include <math.h>
 #include <stdio.h>
@@ -85,16 +88,18 @@ static void check_opts(opts *o)
               "give --recompute alone"
         : strcmp(o->mode, "allreduce")
             ? "the parameter server applies the update without the GPT's gradient clipping"
-        : strcmp(o->compress, "none")
-            ? "--compress views each layer's gradient as a weight matrix; the GPT's parameter "
-              "groups hold several"
+        : !strncmp(o->compress, "powersgd", 8)
+            ? "--compress powersgd views each layer's gradient as one weight matrix; the GPT's "
+              "parameter groups hold several (the element-wise compressors, topk, randomk, fp16 "
+              "and bf16, run)"
         : !strcmp(o->balance, "dynamic") || o->balance_shares
             ? "--balance dynamic is not measured on it yet: split the batch evenly"
         : o->dropout > 0 ? "--dropout: the GPT has no dropout"
                          : NULL;
     if (why)
-        die("--model gpt trains data parallel, with --tensor-parallel, --zero and --recompute "
-            "only for now (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): %s",
+        die("--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute and "
+            "--compress only for now (chorus-run -np N, with --accum, --grad-sync, "
+            "--checkpoint-dir): %s",
             why);
     if (o->par.tp > 1 && o->gpt.heads % o->par.tp)
         die("--tensor-parallel %d: the GPT's %d heads do not divide among %d ranks (each rank "

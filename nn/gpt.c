@@ -276,14 +276,16 @@ chorus_result nn_gpt_preset(const char *name, nn_gpt_config *c)
                     "unknown GPT preset '%s' (the presets: tiny, gpt2-124m)", name);
 }
 
-/* Points p's views into buf, laid out as the layers of g->m say. */
-static void point_params(const nn_gpt *g, nn_gpt_params *p, float *buf)
+/* Points p's views into the groups of g->m (their parameters, or with grads their
+ * gradients): each group's views from its layer's w or dw, laid out as the layer says. */
+static void point_params(const nn_gpt *g, nn_gpt_params *p, int grads)
 {
     size_t C = (size_t)g->c.d_model, Cl = (size_t)g->c_local, Fl = (size_t)g->ff_local;
-    p->wte = buf;
-    p->wpe = buf + (size_t)g->c.vocab * C;
+    const nn_layer *G = g->m->layers;
+    p->wte = grads ? G[0].dw : G[0].w;
+    p->wpe = p->wte + (size_t)g->c.vocab * C;
     for (int l = 0; l < g->c.layers; l++) {
-        float *q = buf + g->m->layers[1 + l].param_off;
+        float *q = grads ? G[1 + l].dw : G[1 + l].w;
         nn_gpt_block *k = &p->blocks[l];
         k->ln1w = q, q += C;
         k->ln1b = q, q += C;
@@ -298,8 +300,13 @@ static void point_params(const nn_gpt *g, nn_gpt_params *p, float *buf)
         k->fc2w = q, q += C * Fl;
         k->fc2b = q;
     }
-    p->lnfw = buf + g->m->layers[g->c.layers + 1].param_off;
+    p->lnfw = grads ? G[g->c.layers + 1].dw : G[g->c.layers + 1].w;
     p->lnfb = p->lnfw + C;
+}
+
+void nn_gpt_point_grads(nn_gpt *g)
+{
+    point_params(g, &g->g, 1);
 }
 
 /* The parameters as an nn_model of parameter groups (gpt.h: nn_gpt.m): the shapes go into its
@@ -337,8 +344,8 @@ static chorus_result make_param_model(nn_gpt *g)
         m->layers[i].w = m->params + m->layers[i].param_off;
         m->layers[i].dw = m->grads + m->layers[i].param_off;
     }
-    point_params(g, &g->p, m->params);
-    point_params(g, &g->g, m->grads);
+    point_params(g, &g->p, 0);
+    point_params(g, &g->g, 1);
     return CHORUS_OK;
 }
 
@@ -361,6 +368,11 @@ static size_t carve_acts(nn_gpt *g, float *base)
     a->encoded = take(&cur, N * C);
     for (int l = 0; l < g->c.layers; l++) {
         gpt_layer_acts *k = &a->l[l];
+        if (g->recompute && l > 0) { /* block 0's inner activations, its own output */
+            *k = a->l[0];
+            k->res3 = take(&cur, N * C);
+            continue;
+        }
         k->ln1 = take(&cur, N * C), k->ln1_mean = take(&cur, N), k->ln1_rstd = take(&cur, N);
         k->qkv = take(&cur, 3 * N * Cl);
         k->att = take(&cur, (size_t)g->max_batch * NHl * T * T);
@@ -375,6 +387,49 @@ static size_t carve_acts(nn_gpt *g, float *base)
     a->dqkv = take(&cur, 3 * N * Cl), a->dfch = take(&cur, N * Fl);
     a->dscores = take(&cur, T * T);
     return (size_t)(cur - base);
+}
+
+static void free_acts(struct nn_gpt_acts *a)
+{
+    if (!a) return;
+    free(a->l);
+    free(a->mem);
+    free(a->tokens);
+    free(a);
+}
+
+/* g->a for g's shape and g->recompute. Errors: CHORUS_ERR_NOMEM (g->a NULL). */
+static chorus_result alloc_acts(nn_gpt *g)
+{
+    const nn_gpt_config *c = &g->c;
+    struct nn_gpt_acts *a = g->a = calloc(1, sizeof(*g->a));
+    if (a) a->l = calloc((size_t)c->layers, sizeof(gpt_layer_acts));
+    size_t n = a && a->l ? carve_acts(g, NULL) : 0;
+    if (n) a->mem = malloc(n * sizeof(float));
+    size_t ntok = (size_t)g->max_batch * (size_t)c->context;
+    if (n && a->mem) a->tokens = malloc(ntok * sizeof(int32_t));
+    if (!n || !a->mem || !a->tokens) {
+        free_acts(a);
+        g->a = NULL;
+        return nn__fail(CHORUS_ERR_NOMEM,
+                        "nn_gpt_create: out of memory for %zu floats of activations", n);
+    }
+    carve_acts(g, a->mem);
+    g->act_bytes = n * sizeof(float) + ntok * sizeof(int32_t);
+    return CHORUS_OK;
+}
+
+chorus_result nn_gpt_set_recompute(nn_gpt *g, int on)
+{
+    struct nn_gpt_acts *old = g->a;
+    int was = g->recompute;
+    g->recompute = on != 0;
+    if (alloc_acts(g)) {
+        g->a = old, g->recompute = was;
+        return CHORUS_ERR_NOMEM;
+    }
+    free_acts(old);
+    return CHORUS_OK;
 }
 
 nn_gpt *nn_gpt_create(const nn_gpt_config *c, int max_batch)
@@ -415,30 +470,14 @@ nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_
     g->c_local = c->d_model / tp;
     g->ff_local = 4 * c->d_model / tp;
     if (make_param_model(g)) return nn_gpt_destroy(g), NULL;
-    g->a = calloc(1, sizeof(*g->a));
-    if (g->a) g->a->l = calloc((size_t)c->layers, sizeof(gpt_layer_acts));
-    size_t n = g->a && g->a->l ? carve_acts(g, NULL) : 0;
-    if (n) g->a->mem = malloc(n * sizeof(float));
-    size_t ntok = (size_t)max_batch * (size_t)c->context;
-    if (n && g->a->mem) g->a->tokens = malloc(ntok * sizeof(int32_t));
-    if (!n || !g->a->mem || !g->a->tokens) {
-        nn__fail(CHORUS_ERR_NOMEM, "nn_gpt_create: out of memory for %zu floats of activations", n);
-        return nn_gpt_destroy(g), NULL;
-    }
-    carve_acts(g, g->a->mem);
-    g->act_bytes = n * sizeof(float) + ntok * sizeof(int32_t);
+    if (alloc_acts(g)) return nn_gpt_destroy(g), NULL;
     return g;
 }
 
 void nn_gpt_destroy(nn_gpt *g)
 {
     if (!g) return;
-    if (g->a) {
-        free(g->a->l);
-        free(g->a->mem);
-        free(g->a->tokens);
-        free(g->a);
-    }
+    free_acts(g->a);
     free(g->p.blocks);
     free(g->g.blocks);
     nn_model_destroy(g->m);
@@ -523,18 +562,28 @@ static void block_forward(nn_gpt *g, int l, const float *x)
     residual_forward(a->res3, a->res3, a->res2, NC);
 }
 
+/* Before group `group`'s parameters are read: the model's forward hook (ZeRO's wait for their
+ * all-gather). */
+static void group_ready(nn_gpt *g, int group)
+{
+    if (g->m->fwd_hook) g->m->fwd_hook(g->m, group, g->m->fwd_hook_arg);
+}
+
 const float *nn_gpt_forward(nn_gpt *g, const int32_t *tokens, int B, int T)
 {
     struct nn_gpt_acts *a = g->a;
     int C = g->c.d_model, N = B * T;
     g->B = B, g->T = T;
     memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
+    group_ready(g, 0);
     encoder_forward(a->encoded, a->tokens, g->p.wte, g->p.wpe, B, T, C);
     const float *x = a->encoded;
     for (int l = 0; l < g->c.layers; l++) {
+        group_ready(g, 1 + l);
         block_forward(g, l, x);
         x = a->l[l].res3;
     }
+    group_ready(g, g->c.layers + 1);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, g->p.lnfw, g->p.lnfb, N, C);
     /* logits (N,V) = lnf wte^T: the output layer is the token embedding */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, g->c.vocab, C, 1.0f, a->lnf, C,
@@ -598,20 +647,24 @@ void nn_gpt_backward(nn_gpt *g)
 {
     struct nn_gpt_acts *a = g->a;
     int B = g->B, T = g->T, C = g->c.d_model, V = g->c.vocab, N = B * T, L = g->c.layers;
-    /* the tied output layer: dlnf (N,C) = dlogits wte; dwte += dlogits^T lnf */
+    /* the tied output layer: dlnf (N,C) = dlogits wte (its dwte below, with the embeddings':
+     * each group's gradient is written between the hooks of the groups before and after it) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, a->logits, V, g->p.wte, C,
                 0.0f, a->dln, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, a->logits, V, a->lnf, C,
-                1.0f, g->g.wte, C);
     memset(a->dres, 0, (size_t)N * C * sizeof(float));
     const float *last = L ? a->l[L - 1].res3 : a->encoded;
     layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, last, g->p.lnfw, a->lnf_mean,
                        a->lnf_rstd, N, C);
     group_done(g, L + 1);
     for (int l = L - 1; l >= 0; l--) {
-        block_backward(g, l, l ? a->l[l - 1].res3 : a->encoded);
+        const float *x = l ? a->l[l - 1].res3 : a->encoded;
+        if (g->recompute && l < L - 1) block_forward(g, l, x); /* its inner activations again */
+        block_backward(g, l, x);
         group_done(g, 1 + l);
     }
+    /* dwte += dlogits^T lnf, then the embeddings' rows */
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, a->logits, V, a->lnf, C,
+                1.0f, g->g.wte, C);
     encoder_backward(g->g.wte, g->g.wpe, a->dres, a->tokens, B, T, C);
     group_done(g, 0);
 }
@@ -682,7 +735,7 @@ chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm)
     whole += sum_sq(g->g.lnfw, g->g.lnfw + 2 * (size_t)g->c.d_model);
     for (int l = 0; l < g->c.layers; l++) {
         const nn_gpt_block *d = &g->g.blocks[l];
-        const float *end = m->grads + m->layers[1 + l].param_off + m->layers[1 + l].nparams;
+        const float *end = m->layers[1 + l].dw + m->layers[1 + l].nparams;
         whole += sum_sq(d->ln1w, d->qkvw) + sum_sq(d->projb, d->fcw) + sum_sq(d->fc2b, end);
         split += sum_sq(d->qkvw, d->projb) + sum_sq(d->fcw, d->fc2b);
     }

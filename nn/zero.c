@@ -13,6 +13,7 @@
  * With nn_zero_overlap a thread all-gathers the segments in layer order while the next
  * forward pass runs; the forward hook makes each layer wait only for its own segments.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -348,13 +349,10 @@ static void stop_gather(nn_zero *z)
     z->bg = NULL;
 }
 
-chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
+chorus_result nn_zero_sum_grads(nn_zero *z, nn_model *m)
 {
-    m->grad_hook = NULL;
-    m->grad_hook_arg = NULL;
     if (z->err) return z->err;
-    if (nn_zero_wait(z, m)) return m->comm_err; /* the last round is whole: forward waited */
-    z->steps++;
+    if (z->summed) return CHORUS_OK;
     double t0 = now_s();
     if (z->stage == 1 && z->size > 1) {
         chorus_result r =
@@ -364,6 +362,37 @@ chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
     if (z->stage == 2 && z->size == 1) /* no hook ran: the gradient is the layer's own */
         return nn__fail(CHORUS_ERR_INVALID_ARG, "ZeRO-2 needs more than one rank");
     z->comm_s += now_s() - t0;
+    z->summed = 1;
+    return CHORUS_OK;
+}
+
+chorus_result nn_zero_shard_norm(nn_zero *z, double *norm)
+{
+    double s = 0; /* the padding past a segment's end is zero: the layer's buffer was cleared */
+    for (size_t i = 0; i < z->shard_n; i++) s += (double)z->gshard[i] * z->gshard[i];
+    chorus_result r = chorus_allreduce(z->comm, &s, &s, 1, CHORUS_FLOAT64, CHORUS_SUM);
+    if (r) return nn__fail(r, "ZeRO-2 gradient norm: %s", chorus_last_error(z->comm));
+    *norm = sqrt(s);
+    return CHORUS_OK;
+}
+
+void nn_zero_scale_grads(nn_zero *z, nn_model *m, float k)
+{
+    float *g = z->stage == 2 ? z->gshard : m->grads;
+    size_t n = z->stage == 2 ? z->shard_n : m->nparams;
+    for (size_t i = 0; i < n; i++) g[i] *= k;
+}
+
+chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
+{
+    m->grad_hook = NULL;
+    m->grad_hook_arg = NULL;
+    if (z->err) return z->err;
+    if (nn_zero_wait(z, m)) return m->comm_err; /* the last round is whole: forward waited */
+    z->steps++;
+    chorus_result r = nn_zero_sum_grads(z, m);
+    if (r) return r;
+    z->summed = 0;
     o->t++;
     for (int s = 0; s < z->nseg; s++) {
         const nn_zero_seg *g = &z->seg[s];
@@ -379,7 +408,7 @@ chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
         pthread_mutex_unlock(&z->bg->mu);
         return CHORUS_OK;
     }
-    t0 = now_s();
+    double t0 = now_s();
     for (int s = 0; s < z->nseg; s++) {
         chorus_result r = gather_segment(z, z->comm, &z->seg[s], m);
         if (r) return r;

@@ -14,6 +14,21 @@
 #             prints its sample; so does a 2x2 grid (2 replicas x 2 shards, --grad-sync
 #             engine), whose replicas end bitwise identical; heads that do not divide and
 #             checkpoints are refused
+#   zero      --zero 1 and --zero 2 on 2 ranks end 4 steps with the same parameters, to the bit,
+#             as plain data parallelism, without clipping and with it (ZeRO-1 clips by the norm
+#             of every rank's whole summed gradient, as data parallelism does; ZeRO-2 by the
+#             norm from its shards, added in another order, so its losses are only held to
+#             1e-6 of data parallelism's there, the bits compared without clipping); the
+#             per-rank gradient and optimizer bytes shrink; checkpoints, --accum 2 with
+#             --zero 2 and --zero with --tensor-parallel are refused with their reasons
+#   recompute --recompute (each block's inner activations dropped after forward and computed
+#             again in backward) ends 4 steps with the parameters of the run that keeps them,
+#             to the bit, on its own, with --zero 2 and with --tensor-parallel 2, holding fewer
+#             activation bytes per rank; --recompute=2 is refused
+#   compress  --compress topk:0.1 (error feedback) on 2 ranks: 30 steps with --grad-sync fused,
+#             layer and engine bring the training loss below 0.7 of the first step's; 8 steps
+#             straight = 4 + --resume 4, to the bit, each rank's error feedback restored from
+#             its checkpoint; --compress powersgd is refused with its reason
 #   refused   the splits the GPT does not have yet, and GPT options given to another model,
 #             are refused with their reason
 set -u
@@ -116,13 +131,88 @@ PY
     refused "--tensor-parallel 3: the GPT's 4 heads do not divide among 3 ranks" --tensor-parallel 3
     refused "--tensor-parallel and --zero do not write checkpoints yet" --tensor-parallel 2 --checkpoint-dir "$d/ck"
     ;;
+zero)
+    for z in 0 1 2; do
+        for c in 0 1; do
+            run z$z.c$c $small --max-steps 4 --no-eval --sample 0 --zero $z --clip-grad $c \
+                --metrics "$d/z$z.c$c.jsonl" --dump-params "$d/z$z.c$c"
+        done
+    done
+    for c in 0 1; do
+        same z0.c$c z1.c$c
+        echo "--zero 1 --clip-grad $c: the parameters of plain data parallelism, to the bit"
+    done
+    same z0.c0 z2.c0
+    echo "--zero 2 --clip-grad 0: the parameters of plain data parallelism, to the bit"
+    grep -q "last gradient norm [0-9.]* before clipping to 1$" "$d/z2.c1.log" || fail "no norm line"
+    python3 - "$d" <<'PY' || fail "ZeRO's losses or memory leave plain data parallelism's"
+import json, re, sys
+d = sys.argv[1]
+rows = lambda n: [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl") if l.startswith('{"step"')]
+plain, z2 = rows("z0.c1"), rows("z2.c1")
+worst = max(abs(a - b) for a, b in zip(plain, z2))
+print(f"--zero 2 --clip-grad 1: {len(z2)} steps, largest loss difference from plain {worst:.2e}")
+assert len(plain) == len(z2) == 4 and worst <= 1e-6
+mem = {}
+for z in range(3):
+    m = re.search(r"memory rank 0: params ([0-9.]+) MiB, grads ([0-9.]+) MiB, optimizer ([0-9.]+) MiB",
+                  open(f"{d}/z{z}.c1.log").read())
+    mem[z] = tuple(map(float, m.groups()))
+    print(f"--zero {z}: rank 0 params {mem[z][0]} MiB, grads {mem[z][1]} MiB, optimizer {mem[z][2]} MiB")
+assert mem[1][2] < 0.6 * mem[0][2] and mem[2][2] == mem[1][2], "the optimizer state is not sharded"
+assert mem[2][1] < mem[1][1] == mem[0][1], "ZeRO-2 does not hold fewer gradient bytes"
+PY
+    refused "--tensor-parallel and --zero do not write checkpoints yet" --zero 1 --checkpoint-dir "$d/ck"
+    refused "--zero 2 keeps no full gradient buffer to accumulate in" --zero 2 --accum 2
+    refused "--zero with --tensor-parallel: the gradient norm for clipping" --zero 1 --tensor-parallel 2
+    ;;
+recompute)
+    for v in "keep" "again --recompute" "z2 --zero 2 --recompute" "tp --tensor-parallel 2" \
+        "tpagain --tensor-parallel 2 --recompute"; do
+        n=${v%% *}
+        run $n $small --layers 3 --max-steps 4 --no-eval --sample 0 --dump-params "$d/$n" ${v#"$n"}
+    done
+    same keep again
+    same keep z2
+    for t in 0 1; do
+        cmp "$d/tp.tp$t.0" "$d/tpagain.tp$t.0" || fail "--tensor-parallel 2 --recompute: shard $t differs"
+    done
+    echo "--recompute, alone, with --zero 2 and with --tensor-parallel 2: the same parameters, to the bit"
+    python3 - "$d" <<'PY' || fail "--recompute does not hold fewer activation bytes"
+import re, sys
+act = {n: float(re.search(r"memory rank 0: .*activations ([0-9.]+) MiB", open(f"{sys.argv[1]}/{n}.log").read()).group(1))
+       for n in ("keep", "again", "tp", "tpagain")}
+print("rank 0's activations (MiB):", act)
+assert act["again"] < act["keep"] and act["tpagain"] < act["tp"]
+PY
+    refused "--recompute=K keeps every K-th layer of a stack; the GPT recomputes every block" --recompute=2
+    ;;
+compress)
+    for s in fused layer engine; do
+        run tk$s $small --max-steps 30 --no-eval --sample 0 --compress topk:0.1 --grad-sync $s \
+            --metrics "$d/tk$s.jsonl"
+        python3 - "$d/tk$s.jsonl" <<'PY' || fail "--compress topk:0.1 --grad-sync $s does not train"
+import json, sys
+rows = [json.loads(l)["loss"] for l in open(sys.argv[1]) if l.startswith('{"step"')]
+print(f"topk:0.1: {len(rows)} steps, training loss {rows[0]:.4f} -> {rows[-1]:.4f}")
+sys.exit(0 if len(rows) == 30 and rows[-1] < 0.7 * rows[0] else 1)
+PY
+    done
+    grep -q "gradient compression topk:0.1 (--grad-sync fused): a rank sends 20.00% of the dense gradient bytes" \
+        "$d/tkfused.log" || fail "no compression line"
+    tk="--no-eval --sample 0 --compress topk:0.1 --checkpoint-dir $d/tkck --checkpoint-every 4"
+    run tkstraight $small --max-steps 8 --no-eval --sample 0 --compress topk:0.1 --dump-params "$d/tkstraight"
+    run tkhalf $small --max-steps 4 $tk
+    run tkrest $small --max-steps 8 $tk --resume --dump-params "$d/tkrest"
+    same tkstraight tkrest
+    echo "--compress topk:0.1: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
+    refused "--compress powersgd views each layer's gradient as one weight matrix" --compress powersgd:2
+    ;;
 refused)
-    why="--model gpt trains data parallel and with --tensor-parallel only for now"
+    why="--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute and --compress only for now"
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --pipeline-stages cuts a stack of layers into stages" --pipeline-stages 2
-    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --zero shards the optimizer state" --zero 1
-    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --recompute keeps" --recompute
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): the parameter server applies the update without the GPT's gradient clipping" --mode ps-sync
-    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --compress views" --compress topk:0.1
+    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --compress powersgd views" --compress powersgd:4
     refused "--d-model 64 is not a multiple of --heads 5" --heads 5
     refused "--vocab 100 is too small for the byte tokens" --vocab 100
     refused "unknown GPT preset 'huge' (the presets: tiny, gpt2-124m)" --preset huge

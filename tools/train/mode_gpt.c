@@ -7,8 +7,11 @@
  * broadcast of the first parameters, checkpoints and --resume are data parallelism's own
  * (mode_allreduce.c). Before the update the summed gradient's norm, the same on every rank, is
  * cut to --clip-grad. --tensor-parallel T splits each block's heads and MLP over T ranks of a
- * replica (Megatron's; nn/gpt.c), the grid and its output as for the MLP (split.c). The splits
- * this model does not have yet are refused with the reason.
+ * replica (Megatron's; nn/gpt.c), the grid and its output as for the MLP (split.c). --zero 1|2
+ * shards the parameter groups' optimizer state and gradients (nn/zero.c; the sum comes before
+ * the clipping), --recompute drops each block's inner activations (nn/gpt.c), --compress runs
+ * the element-wise compressors over the gradient sum. The splits this model does not have
+ * yet are refused with the reason.
  */
 #include <math.h>
 #include <stdio.h>
@@ -77,23 +80,26 @@ static void check_opts(opts *o)
     const char *why =
         o->pipe_stages ? "--pipeline-stages cuts a stack of layers into stages; the GPT's blocks, "
                          "with their residual connections, are not cut yet"
-        : o->par.zero  ? "--zero shards the optimizer state and gradients by the layers of a "
-                         "stack; the GPT's parameter groups are not sharded yet"
-        : o->par.recompute
-            ? "--recompute keeps the outputs of a stack's segments; the GPT's blocks keep all "
-              "their activations"
+        : o->par.zero && o->par.tp > 1
+            ? "--zero with --tensor-parallel: the gradient norm for clipping is not yet taken "
+              "over shards of both kinds; use one of them"
+        : o->par.recompute > 0
+            ? "--recompute=K keeps every K-th layer of a stack; the GPT recomputes every block: "
+              "give --recompute alone"
         : strcmp(o->mode, "allreduce")
             ? "the parameter server applies the update without the GPT's gradient clipping"
-        : strcmp(o->compress, "none")
-            ? "--compress views each layer's gradient as a weight matrix; the GPT's parameter "
-              "groups hold several"
+        : !strncmp(o->compress, "powersgd", 8)
+            ? "--compress powersgd views each layer's gradient as one weight matrix; the GPT's "
+              "parameter groups hold several (the element-wise compressors, topk, randomk, fp16 "
+              "and bf16, run)"
         : !strcmp(o->balance, "dynamic") || o->balance_shares
             ? "--balance dynamic is not measured on it yet: split the batch evenly"
         : o->dropout > 0 ? "--dropout: the GPT has no dropout"
                          : NULL;
     if (why)
-        die("--model gpt trains data parallel and with --tensor-parallel only for now "
-            "(chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): %s",
+        die("--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute and "
+            "--compress only for now (chorus-run -np N, with --accum, --grad-sync, "
+            "--checkpoint-dir): %s",
             why);
     if (o->par.tp > 1 && o->gpt.heads % o->par.tp)
         die("--tensor-parallel %d: the GPT's %d heads do not divide among %d ranks (each rank "
@@ -133,13 +139,26 @@ nn_model *gpt_make(trainer *t, int max_batch)
     chorus_comm *tp = t->o.par.tp > 1 ? t->o.par.tp_comm : NULL;
     s->g = nn_gpt_create_tp(&t->o.gpt, max_batch, tp);
     if (!s->g || nn_gpt_init_params(s->g, t->o.seed)) die("%s", nn_last_error());
+    if (t->o.par.recompute) { /* every block's inner activations dropped after forward */
+        size_t all = s->g->act_bytes;
+        if (nn_gpt_set_recompute(s->g, 1)) die("--recompute: %s", nn_last_error());
+        s->g->m->recompute_saved = all - s->g->act_bytes;
+    }
     size_t n = (size_t)max_batch * (size_t)t->o.gpt.context;
     s->x = malloc(n * sizeof(int32_t));
     s->y = malloc(n * sizeof(int32_t));
     if (!s->x || !s->y) die("out of memory");
     nn_mem *mm = &t->o.par.mem;
-    nn_mem_add(mm, NN_MEM_PARAMS, s->g->m->nparams * sizeof(float));
-    nn_mem_add(mm, NN_MEM_GRADS, s->g->m->nparams * sizeof(float));
+    nn_model *m = s->g->m;
+    nn_mem_add(mm, NN_MEM_PARAMS, m->nparams * sizeof(float));
+    if (t->o.par.zero == 2) { /* ZeRO-2 keeps one group's gradient and its chunks of the sum */
+        free(m->grads);
+        m->grads = NULL;
+        m->no_grads = 1;
+        for (int i = 0; i < m->nlayers; i++) m->layers[i].dw = NULL;
+    } else {
+        nn_mem_add(mm, NN_MEM_GRADS, m->nparams * sizeof(float));
+    }
     nn_mem_add(mm, NN_MEM_ACTIVATIONS, s->g->act_bytes + 2 * n * sizeof(int32_t));
     return s->g->m;
 }
@@ -176,6 +195,7 @@ static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float
         stats[0] += nn_gpt_loss(s->g, s->y, scale / (float)T, &hits);
         stats[1] += (double)hits;
         if (k + 1 == K) nn_dist_begin_backward(&t->dist, t->m);
+        if (k + 1 == K) par_begin_backward(&t->o.par, t->m); /* --zero 2's reduce-scatter */
         nn_gpt_backward(s->g);
         off += nb;
     }
@@ -183,19 +203,46 @@ static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float
 }
 
 /* The summed gradient, the same on every replica, cut to global norm --clip-grad (the norm of
- * the whole model's gradient: over the tensor-parallel shards too); then the update. */
+ * the whole model's gradient: over the tensor-parallel shards too); then the update. With
+ * --zero, ZeRO sums the gradient first: ZeRO-1 into every rank's whole buffer (the same norm,
+ * to the bit, as plain data parallelism), ZeRO-2 into each rank's chunks (the norm from their
+ * squares, added in another order). */
 static void step(trainer *t, float lr)
 {
     train_gpt *s = t->gpt;
-    float *g = t->m->grads;
-    size_t n = t->m->nparams;
+    train_par *p = &t->o.par;
     if (nn_model_comm_status(t->m)) die("%s", nn_last_error());
-    if (nn_gpt_grad_norm(s->g, &s->grad_norm)) die("%s", nn_last_error());
+    if (p->zero && nn_zero_sum_grads(&p->zs, t->m)) die("%s", nn_last_error());
+    chorus_result r = p->zero == 2 ? nn_zero_shard_norm(&p->zs, &s->grad_norm)
+                                   : nn_gpt_grad_norm(s->g, &s->grad_norm);
+    if (r) die("%s", nn_last_error());
     if (t->o.clip > 0 && s->grad_norm > t->o.clip) {
         float k = (float)(t->o.clip / s->grad_norm);
-        for (size_t i = 0; i < n; i++) g[i] *= k;
+        if (p->zero) {
+            nn_zero_scale_grads(&p->zs, t->m, k);
+        } else {
+            float *g = t->m->grads;
+            for (size_t i = 0; i < t->m->nparams; i++) g[i] *= k;
+        }
     }
     allreduce_step(t, lr);
+}
+
+/* The optimizer's state and ZeRO's buffers; under --zero 2 the gradient views follow the
+ * layers' into ZeRO's buffer. */
+static void optim_built(trainer *t)
+{
+    allreduce_optim_built(t);
+    nn_gpt_point_grads(t->gpt->g);
+}
+
+/* ZeRO times its own gradient sum. */
+static void comm_line(trainer *t)
+{
+    if (t->o.par.zero)
+        split_comm_line(t);
+    else
+        allreduce_comm_line(t);
 }
 
 /* The held-out windows, each rank a contiguous slice; returns the next-byte accuracy and the
@@ -286,7 +333,13 @@ const train_mode mode_gpt = {
     .check_opts = check_opts,
     .share = "rank",
     .ckpt_note = "",
-    DATA_PARALLEL_HOOKS,
+    /* DATA_PARALLEL_HOOKS, with the GPT's optim_built */
+    .replicas_agree = 1,
+    .agree_stop = 1,
+    .periodic_eval = 1,
+    .shares = allreduce_shares,
+    .model_built = allreduce_model_built,
+    .optim_built = optim_built,
     .first_params = allreduce_first_params,
     .sync = allreduce_sync,
     .save = allreduce_save,
@@ -294,7 +347,7 @@ const train_mode mode_gpt = {
     .forward_backward = forward_backward,
     .step = step,
     .evaluate = evaluate,
-    .comm_line = allreduce_comm_line,
+    .comm_line = comm_line,
     .report = gpt_report,
     .finish = finish,
 };

@@ -20,7 +20,7 @@ static void begin_backward(trainer *t)
 }
 
 /* ZeRO sums the gradients itself (nn_zero): its own clock, not nn_dist's. */
-static void comm_line(trainer *t)
+void split_comm_line(trainer *t)
 {
     const opts *o = &t->o;
     if (!o->par.zero) {
@@ -45,5 +45,5 @@ const train_mode mode_split = {
     DATA_PARALLEL_HOOKS,
     WHOLE_MODEL_HOOKS,
     .begin_backward = begin_backward,
-    .comm_line = comm_line,
+    .comm_line = split_comm_line,
 };

@@ -261,6 +261,8 @@ void report_final_test(trainer *t);
 void report(trainer *t);
 /* The data-parallel communication line (allreduce, pipeline, tensor parallel). */
 void allreduce_comm_line(trainer *t);
+/* The communication line of --zero's own gradient sum, else allreduce's (mode_split.c). */
+void split_comm_line(trainer *t);
 
 /* checks.c: --check-divergence and the test-only perturbation. */
 /* The replicas compared at this step (once); a divergence stops every rank. */

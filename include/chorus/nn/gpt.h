@@ -81,6 +81,7 @@ typedef struct nn_gpt {
     const int32_t *tokens;
     struct nn_gpt_acts *a;
     size_t act_bytes; /* bytes of activations and backward scratch held */
+    int recompute;    /* nn_gpt_set_recompute: blocks keep only their outputs */
 } nn_gpt;
 
 /* Builds a model of shape c for batches of up to max_batch sequences (parameters zero: call
@@ -114,8 +115,21 @@ const float *nn_gpt_forward(nn_gpt *g, const int32_t *tokens, int B, int T);
  * token is the target to *hits when hits is not NULL. */
 double nn_gpt_loss(nn_gpt *g, const int32_t *targets, float grad_scale, long *hits);
 /* Back-propagates the loss's gradient through the last forward, ADDING the parameter gradients
- * to g->m->grads (several passes accumulate). */
+ * to g->m->grads (several passes accumulate). The groups' gradients are written one group at
+ * a time, the final LayerNorm's first, then the blocks from the last, the embeddings' last
+ * (the tied output layer's share of them included); g->m->grad_hook, when set, is called as
+ * each is finished. g->m->fwd_hook, when set, is called by forward before each group's
+ * parameters are read. */
 void nn_gpt_backward(nn_gpt *g);
+/* Recomputation per block (on != 0): forward keeps each block's output (the next one's
+ * input) and one block's inner activations, shared by all; backward runs each block's forward
+ * again (the last's excepted: its are still there) before its backward, the same arithmetic,
+ * so the gradients are the same bits. Reallocates the activations (g->act_bytes shrinks);
+ * call before the first forward. Errors: CHORUS_ERR_NOMEM (g unchanged). */
+chorus_result nn_gpt_set_recompute(nn_gpt *g, int on);
+/* Points the gradient views (g->g) at the groups' m->layers[i].dw again, after they were moved
+ * (ZeRO-2 points every group's at one buffer of its own, nn_zero_init). */
+void nn_gpt_point_grads(nn_gpt *g);
 
 /* The global norm of the whole model's gradient into *norm: with tensor parallelism the split
  * tensors' squares are summed over the ranks (collective over tp_comm) and those every rank

@@ -94,6 +94,7 @@ typedef struct nn_zero {
     double gather_s;   /* seconds the parameter all-gathers took (part of comm_s) */
     double wait_s;     /* seconds forward waited for parameters still being all-gathered */
     uint64_t steps;    /* nn_zero_step calls */
+    int summed;        /* nn_zero_sum_grads ran this step: nn_zero_step does not sum again */
     nn_mem *mem;
     struct nn_zero_gather *bg; /* nn_zero_overlap: the all-gather thread */
 } nn_zero;
@@ -124,6 +125,18 @@ void nn_zero_begin_backward(nn_zero *z, nn_model *m);
  * o (initialised with nn_zero_shard_count floats) at learning rate lr, and the all-gather of
  * the parameters. Errors: the collectives' (the peer named in nn_last_error()). */
 chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr);
+/* For an update that needs the summed gradient before it (clipping by its norm): the sum
+ * now, after backward, rather than in nn_zero_step (stage 1: the allreduce of m->grads, which
+ * then holds the whole sum on every rank; stage 2: the reduce-scatter already ran in
+ * backward). Errors: the collectives'. */
+chorus_result nn_zero_sum_grads(nn_zero *z, nn_model *m);
+/* Stage 2, after nn_zero_sum_grads: the norm of the summed gradient from every rank's chunks
+ * (a collective over z's communicator: the same value on every rank; the squares are added
+ * in another order than over the whole gradient, so its last bits may differ from that). */
+chorus_result nn_zero_shard_norm(nn_zero *z, double *norm);
+/* Multiplies the summed gradient this rank updates from by k (stage 1: m->grads; stage 2: its
+ * chunks). */
+void nn_zero_scale_grads(nn_zero *z, nn_model *m, float k);
 
 #ifdef __cplusplus
 }

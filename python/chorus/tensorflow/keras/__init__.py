@@ -18,9 +18,11 @@ from ..mpi_ops import (init, shutdown, is_initialized, size, rank, local_size,  
                        ProcessSet, global_process_set, add_process_set, remove_process_set,
                        join, barrier)
 from ..compression import Compression  # noqa: F401
+from ..sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from ..functions import broadcast_object, allgather_object  # noqa: F401
 from .. import _keras, functions as _functions
 from . import callbacks  # noqa: F401
+from . import elastic  # noqa: F401
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",

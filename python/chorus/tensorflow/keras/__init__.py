@@ -51,6 +51,30 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
         process_set, local_layers)
 
 
+def load_model(filepath, custom_optimizers=None, custom_objects=None,
+               compression=Compression.none):
+    """Loads a saved Keras model (tf.keras.models.load_model) whose optimizer comes back as a
+    DistributedOptimizer of its saved class and state: Keras's own optimizers by their names,
+    custom_optimizers (classes) by theirs; custom_objects as Keras takes them."""
+
+    def wrap(cls):
+        class Loader:  # what Keras's deserialization calls from_config on
+            @staticmethod
+            def from_config(config, custom_objects=None):
+                return DistributedOptimizer(cls.from_config(config), compression=compression)
+        return Loader
+
+    base = tf.keras.optimizers.Optimizer
+    objects = {}
+    for name, cls in vars(tf.keras.optimizers).items():
+        if isinstance(cls, type) and issubclass(cls, base) and cls is not base:
+            # a .h5 file names the optimizer in lower case, a .keras file as its class
+            objects[name] = objects[name.lower()] = wrap(cls)
+    objects.update({cls.__name__: wrap(cls) for cls in custom_optimizers or []})
+    objects.update(custom_objects or {})
+    return tf.keras.models.load_model(filepath, custom_objects=objects)
+
+
 def broadcast_global_variables(root_rank, model=None):
     """Overwrites the model's variables (every variable of a tf.compat.v1 graph when no model
     is given) with root_rank's."""

@@ -23,7 +23,9 @@ SCRIPT = os.path.join(HERE, "tf_elastic_train.py")
 
 
 def run(args, ok=True, **extra):
-    """The output of chorus-run args (which must succeed when ok)."""
+    """The output of chorus-run args (which must succeed when ok). A job's deadline: its
+    ranks' TensorFlow start (tens of seconds each on a loaded machine), the loss of a peer
+    (CHORUS_TIMEOUT_S at most) and a new generation; the list's deadline holds two jobs."""
     env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "python"),
                CHORUS_LIB=os.path.join(BUILD, "lib", "libchorus.so"), CHORUS_TIMEOUT_S="30")
     for k in ("CHORUS_RANK", "CHORUS_SIZE", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):

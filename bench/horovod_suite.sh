@@ -24,7 +24,10 @@
 #                                                       chorus.torch is Python over libchorus)
 #   HVD_SRC=~/horovod bench/horovod_suite.sh test_horovod_allreduce test_horovod_join
 #
-# Knobs: NP (2), TEST_TIMEOUT (seconds per test, default 120), HVD_SRC, HVD_VERSION, OUT
+# Knobs: NP (2), TEST_TIMEOUT (seconds per test; default 120 for test_torch.py, 300 for the
+# TensorFlow files, whose tests each start TensorFlow on every rank and run twice, in graph and
+# eager mode: the heaviest took more than 120 s on the 2-core machine at load 20), HVD_SRC,
+# HVD_VERSION, OUT
 # (where the downloaded file and the per-test logs go; default a new temporary folder),
 # BUILD (build). Arguments: test names to run (default all of them; names given are looked
 # for in every file of HVD_TEST). Every test's output is kept in
@@ -35,7 +38,7 @@ BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 PYTHON=${PYTHON:-/usr/bin/python3}
 NP=${NP:-2}
-TEST_TIMEOUT=${TEST_TIMEOUT:-120}
+case $HVD_TEST in *tensorflow*) TEST_TIMEOUT=${TEST_TIMEOUT:-300} ;; *) TEST_TIMEOUT=${TEST_TIMEOUT:-120} ;; esac
 HVD_VERSION=${HVD_VERSION:-0.28.1}
 HVD_TEST=${HVD_TEST:-test/parallel/test_torch.py}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/horovod-suite.XXXXXX")}

@@ -175,7 +175,7 @@ def init(process_sets=None):
     with S.lock:
         if S.world is None:
             if elastic_pending():
-                return  # the job forms inside chorus.torch.elastic.run
+                return  # the job forms inside elastic.run (chorus._elastic)
             if S.lost is not None:
                 # The launcher will not start the lost rank again: forming the job would wait
                 # for it until the rendezvous timeout.
@@ -278,8 +278,9 @@ def world():
     if S.world is None:
         if elastic_pending():
             raise ValueError("chorus: under chorus-run --elastic the job forms inside "
-                             "chorus.torch.elastic.run(); call this from the training "
-                             "function or a reset callback")
+                             "hvd.elastic.run() (chorus.torch.elastic or chorus.tensorflow."
+                             "elastic); call this from the training function or a reset "
+                             "callback")
         raise ValueError("chorus has not been initialized; call chorus.torch.init() (or "
                          "chorus.init()) first")
     return S.world

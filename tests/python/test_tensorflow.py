@@ -193,3 +193,66 @@ def test_keras_aggregation_applies_every_second_step():
         opt.apply_gradients(zip(tape.gradient(loss, [v]), [v]))
         assert v.numpy().tolist() == [want], (i, v.numpy())
         assert int(opt.iterations.numpy()) == i + 1
+
+
+def test_sync_batch_normalization_is_batch_norm_over_every_rank_batch():
+    """Rank r holds r + 2 rows of a batch (uneven): SyncBatchNormalization's output rows and
+    moving statistics are those of BatchNormalization over the whole batch in one process,
+    eagerly and in a tf.function; fused=True is refused with the reason."""
+    rng = np.random.default_rng(7)
+    sizes = [r + 2 for r in range(N)]
+    full = rng.standard_normal((sum(sizes), 3, 2)).astype(np.float32) * 3 + 1
+    start = sum(sizes[:R])
+    mine = full[start:start + sizes[R]]
+    for mode in ("eager", "function"):
+        bn = tf.keras.layers.BatchNormalization(axis=-1, momentum=0.5)
+        sbn = hvd.SyncBatchNormalization(axis=-1, momentum=0.5)
+        bn.build(full.shape)
+        sbn.build(mine.shape)
+        run_bn, run_sbn = (lambda x: bn(x, training=True)), (lambda x: sbn(x, training=True))
+        if mode == "function":
+            run_bn, run_sbn = tf.function(run_bn), tf.function(run_sbn)
+        for _ in range(2):  # the moving averages move twice
+            want = run_bn(tf.constant(full)).numpy()[start:start + sizes[R]]
+            got = run_sbn(tf.constant(mine)).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(sbn.moving_mean.numpy(), bn.moving_mean.numpy(), rtol=1e-5)
+        np.testing.assert_allclose(sbn.moving_variance.numpy(), bn.moving_variance.numpy(),
+                                   rtol=1e-5)
+        # inference: the moving statistics, no collective
+        np.testing.assert_allclose(sbn(tf.constant(mine), training=False).numpy(),
+                                   bn(tf.constant(mine), training=False).numpy(), rtol=1e-5)
+    with pytest.raises(ValueError, match="does not support fused=True"):
+        hvd.SyncBatchNormalization(fused=True)
+
+
+class _CustomRMSprop(tf.keras.optimizers.RMSprop):
+    pass
+
+
+@pytest.mark.parametrize("ext", [".h5", ".keras"])
+def test_load_model_wraps_the_saved_optimizer(tmp_path, ext):
+    """hvdk.load_model: the saved optimizer (Keras's own, or one of custom_optimizers) comes
+    back as a DistributedOptimizer of its class with its saved variables; a step on each
+    rank's own data then leaves the same weights on every rank."""
+    for opt, custom in ((tf.keras.optimizers.RMSprop(0.01), None),
+                        (_CustomRMSprop(0.02), [_CustomRMSprop])):
+        model = _model(R)
+        model.compile(loss="mse", optimizer=hvdk.DistributedOptimizer(opt))
+        model.train_on_batch(np.ones((2, 4)), np.ones((2, 2)))
+        path = str(tmp_path / ("model" + ext))
+        model.save(path)
+        loaded = hvdk.load_model(path, custom_optimizers=custom)
+        new = loaded.optimizer
+        assert type(new).__name__ == type(opt).__name__ and new._chorus_distributed
+        assert isinstance(new, type(opt))
+        np.testing.assert_allclose(float(new.learning_rate.numpy()),
+                                   float(opt.learning_rate.numpy()))
+        saved = [v.numpy() for v in model.optimizer.variables]
+        assert len(saved) == len(new.variables) > 1
+        for a, b in zip(saved, new.variables):
+            np.testing.assert_array_equal(a, b.numpy())
+        hvdk.broadcast_global_variables(0, model=loaded)
+        rng = np.random.default_rng(R)
+        loaded.train_on_batch(rng.standard_normal((8, 4)), rng.standard_normal((8, 2)))
+        assert ranks_agree(loaded.get_weights())

@@ -23,6 +23,8 @@ from .gradient_tape import DistributedGradientTape, PartialDistributedGradientTa
 from .optimizer import DistributedOptimizer  # noqa: E402
 from .util import _executing_eagerly  # noqa: F401,E402
 from . import util  # noqa: F401,E402
+from . import elastic  # noqa: F401,E402
+from .sync_batch_norm import SyncBatchNormalization  # noqa: E402
 from .._lib import (ChorusError, HorovodInternalError, ChorusMismatchError,  # noqa: F401,E402
                     ChorusPeerLostError, ChorusTimeoutError, HostsUpdatedInterrupt)
 
@@ -31,5 +33,5 @@ __all__ = list(_ops_all) + [
     "broadcast_object_fn", "allgather_object", "DistributedGradientTape",
     "PartialDistributedGradientTape", "DistributedOptimizer", "ChorusError",
     "HorovodInternalError", "ChorusPeerLostError", "ChorusTimeoutError",
-    "HostsUpdatedInterrupt",
+    "HostsUpdatedInterrupt", "SyncBatchNormalization",
 ]

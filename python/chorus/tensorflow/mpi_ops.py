@@ -94,11 +94,33 @@ def _call(fn, arrays):
     try:
         out = fn(*arrays)
     except (ChorusError, ValueError) as e:
+        if isinstance(e, ChorusError):
+            _LAST_ERROR[0] = e
         err = _tf_error(e)
         if err is None:
             raise
         raise err from e
     return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+# The last chorus error a collective raised: inside a graph TensorFlow hands it on as one of
+# its own exceptions (tf.errors), which chorus_error_of() traces back to it.
+_LAST_ERROR = [None]
+
+
+def chorus_error_of(e):
+    """The chorus error (ChorusError) behind exception e, raised by a collective eagerly or
+    inside a graph, or None when e did not come from one."""
+    seen = e
+    while seen is not None:
+        if isinstance(seen, ChorusError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    last = _LAST_ERROR[0]
+    if isinstance(e, tf.errors.OpError) and last is not None and str(last).strip() and \
+            str(last).splitlines()[0] in str(e.message):
+        return last
+    return None
 
 
 _NP_OK = (tf.float16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int16, tf.uint16, tf.int32,

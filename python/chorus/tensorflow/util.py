@@ -14,6 +14,15 @@ def is_version_greater_equal_than(ver, target):
     return version.parse(ver.replace("-tf", "+tf")) >= version.parse(target)
 
 
+def optimizer_variables(optimizer):
+    """A Keras optimizer's variables (a method of the legacy optimizers, a property of the
+    others); none for None."""
+    if optimizer is None:
+        return []
+    v = optimizer.variables
+    return list(v() if callable(v) else v)
+
+
 def no_autograph(namespace):
     """Marks every function defined in the module of namespace (its globals()) as not to be
     converted by AutoGraph: called from a tf.function, the collectives run as the Python they

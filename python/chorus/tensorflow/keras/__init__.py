@@ -18,9 +18,11 @@ from ..mpi_ops import (init, shutdown, is_initialized, size, rank, local_size,  
                        ProcessSet, global_process_set, add_process_set, remove_process_set,
                        join, barrier)
 from ..compression import Compression  # noqa: F401
+from ..sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from ..functions import broadcast_object, allgather_object  # noqa: F401
 from .. import _keras, functions as _functions
 from . import callbacks  # noqa: F401
+from . import elastic  # noqa: F401
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
@@ -47,6 +49,30 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
         optimizer, name, device_dense, device_sparse, compression, sparse_as_dense,
         gradient_predivide_factor, op, backward_passes_per_step, average_aggregated_gradients,
         process_set, local_layers)
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None,
+               compression=Compression.none):
+    """Loads a saved Keras model (tf.keras.models.load_model) whose optimizer comes back as a
+    DistributedOptimizer of its saved class and state: Keras's own optimizers by their names,
+    custom_optimizers (classes) by theirs; custom_objects as Keras takes them."""
+
+    def wrap(cls):
+        class Loader:  # what Keras's deserialization calls from_config on
+            @staticmethod
+            def from_config(config, custom_objects=None):
+                return DistributedOptimizer(cls.from_config(config), compression=compression)
+        return Loader
+
+    base = tf.keras.optimizers.Optimizer
+    objects = {}
+    for name, cls in vars(tf.keras.optimizers).items():
+        if isinstance(cls, type) and issubclass(cls, base) and cls is not base:
+            # a .h5 file names the optimizer in lower case, a .keras file as its class
+            objects[name] = objects[name.lower()] = wrap(cls)
+    objects.update({cls.__name__: wrap(cls) for cls in custom_optimizers or []})
+    objects.update(custom_objects or {})
+    return tf.keras.models.load_model(filepath, custom_objects=objects)
 
 
 def broadcast_global_variables(root_rank, model=None):

@@ -7,6 +7,7 @@ from ... import _np
 from ..._core import global_process_set
 from ..functions import broadcast_variables
 from ..mpi_ops import size
+from ..util import optimizer_variables
 
 
 class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
@@ -27,9 +28,8 @@ class BroadcastGlobalVariablesCallback(tf.keras.callbacks.Callback):
             return
         broadcast_variables([v for v in self.model.variables if v.ref() not in self.local_refs],
                             self.root_rank, self.process_set)
-        opt = self.model.optimizer
-        ov = opt.variables() if callable(getattr(opt, "variables", None)) else opt.variables
-        broadcast_variables(ov, self.root_rank, self.process_set)
+        broadcast_variables(optimizer_variables(self.model.optimizer), self.root_rank,
+                            self.process_set)
         self.broadcast_done = True
 
 

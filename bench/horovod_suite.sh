@@ -19,6 +19,16 @@
 #                                                       chorus.torch is Python over libchorus)
 #   HVD_SRC=~/horovod bench/horovod_suite.sh test_horovod_allreduce test_horovod_join
 #
+# HOROVOD=1 runs each test also under Horovod itself, in the same invocation: first under
+# `horovodrun --gloo -np $NP` with Horovod $HVD_VERSION (built from PyPI into $BUILD/hvd-venv
+# by bench/hvd_venv.sh, or reused from there; never committed; HVD_VENV names another), then
+# under chorus-run, and prints a table of both verdicts per test, both totals and the tests
+# that Horovod passes and Chorus does not (the exit status then judges those alone). The
+# Horovod venv is over Debian's python3-torch: with PYTHON of another torch the two columns
+# run different torches (the header names both).
+#
+#   HOROVOD=1 HVD_SRC=/path/to/horovod bench/horovod_suite.sh
+#
 # Knobs: NP (2), TEST_TIMEOUT (seconds per test, default 120), HVD_SRC, HVD_VERSION, OUT
 # (where the downloaded file and the per-test logs go; default a new temporary folder),
 # BUILD (build). Arguments: test names to run (default all of them). Every test's output is
@@ -35,6 +45,14 @@ HVD_TEST=${HVD_TEST:-test/parallel/test_torch.py}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/horovod-suite.XXXXXX")}
 mkdir -p "$OUT/logs"
 [ -x "$BUILD/bin/chorus-run" ] || { echo "horovod_suite.sh: $BUILD/bin/chorus-run not found; run make" >&2; exit 2; }
+HOROVOD=${HOROVOD:-0}
+if [ "$HOROVOD" = 1 ]; then
+    case $HVD_TEST in *tensorflow*) echo "horovod_suite.sh: HOROVOD=1 is for test_torch.py" >&2; exit 2 ;; esac
+    HVD_VENV=${HVD_VENV:-$BUILD/hvd-venv}
+    . "$ROOT/bench/hvd_venv.sh"
+    HOROVOD_VERSION=$HVD_VERSION PYTHON=/usr/bin/python3 hvd_venv "$HVD_VENV" || exit 2
+    mkdir -p "$OUT/hvd-logs"
+fi
 
 if [ -z "${HVD_SRC:-}" ]; then
     HVD_SRC=$OUT/horovod-$HVD_VERSION
@@ -52,8 +70,13 @@ TESTS=$HVD_SRC/$HVD_TEST
 [ -f "$TESTS" ] || { echo "horovod_suite.sh: $TESTS not found" >&2; exit 2; }
 
 shim=$ROOT/bench/horovod_shim
-pp=$shim:$ROOT/python
 # Horovod's test helpers import mock and cloudpickle; stand-ins only where they are missing.
+# The Horovod side gets the stand-ins alone (its own horovod package comes from its venv).
+hpp=${PYTHONPATH:-}
+if [ "$HOROVOD" = 1 ] && ! "$HVD_VENV/bin/python" -c 'import mock, cloudpickle' 2>/dev/null; then
+    hpp=$shim/fallback${hpp:+:$hpp}
+fi
+pp=$shim:$ROOT/python
 "$PYTHON" -c 'import mock, cloudpickle' 2>/dev/null || pp=$pp:$shim/fallback
 export PYTHONPATH="$pp${PYTHONPATH:+:$PYTHONPATH}"
 export CHORUS_LIB="${CHORUS_LIB:-$BUILD/lib/libchorus.so}"
@@ -77,24 +100,66 @@ case $HVD_TEST in
     *) fw=$("$PYTHON" -c 'import torch; print("torch", torch.__version__)') ;;
 esac
 echo "horovod_suite.sh: $TESTS, np=$NP, $fw, $TEST_TIMEOUT s per test, logs in $OUT/logs"
-pass=0 fail=0 skip=0 hang=0 failed=""
+if [ "$HOROVOD" = 1 ]; then
+    hfw=$("$HVD_VENV/bin/python" -c 'import torch; print("torch", torch.__version__)')
+    echo "horovod_suite.sh: Horovod $HVD_VERSION ($HVD_VENV, horovodrun --gloo), $hfw; logs in $OUT/hvd-logs"
+    echo "horovod_suite.sh: $(date -u '+%F %T') UTC, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+fi
+
+# verdict LOG RC: PASS, FAIL, SKIP or TIMEOUT of one test's job (pytest's summary line is
+# printed by every rank; a pass needs all NP of them)
+verdict() {
+    if [ "$2" = 124 ] || [ "$2" = 137 ]; then
+        echo TIMEOUT
+    elif [ "$2" = 0 ] && [ "$(grep -c ' passed' "$1")" -ge "$NP" ]; then
+        echo PASS
+    elif [ "$2" = 0 ] && grep -q ' skipped' "$1"; then
+        echo SKIP
+    else
+        echo FAIL
+    fi
+}
+# count VERDICT VAR...: increments the counter of a verdict in the set named by the prefix
+count() { eval "$2_$1=\$((\${$2_$1:-0} + 1))"; }
+failed="" hvd_only=""
+[ "$HOROVOD" = 1 ] && printf '%-52s %-8s %s\n' TEST HOROVOD CHORUS
 for t in $names; do
+    hv=
+    if [ "$HOROVOD" = 1 ]; then
+        hlog=$OUT/hvd-logs/$t.log
+        PYTHONPATH=$hpp timeout -k 10 "$TEST_TIMEOUT" "$HVD_VENV/bin/horovodrun" --gloo \
+            -np "$NP" -H "localhost:$NP" "$HVD_VENV/bin/python" -m pytest -q -rs \
+            -p no:cacheprovider "$TESTS::$class::$t" > "$hlog" 2>&1
+        hv=$(verdict "$hlog" $?)
+        count "$hv" hvd
+    fi
     log=$OUT/logs/$t.log
-    # each rank runs one test of the file; pytest's summary line is printed by every rank
     timeout -k 10 "$TEST_TIMEOUT" chorus-run -np "$NP" "$PYTHON" -m pytest -q -rs \
         -p no:cacheprovider "$TESTS::$class::$t" > "$log" 2>&1
-    rc=$?
-    if [ $rc = 124 ] || [ $rc = 137 ]; then
-        verdict=TIMEOUT hang=$((hang + 1)) failed="$failed $t"
-    elif [ $rc = 0 ] && [ "$(grep -c ' passed' "$log")" -ge "$NP" ]; then
-        verdict=PASS pass=$((pass + 1))
-    elif [ $rc = 0 ] && grep -q ' skipped' "$log"; then
-        verdict=SKIP skip=$((skip + 1))
+    v=$(verdict "$log" $?)
+    count "$v" chorus
+    case $v in PASS | SKIP) ;; *) failed="$failed $t" ;; esac
+    if [ "$HOROVOD" = 1 ]; then
+        [ "$hv" = PASS ] && [ "$v" != PASS ] && hvd_only="$hvd_only $t"
+        printf '%-52s %-8s %s\n' "$t" "$hv" "$v"
     else
-        verdict=FAIL fail=$((fail + 1)) failed="$failed $t"
+        printf '%-8s %s\n' "$v" "$t"
     fi
-    printf '%-8s %s\n' "$verdict" "$t"
 done
-echo "horovod_suite.sh: $pass passed, $fail failed, $skip skipped, $hang timed out (of $((pass + fail + skip + hang)))"
-[ -n "$failed" ] && echo "horovod_suite.sh: not passed:$failed"
-[ -z "$failed" ]
+# totals SET LABEL
+totals() {
+    eval "p=\${$1_PASS:-0} f=\${$1_FAIL:-0} s=\${$1_SKIP:-0} h=\${$1_TIMEOUT:-0}"
+    echo "horovod_suite.sh: $2: $p passed, $f failed, $s skipped, $h timed out (of $((p + f + s + h)))"
+}
+if [ "$HOROVOD" = 1 ]; then
+    totals hvd "Horovod $HVD_VERSION, horovodrun --gloo"
+    totals chorus "chorus.torch, chorus-run"
+    echo "horovod_suite.sh: load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "horovod_suite.sh: passed by Horovod, not by Chorus:${hvd_only:- none}"
+    [ -n "$failed" ] && echo "horovod_suite.sh: not passed by Chorus:$failed"
+    [ -z "$hvd_only" ]
+else
+    totals chorus "chorus.torch"
+    [ -n "$failed" ] && echo "horovod_suite.sh: not passed:$failed"
+    [ -z "$failed" ]
+fi

@@ -7,9 +7,9 @@
 # better transport.
 #
 # Horovod is not part of Chorus and is never committed: the first run builds it from PyPI into
-# a venv at $BUILD/hvd-venv (--system-site-packages over Debian's python3-torch: pip install
-# --no-build-isolation horovod==$HOROVOD_VERSION with PyTorch, Gloo and MPI; needs g++, cmake
-# and Open MPI's headers; about 5 minutes on 2 cores, then reused). Needs `make` (libchorus,
+# a venv at $BUILD/hvd-venv (bench/hvd_venv.sh: --system-site-packages over Debian's
+# python3-torch, Horovod $HOROVOD_VERSION with PyTorch, Gloo and MPI; about 5 minutes on 2
+# cores, then reused). Needs `make` (libchorus,
 # chorus-run). The numbers mean something only on a quiet machine: the load average is printed
 # before and after. HIPRI=1 (root): each run goes in a session of its own whose scheduling
 # group has nice -19, so that on a shared machine the other sessions' load takes little of
@@ -26,21 +26,10 @@ BATCH=${BATCH:-64}
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
 VENV="$ROOT/$BUILD/hvd-venv"
 . "$ROOT/bench/hipri.sh"
+. "$ROOT/bench/hvd_venv.sh"
 
 [ -x "$ROOT/$BUILD/bin/chorus-run" ] || { echo "horovod_compare.sh: run make first" >&2; exit 1; }
-if ! "$VENV/bin/python" -c "import horovod.torch" 2>/dev/null; then
-    echo "# building Horovod $HOROVOD_VERSION into $VENV (once; about 5 minutes)"
-    "$PYTHON" -m venv --system-site-packages "$VENV"
-    HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \
-        HOROVOD_WITHOUT_MXNET=1 "$VENV/bin/pip" install -q --no-build-isolation \
-        "horovod==$HOROVOD_VERSION" > "$ROOT/$BUILD/hvd-venv.log" 2>&1 || {
-        tail -20 "$ROOT/$BUILD/hvd-venv.log" >&2
-        echo "horovod_compare.sh: building Horovod failed (log: $BUILD/hvd-venv.log)" >&2
-        exit 1
-    }
-fi
-"$VENV/bin/horovodrun" --check-build | grep "\[X\] PyTorch" > /dev/null ||
-    { echo "horovod_compare.sh: Horovod was built without PyTorch" >&2; exit 1; }
+hvd_venv "$VENV" || exit 1
 
 export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}" CHORUS_LIB="$ROOT/$BUILD/lib/libchorus.so"
 out=$(mktemp -d)

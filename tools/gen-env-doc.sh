@@ -59,7 +59,7 @@ the Horovod name, e.g. `invalid environment: HOROVOD_CYCLE_TIME=fast is not a no
 | `HOROVOD_STALL_CHECK_TIME_SECONDS` | `CHORUS_STALL_WARN_S` |
 | `HOROVOD_STALL_CHECK_DISABLE=1` | `CHORUS_STALL_WARN_S=0` |
 | `HOROVOD_STALL_SHUTDOWN_TIME_SECONDS` | `CHORUS_STALL_SHUTDOWN_S` |
-| `HOROVOD_TIMELINE` (file) | `CHORUS_TIMELINE` (rank 0 writes it, as Horovod's coordinator) |
+| `HOROVOD_TIMELINE` (file) | `CHORUS_TIMELINE` (rank 0 writes it, as Horovod's coordinator); `HOROVOD_TIMELINE=DYNAMIC`, as in Horovod, starts none (the program calls `start_timeline(file)`) |
 | `HOROVOD_AUTOTUNE` | `CHORUS_AUTOTUNE` (a search of algorithm, fusion threshold and cycle time in turn, not Horovod's Bayesian one) |
 | `HOROVOD_RANK HOROVOD_SIZE HOROVOD_LOCAL_RANK ...` | set by chorus-run for scripts that read them |
 

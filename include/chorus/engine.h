@@ -272,10 +272,14 @@ typedef struct chorus_engine_tensor_opts {
 void chorus_engine_tensor_opts_init(chorus_engine_tensor_opts *o);
 
 /* Every enqueue call: name identifies the tensor across ranks (at most 255 bytes; one pending
- * op per name per rank). opts may be NULL. On success *h (when h is not NULL) is a handle the
- * caller must release; with h NULL the engine releases it after the callback. Buffers must
- * stay valid and untouched until the handle ends. Bad arguments return CHORUS_ERR_INVALID_ARG
- * at once (nothing is enqueued); a stopped engine returns the error that stopped it. */
+ * op per name per rank: a name is taken until the caller has seen its op end, by
+ * chorus_engine_wait, by chorus_engine_poll returning 1, or by chorus_engine_release after the
+ * end; with h NULL, until the end. A second enqueue under a taken name returns
+ * CHORUS_ERR_INVALID_ARG, however fast the first ran, as in Horovod). opts may be NULL. On success
+ * *h (when h is not NULL) is a handle the caller must release; with h NULL the engine releases it
+ * after the callback. Buffers must stay valid and untouched until the handle ends. Bad arguments
+ * return CHORUS_ERR_INVALID_ARG at once (nothing is enqueued); a stopped engine returns the error
+ * that stopped it. */
 
 /* recv[i] = op over ranks of send[i]; send == recv is in place. CHORUS_AVG divides by the
  * number of ranks (ranks that joined count, with zeros, as in Horovod). Scaling is for float

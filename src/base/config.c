@@ -300,19 +300,21 @@ static chorus_result set_row(const chorus_cfg_entry *t, const char *text, chorus
 
 /* Horovod's variables for the rows that mean the same, so that a horovod.torch job keeps its
  * settings: read when the CHORUS_* variable itself is not set. `value`, when not NULL, is
- * what the row gets when the Horovod variable is 1 (a switch rather than a value). The other
- * HOROVOD_* variables have no Chorus meaning (docs/ENVIRONMENT.md lists them). */
+ * what the row gets when the Horovod variable is 1 (a switch rather than a value); `unset`,
+ * when not NULL, is a Horovod value that sets nothing (HOROVOD_TIMELINE=DYNAMIC: no timeline
+ * until the program starts one with start_timeline(file)). The other HOROVOD_* variables have
+ * no Chorus meaning (docs/ENVIRONMENT.md lists them). */
 static const struct {
-    const char *row, *horovod, *value;
+    const char *row, *horovod, *value, *unset;
 } horovod_alias[] = {
-    {"CHORUS_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", NULL},
-    {"CHORUS_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME", NULL},
-    {"CHORUS_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", NULL},
-    {"CHORUS_STALL_WARN_S", "HOROVOD_STALL_CHECK_TIME_SECONDS", NULL},
-    {"CHORUS_STALL_WARN_S", "HOROVOD_STALL_CHECK_DISABLE", "0"},
-    {"CHORUS_STALL_SHUTDOWN_S", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", NULL},
-    {"CHORUS_TIMELINE", "HOROVOD_TIMELINE", NULL},
-    {"CHORUS_AUTOTUNE", "HOROVOD_AUTOTUNE", NULL},
+    {"CHORUS_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", NULL, NULL},
+    {"CHORUS_CYCLE_TIME_MS", "HOROVOD_CYCLE_TIME", NULL, NULL},
+    {"CHORUS_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", NULL, NULL},
+    {"CHORUS_STALL_WARN_S", "HOROVOD_STALL_CHECK_TIME_SECONDS", NULL, NULL},
+    {"CHORUS_STALL_WARN_S", "HOROVOD_STALL_CHECK_DISABLE", "0", NULL},
+    {"CHORUS_STALL_SHUTDOWN_S", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", NULL, NULL},
+    {"CHORUS_TIMELINE", "HOROVOD_TIMELINE", NULL, "DYNAMIC"},
+    {"CHORUS_AUTOTUNE", "HOROVOD_AUTOTUNE", NULL, NULL},
 };
 
 /* The text for row t and the variable it came from: CHORUS_*, else a Horovod alias. */
@@ -323,7 +325,9 @@ const char *chorus__cfg_row_text(const chorus_cfg_entry *t, const char **from)
     for (size_t i = 0; !v && i < sizeof(horovod_alias) / sizeof(horovod_alias[0]); i++) {
         if (strcmp(horovod_alias[i].row, t->name)) continue;
         const char *h = chorus__env(horovod_alias[i].horovod);
-        if (!h || (horovod_alias[i].value && strcmp(h, "1"))) continue;
+        if (!h || (horovod_alias[i].value && strcmp(h, "1")) ||
+            (horovod_alias[i].unset && !strcmp(h, horovod_alias[i].unset)))
+            continue;
         *from = horovod_alias[i].horovod;
         v = horovod_alias[i].value ? horovod_alias[i].value : h;
     }

@@ -149,6 +149,7 @@ static chorus_result enqueue(chorus_engine *e, eng_req *r, const chorus_engine_t
     r->pidx = (size_t)-1;
     pthread_mutex_lock(&e->mu);
     chorus_result res = CHORUS_OK;
+    int taken = 0;
     if (e->stopped || e->shutdown_req) {
         res = e->stopped ? e->stop_res : CHORUS_ERR_ABORTED;
         snprintf(e->last_err, sizeof(e->last_err), "cannot enqueue '%s': %s", r->name,
@@ -159,13 +160,14 @@ static chorus_result enqueue(chorus_engine *e, eng_req *r, const chorus_engine_t
                  "cannot enqueue '%s': this rank has called chorus_engine_join and it has not "
                  "returned yet",
                  r->name);
-    } else if (r->m.kind != EK_JOIN && chorus__map_get(&e->live, r->name)) {
+    } else if (r->m.kind != EK_JOIN && (taken = chorus__names_take(e->names, r->h)) > 0) {
         res = CHORUS_ERR_INVALID_ARG;
         snprintf(e->last_err, sizeof(e->last_err),
-                 "cannot enqueue '%s': an op with this name is still pending on this rank (wait "
-                 "for it first)",
+                 "cannot enqueue '%s': an op with this name is still pending on this rank (a "
+                 "name holds one op until its handle is waited for, polled to its end or "
+                 "released)",
                  r->name);
-    } else if (r->m.kind != EK_JOIN && chorus__map_put(&e->live, r->name, r) != 0) {
+    } else if (taken < 0) {
         res = CHORUS_ERR_NOMEM;
         snprintf(e->last_err, sizeof(e->last_err), "out of memory");
     }
@@ -610,7 +612,7 @@ static void engine_free(chorus_engine *e)
     chorus__map_free(&e->coord_map);
     chorus__map_free(&e->cache_map);
     chorus__map_free(&e->pend_map);
-    chorus__map_free(&e->live);
+    chorus__names_unref(e->names);
     free(e->pend);
     free(e->joined);
     free(e->prev_joined);
@@ -644,6 +646,11 @@ chorus_result chorus_engine_start(chorus_comm *comm, const chorus_engine_opts *o
                                  (unsigned)CHORUS_ENGINE_OPTS_VERSION);
     chorus_engine *e = calloc(1, sizeof(*e));
     if (!e) return chorus__comm_fail(comm, CHORUS_ERR_NOMEM, "out of memory");
+    e->names = chorus__names_new();
+    if (!e->names) {
+        free(e);
+        return chorus__comm_fail(comm, CHORUS_ERR_NOMEM, "out of memory");
+    }
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -18,8 +18,9 @@
  *   (the negotiation messages are encoded and parsed in src/wire/engine_msg.c)
  *
  * Everything below the queue (pending requests, cache, coordinator table, fusion buffer,
- * timeline) belongs to the engine thread alone; only the queue, the live-name set, the stop
- * state and the statistics are shared with user threads, under mu.
+ * timeline) belongs to the engine thread alone; only the queue, the stop state and the
+ * statistics are shared with user threads, under mu, and the set of names taken, under its own
+ * lock (eng_names: handles, which may outlive the engine, give their names back).
  */
 #ifndef CHORUS_ENGINE_INT_H
 #define CHORUS_ENGINE_INT_H
@@ -46,6 +47,17 @@ void *chorus__map_get(const eng_map *m, const char *key);
 int chorus__map_put(eng_map *m, const char *key, void *val);
 void chorus__map_del(eng_map *m, const char *key);
 
+/* The names taken on this rank (one op per name): a name is taken by the enqueue and given back
+ * once the caller has seen its op end (chorus_engine_wait returned, chorus_engine_poll said
+ * done, or chorus_engine_release after the end), or at the end where the caller holds no
+ * handle. Shared by the engine and the handles holding a name (a handle may outlive its
+ * engine), reference counted; map and refs under mu. */
+typedef struct eng_names {
+    pthread_mutex_t mu;
+    eng_map map; /* name -> the handle holding it */
+    int refs;    /* the engine, and each handle holding a name */
+} eng_names;
+
 /* ---- requests ----------------------------------------------------------------------------- */
 
 struct chorus_engine_handle {
@@ -59,8 +71,11 @@ struct chorus_engine_handle {
     char name[ENG_NAME_MAX + 1];
     chorus_engine_callback cb;
     void *cb_arg;
-    int last_rank; /* join */
-    void *out;     /* allgather */
+    eng_names *names; /* where its name is taken; NULL once given back (exchanged atomically) */
+    int caller_ref;   /* the caller holds a reference (it was given the handle) */
+    int caller_gone;  /* under mu: the caller released it before its end */
+    int last_rank;    /* join */
+    void *out;        /* allgather */
     size_t out_rows;
     size_t *rank_rows;
     int nranks;
@@ -172,7 +187,7 @@ struct chorus_engine {
     eng_req *q_head, *q_tail;
     size_t q_len, wake_at;
     int sleeping, shutdown_req;
-    eng_map live;     /* names enqueued and not yet ended on this rank */
+    eng_names *names; /* names taken on this rank (under names->mu) */
     int join_pending; /* a join was enqueued and has not ended */
     int stopped;      /* the engine thread has finished */
     chorus_result stop_res;
@@ -230,6 +245,11 @@ void chorus__eng_tl_pre(chorus_engine *e, const eng_exec *x, double start);
 chorus_engine_handle *chorus__handle_new(const char *name, const chorus_engine_tensor_opts *o,
                                          int caller_ref);
 void chorus__handle_unref(chorus_engine_handle *h); /* any thread */
+/* Any thread. names_new returns NULL when out of memory; names_take takes h's name for h (and
+ * a reference to n): 0, 1 when another handle holds it, -1 when out of memory. */
+eng_names *chorus__names_new(void);
+void chorus__names_unref(eng_names *n);
+int chorus__names_take(eng_names *n, chorus_engine_handle *h);
 void chorus__req_free(eng_req *r);
 void chorus__eng_pend_add(chorus_engine *e, eng_req *r);
 void chorus__eng_pend_remove(chorus_engine *e, eng_req *r);

@@ -20,6 +20,7 @@ chorus_engine_handle *chorus__handle_new(const char *name, const chorus_engine_t
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->cv, NULL);
     h->refs = 1 + (caller_ref ? 1 : 0);
+    h->caller_ref = caller_ref != 0;
     h->last_rank = -1;
     snprintf(h->name, sizeof(h->name), "%s", name);
     if (o) {
@@ -29,9 +30,54 @@ chorus_engine_handle *chorus__handle_new(const char *name, const chorus_engine_t
     return h;
 }
 
+/* ---- the names taken ----------------------------------------------------------------------- */
+
+eng_names *chorus__names_new(void)
+{
+    eng_names *n = calloc(1, sizeof(*n));
+    if (!n) return NULL;
+    pthread_mutex_init(&n->mu, NULL);
+    n->refs = 1;
+    return n;
+}
+
+void chorus__names_unref(eng_names *n)
+{
+    if (!n) return;
+    pthread_mutex_lock(&n->mu);
+    int last = --n->refs == 0;
+    pthread_mutex_unlock(&n->mu);
+    if (!last) return;
+    chorus__map_free(&n->map);
+    pthread_mutex_destroy(&n->mu);
+    free(n);
+}
+
+int chorus__names_take(eng_names *n, chorus_engine_handle *h)
+{
+    pthread_mutex_lock(&n->mu);
+    int r = chorus__map_get(&n->map, h->name) ? 1 : chorus__map_put(&n->map, h->name, h);
+    if (r == 0) n->refs++;
+    pthread_mutex_unlock(&n->mu);
+    if (r == 0) __atomic_store_n(&h->names, n, __ATOMIC_RELEASE);
+    return r;
+}
+
+/* Gives h's name back (once; any thread). */
+static void give_name_back(chorus_engine_handle *h)
+{
+    eng_names *n = __atomic_exchange_n(&h->names, NULL, __ATOMIC_ACQ_REL);
+    if (!n) return;
+    pthread_mutex_lock(&n->mu);
+    if (chorus__map_get(&n->map, h->name) == h) chorus__map_del(&n->map, h->name);
+    pthread_mutex_unlock(&n->mu);
+    chorus__names_unref(n);
+}
+
 void chorus__handle_unref(chorus_engine_handle *h)
 {
     if (__atomic_sub_fetch(&h->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+    give_name_back(h);
     pthread_mutex_destroy(&h->mu);
     pthread_cond_destroy(&h->cv);
     free(h->msg);
@@ -42,7 +88,14 @@ void chorus__handle_unref(chorus_engine_handle *h)
 
 void chorus_engine_release(chorus_engine_handle *h)
 {
-    if (h) chorus__handle_unref(h);
+    if (!h) return;
+    /* before its end the name stays taken: the op is still pending on this rank */
+    pthread_mutex_lock(&h->mu);
+    int ended = h->done;
+    if (!ended) h->caller_gone = 1;
+    pthread_mutex_unlock(&h->mu);
+    if (ended) give_name_back(h);
+    chorus__handle_unref(h);
 }
 
 chorus_result chorus_engine_wait(chorus_engine_handle *h)
@@ -57,6 +110,7 @@ chorus_result chorus_engine_wait(chorus_engine_handle *h)
     }
     chorus_result r = h->res;
     pthread_mutex_unlock(&h->mu);
+    give_name_back(h);
     return r;
 }
 
@@ -67,6 +121,7 @@ int chorus_engine_poll(const chorus_engine_handle *h)
     pthread_mutex_lock(&m->mu);
     int d = m->done;
     pthread_mutex_unlock(&m->mu);
+    if (d) give_name_back(m);
     return d;
 }
 
@@ -129,24 +184,29 @@ void chorus__eng_complete(chorus_engine *e, eng_req *r, chorus_result res, const
     if (r->pidx < e->npend && e->pend[r->pidx] == r) chorus__eng_pend_remove(e, r);
     if (r == e->my_join) e->my_join = NULL;
     pthread_mutex_lock(&e->mu);
-    if (r->m.kind == EK_JOIN)
-        e->join_pending = 0;
-    else
-        chorus__map_del(&e->live, r->name);
+    if (r->m.kind == EK_JOIN) e->join_pending = 0;
     if (res == CHORUS_OK) e->st.tensors++;
     pthread_mutex_unlock(&e->mu);
     chorus_engine_handle *h = r->h;
+    /* The name is given back once the caller has seen the end (wait, poll, release), so that
+     * a second op under it is refused or not by the caller's own order of calls, never by how
+     * fast the engine ran the first; where nobody holds the handle, before the callback (which
+     * may enqueue under the name again), and again after the end for a release meanwhile. */
     pthread_mutex_lock(&h->mu);
     h->res = res;
     if (res != CHORUS_OK) h->msg = strdup(msg && *msg ? msg : chorus_strerror(res));
+    int nobody_waits = !h->caller_ref || h->caller_gone;
     pthread_mutex_unlock(&h->mu);
+    if (nobody_waits) give_name_back(h);
     /* The callback runs before the handle is done, so a wait or poll that sees it done also
      * sees everything the callback did. */
     if (h->cb) h->cb(h, res, h->cb_arg);
     pthread_mutex_lock(&h->mu);
     h->done = 1;
+    nobody_waits = h->caller_gone;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
+    if (nobody_waits) give_name_back(h);
     chorus__handle_unref(h);
     chorus__req_free(r);
 }

@@ -19,6 +19,9 @@
  *   compress    fp16 and bf16 on the wire, and a top-k compressor with error feedback that
  *               plugs in as a one-round gather plan
  *   death       a rank is killed while another waits: CHORUS_ERR_PEER_LOST naming it
+ *   names       a name holds one op until the caller has seen it end: a second op under it
+ *               is refused even after the first ended (seen by a callback alone), accepted
+ *               after a wait, a poll or a release; deterministic, as Horovod's answer
  *   desync      every rank waits for a name no other rank submits: CHORUS_ERR_MISMATCH on
  *               every rank naming each op and the ranks missing it; same count, other shape
  *               tags: a mismatch; the engine goes on
@@ -306,6 +309,108 @@ static void case_join(void)
     ASSERT_OK(chorus_engine_join(e, &last)); /* everyone at once: the highest rank */
     ASSERT_EQ(last, size_ - 1);
     ASSERT_OK(chorus_engine_shutdown(e));
+}
+
+/* ---- one op per name ---------------------------------------------------------------------- */
+
+static void on_end(chorus_engine_handle *h, chorus_result r, void *arg)
+{
+    (void)h;
+    (void)r;
+    __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+}
+
+/* Enqueues an allreduce of x under name whose end sets *ended (the caller gets the handle). */
+static chorus_engine_handle *sum_named(chorus_engine *e, const char *name, float *x, int *ended)
+{
+    chorus_engine_tensor_opts o;
+    chorus_engine_tensor_opts_init(&o);
+    o.callback = on_end;
+    o.callback_arg = ended;
+    *ended = 0;
+    chorus_engine_handle *h;
+    ASSERT_OK(chorus_engine_allreduce(e, name, x, x, 4, CHORUS_FLOAT32, CHORUS_SUM, &o, &h));
+    return h;
+}
+
+/* Waits for the callback (the list's deadline bounds a hang); neither wait nor poll is used. */
+static void until_ended(const int *ended)
+{
+    while (!__atomic_load_n(ended, __ATOMIC_ACQUIRE)) usleep(1000);
+}
+
+static void expect_taken(chorus_engine *e, const char *name)
+{
+    float x[4] = {0};
+    chorus_engine_handle *h = (chorus_engine_handle *)1;
+    ASSERT(chorus_engine_allreduce(e, name, x, x, 4, CHORUS_FLOAT32, CHORUS_SUM, NULL, &h) ==
+           CHORUS_ERR_INVALID_ARG);
+    ASSERT(h == NULL);
+    const char *msg = chorus_engine_last_error(e);
+    ASSERT_STR_CONTAINS(msg, name);
+    ASSERT_STR_CONTAINS(msg, "still pending on this rank");
+    ASSERT_STR_CONTAINS(msg, "waited for, polled to its end or released");
+    printf("rank %d: %s\n", rank_, msg);
+}
+
+static void case_names(void)
+{
+    ASSERT(size_ == 2);
+    chorus_engine *e = start(NULL);
+    float x[4], y[4], z[4], w[4];
+    int ex, ey, ez, ew;
+    for (int i = 0; i < 4; i++) x[i] = y[i] = z[i] = w[i] = 1;
+    /* ended on this rank, but the caller has not seen it: refused, every time */
+    chorus_engine_handle *hx = sum_named(e, "names.x", x, &ex);
+    until_ended(&ex);
+    expect_taken(e, "names.x");
+    ASSERT(chorus_engine_poll(hx) == 1); /* seen: the name is free again */
+    chorus_engine_handle *hx2 = sum_named(e, "names.x", x, &ex);
+    ASSERT_OK(chorus_engine_wait(hx2));
+    ASSERT(x[0] == 4.0f); /* 1 + 1, then 2 + 2 */
+    chorus_engine_release(hx);
+    chorus_engine_release(hx2);
+    /* released after its end: free */
+    chorus_engine_handle *hy = sum_named(e, "names.y", y, &ey);
+    until_ended(&ey);
+    expect_taken(e, "names.y");
+    chorus_engine_release(hy);
+    hy = sum_named(e, "names.y", y, &ey);
+    ASSERT_OK(chorus_engine_wait(hy));
+    chorus_engine_release(hy);
+    ASSERT(y[0] == 4.0f);
+    /* released before its end: the op is still pending here, the name stays taken until it
+     * ends (rank 1 submits only after rank 0's check) */
+    float go = 0;
+    chorus_engine_handle *hg;
+    if (rank_ == 0) {
+        chorus_engine_handle *hz = sum_named(e, "names.z", z, &ez);
+        chorus_engine_release(hz);
+        expect_taken(e, "names.z");
+    }
+    ASSERT_OK(chorus_engine_broadcast(e, "names.go", &go, 1, CHORUS_FLOAT32, 0, NULL, &hg));
+    ASSERT_OK(chorus_engine_wait(hg));
+    chorus_engine_release(hg);
+    chorus_engine_handle *hz;
+    if (rank_ == 1) {
+        hz = sum_named(e, "names.z", z, &ez);
+        ASSERT_OK(chorus_engine_wait(hz));
+        chorus_engine_release(hz);
+    } else {
+        until_ended(&ez); /* no handle left: given back at the end, before the callback */
+    }
+    ASSERT_OK(
+        chorus_engine_allreduce(e, "names.z", z, z, 4, CHORUS_FLOAT32, CHORUS_SUM, NULL, &hz));
+    ASSERT_OK(chorus_engine_wait(hz));
+    chorus_engine_release(hz);
+    ASSERT(z[0] == 4.0f);
+    /* a handle that outlives its engine gives its name back to a set that only it holds */
+    chorus_engine_handle *hw = sum_named(e, "names.w", w, &ew);
+    until_ended(&ew);
+    ASSERT_OK(chorus_engine_shutdown(e));
+    ASSERT_OK(chorus_engine_wait(hw));
+    chorus_engine_release(hw);
+    ASSERT(w[0] == 2.0f);
 }
 
 /* ---- shutdown and bad arguments ----------------------------------------------------------- */
@@ -749,6 +854,8 @@ int main(int argc, char **argv)
         case_death();
     else if (!strcmp(c, "desync"))
         case_desync();
+    else if (!strcmp(c, "names"))
+        case_names();
     else
         test_fail(__FILE__, __LINE__, "unknown case %s", c);
     ASSERT_OK(chorus_finalize(comm));

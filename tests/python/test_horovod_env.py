@@ -67,18 +67,33 @@ def test_bad_horovod_value_is_named():
     assert "HOROVOD_CYCLE_TIME=fast" in p.stderr, p.stderr
 
 
-@pytest.mark.parametrize("var", ["HOROVOD_STALL_CHECK_DISABLE"])
-def test_stall_check_disable(var):
-    if R != 0:
-        return
+def _fresh_opts(field, **env):
+    """repr of the engine option field as a new process with env added sees it."""
     code = ("import ctypes, chorus._engine as e; from chorus._lib import lib; "
             "o = e.EngineOpts(); lib.chorus_engine_opts_init(ctypes.byref(o)); "
-            "print(o.stall_warn_s)")
+            "print(repr(o.%s))" % field)
     python = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), "python")
-    env = dict(os.environ, **{var: "1"})
+    env = dict(os.environ, **env)
     env["PYTHONPATH"] = python + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("HOROVOD_STALL_CHECK_TIME_SECONDS", None)
     out = subprocess.run(["/usr/bin/python3", "-c", code], env=env, capture_output=True,
                          text=True, timeout=60)
-    assert out.stdout.strip() == "0.0", out.stderr
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("var", ["HOROVOD_STALL_CHECK_DISABLE"])
+def test_stall_check_disable(var):
+    if R != 0:
+        return
+    assert _fresh_opts("stall_warn_s", **{var: "1"}) == "0.0"
+
+
+def test_timeline_dynamic_starts_none():
+    # Horovod: HOROVOD_TIMELINE=DYNAMIC means no timeline until start_timeline(file), not a
+    # file named DYNAMIC
+    if R != 0:
+        return
+    assert _fresh_opts("timeline", HOROVOD_TIMELINE="DYNAMIC") == "None"
+    assert _fresh_opts("timeline", HOROVOD_TIMELINE="t.json") == "b't.json'"

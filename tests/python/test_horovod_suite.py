@@ -3,6 +3,8 @@
 case that leaves the ranks out of step shows up as an error in a later one. Each case checks
 the result or the exception horovod.torch documents for it."""
 
+import re
+import time
 
 import pytest
 import torch
@@ -182,6 +184,32 @@ def test_reducescatter_duplicate_name_error():
             hvd.broadcast(torch.zeros(1), checker, name="rs.duplicate.go.%d" % checker)
             h = hvd.reducescatter_async(t, name=name)
         assert torch.allclose(hvd.synchronize(h), torch.ones(4))
+
+
+def test_broadcast_duplicate_name_error():
+    # Horovod's case: rank 0 submits a broadcast twice under one name, then rank 1 does. The
+    # second is refused on every rank with the message below, also on rank 1, where the first
+    # meets rank 0's at once and may have ended before the second comes (the sleep makes that
+    # likely): a name is taken until its handle is waited for, so the answer follows the
+    # caller's order of calls, never the engine's speed. After synchronize() it is free again.
+    t = torch.zeros(17)
+    for i in range(3):
+        name = "bc.duplicate.%d" % i
+        msg = ("cannot enqueue '%s': an op with this name is still pending on this rank (a name "
+               "holds one op until its handle is waited for, polled to its end or released)"
+               % name)
+        if R == 0:
+            h = hvd.broadcast_async(t, root_rank=0, name=name)
+            with pytest.raises(ValueError, match=re.escape(msg)):
+                hvd.broadcast_async(t, root_rank=0, name=name)
+        hvd.barrier()
+        if R > 0:
+            h = hvd.broadcast_async(t, root_rank=0, name=name)
+            time.sleep(0.05)
+            with pytest.raises(ValueError, match=re.escape(msg)):
+                hvd.broadcast_async(t, root_rank=0, name=name)
+        hvd.synchronize(h)
+        hvd.broadcast(t, root_rank=0, name=name)
 
 
 def test_reducescatter_adasum_error():

@@ -43,12 +43,7 @@ static chorus_result check_op(chorus_comm *c, const char *fn, chorus_op op, chor
 static chorus_result done(chorus_comm *c, chorus_result r)
 {
     if (r != CHORUS_OK) {
-        /* an algorithm that failed on a sub-communicator (a hierarchical one's cross-host
-         * part) may leave c's own detail empty: the net's record then names the lost peer,
-         * and the ranks woken in shared memory must get that, not the bare result */
-        if (!c->err.msg[0]) chorus__tp_error(&c->net, NULL, &c->err);
-        const char *why = c->err.msg[0] ? c->err.msg : chorus_strerror(r);
-        chorus__comm_break(c, -1, r, why);
+        chorus__comm_break_failed(c, r);
         chorus__tp_error(&c->net, NULL, &c->err);
     }
     return r;

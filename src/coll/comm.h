@@ -81,6 +81,10 @@ chorus_result chorus__select_check_config(const chorus_config *cfg, chorus_errbu
  * communicator, this host's), waking the ranks that wait there, then its message transport,
  * telling the peers. culprit: the job's rank blamed, -1 for nobody in particular. */
 void chorus__comm_break(chorus_comm *c, int culprit, chorus_result r, const char *why);
+/* A call on c failed with r: breaks c's transports with c's own detail, or, where the failing
+ * algorithm left it empty (it failed on a sub-communicator), with the net's record, which names
+ * the lost peer; the bare result only when neither has one. */
+void chorus__comm_break_failed(chorus_comm *c, chorus_result r);
 
 /* The job's rank that c's failure records blame (its message transport's first, then its
  * shared-memory group's), or -1: healthy, or nobody in particular. */

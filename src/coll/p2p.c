@@ -38,8 +38,7 @@ static int comm_rank_of(const chorus_comm *c, int w)
  * the communicator's detail is the net's. */
 static chorus_result broke(chorus_comm *c, chorus_result r)
 {
-    if (!c->err.msg[0]) chorus__tp_error(&c->net, NULL, &c->err);
-    chorus__comm_break(c, -1, r, c->err.msg[0] ? c->err.msg : chorus_strerror(r));
+    chorus__comm_break_failed(c, r);
     return r;
 }
 

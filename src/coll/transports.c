@@ -23,6 +23,12 @@ void chorus__comm_break(chorus_comm *c, int culprit, chorus_result r, const char
     for (int i = 0, n = transports(c, t); i < n; i++) chorus__tp_abort(&t[i], culprit, r, why);
 }
 
+void chorus__comm_break_failed(chorus_comm *c, chorus_result r)
+{
+    if (!c->err.msg[0]) chorus__tp_error(&c->net, NULL, &c->err);
+    chorus__comm_break(c, -1, r, c->err.msg[0] ? c->err.msg : chorus_strerror(r));
+}
+
 int chorus__comm_culprit(const chorus_comm *c)
 {
     chorus_transport t[3];

@@ -8,10 +8,10 @@
  * adding zeros is exact, so every rank gets every row bit for bit). From the same table
  * every rank then
  *   - judges the slowest rank (rank 0 prints and records the verdict): rank i's compute time
- *     per sample against the median of the other ranks' ("compute-bound"), else its own
- *     communication time per step (time blocked less the time it waited for slower ranks to
- *     finish their compute) against the others' ("communication-bound"); a ratio of
- *     SLOW_RATIO or more names it;
+ *     per sample against the median of the other ranks' ("compute-bound"); only when no
+ *     rank is compute-slow, its own communication time per step (time blocked less the time
+ *     it waited for slower ranks to finish their compute) against the others'
+ *     ("communication-bound"); a ratio of SLOW_RATIO or more names it;
  *   - with --balance dynamic, smooths each rank's compute time per sample (exponential moving
  *     average, weight EMA_NEW for the new window) and sets the shares nn_balance_shares makes
  *     of it, in the sampler, from the next step on, when nn_balance_worth_moving says they
@@ -88,18 +88,23 @@ static int judge(const double *t, int world, double *factor, const char **reason
         double w = t[(size_t)i * NCOLS + 1] / steps - (slowest_fb - fb[i]);
         own[i] = w > 0 ? w : 0;
     }
+    /* Compute first: a rank slow in its compute is slow in the work of its collectives too
+     * (a starved CPU reduces and copies slowly as well), so the others wait longer than the
+     * compute gap and their "own" communication is overestimated. Only when no rank is
+     * compute-slow does a communication time name anyone. */
     int worst = -1;
     double best = SLOW_RATIO;
     for (int i = 0; i < world; i++) {
-        double mc = median_others(per, world, i, tmp), mo = median_others(own, world, i, tmp);
+        double mc = median_others(per, world, i, tmp);
         double rc = mc > 0 ? per[i] / mc : 0;
+        if (rc >= best) worst = i, best = rc, *reason = "compute-bound";
+    }
+    int compute_slow = worst >= 0;
+    for (int i = 0; i < world && !compute_slow; i++) {
+        double mo = median_others(own, world, i, tmp);
         /* communication counts only when it is a real part of the rank's step */
         double ro = mo > 0 && own[i] > 0.1 * fb[i] ? own[i] / mo : 0;
-        if (rc >= best && rc >= ro) {
-            worst = i, best = rc, *reason = "compute-bound";
-        } else if (ro >= best) {
-            worst = i, best = ro, *reason = "communication-bound";
-        }
+        if (ro >= best) worst = i, best = ro, *reason = "communication-bound";
     }
     free(per);
     *factor = best;

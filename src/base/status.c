@@ -9,13 +9,14 @@
 
 #include "base/status.h"
 
-/* Writes one line of at most 127 bytes to the status pipe, if there is one. */
+/* Writes one line of at most CHORUS_STATUS_LINE_MAX - 1 bytes to the status pipe, if there is
+ * one. */
 static void status_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void status_line(const char *fmt, ...)
 {
     long fd = chorus__config()->status_fd;
     if (fd < 0) return;
-    char line[128];
+    char line[CHORUS_STATUS_LINE_MAX];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(line, sizeof(line), fmt, ap);
@@ -29,9 +30,17 @@ static void status_line(const char *fmt, ...)
     } while (w < 0 && errno == EINTR);
 }
 
-void chorus__status_failed(int rank, int blamed, chorus_result r)
+void chorus__status_failed(int rank, int blamed, chorus_result r, const char *why)
 {
-    status_line("failed %d %d %s\n", rank, blamed, chorus_result_name(r));
+    /* the reason on one line, cut to what the line holds (it is the rank's own message too,
+     * which the rank prints in full unless it is stopped first) */
+    char text[CHORUS_STATUS_LINE_MAX - 96];
+    size_t k = 0;
+    for (const char *c = why ? why : ""; *c && k + 1 < sizeof(text); c++)
+        text[k++] = *c == '\n' || *c == '\r' || *c == '\t' ? ' ' : *c;
+    if (why && why[k] && k >= 3) memcpy(text + k - 3, "...", 3);
+    text[k] = '\0';
+    status_line("failed %d %d %s%s%s\n", rank, blamed, chorus_result_name(r), k ? " " : "", text);
 }
 
 void chorus__status_peer_failed(int rank, int peer)

@@ -26,7 +26,10 @@ void chorus__comm_break(chorus_comm *c, int culprit, chorus_result r, const char
 void chorus__comm_break_failed(chorus_comm *c, chorus_result r)
 {
     if (!c->err.msg[0]) chorus__tp_error(&c->net, NULL, &c->err);
-    chorus__comm_break(c, -1, r, c->err.msg[0] ? c->err.msg : chorus_strerror(r));
+    /* the rank a transport's record blames (a shared-memory peer that died) is the one the
+     * other transports are broken for too, so that the launcher hears whom this rank lost */
+    chorus__comm_break(c, chorus__comm_culprit(c), r,
+                       c->err.msg[0] ? c->err.msg : chorus_strerror(r));
 }
 
 int chorus__comm_culprit(const chorus_comm *c)

@@ -235,13 +235,13 @@ static int phase_states(chorus_engine *e, cycle *c)
         int culprit = -1; /* a peer stopped the engine under this rank's pending work */
         for (int r = 0; r < n && culprit < 0; r++)
             if (shut[r] && r != e->rank) culprit = r;
-        if (culprit >= 0 && e->npend)
-            chorus__status_failed(e->comm->world[e->rank], e->comm->world[culprit],
-                                  CHORUS_ERR_ABORTED);
         free(shut);
         snprintf(msg, sizeof(msg),
                  "the engine was shut down (chorus_engine_shutdown on %s) before this op ran",
                  ranks);
+        if (culprit >= 0 && e->npend)
+            chorus__status_failed(e->comm->world[e->rank], e->comm->world[culprit],
+                                  CHORUS_ERR_ABORTED, msg);
         /* A shutdown is how an engine ends, not a failure: only ops still pending fail. */
         set_stopped(e, CHORUS_ERR_ABORTED, msg);
         CHORUS_INFO(CHORUS_LOG_ENGINE, "engine shut down (chorus_engine_shutdown on %s)",

@@ -41,6 +41,7 @@
 
 #include "base/base.h"
 #include "base/loop.h"
+#include "base/status.h"
 #include "bootstrap/store.h"
 
 /* ---- hosts and the agent protocol (hosts.c, remote.c) ------------------------------------ */
@@ -159,12 +160,13 @@ typedef struct stream {
 /* What a rank said on its status pipe (CHORUS_STATUS_FD, base/status.h) about its failure. */
 typedef struct status_pipe {
     int fd;
-    char buf[512];
+    char buf[2 * CHORUS_STATUS_LINE_MAX];
     size_t len;
     int reported;   /* a "failed" line arrived */
     int blamed;     /* the rank it held responsible, -1: its own failure */
     int blamed_far; /* --nnodes: the rank of another node it held responsible (-1: none) */
     char what[48];  /* the result name it gave (PEER_FAILED: it was told that `blamed` failed) */
+    char why[CHORUS_STATUS_LINE_MAX]; /* the message its call failed with ("": none given) */
     int expendable; /* it said the job goes on without it (an asynchronous parameter-server
                        worker): its end does not stop the job */
 } status_pipe;

@@ -296,6 +296,16 @@ static void report_host(const job *j, int cause)
                 ht->name, ranks);
 }
 
+/* A rank that reported its failure and was then stopped by a signal may have died before it
+ * printed its message: the message it reported on its status pipe, shown for it. */
+static void reported_message(const job *j, int r)
+{
+    const worker *w = &j->w[r];
+    if (w->st.reported && w->st.why[0] && WIFSIGNALED(w->status))
+        fprintf(stderr, "chorus-run: rank %d had reported %s: %s\n", r + j->base, w->st.what,
+                w->st.why);
+}
+
 /* The failure summary of a plain job, root cause first with its last output lines, then
  * the ranks that were stopped. Returns the exit code: the root cause's own status. */
 static int report_failure(const job *j, const outcome *out)
@@ -345,6 +355,7 @@ static int report_failure(const job *j, const outcome *out)
             fprintf(stderr, "chorus-run: | %s\n", cw->tail.line[k]);
         }
     }
+    reported_message(j, cause);
     for (int r = 0; r < j->nw; r++) {
         const worker *w = &j->w[r];
         if (r == cause) continue;
@@ -371,6 +382,7 @@ static int report_failure(const job *j, const outcome *out)
             why[0] = 0;
         fprintf(stderr, "chorus-run: stopped: %s %s%s\n", rank_name(j, r, name, sizeof(name)), how,
                 why);
+        reported_message(j, r);
     }
     if (!pair[0] || down >= 0) report_host(j, cause);
     fputs(pair, stderr);

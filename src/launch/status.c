@@ -52,8 +52,12 @@ static void parse_status(job *j, int index, outcome *out)
         *nl = 0;
         int rank, blamed;
         char what[48];
-        if (!p->reported && sscanf(p->buf, "failed %d %d %47s", &rank, &blamed, what) == 3) {
+        int end = 0;
+        if (!p->reported && sscanf(p->buf, "failed %d %d %47s%n", &rank, &blamed, what, &end) == 3) {
             p->reported = 1;
+            const char *why = p->buf + end;
+            while (*why == ' ') why++;
+            snprintf(p->why, sizeof(p->why), "%s", why);
             p->blamed = blamed;
             if (j->nnodes > 1) { /* global ranks: this node's as its workers, others apart */
                 p->blamed = blamed >= j->base && blamed < j->base + j->np ? blamed - j->base : -1;

@@ -98,7 +98,7 @@ void tcp_break_locked(chorus_net *n, int failed_rank, chorus_result r, const cha
     n->broken_rank = failed_rank;
     snprintf(n->broken_msg, sizeof(n->broken_msg), "%s", why);
     CHORUS_INFO(CHORUS_LOG_TCP, "communication failed: %s", why);
-    chorus__status_failed(n->rank, failed_rank == n->rank ? -1 : failed_rank, r);
+    chorus__status_failed(n->rank, failed_rank == n->rank ? -1 : failed_rank, r, why);
     if (tell) send_abort_to_all(n, failed_rank, r, tell);
     /* Stop using the sockets: shut them down so that every peer sees the failure promptly,
      * even one blocked on a message it will never get. */

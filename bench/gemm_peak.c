@@ -58,8 +58,8 @@ int main(int argc, char **argv)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f,
-                    c, n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c,
+                    n);
         rate[r] = 2.0 * (double)nn * n / (now_s() - t0) * 1e-9;
     }
     qsort(rate, (size_t)reps, sizeof(double), by_value);

@@ -62,7 +62,8 @@ static void write_llmc_checkpoint(const char *dir, const nn_gpt *g)
 {
     const nn_gpt_config *c = &g->c;
     size_t C = (size_t)c->d_model;
-    int header[256] = {20240326, 3, c->context, c->vocab, c->layers, c->heads, c->d_model, c->vocab};
+    int header[256] = {20240326,  3,        c->context, c->vocab,
+                       c->layers, c->heads, c->d_model, c->vocab};
     FILE *f = open_out(dir, "gpt2.bin");
     put(f, header, sizeof(int), 256);
     put(f, g->p.wte, sizeof(float), ((size_t)c->vocab + (size_t)c->context) * C); /* wte, wpe */

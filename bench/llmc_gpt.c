@@ -27,8 +27,7 @@ static double now_s(void)
 int main(int argc, char **argv)
 {
     if (argc != 9) {
-        fprintf(stderr,
-                "usage: llmc_gpt CHECKPOINT TOKENS B T STEPS WARMUP LR WEIGHT_DECAY\n");
+        fprintf(stderr, "usage: llmc_gpt CHECKPOINT TOKENS B T STEPS WARMUP LR WEIGHT_DECAY\n");
         return 2;
     }
     int B = atoi(argv[3]), T = atoi(argv[4]), steps = atoi(argv[5]), warmup = atoi(argv[6]);

@@ -2,7 +2,11 @@
 # gpt.sh - chorus-train's GPT (--model gpt) against the same model trained by PyTorch 2.x and by
 # llm.c, in one invocation: tokens per second and model FLOPs utilisation.
 #   1. chorus-train --model gpt under chorus-run -np NP, one OpenBLAS thread per rank
-#      (--threads 1), --grad-sync fused (CHORUS_ARGS adds options);
+#      (--threads 1): --grad-sync fused (the default: one allreduce after backward) and
+#      --grad-sync engine (each block's gradient sent while backward goes on); CHORUS_ARGS adds
+#      options to both. On a CPU with AVX-512 whose OpenBLAS picks a kernel without it (Debian's
+#      0.3.21 takes AMD's Zen 5 for a Haswell: AVX2), also --grad-sync engine with
+#      OPENBLAS_CORETYPE=$AVX512_CORE, OpenBLAS's own switch to its AVX-512 kernels;
 #   2. the same model in PyTorch with DistributedDataParallel over Gloo, and 3. with FSDP2
 #      (fully_shard per block, then the whole model) over Gloo: bench/gpt_train_torch.py,
 #      whose torch model is the one the py_gpt_torch test holds nn/gpt.c against; NP ranks
@@ -22,7 +26,9 @@
 # and the data order play no part in the time.
 #
 # The peak: bench/gemm_peak.c, OpenBLAS's sgemm of square float32 matrices of side GEMM_N on 1
-# thread and on NP threads, the best of 5 in each round, the best of all rounds. Model FLOPs
+# thread and on NP threads, the best of 5 in each round, the best of all rounds, with the
+# kernel OpenBLAS picks and (where the row above runs) with its AVX-512 kernel: the machine's
+# peak is the higher. Model FLOPs
 # per token: 6 (P - context x width) + 12 layers x width x context (PaLM's and nanoGPT's
 # estimate: 2 flops per weight and token forward, 4 backward, over the weights that multiply,
 # the tied output layer counted once in the token embedding, the position embedding, which
@@ -46,7 +52,8 @@
 #   NP=2 BATCH=16      ranks; windows per rank per step (chorus-train --batch NP x BATCH)
 #   STEPS=30 WARMUP=5  steps per run; the first WARMUP untimed
 #   REPEAT=3 LR=0.0005 SEED=1 GEMM_N=2048 LIMIT=600 HIPRI=0
-#   RUNS="chorus ddp fsdp2 llmc"   which rows to run
+#   RUNS="chorus chorus-engine chorus-avx512 ddp fsdp2 llmc"   which rows to run
+#   AVX512_CORE=SkylakeX   OPENBLAS_CORETYPE of the chorus-avx512 row
 #   CHORUS_ARGS=       extra chorus-train options (e.g. --grad-sync engine)
 #
 #   bench/gpt.sh
@@ -71,7 +78,8 @@ LR=${LR:-0.0005}
 SEED=${SEED:-1}
 GEMM_N=${GEMM_N:-2048}
 LIMIT=${LIMIT:-600}
-RUNS=${RUNS:-chorus ddp fsdp2 llmc}
+RUNS=${RUNS:-chorus chorus-engine chorus-avx512 ddp fsdp2 llmc}
+AVX512_CORE=${AVX512_CORE:-SkylakeX}
 CHORUS_ARGS=${CHORUS_ARGS:-}
 . "$ROOT/bench/hipri.sh"
 [ "$STEPS" -gt "$WARMUP" ] || { echo "gpt.sh: STEPS must exceed WARMUP" >&2; exit 2; }
@@ -91,6 +99,12 @@ ${CC:-cc} -O2 -o "$tools/gemm_peak" "$ROOT/bench/gemm_peak.c" -lopenblas
 shape=$("$tools/gpt_prep" "$out" "$PRESET" "$SEED")
 set -- $shape # gpt_prep: layers L d_model C heads H context T vocab V params P tokens N
 L=$3 C=$5 H=$7 T=$9 V=${11} P=${13}
+# The AVX-512 row: where the CPU has AVX-512 and OpenBLAS does not use it by itself.
+core=$("$tools/gemm_peak" 64 1 1 | sed -n 's/.* core \([^ ]*\).*/\1/p')
+avx512=
+if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
+    case $core in SkylakeX | Cooperlake | SapphireRapids) ;; *) avx512=$AVX512_CORE ;; esac
+fi
 flops=$(echo "$P $T $C $L" | awk '{printf "%.0f", 6 * ($1 - $2 * $3) + 12 * $4 * $3 * $2}')
 
 llmc_note=
@@ -140,23 +154,31 @@ run() {
         failed=1
     fi
 }
+# run_chorus NAME SYNC [VAR=value...]: chorus-train, its rate from its metrics (the steps after
+# the first WARMUP)
+run_chorus() {
+    _name=$1 _sync=$2
+    shift 2
+    # shellcheck disable=SC2086  # CHORUS_ARGS is a list of words
+    run "$_name" env "$@" "$BUILD/bin/chorus-run" -np "$NP" "$BUILD/bin/chorus-train" --model gpt \
+        --preset "$PRESET" --seed "$SEED" --batch $((NP * BATCH)) --max-steps "$STEPS" \
+        --threads 1 --grad-sync "$_sync" --lr "$LR" --lr-schedule const --warmup-epochs 0 \
+        --weight-decay 0.01 --clip-grad 1 --no-eval --sample 0 --metrics "$out/$_name.json" \
+        $CHORUS_ARGS
+    awk -v w="$WARMUP" -v tok=$((NP * BATCH * T)) -F'[:,]' '/"step_s"/ {
+        for (i = 1; i < NF; i++) { if ($i == "{\"step\"") s = $(i + 1); if ($i == "\"step_s\"") d = $(i + 1) }
+        if (s > w) { sum += d; n++ } }
+        END { if (n && sum > 0) printf "%.1f\n", n * tok / sum }' "$out/$_name.json" \
+        >> "$out/rate.$_name" || true
+}
 failed=0
 round=1
 while [ "$round" -le "$REPEAT" ]; do
     for r in $RUNS; do
         case $r in
-        chorus)
-            # shellcheck disable=SC2086  # CHORUS_ARGS is a list of words
-            run chorus "$BUILD/bin/chorus-run" -np "$NP" "$BUILD/bin/chorus-train" --model gpt \
-                --preset "$PRESET" --seed "$SEED" --batch $((NP * BATCH)) --max-steps "$STEPS" \
-                --threads 1 --lr "$LR" --lr-schedule const --warmup-epochs 0 --weight-decay 0.01 \
-                --clip-grad 1 --no-eval --sample 0 --metrics "$out/metrics.$round" $CHORUS_ARGS
-            awk -v w="$WARMUP" -v tok=$((NP * BATCH * T)) -F'[:,]' '/"step_s"/ {
-                for (i = 1; i < NF; i++) { if ($i == "{\"step\"") s = $(i + 1); if ($i == "\"step_s\"") d = $(i + 1) }
-                if (s > w) { sum += d; n++ } }
-                END { if (n && sum > 0) printf "%.1f\n", n * tok / sum }' "$out/metrics.$round" \
-                >> "$out/rate.chorus" || true
-            ;;
+        chorus) run_chorus chorus fused ;;
+        chorus-engine) run_chorus chorus-engine engine ;;
+        chorus-avx512) [ -z "$avx512" ] || run_chorus chorus-avx512 engine OPENBLAS_CORETYPE="$avx512" ;;
         ddp | fsdp2)
             if [ "$r" = fsdp2 ] && [ -z "$has_fsdp2" ]; then continue; fi
             run "$r" "$PYTHON" "$ROOT/bench/gpt_train_torch.py" --mode "$r" --np "$NP" \
@@ -171,16 +193,18 @@ while [ "$round" -le "$REPEAT" ]; do
                 $((NP * BATCH)) "$T" "$STEPS" "$WARMUP" "$LR" 0.01
             sed -n 's/^llmc_gpt: .*tokens_per_s \([0-9.]*\).*/\1/p' "$out/llmc.$round" >> "$out/rate.llmc"
             ;;
-        *) say "gpt.sh: unknown run '$r' in RUNS (chorus ddp fsdp2 llmc)" && exit 2 ;;
+        *) say "gpt.sh: unknown run '$r' in RUNS (chorus chorus-engine chorus-avx512 ddp fsdp2 llmc)" && exit 2 ;;
         esac
     done
     for t in 1 "$NP"; do
         hipri "$tools/gemm_peak" "$GEMM_N" "$t" 5 >> "$out/peak.$t"
+        [ -z "$avx512" ] || hipri env OPENBLAS_CORETYPE="$avx512" "$tools/gemm_peak" "$GEMM_N" "$t" 5 >> "$out/peak.$t"
     done
     round=$((round + 1))
 done
 
-best() { sed -n 's/.*best_gflops \([0-9.]*\).*/\1/p' "$1" | sort -g | tail -n 1; }
+# best FILE [CORE]: the best rate in FILE (of kernel CORE)
+best() { sed -n "s/.* core ${2:-[^ ]*} best_gflops \([0-9.]*\).*/\1/p" "$1" | sort -g | tail -n 1; }
 peak1=$(best "$out/peak.1")
 peakn=$(best "$out/peak.$NP")
 ddp=$(median < "$out/rate.ddp" 2> /dev/null || true)
@@ -196,7 +220,12 @@ printf '\n| GPT %s, %s ranks x %s windows of %s tokens per step, median of %s ru
     "$PRESET" "$NP" "$BATCH" "$T" "$REPEAT"
 for r in $RUNS; do
     case $r in
-    chorus) row "chorus-train, $NP ranks x 1 OpenBLAS thread" "$out/rate.chorus" ;;
+    chorus) row "chorus-train, $NP ranks x 1 OpenBLAS thread ($core), --grad-sync fused" "$out/rate.chorus" ;;
+    chorus-engine) row "chorus-train, $NP ranks x 1 OpenBLAS thread ($core), --grad-sync engine" "$out/rate.chorus-engine" ;;
+    chorus-avx512)
+        [ -z "$avx512" ] ||
+            row "chorus-train, $NP ranks x 1 OpenBLAS thread (OPENBLAS_CORETYPE=$avx512), --grad-sync engine" "$out/rate.chorus-avx512"
+        ;;
     ddp) row "PyTorch DDP (Gloo), $NP ranks x 1 thread" "$out/rate.ddp" ;;
     fsdp2)
         if [ -n "$has_fsdp2" ]; then
@@ -205,11 +234,17 @@ for r in $RUNS; do
             printf '| PyTorch FSDP2 | (skipped: this torch has no torch.distributed.fsdp.fully_shard) | | | | |\n'
         fi
         ;;
-    llmc) [ -n "$llmc_bin" ] && row "llm.c train_gpt2.c, 1 process x $LLMC_THREADS OpenMP threads" "$out/rate.llmc" ;;
+    llmc) [ -z "$llmc_bin" ] || row "llm.c train_gpt2.c, 1 process x $LLMC_THREADS OpenMP threads" "$out/rate.llmc" ;;
     esac
 done
 echo
-echo "# GEMM peak (OpenBLAS sgemm $GEMM_N^3, best of $((5 * REPEAT))): $peak1 GFLOP/s on 1 thread, $peakn on $NP ($(sed -n 's/.* core \([^ ]*\).*/\1/p' "$out/peak.1" | head -n 1) kernels); MFU against the $NP-thread peak"
+peaks() { # the best of each kernel on 1 and NP threads
+    for k in $core ${avx512:+$avx512}; do
+        printf '%s %s GFLOP/s on 1 thread, %s on %s; ' "$k" "$(best "$out/peak.1" "$k")" \
+            "$(best "$out/peak.$NP" "$k")" "$NP"
+    done
+}
+echo "# GEMM peak (OpenBLAS sgemm, float32, side $GEMM_N, best of $((5 * REPEAT)) per kernel): $(peaks)MFU against the best on $NP threads, $peakn GFLOP/s"
 [ -n "$llmc_note" ] && echo "# $llmc_note"
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 exit "$failed"

@@ -97,7 +97,9 @@ ${CC:-cc} -O2 -I"$ROOT/include" -o "$tools/gpt_prep" "$ROOT/bench/gpt_prep.c" -L
     -Wl,-rpath,"$BUILD/lib" -lchorus_nn -lchorus -lm
 ${CC:-cc} -O2 -o "$tools/gemm_peak" "$ROOT/bench/gemm_peak.c" -lopenblas
 shape=$("$tools/gpt_prep" "$out" "$PRESET" "$SEED")
-set -- $shape # gpt_prep: layers L d_model C heads H context T vocab V params P tokens N
+# shellcheck disable=SC2086  # the words of gpt_prep's line:
+# gpt_prep: layers L d_model C heads H context T vocab V params P tokens N
+set -- $shape
 L=$3 C=$5 H=$7 T=$9 V=${11} P=${13}
 # The AVX-512 row: where the CPU has AVX-512 and OpenBLAS does not use it by itself.
 core=$("$tools/gemm_peak" 64 1 1 | sed -n 's/.* core \([^ ]*\).*/\1/p')
@@ -205,7 +207,6 @@ done
 
 # best FILE [CORE]: the best rate in FILE (of kernel CORE)
 best() { sed -n "s/.* core ${2:-[^ ]*} best_gflops \([0-9.]*\).*/\1/p" "$1" | sort -g | tail -n 1; }
-peak1=$(best "$out/peak.1")
 peakn=$(best "$out/peak.$NP")
 ddp=$(median < "$out/rate.ddp" 2> /dev/null || true)
 # row LABEL RATEFILE: | label | median | min - max | spread | MFU | / DDP |

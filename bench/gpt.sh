@@ -87,7 +87,8 @@ for f in chorus-run chorus-train; do
     [ -x "$BUILD/bin/$f" ] || { echo "gpt.sh: $BUILD/bin/$f not found: run make trainer" >&2; exit 1; }
 done
 out=$(mktemp -d "${TMPDIR:-/tmp}/chorus-gpt.XXXXXX")
-trap 'rm -rf "$out"' EXIT INT TERM
+trap 'rm -rf "$out"' EXIT
+trap 'exit 130' INT TERM HUP PIPE # through the EXIT trap
 say() { printf '%s\n' "$*" >&2; }
 
 # The tools: the inputs' writer and the GEMM peak against the build's libraries and OpenBLAS.

@@ -53,7 +53,8 @@ static void parse_status(job *j, int index, outcome *out)
         int rank, blamed;
         char what[48];
         int end = 0;
-        if (!p->reported && sscanf(p->buf, "failed %d %d %47s%n", &rank, &blamed, what, &end) == 3) {
+        if (!p->reported &&
+            sscanf(p->buf, "failed %d %d %47s%n", &rank, &blamed, what, &end) == 3) {
             p->reported = 1;
             const char *why = p->buf + end;
             while (*why == ' ') why++;

@@ -527,14 +527,13 @@ nn_gpt *nn_gpt_create_replica(const nn_gpt *owner)
     return g;
 }
 
-size_t nn_gpt_stage_ranges(const nn_gpt *g, size_t off[2], size_t n[2])
+size_t nn_gpt_stage_ranges(const nn_gpt_config *c, int lo, int hi, size_t off[2], size_t n[2])
 {
-    size_t C = (size_t)g->c.d_model, V = (size_t)g->c.vocab, bp = block_params(g);
-    size_t blocks = (V + (size_t)g->c.context) * C, k = 0;
-    if (g->lo > 0 && g->hi == g->c.layers) off[k] = 0, n[k++] = V * C; /* the tied copy */
-    off[k] = g->lo == 0 ? 0 : blocks + (size_t)g->lo * bp;
-    n[k] = (size_t)(g->hi - g->lo) * bp + (g->lo == 0 ? blocks : 0) +
-           (g->hi == g->c.layers ? 2 * C : 0);
+    size_t C = (size_t)c->d_model, V = (size_t)c->vocab, bp = 12 * C * C + 13 * C;
+    size_t blocks = (V + (size_t)c->context) * C, k = 0;       /* where block 0 starts */
+    if (lo > 0 && hi == c->layers) off[k] = 0, n[k++] = V * C; /* the tied copy */
+    off[k] = lo == 0 ? 0 : blocks + (size_t)lo * bp;
+    n[k] = (size_t)(hi - lo) * bp + (lo == 0 ? blocks : 0) + (hi == c->layers ? 2 * C : 0);
     return k + 1;
 }
 
@@ -585,7 +584,7 @@ static chorus_result init_part(nn_gpt *g, uint64_t seed)
 
 void nn_gpt_copy_stage(nn_gpt *g, const float *whole)
 {
-    size_t off[2], n[2], at = 0, k = nn_gpt_stage_ranges(g, off, n);
+    size_t off[2], n[2], at = 0, k = nn_gpt_stage_ranges(&g->c, g->lo, g->hi, off, n);
     for (size_t i = 0; i < k; at += n[i], i++)
         memcpy(g->m->params + at, whole + off[i], n[i] * sizeof(float));
 }

@@ -231,7 +231,9 @@ static double stage_evaluate(trainer *t, double *loss_out)
 static void stage_report(trainer *t)
 {
     pipeline *p = pipe_of(t);
-    if (train_pipe_report(p->pipe, t->comm, &p->opt, t->rank == 0, t->o.pipe_schedule,
+    nn_pipe_stats st;
+    nn_pipe_get_stats(p->pipe, &st);
+    if (train_pipe_report(&st, t->comm, &p->opt, t->rank == 0, t->o.pipe_schedule,
                           t->o.microbatches, t->metrics))
         die("gathering the pipeline report: %s", chorus_last_error(t->comm));
     if (t->o.dump) gather(t);

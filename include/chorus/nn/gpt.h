@@ -116,10 +116,11 @@ nn_gpt *nn_gpt_create_stage(const nn_gpt_config *c, int max_batch, int lo, int h
  * backward passes adding into one gradient. Destroy it before owner. Errors as
  * nn_gpt_create. */
 nn_gpt *nn_gpt_create_replica(const nn_gpt *owner);
-/* Where g's parameters lie in the unsplit model's buffer (g not tensor-parallel): k = 1 or 2
- * ranges (off[i], n[i]) returned, which are g's own buffer in order (a later last stage: the
- * token embedding, then its blocks and the final LayerNorm). */
-size_t nn_gpt_stage_ranges(const nn_gpt *g, size_t off[2], size_t n[2]);
+/* Where the parameters of the stage of blocks [lo, hi) of shape c (not tensor-parallel) lie in
+ * the unsplit model's buffer: k = 1 or 2 ranges (off[i], n[i]) returned, which are the stage's
+ * own buffer in order (a later last stage: the token embedding, then its blocks and the final
+ * LayerNorm). */
+size_t nn_gpt_stage_ranges(const nn_gpt_config *c, int lo, int hi, size_t off[2], size_t n[2]);
 /* Copies g's ranges of whole (the unsplit model's parameters) into g's parameters. */
 void nn_gpt_copy_stage(nn_gpt *g, const float *whole);
 /* Copies this rank's shard of the unsplit model whole (same shape, tp_size 1) into g. */

@@ -9,7 +9,7 @@
 #include "trainer.h"
 
 typedef struct train_gpt {
-    nn_gpt *g;        /* the model (under --pipeline-stages: the whole model's parameters only) */
+    nn_gpt *g; /* the model (under --pipeline-stages: the whole model's parameters only) */
     nn_text train, val;
     int32_t *x, *y;   /* (g->max_batch, context) a batch of windows and their next tokens */
     double unigram;   /* the unigram model's validation loss (nats per token) */
@@ -19,8 +19,8 @@ typedef struct train_gpt {
 extern const train_mode mode_gpt; /* mode_gpt_pipe.c ends with its finish */
 
 /* Windows idx[0..n) of text: their tokens into x and next tokens into y, (n, context) each. */
-void gpt_windows(const train_gpt *s, const nn_text *text, const uint32_t *idx, size_t n,
-                 int32_t *x, int32_t *y);
+void gpt_windows(const train_gpt *s, const nn_text *text, const uint32_t *idx, size_t n, int32_t *x,
+                 int32_t *y);
 /* Rank 0's line on the model and the text. */
 void gpt_say_model(const trainer *t);
 /* The held-out windows [*lo, *hi) this one of `parts` takes. */

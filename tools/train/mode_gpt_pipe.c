@@ -35,7 +35,7 @@ typedef struct stash {
 } stash;
 
 typedef struct gpt_pipe {
-    chorus_comm *pipe, *dp; /* this pipeline's stages; this stage's replicas */
+    chorus_comm *pipe, *dp;                     /* this pipeline's stages; this stage's replicas */
     int stage, stages, replica, replicas, base; /* base: the world rank of stage 0 */
     int lo, hi;                                 /* this stage's blocks */
     int max_micro, T, C;
@@ -140,8 +140,8 @@ static void post_input(gpt_pipe *p, int j, int nloc)
     micro_range(nloc, p->sched.micro, j, &off, &nb);
     if (nb == 0) return;
     stash *s = slot_take(p, j);
-    chorus_result r = chorus_irecv(p->pipe, s->xin, act_floats(p, nb), CHORUS_FLOAT32,
-                                   p->stage - 1, 2 * j, &p->recv[j]);
+    chorus_result r = chorus_irecv(p->pipe, s->xin, act_floats(p, nb), CHORUS_FLOAT32, p->stage - 1,
+                                   2 * j, &p->recv[j]);
     if (r != CHORUS_OK) peer_die(p, r, p->stage - 1, "receiving the activations", j);
 }
 
@@ -197,8 +197,8 @@ static void run_backward(gpt_pipe *p, int j, int nloc)
     stash *s = &p->slots[p->slot_of[j]];
     const float *dx = nn_gpt_stage_backward(s->g, s->gout);
     if (p->stage > 0) {
-        chorus_result r = chorus_isend(p->pipe, dx, act_floats(p, nb), CHORUS_FLOAT32,
-                                       p->stage - 1, 2 * j + 1, &s->send[1]);
+        chorus_result r = chorus_isend(p->pipe, dx, act_floats(p, nb), CHORUS_FLOAT32, p->stage - 1,
+                                       2 * j + 1, &s->send[1]);
         if (r != CHORUS_OK) peer_die(p, r, p->stage - 1, "sending the gradient", j);
     }
     s->micro = -1; /* free once its sends are done (slot_take drains them) */
@@ -215,7 +215,8 @@ static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float
     gpt_windows(t->gpt, &t->gpt->train, idx, nloc, p->x, p->y);
     nn_zero_grad(p->slots[0].g->m);
     chorus_result r = chorus_barrier(p->pipe); /* the step starts together on every stage */
-    if (r != CHORUS_OK) die("pipeline stage %d: starting a step: %s", p->stage, chorus_last_error(p->pipe));
+    if (r != CHORUS_OK)
+        die("pipeline stage %d: starting a step: %s", p->stage, chorus_last_error(p->pipe));
     double t0 = now_s();
     const chorus_pipe_step *l = chorus_pipe_stage_steps(&p->sched, p->stage);
     for (int k = 0; k < p->sched.nsteps; k++) {
@@ -271,8 +272,8 @@ static void sync(trainer *t, float lr, double stats[3], size_t *gcount)
                                        : chorus_allreduce(p->dp, m->grads, m->grads, m->nparams,
                                                           CHORUS_FLOAT32, CHORUS_SUM);
     if (r != CHORUS_OK)
-        die("pipeline stage %d (rank %d): summing the gradients over its %d replicas: %s",
-            p->stage, p->base + p->stage, p->replicas, chorus_last_error(p->dp));
+        die("pipeline stage %d (rank %d): summing the gradients over its %d replicas: %s", p->stage,
+            p->base + p->stage, p->replicas, chorus_last_error(p->dp));
     tie_grads(p);
     double dt = now_s() - t0;
     t->dist.comm_s += dt;
@@ -348,8 +349,8 @@ static int start(trainer *t)
     p->T = o->gpt.context, p->C = o->gpt.d_model;
     cut(o->gpt.layers, P, p->stage, &p->lo, &p->hi);
     nn_sampler_free(&t->sampler);
-    if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, p->replica,
-                        p->replicas, o->seed))
+    if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, p->replica, p->replicas,
+                        o->seed))
         die("cannot set up the sampler (batch %d, %d replicas)", o->batch, p->replicas);
     t->max_local = nn_sampler_max_local(&t->sampler);
     p->max_micro = (int)((t->max_local + (size_t)M - 1) / (size_t)M);

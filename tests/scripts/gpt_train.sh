@@ -40,12 +40,15 @@
 #             part by float32 rounding (2.5e-7 measured), not by bits
 #   pipe_resume  the pipelined GPT: 8 steps straight and 4 + --resume 4 end with the same
 #             parameters, to the bit; what it does not combine with is refused with the reason
+#   pipe_kill 3 stages of one block each; the middle stage's rank is killed mid-run: both
+#             neighbours fail naming it
 #   refused   the splits the GPT does not have yet, and GPT options given to another model,
 #             are refused with their reason
 set -u
 PATH=${BUILD:-build}/bin:$PATH
 d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT INT TERM
+run=""
+trap '[ -n "$run" ] && kill "$run" 2>/dev/null; rm -rf "$d"' EXIT INT TERM
 fail() { echo "FAIL: $*"; exit 1; }
 mkdir "$d/text"
 for f in fortunes goedel kids love; do
@@ -271,6 +274,25 @@ pipe_resume)
     refused "--pipeline-stages 3: the GPT has 2 blocks, and a stage takes at least one" --pipeline-stages 3
     refused "--pipeline-stages cuts each step into --microbatches; drop --accum" --pipeline-stages 2 --accum 2
     refused "--pipeline-stages 2 does not divide the 1 ranks" --pipeline-stages 2
+    ;;
+pipe_kill)
+    . tests/scripts/ranks.sh
+    chorus-run -np 3 chorus-train $small --layers 3 --pipeline-stages 3 --epochs 50 --no-eval \
+        --sample 0 --log-every 1 > "$d/k.log" 2>&1 &
+    run=$!
+    wait_line "$d/k.log" "step [5-9]/" || { cat "$d/k.log"; fail "the run never got to step 5"; }
+    victim=$(rank_pid $run 1)
+    [ -n "$victim" ] || fail "no rank 1 under chorus-run $run"
+    kill -9 "$victim"
+    wait $run
+    rc=$?
+    run=""
+    grep -v "step [0-9]*/" "$d/k.log" | tail -5
+    [ $rc != 0 ] || fail "the pipeline went on without its middle stage"
+    for r in 0 2; do
+        grep -q "chorus-train\[$r\]: .*rank 1[ )]" "$d/k.log" || fail "rank $r did not name the dead stage"
+    done
+    echo "the middle stage was killed: both neighbours stopped naming it"
     ;;
 refused)
     why="--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute, --compress and --pipeline-stages only for now"

@@ -39,7 +39,9 @@
 #             added, where one rank adds both parts micro-batch by micro-batch), so the runs
 #             part by float32 rounding (2.5e-7 measured), not by bits
 #   pipe_resume  the pipelined GPT: 8 steps straight and 4 + --resume 4 end with the same
-#             parameters, to the bit; what it does not combine with is refused with the reason
+#             parameters, to the bit; one rank with --accum 4 resumes from its checkpoint (the
+#             whole model's) and ends within 1e-5 of it; what it does not combine with is
+#             refused with the reason
 #   pipe_kill 3 stages of one block each; the middle stage's rank is killed mid-run: both
 #             neighbours fail naming it
 #   refused   the splits the GPT does not have yet, and GPT options given to another model,
@@ -264,10 +266,22 @@ pipe_resume)
     p2="$small --pipeline-stages 2 --no-eval --sample 0"
     run straight $p2 --max-steps 8 --dump-params "$d/straight"
     run half $p2 --max-steps 4 --checkpoint-dir "$d/ck" --checkpoint-every 4
+    cp -r "$d/ck" "$d/ck1"
     run rest $p2 --max-steps 8 --checkpoint-dir "$d/ck" --checkpoint-every 4 --resume --dump-params "$d/rest"
     same straight rest
     grep -q "resumed from .*step 4" "$d/rest.log" || fail "no resume line"
     echo "--pipeline-stages 2: 8 steps straight = 4 steps + --resume 4 steps, to the bit"
+    # the checkpoint is the whole model's: one rank with --accum 4 goes on from it
+    chorus-run -np 1 chorus-train $small --no-eval --sample 0 --accum 4 --max-steps 8 --checkpoint-dir "$d/ck1" \
+        --resume --dump-params "$d/one" > "$d/one.log" 2>&1 || { cat "$d/one.log"; fail "one rank from the pipeline's checkpoint"; }
+    /usr/bin/python3 - "$d" <<'PY' || fail "one rank resumed from the pipeline's checkpoint leaves the pipeline"
+import sys
+import numpy as np
+a, b = (np.fromfile(f"{sys.argv[1]}/{n}.0", np.float32) for n in ("straight", "one"))
+err = float(np.abs(a - b).max())
+print(f"one rank with --accum 4 resumed from the pipeline's step 4: parameters within {err:.2e} of the pipeline's at step 8")
+sys.exit(0 if a.size == b.size and err <= 1e-5 else 1)
+PY
     refused "--pipeline-stages with --tensor-parallel: a stage's blocks are not split over tensor-parallel ranks yet" --pipeline-stages 2 --tensor-parallel 2
     refused "--pipeline-stages with --zero: a stage's optimizer state is not sharded over its replicas yet" --pipeline-stages 2 --zero 1
     refused "--pipeline-stages with --recompute: each micro-batch in flight keeps its own activations" --pipeline-stages 2 --recompute

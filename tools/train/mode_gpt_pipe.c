@@ -68,11 +68,14 @@ static void cut(int layers, int stages, int s, int *lo, int *hi)
     *hi = (int)((long)(s + 1) * layers / stages);
 }
 
-/* Stops with a failed exchange's message, naming this stage and the peer's. */
+/* Stops with a failed exchange's message, naming this stage and the peer's (micro: the
+ * micro-batch, or -1 outside a step's). */
 static void peer_die(const gpt_pipe *p, chorus_result r, int peer, const char *what, int micro)
 {
-    die("pipeline stage %d (rank %d): %s of micro-batch %d, stage %d (rank %d) %s: %s (%s)",
-        p->stage, p->base + p->stage, what, micro, peer, p->base + peer,
+    char which[48] = "";
+    if (micro >= 0) snprintf(which, sizeof(which), " of micro-batch %d", micro);
+    die("pipeline stage %d (rank %d): %s%s, stage %d (rank %d) %s: %s (%s)", p->stage,
+        p->base + p->stage, what, which, peer, p->base + peer,
         r == CHORUS_ERR_MISMATCH ? "does not match it" : "is gone", chorus_strerror(r),
         chorus_last_error(p->pipe));
 }

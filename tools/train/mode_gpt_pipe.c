@@ -336,7 +336,6 @@ static void gather(gpt_pipe *p, const trainer *t, const float *part, float *whol
  * the data-parallel replicas (each pipeline takes a replica's share of a step). */
 static int start(trainer *t)
 {
-    gpt_say_model(t);
     gpt_pipe *p = calloc(1, sizeof(*p));
     if (!p) die("out of memory");
     t->mode_data = p;
@@ -347,6 +346,7 @@ static int start(trainer *t)
         die("--pipeline-stages %d does not divide the %d ranks: the world must be "
             "(data-parallel replicas) x (stages)",
             P, size);
+    gpt_say_model(t);
     p->stages = P, p->stage = wrank % P, p->replicas = size / P, p->replica = wrank / P;
     p->base = wrank - p->stage;
     p->T = o->gpt.context, p->C = o->gpt.d_model;

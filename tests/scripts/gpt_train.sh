@@ -40,8 +40,9 @@
 #             part by float32 rounding (2.5e-7 measured), not by bits
 #   pipe_resume  the pipelined GPT: 8 steps straight and 4 + --resume 4 end with the same
 #             parameters, to the bit; one rank with --accum 4 resumes from its checkpoint (the
-#             whole model's) and ends within 1e-5 of it; what it does not combine with is
-#             refused with the reason
+#             whole model's) and ends within 1e-5 of it; with --recompute (2 blocks a stage)
+#             it ends with the same parameters, to the bit, holding fewer activation bytes on
+#             each stage; what it does not combine with is refused with the reason
 #   pipe_kill 3 stages of one block each; the middle stage's rank is killed mid-run: both
 #             neighbours fail naming it
 #   refused   the splits the GPT does not have yet, and GPT options given to another model,
@@ -284,7 +285,18 @@ sys.exit(0 if a.size == b.size and err <= 1e-5 else 1)
 PY
     refused "--pipeline-stages with --tensor-parallel: a stage's blocks are not split over tensor-parallel ranks yet" --pipeline-stages 2 --tensor-parallel 2
     refused "--pipeline-stages with --zero: a stage's optimizer state is not sharded over its replicas yet" --pipeline-stages 2 --zero 1
-    refused "--pipeline-stages with --recompute: each micro-batch in flight keeps its own activations" --pipeline-stages 2 --recompute
+    run keep $p2 --layers 4 --max-steps 4 --dump-params "$d/keep"
+    run again $p2 --layers 4 --max-steps 4 --recompute --dump-params "$d/again"
+    same keep again
+    /usr/bin/python3 - "$d" <<'PY' || fail "--recompute does not hold fewer activation bytes on each stage"
+import re, sys
+act = {n: [float(a) for a in re.findall(r"memory rank \d: .*activations ([0-9.]+) MiB", open(f"{sys.argv[1]}/{n}.log").read())]
+       for n in ("keep", "again")}
+print("each stage's activations (MiB), without and with --recompute:", act)
+assert len(act["keep"]) == len(act["again"]) == 2 and all(a < k for k, a in zip(act["keep"], act["again"]))
+PY
+    echo "--pipeline-stages 2 --recompute: the same parameters, to the bit, fewer activation bytes on each stage"
+    refused "--recompute=K keeps every K-th layer of a stack; the GPT recomputes every block" --pipeline-stages 2 --recompute=2
     refused "--pipeline-stages 3: the GPT has 2 blocks, and a stage takes at least one" --pipeline-stages 3
     refused "--pipeline-stages cuts each step into --microbatches; drop --accum" --pipeline-stages 2 --accum 2
     refused "--pipeline-stages 2 does not divide the 1 ranks" --pipeline-stages 2

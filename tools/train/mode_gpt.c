@@ -11,8 +11,8 @@
  * shards the parameter groups' optimizer state and gradients (nn/zero.c; the sum comes before
  * the clipping), --recompute drops each block's inner activations (nn/gpt.c), --compress runs
  * the element-wise compressors over the gradient sum; --pipeline-stages runs its blocks in
- * stages (mode_gpt_pipe.c, with the text and the lines printed here). The splits this model
- * does not have yet are refused with the reason.
+ * stages (mode_gpt_pipe.c, with the text and the lines printed here; --recompute there too). The
+ * splits this model does not have yet are refused with the reason.
  */
 #include <math.h>
 #include <stdio.h>
@@ -77,9 +77,6 @@ static void check_opts(opts *o)
         : o->pipe_stages && o->par.zero
             ? "--pipeline-stages with --zero: a stage's optimizer state is not sharded over its "
               "replicas yet; use one of them"
-        : o->pipe_stages && o->par.recompute
-            ? "--pipeline-stages with --recompute: each micro-batch in flight keeps its own "
-              "activations, and recomputing them inside a stage is not done yet"
         : o->par.zero && o->par.tp > 1
             ? "--zero with --tensor-parallel: the gradient norm for clipping is not yet taken "
               "over shards of both kinds; use one of them"

@@ -7,7 +7,9 @@
  * (micro-batch, context, d-model) forward to the next stage, its gradient back, with
  * non-blocking point-to-point, the receive of a stage's next input posted before it computes.
  * Each micro-batch in flight keeps its activations in a replica of the stage's model that
- * shares its parameters and gradient (nn_gpt_create_replica), made on first need.
+ * shares its parameters and gradient (nn_gpt_create_replica), made on first need; with
+ * --recompute each keeps its blocks' outputs and one block's inner activations, the rest
+ * computed again in backward (nn_gpt_set_recompute).
  *
  * After the passes each stage's gradient is summed over its replicas, the two copies of the
  * token embedding (stage 0's input, the last stage's tied output layer) add each other's
@@ -380,6 +382,8 @@ static int start(trainer *t)
     s->xin = p->stage > 0 ? malloc(n * sizeof(float)) : NULL;
     s->gout = p->stage < P - 1 ? malloc(n * sizeof(float)) : NULL;
     if (!s->g) die("%s", nn_last_error());
+    if (o->par.recompute && nn_gpt_set_recompute(s->g, 1)) /* its replicas follow it */
+        die("--recompute: %s", nn_last_error());
     if ((p->stage > 0 && !s->xin) || (p->stage < P - 1 && !s->gout)) die("out of memory");
     if (p->stage == 0 || p->stage == P - 1) {
         p->tie = malloc((size_t)o->gpt.vocab * (size_t)p->C * sizeof(float));
@@ -540,7 +544,12 @@ const train_mode mode_gpt_pipe = {
     .wanted = wanted,
     .share = "replica",
     .ckpt_note = "",
-    DATA_PARALLEL_HOOKS,
+    /* data parallelism's hooks but optim_built: the stages' optimizers are their own */
+    .replicas_agree = 1,
+    .agree_stop = 1,
+    .periodic_eval = 1,
+    .shares = allreduce_shares,
+    .model_built = allreduce_model_built,
     .start = start,
     .first_params = first_params,
     .job_text = job_text,

@@ -52,7 +52,8 @@ static void check_opts(opts *o)
         die("--max-memory-mb does not work with --pipeline-stages yet: every stage still builds "
             "the whole model once (to initialise it from the seed and for checkpoints), so the "
             "budget could not be kept; use --tensor-parallel or --zero to fit a budget");
-    if (o->par.tp > 1 || o->par.zero || o->par.recompute)
+    int gpt = !strcmp(o->model, "gpt"); /* the GPT's stages recompute per block */
+    if (o->par.tp > 1 || o->par.zero || (o->par.recompute && !gpt))
         die("--pipeline-stages does not combine with --tensor-parallel, --zero or --recompute "
             "(yet): use one way of splitting the model per run");
     if (o->balance && !strcmp(o->balance, "dynamic"))

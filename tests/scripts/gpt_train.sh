@@ -32,7 +32,8 @@
 #   pipe      --pipeline-stages 2 (the embeddings and block 0 on rank 0; blocks 1-2, the final
 #             LayerNorm and the tied output layer on rank 1) follows one rank's --accum 4 run:
 #             losses within 1e-5 relative and every parameter within 1e-5 after 4 steps, with
-#             GPipe and with 1F1B, which end with the same parameters, to the bit; a 2x2 grid
+#             GPipe and with 1F1B, which end with the same parameters, to the bit, and print
+#             one rank's last gradient norm (every stage's squares, the tie once); a 2x2 grid
 #             (2 replicas x 2 stages) follows 2 ranks' --accum 4 as closely, its replicas
 #             bitwise identical. Only the tied token embedding's gradient is added in another
 #             order (each stage sums its part over the micro-batches, then the two parts are
@@ -240,6 +241,10 @@ pipe)
     grep -q "bubble rank 1 (stage 1, layers 1-2)" "$d/1f1b.log" || fail "no bubble line"
     grep -q "validation after step 4: loss" "$d/1f1b.log" || fail "no validation line"
     grep -q "sample (40 bytes" "$d/1f1b.log" || fail "no sample"
+    # the clipping norm is the whole model's: every stage's squares, the tied embedding once
+    norm=$(sed -n 's/.*last gradient norm \([0-9.]*\) before clipping.*/\1/p' "$d/one.log")
+    grep -q "last gradient norm $norm before clipping to 1" "$d/1f1b.log" || fail "the gradient norm is not one rank's ($norm)"
+    echo "the last step's gradient norm before clipping is one rank's: $norm"
     chorus-run -np 2 chorus-train $small --max-steps 4 --accum 4 --no-eval --sample 0 \
         --metrics "$d/two.jsonl" --dump-params "$d/two" > "$d/two.log" 2>&1 || { cat "$d/two.log"; fail "two ranks"; }
     chorus-run -np 4 chorus-train $small --max-steps 4 --pipeline-stages 2 --no-eval --sample 0 \

@@ -32,8 +32,9 @@
 #   pipe      --pipeline-stages 2 (the embeddings and block 0 on rank 0; blocks 1-2, the final
 #             LayerNorm and the tied output layer on rank 1) follows one rank's --accum 4 run:
 #             losses within 1e-5 relative and every parameter within 1e-5 after 4 steps, with
-#             GPipe and with 1F1B, which end with the same parameters, to the bit, and print
-#             one rank's last gradient norm (every stage's squares, the tie once); a 2x2 grid
+#             GPipe and with 1F1B (which end with the same parameters, to the bit, and print
+#             one rank's last gradient norm: every stage's squares, the tie once), and so do 3
+#             stages of one block each (the middle one holds neither end); a 2x2 grid
 #             (2 replicas x 2 stages) follows 2 ranks' --accum 4 as closely, its replicas
 #             bitwise identical. Only the tied token embedding's gradient is added in another
 #             order (each stage sums its part over the micro-batches, then the two parts are
@@ -245,6 +246,8 @@ pipe)
     norm=$(sed -n 's/.*last gradient norm \([0-9.]*\) before clipping.*/\1/p' "$d/one.log")
     grep -q "last gradient norm $norm before clipping to 1" "$d/1f1b.log" || fail "the gradient norm is not one rank's ($norm)"
     echo "the last step's gradient norm before clipping is one rank's: $norm"
+    chorus-run -np 3 chorus-train $small --layers 3 --max-steps 4 --pipeline-stages 3 --no-eval --sample 0 \
+        --metrics "$d/three.jsonl" --dump-params "$d/three" > "$d/three.log" 2>&1 || { cat "$d/three.log"; fail "3 stages"; }
     chorus-run -np 2 chorus-train $small --max-steps 4 --accum 4 --no-eval --sample 0 \
         --metrics "$d/two.jsonl" --dump-params "$d/two" > "$d/two.log" 2>&1 || { cat "$d/two.log"; fail "two ranks"; }
     chorus-run -np 4 chorus-train $small --max-steps 4 --pipeline-stages 2 --no-eval --sample 0 \
@@ -258,7 +261,7 @@ import json, sys
 import numpy as np
 d = sys.argv[1]
 loss = lambda n: [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl") if l.startswith('{"step"')]
-for ref, run in (("one", "gpipe"), ("one", "1f1b"), ("two", "grid")):
+for ref, run in (("one", "gpipe"), ("one", "1f1b"), ("one", "three"), ("two", "grid")):
     a, b = loss(ref), loss(run)
     rel = max(abs(x - y) / abs(x) for x, y in zip(a, b))
     pa, pb = np.fromfile(f"{d}/{ref}.0", np.float32), np.fromfile(f"{d}/{run}.0", np.float32)

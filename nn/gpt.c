@@ -324,15 +324,20 @@ chorus_result nn_gpt_preset(const char *name, nn_gpt_config *c)
 }
 
 /* Points p's views into the groups of g->m (their parameters, or with grads their
- * gradients): each group's views from its layer's w or dw, laid out as the layer says. */
+ * gradients): each group's views from its layer's w or dw, laid out as the layer says; what a
+ * stage does not hold is NULL. */
 static void point_params(const nn_gpt *g, nn_gpt_params *p, int grads)
 {
     size_t C = (size_t)g->c.d_model, Cl = (size_t)g->c_local, Fl = (size_t)g->ff_local;
     const nn_layer *G = g->m->layers;
-    p->wte = grads ? G[0].dw : G[0].w;
-    p->wpe = p->wte + (size_t)g->c.vocab * C;
-    for (int l = 0; l < g->c.layers; l++) {
-        float *q = grads ? G[1 + l].dw : G[1 + l].w;
+    p->wte = p->wpe = p->lnfw = p->lnfb = NULL;
+    if (g->grp_emb >= 0) {
+        p->wte = grads ? G[g->grp_emb].dw : G[g->grp_emb].w;
+        if (g->lo == 0) p->wpe = p->wte + (size_t)g->c.vocab * C;
+    }
+    for (int l = g->lo; l < g->hi; l++) {
+        int i = g->grp_block + (l - g->lo);
+        float *q = grads ? G[i].dw : G[i].w;
         nn_gpt_block *k = &p->blocks[l];
         k->ln1w = q, q += C;
         k->ln1b = q, q += C;
@@ -347,8 +352,10 @@ static void point_params(const nn_gpt *g, nn_gpt_params *p, int grads)
         k->fc2w = q, q += C * Fl;
         k->fc2b = q;
     }
-    p->lnfw = grads ? G[g->c.layers + 1].dw : G[g->c.layers + 1].w;
-    p->lnfb = p->lnfw + C;
+    if (g->grp_lnf >= 0) {
+        p->lnfw = grads ? G[g->grp_lnf].dw : G[g->grp_lnf].w;
+        p->lnfb = p->lnfw + C;
+    }
 }
 
 void nn_gpt_point_grads(nn_gpt *g)
@@ -357,25 +364,31 @@ void nn_gpt_point_grads(nn_gpt *g)
 }
 
 /* The parameters as an nn_model of parameter groups (gpt.h: nn_gpt.m): the shapes go into its
- * layers so that its signature (checkpoints) tells one configuration from another. */
+ * layers so that its signature (checkpoints) tells one configuration from another. A stage's
+ * groups are those it holds, in the whole model's order: the embeddings (a later last stage:
+ * the token embedding alone), its blocks, the final LayerNorm. */
 static chorus_result make_param_model(nn_gpt *g)
 {
     const nn_gpt_config *c = &g->c;
     size_t C = (size_t)c->d_model;
+    int first = g->lo == 0, last = g->hi == c->layers;
+    g->grp_emb = first || last ? 0 : -1;
+    g->grp_block = first || last ? 1 : 0;
+    g->grp_lnf = last ? g->grp_block + (g->hi - g->lo) : -1;
     nn_model *m = g->m = nn_model_create(c->context, 1, 1);
-    int nl = c->layers + 2;
+    int nl = g->grp_block + (g->hi - g->lo) + last;
     if (!m || !(m->layers = calloc((size_t)nl, sizeof(nn_layer))))
         return nn__fail(CHORUS_ERR_NOMEM, "nn_gpt_create: out of memory");
     m->nlayers = m->cap = nl;
     size_t off = 0;
     for (int i = 0; i < nl; i++) {
         nn_layer *L = &m->layers[i];
-        L->kind = i == nl - 1 ? NN_LAYERNORM : NN_LINEAR;
-        L->nparams = i == 0        ? ((size_t)c->vocab + (size_t)c->context) * C
-                     : i == nl - 1 ? 2 * C
-                                   : block_params(g);
+        L->kind = i == g->grp_lnf ? NN_LAYERNORM : NN_LINEAR;
+        L->nparams = i == g->grp_emb   ? ((size_t)c->vocab + (first ? (size_t)c->context : 0)) * C
+                     : i == g->grp_lnf ? 2 * C
+                                       : block_params(g);
         L->in_c = L->out_c = c->d_model, L->in_h = L->out_h = c->heads;
-        L->in_w = L->out_w = i == 0 ? c->vocab : g->tp_size;
+        L->in_w = L->out_w = i == g->grp_emb ? c->vocab : g->tp_size;
         L->param_off = off;
         off += L->nparams;
     }
@@ -412,11 +425,11 @@ static size_t carve_acts(nn_gpt *g, float *base)
     size_t N = (size_t)g->max_batch * T, NHl = (size_t)(g->c.heads / g->tp_size);
     size_t Fl = (size_t)g->ff_local;
     float *cur = base;
-    a->encoded = take(&cur, N * C);
-    for (int l = 0; l < g->c.layers; l++) {
+    a->encoded = g->lo == 0 ? take(&cur, N * C) : NULL; /* a later stage's input is given */
+    for (int l = g->lo; l < g->hi; l++) {
         gpt_layer_acts *k = &a->l[l];
-        if (g->recompute && l > 0) { /* block 0's inner activations, its own output */
-            *k = a->l[0];
+        if (g->recompute && l > g->lo) { /* the first block's inner activations, its output */
+            *k = a->l[g->lo];
             k->res3 = take(&cur, N * C);
             continue;
         }
@@ -428,8 +441,10 @@ static size_t carve_acts(nn_gpt *g, float *base)
         k->fch = take(&cur, N * Fl), k->fchg = take(&cur, N * Fl);
         k->res3 = take(&cur, N * C);
     }
-    a->lnf = take(&cur, N * C), a->lnf_mean = take(&cur, N), a->lnf_rstd = take(&cur, N);
-    a->logits = take(&cur, N * (size_t)g->c.vocab);
+    if (g->hi == g->c.layers) { /* the last stage's head */
+        a->lnf = take(&cur, N * C), a->lnf_mean = take(&cur, N), a->lnf_rstd = take(&cur, N);
+        a->logits = take(&cur, N * (size_t)g->c.vocab);
+    }
     a->dres = take(&cur, N * C), a->dln = take(&cur, N * C), a->datty = take(&cur, N * Cl);
     a->dqkv = take(&cur, 3 * N * Cl), a->dfch = take(&cur, N * Fl);
     a->dscores = take(&cur, T * T);
@@ -484,11 +499,12 @@ nn_gpt *nn_gpt_create(const nn_gpt_config *c, int max_batch)
     return nn_gpt_create_tp(c, max_batch, NULL);
 }
 
-nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_comm)
+/* nn_gpt_create_tp and nn_gpt_create_stage: blocks [lo, hi) split over tp_comm. */
+static nn_gpt *create(const nn_gpt_config *c, int max_batch, chorus_comm *tp_comm, int lo, int hi)
 {
     int tp = tp_comm ? chorus_size(tp_comm) : 1;
     if (c->layers <= 0 || c->d_model <= 0 || c->heads <= 0 || c->context <= 0 || c->vocab <= 0 ||
-        max_batch <= 0) {
+        max_batch < 0) {
         nn__fail(CHORUS_ERR_INVALID_ARG,
                  "nn_gpt_create: every size must be positive (layers %d, d_model %d, heads %d, "
                  "context %d, vocab %d, batch %d)",
@@ -507,6 +523,12 @@ nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_
                  c->heads, tp);
         return NULL;
     }
+    if (lo < 0 || hi > c->layers || lo >= hi) {
+        nn__fail(CHORUS_ERR_INVALID_ARG,
+                 "nn_gpt_create_stage: blocks [%d, %d) are not a non-empty range of the %d", lo, hi,
+                 c->layers);
+        return NULL;
+    }
     nn_gpt *g = calloc(1, sizeof(*g));
     if (!g) return nn__fail(CHORUS_ERR_NOMEM, "nn_gpt_create: out of memory"), NULL;
     g->c = *c;
@@ -516,9 +538,50 @@ nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_
     g->tp_rank = tp > 1 ? chorus_rank(tp_comm) : 0;
     g->c_local = c->d_model / tp;
     g->ff_local = 4 * c->d_model / tp;
+    g->lo = lo, g->hi = hi;
     if (make_param_model(g)) return nn_gpt_destroy(g), NULL;
-    if (alloc_acts(g)) return nn_gpt_destroy(g), NULL;
+    if (max_batch > 0 && alloc_acts(g)) return nn_gpt_destroy(g), NULL;
     return g;
+}
+
+nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_comm)
+{
+    return create(c, max_batch, tp_comm, 0, c->layers);
+}
+
+nn_gpt *nn_gpt_create_stage(const nn_gpt_config *c, int max_batch, int lo, int hi)
+{
+    return create(c, max_batch, NULL, lo, hi);
+}
+
+nn_gpt *nn_gpt_create_replica(const nn_gpt *owner)
+{
+    nn_gpt *g = create(&owner->c, owner->max_batch, NULL, owner->lo, owner->hi);
+    if (!g) return NULL;
+    if (owner->recompute && nn_gpt_set_recompute(g, 1)) return nn_gpt_destroy(g), NULL;
+    nn_model *m = g->m;
+    free(m->params);
+    free(m->grads);
+    m->params = owner->m->params;
+    m->grads = owner->m->grads;
+    for (int i = 0; i < m->nlayers; i++) {
+        m->layers[i].w = owner->m->layers[i].w;
+        m->layers[i].dw = owner->m->layers[i].dw;
+    }
+    point_params(g, &g->p, 0);
+    point_params(g, &g->g, 1);
+    g->borrowed = 1;
+    return g;
+}
+
+size_t nn_gpt_stage_ranges(const nn_gpt_config *c, int lo, int hi, size_t off[2], size_t n[2])
+{
+    size_t C = (size_t)c->d_model, V = (size_t)c->vocab, bp = 12 * C * C + 13 * C;
+    size_t blocks = (V + (size_t)c->context) * C, k = 0;       /* where block 0 starts */
+    if (lo > 0 && hi == c->layers) off[k] = 0, n[k++] = V * C; /* the tied copy */
+    off[k] = lo == 0 ? 0 : blocks + (size_t)lo * bp;
+    n[k] = (size_t)(hi - lo) * bp + (lo == 0 ? blocks : 0) + (hi == c->layers ? 2 * C : 0);
+    return k + 1;
 }
 
 void nn_gpt_destroy(nn_gpt *g)
@@ -527,6 +590,7 @@ void nn_gpt_destroy(nn_gpt *g)
     free_acts(g->a);
     free(g->p.blocks);
     free(g->g.blocks);
+    if (g->borrowed && g->m) g->m->params = g->m->grads = NULL; /* the owner's */
     nn_model_destroy(g->m);
     free(g);
 }
@@ -547,15 +611,17 @@ static void fill(float *p, size_t n, float v)
     for (size_t i = 0; i < n; i++) p[i] = v;
 }
 
-/* With tensor parallelism: the unsplit model's parameters alone (no activations), initialised,
- * and this rank's shard of them, so that the split model starts where the unsplit one does. */
-static chorus_result init_shard(nn_gpt *g, uint64_t seed)
+/* With tensor parallelism or as a pipeline stage: the unsplit model's parameters alone (no
+ * activations), initialised, and this rank's shard or stage of them, so that the split model
+ * starts where the unsplit one does. */
+static chorus_result init_part(nn_gpt *g, uint64_t seed)
 {
-    nn_gpt w = {.c = g->c, .max_batch = g->max_batch, .tp_size = 1};
+    nn_gpt w = {.c = g->c, .max_batch = 0, .tp_size = 1, .hi = g->c.layers};
     w.c_local = g->c.d_model, w.ff_local = 4 * g->c.d_model;
     chorus_result r = make_param_model(&w);
     if (r == CHORUS_OK) r = nn_gpt_init_params(&w, seed);
-    if (r == CHORUS_OK) nn_gpt_copy_shard(g, &w);
+    if (r == CHORUS_OK && g->tp_size > 1) nn_gpt_copy_shard(g, &w);
+    if (r == CHORUS_OK && g->tp_size == 1) nn_gpt_copy_stage(g, w.m->params);
     free(w.p.blocks);
     free(w.g.blocks);
     nn_model_destroy(w.m);
@@ -563,9 +629,16 @@ static chorus_result init_shard(nn_gpt *g, uint64_t seed)
     return r;
 }
 
+void nn_gpt_copy_stage(nn_gpt *g, const float *whole)
+{
+    size_t off[2], n[2], at = 0, k = nn_gpt_stage_ranges(&g->c, g->lo, g->hi, off, n);
+    for (size_t i = 0; i < k; at += n[i], i++)
+        memcpy(g->m->params + at, whole + off[i], n[i] * sizeof(float));
+}
+
 chorus_result nn_gpt_init_params(nn_gpt *g, uint64_t seed)
 {
-    if (g->tp_size > 1) return init_shard(g, seed);
+    if (g->tp_size > 1 || g->lo > 0 || g->hi < g->c.layers) return init_part(g, seed);
     size_t C = (size_t)g->c.d_model;
     float std = 0.02f, res_std = 0.02f / sqrtf(2.0f * (float)g->c.layers);
     nn_rng r;
@@ -616,26 +689,36 @@ static void group_ready(nn_gpt *g, int group)
     if (g->m->fwd_hook) g->m->fwd_hook(g->m, group, g->m->fwd_hook_arg);
 }
 
-const float *nn_gpt_forward(nn_gpt *g, const int32_t *tokens, int B, int T)
+const float *nn_gpt_stage_forward(nn_gpt *g, const int32_t *tokens, const float *x, int B, int T)
 {
     struct nn_gpt_acts *a = g->a;
     int C = g->c.d_model, N = B * T;
     g->B = B, g->T = T;
-    memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
-    group_ready(g, 0);
-    encoder_forward(a->encoded, a->tokens, g->p.wte, g->p.wpe, B, T, C);
-    const float *x = a->encoded;
-    for (int l = 0; l < g->c.layers; l++) {
-        group_ready(g, 1 + l);
+    if (g->lo == 0) {
+        memcpy(a->tokens, tokens, (size_t)N * sizeof(int32_t));
+        group_ready(g, g->grp_emb);
+        encoder_forward(a->encoded, a->tokens, g->p.wte, g->p.wpe, B, T, C);
+        x = a->encoded;
+    }
+    g->input = x;
+    for (int l = g->lo; l < g->hi; l++) {
+        group_ready(g, g->grp_block + (l - g->lo));
         block_forward(g, l, x);
         x = a->l[l].res3;
     }
-    group_ready(g, g->c.layers + 1);
+    if (g->hi < g->c.layers) return x;         /* the residual stream, for the next stage */
+    if (g->lo > 0) group_ready(g, g->grp_emb); /* the tied copy */
+    group_ready(g, g->grp_lnf);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, g->p.lnfw, g->p.lnfb, N, C);
     /* logits (N,V) = lnf wte^T: the output layer is the token embedding */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, g->c.vocab, C, 1.0f, a->lnf, C,
                 g->p.wte, C, 0.0f, a->logits, g->c.vocab);
     return a->logits;
+}
+
+const float *nn_gpt_forward(nn_gpt *g, const int32_t *tokens, int B, int T)
+{
+    return nn_gpt_stage_forward(g, tokens, NULL, B, T);
 }
 
 double nn_gpt_loss(nn_gpt *g, const int32_t *targets, float grad_scale, long *hits)
@@ -690,30 +773,42 @@ static void group_done(nn_gpt *g, int group)
     if (g->m->grad_hook) g->m->grad_hook(g->m, group, g->m->grad_hook_arg);
 }
 
-void nn_gpt_backward(nn_gpt *g)
+const float *nn_gpt_stage_backward(nn_gpt *g, const float *dout)
 {
     struct nn_gpt_acts *a = g->a;
-    int B = g->B, T = g->T, C = g->c.d_model, V = g->c.vocab, N = B * T, L = g->c.layers;
-    /* the tied output layer: dlnf (N,C) = dlogits wte (its dwte below, with the embeddings':
-     * each group's gradient is written between the hooks of the groups before and after it) */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, a->logits, V, g->p.wte, C,
-                0.0f, a->dln, C);
-    memset(a->dres, 0, (size_t)N * C * sizeof(float));
-    const float *last = L ? a->l[L - 1].res3 : a->encoded;
-    layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, last, g->p.lnfw, a->lnf_mean,
-                       a->lnf_rstd, N, C);
-    group_done(g, L + 1);
-    for (int l = L - 1; l >= 0; l--) {
-        const float *x = l ? a->l[l - 1].res3 : a->encoded;
-        if (g->recompute && l < L - 1) block_forward(g, l, x); /* its inner activations again */
+    int B = g->B, T = g->T, C = g->c.d_model, V = g->c.vocab, N = B * T;
+    int last = g->hi == g->c.layers;
+    if (last) {
+        /* the tied output layer: dlnf (N,C) = dlogits wte (its dwte below, with the
+         * embeddings': each group's gradient is written between the hooks of the groups before
+         * and after it) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, a->logits, V,
+                    g->p.wte, C, 0.0f, a->dln, C);
+        memset(a->dres, 0, (size_t)N * C * sizeof(float));
+        layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, a->l[g->hi - 1].res3, g->p.lnfw,
+                           a->lnf_mean, a->lnf_rstd, N, C);
+        group_done(g, g->grp_lnf);
+    } else {
+        memcpy(a->dres, dout, (size_t)N * C * sizeof(float));
+    }
+    for (int l = g->hi - 1; l >= g->lo; l--) {
+        const float *x = l > g->lo ? a->l[l - 1].res3 : g->input;
+        if (g->recompute && l < g->hi - 1) block_forward(g, l, x); /* its inner acts again */
         block_backward(g, l, x);
-        group_done(g, 1 + l);
+        group_done(g, g->grp_block + (l - g->lo));
     }
     /* dwte += dlogits^T lnf, then the embeddings' rows */
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, a->logits, V, a->lnf, C,
-                1.0f, g->g.wte, C);
-    encoder_backward(g->g.wte, g->g.wpe, a->dres, a->tokens, B, T, C);
-    group_done(g, 0);
+    if (last)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, N, 1.0f, a->logits, V, a->lnf, C,
+                    1.0f, g->g.wte, C);
+    if (g->lo == 0) encoder_backward(g->g.wte, g->g.wpe, a->dres, a->tokens, B, T, C);
+    if (g->grp_emb >= 0) group_done(g, g->grp_emb);
+    return g->lo == 0 ? NULL : a->dres;
+}
+
+void nn_gpt_backward(nn_gpt *g)
+{
+    nn_gpt_stage_backward(g, NULL);
 }
 
 int32_t nn_gpt_sample_next(nn_gpt *g, const int32_t *tokens, int n, float temperature, nn_rng *r)
@@ -774,15 +869,17 @@ static double sum_sq(const float *a, const float *b)
     return s;
 }
 
-chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm)
+chorus_result nn_gpt_grad_sumsq(nn_gpt *g, double *sumsq)
 {
     const nn_model *m = g->m;
     double whole = 0, split = 0; /* held whole on every rank; split over the ranks */
-    whole += sum_sq(g->g.wte, g->g.wte + m->layers[0].nparams);
-    whole += sum_sq(g->g.lnfw, g->g.lnfw + 2 * (size_t)g->c.d_model);
-    for (int l = 0; l < g->c.layers; l++) {
+    if (g->lo == 0) /* a later stage's copy of the tied token embedding is not counted */
+        whole += sum_sq(g->g.wte, g->g.wte + m->layers[g->grp_emb].nparams);
+    if (g->grp_lnf >= 0) whole += sum_sq(g->g.lnfw, g->g.lnfw + 2 * (size_t)g->c.d_model);
+    for (int l = g->lo; l < g->hi; l++) {
         const nn_gpt_block *d = &g->g.blocks[l];
-        const float *end = m->layers[1 + l].dw + m->layers[1 + l].nparams;
+        const nn_layer *G = &m->layers[g->grp_block + (l - g->lo)];
+        const float *end = G->dw + G->nparams;
         whole += sum_sq(d->ln1w, d->qkvw) + sum_sq(d->projb, d->fcw) + sum_sq(d->fc2b, end);
         split += sum_sq(d->qkvw, d->projb) + sum_sq(d->fcw, d->fc2b);
     }
@@ -793,6 +890,14 @@ chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm)
             return nn__fail(r, "GPT gradient norm over %d tensor-parallel ranks: %s", g->tp_size,
                             chorus_last_error(g->tp_comm));
     }
-    *norm = sqrt(whole + split);
+    *sumsq = whole + split;
     return CHORUS_OK;
+}
+
+chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm)
+{
+    double s = 0;
+    chorus_result r = nn_gpt_grad_sumsq(g, &s);
+    *norm = sqrt(s);
+    return r;
 }

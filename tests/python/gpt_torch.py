@@ -12,7 +12,11 @@ by Megatron's tensor parallelism (each rank its heads of QKV and the attention o
 half of the MLP's hidden units), puts the ranks' gradient shards back together into whole
 tensors, and compares them with the same reference and tolerance; the gradients that every
 rank holds whole (embeddings, LayerNorms, the row-parallel biases) must be equal on both
-ranks, to the bit.
+ranks, to the bit. Then it runs the program on 2 ranks as 2 pipeline stages (the embeddings
+and block 0 on rank 0, block 1, the final LayerNorm and the tied output layer on rank 1; two
+micro-batches; the residual stream and its gradient sent between the ranks), joins the
+stages' gradients and compares them the same way; the two copies of the tied token
+embedding's gradient must be equal, to the bit.
 
 Tolerance: torch computes in float64 from the same float32 weights, so the difference is the C
 model's float32 rounding alone. float32 keeps 24 bits (relative 6e-8 per operation); sums of up
@@ -158,6 +162,18 @@ def join_shards(shards, layers, C):
     return np.concatenate(out)
 
 
+def join_stages(stages, layers, C, vocab):
+    """The whole gradient (flat, C order) from 2 pipeline stages' (nn/gpt.c's layout of a
+    stage: stage 0 the embeddings and the first half of the blocks, stage 1 its copy of the
+    token embedding, the other blocks and the final norm); both copies of the tied token
+    embedding's gradient must be equal, to the bit."""
+    n = vocab * C
+    wte0, wte1 = stages[0][:n], stages[1][:n]
+    assert np.array_equal(wte0, wte1), "the stages' copies of the token embedding's gradient differ"
+    whole = np.concatenate([stages[0], stages[1][n:]])
+    return whole
+
+
 def main():
     prog = sys.argv[1]
     launcher = sys.argv[2] if len(sys.argv) > 2 else None
@@ -167,6 +183,9 @@ def main():
             subprocess.run([launcher, "-np", "2", prog, "--tp", d], check=True)
             tp_grads = [np.fromfile(os.path.join(d, f"grads.{r}.f32"), dtype=np.float32) for r in range(2)]
             tp_loss = [float(open(os.path.join(d, f"loss.{r}.txt")).read()) for r in range(2)]
+            subprocess.run([launcher, "-np", "2", prog, "--pipe", d], check=True)
+            pipe_grads = [np.fromfile(os.path.join(d, f"grads.pipe.{r}.f32"), dtype=np.float32) for r in range(2)]
+            pipe_loss = float(open(os.path.join(d, "loss.pipe.txt")).read())
         layers, C, heads, context, vocab, B, T = map(int, open(os.path.join(d, "config.txt")).read().split())
         params = np.fromfile(os.path.join(d, "params.f32"), dtype=np.float32)
         grads = np.fromfile(os.path.join(d, "grads.f32"), dtype=np.float32)
@@ -193,6 +212,8 @@ def main():
         whole = join_shards(shards, layers, C)
         assert tp_loss[0] == tp_loss[1], f"the ranks' losses differ: {tp_loss}"
         bad += compare("tensor parallel 2", tp_loss[0], loss.item(), whole, flat, layers)
+        bad += compare("pipeline 2", pipe_loss, loss.item(), join_stages(pipe_grads, layers, C, vocab),
+                       flat, layers)
     if bad:
         print("gpt_torch: differ: " + "; ".join(bad))
         sys.exit(1)

@@ -29,12 +29,31 @@
 #             layer and engine bring the training loss below 0.7 of the first step's; 8 steps
 #             straight = 4 + --resume 4, to the bit, each rank's error feedback restored from
 #             its checkpoint; --compress powersgd is refused with its reason
+#   pipe      --pipeline-stages 2 (the embeddings and block 0 on rank 0; blocks 1-2, the final
+#             LayerNorm and the tied output layer on rank 1) follows one rank's --accum 4 run:
+#             losses within 1e-5 relative and every parameter within 1e-5 after 4 steps, with
+#             GPipe and with 1F1B (which end with the same parameters, to the bit, and print
+#             one rank's last gradient norm: every stage's squares, the tie once), and so do 3
+#             stages of one block each (the middle one holds neither end); a 2x2 grid
+#             (2 replicas x 2 stages) follows 2 ranks' --accum 4 as closely, its replicas
+#             bitwise identical. Only the tied token embedding's gradient is added in another
+#             order (each stage sums its part over the micro-batches, then the two parts are
+#             added, where one rank adds both parts micro-batch by micro-batch), so the runs
+#             part by float32 rounding (2.5e-7 measured), not by bits
+#   pipe_resume  the pipelined GPT: 8 steps straight and 4 + --resume 4 end with the same
+#             parameters, to the bit; one rank with --accum 4 resumes from its checkpoint (the
+#             whole model's) and ends within 1e-5 of it; with --recompute (2 blocks a stage)
+#             it ends with the same parameters, to the bit, holding fewer activation bytes on
+#             each stage; what it does not combine with is refused with the reason
+#   pipe_kill 3 stages of one block each; the middle stage's rank is killed mid-run: both
+#             neighbours fail naming it
 #   refused   the splits the GPT does not have yet, and GPT options given to another model,
 #             are refused with their reason
 set -u
 PATH=${BUILD:-build}/bin:$PATH
 d=$(mktemp -d)
-trap 'rm -rf "$d"' EXIT INT TERM
+run=""
+trap '[ -n "$run" ] && kill "$run" 2>/dev/null; rm -rf "$d"' EXIT INT TERM
 fail() { echo "FAIL: $*"; exit 1; }
 mkdir "$d/text"
 for f in fortunes goedel kids love; do
@@ -208,9 +227,109 @@ PY
     echo "--compress topk:0.1: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
     refused "--compress powersgd views each layer's gradient as one weight matrix" --compress powersgd:2
     ;;
+pipe)
+    chorus-run -np 1 chorus-train $small --layers 3 --max-steps 4 --accum 4 --sample 40 \
+        --metrics "$d/one.jsonl" --dump-params "$d/one" > "$d/one.log" 2>&1 || { cat "$d/one.log"; fail "one rank"; }
+    for s in gpipe 1f1b; do
+        run $s $small --layers 3 --max-steps 4 --pipeline-stages 2 --microbatches 4 --schedule $s \
+            --sample 40 --metrics "$d/$s.jsonl" --dump-params "$d/$s"
+        cmp "$d/$s.0" "$d/$s.1" || fail "--schedule $s: the stages gathered different parameters"
+    done
+    same gpipe 1f1b
+    echo "--pipeline-stages 2, --schedule gpipe and 1f1b: the same parameters, to the bit"
+    cat "$d/1f1b.log"
+    grep -q "pipeline: 2 stages x 1 replica (2 ranks), 4 micro-batches of up to 4 windows per step, schedule 1f1b; the GPT's 3 blocks cut 0-0 on stage 0" "$d/1f1b.log" || fail "no pipeline line"
+    grep -q "bubble rank 1 (stage 1, layers 1-2)" "$d/1f1b.log" || fail "no bubble line"
+    grep -q "validation after step 4: loss" "$d/1f1b.log" || fail "no validation line"
+    grep -q "sample (40 bytes" "$d/1f1b.log" || fail "no sample"
+    # the clipping norm is the whole model's: every stage's squares, the tied embedding once
+    norm=$(sed -n 's/.*last gradient norm \([0-9.]*\) before clipping.*/\1/p' "$d/one.log")
+    grep -q "last gradient norm $norm before clipping to 1" "$d/1f1b.log" || fail "the gradient norm is not one rank's ($norm)"
+    echo "the last step's gradient norm before clipping is one rank's: $norm"
+    chorus-run -np 3 chorus-train $small --layers 3 --max-steps 4 --pipeline-stages 3 --no-eval --sample 0 \
+        --metrics "$d/three.jsonl" --dump-params "$d/three" > "$d/three.log" 2>&1 || { cat "$d/three.log"; fail "3 stages"; }
+    chorus-run -np 2 chorus-train $small --max-steps 4 --accum 4 --no-eval --sample 0 \
+        --metrics "$d/two.jsonl" --dump-params "$d/two" > "$d/two.log" 2>&1 || { cat "$d/two.log"; fail "two ranks"; }
+    chorus-run -np 4 chorus-train $small --max-steps 4 --pipeline-stages 2 --no-eval --sample 0 \
+        --metrics "$d/grid.jsonl" --dump-params "$d/grid" > "$d/grid.log" 2>&1 || { cat "$d/grid.log"; fail "2x2 grid"; }
+    for r in 1 2 3; do
+        cmp "$d/grid.0" "$d/grid.$r" || fail "2x2 grid: rank $r gathered other parameters than rank 0"
+    done
+    echo "2 replicas x 2 stages: both replicas' stages hold the same parameters, to the bit"
+    /usr/bin/python3 - "$d" <<'PY' || fail "the pipelined GPT leaves the unsplit one"
+import json, sys
+import numpy as np
+d = sys.argv[1]
+loss = lambda n: [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl") if l.startswith('{"step"')]
+for ref, run in (("one", "gpipe"), ("one", "1f1b"), ("one", "three"), ("two", "grid")):
+    a, b = loss(ref), loss(run)
+    rel = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+    pa, pb = np.fromfile(f"{d}/{ref}.0", np.float32), np.fromfile(f"{d}/{run}.0", np.float32)
+    err = float(np.abs(pa - pb).max())
+    print(f"{run} against {ref}: {len(b)} steps, losses within {rel:.2e} relative, "
+          f"parameters within {err:.2e} ({np.mean(pa == pb):.1%} equal to the bit)")
+    assert len(a) == len(b) == 4 and rel <= 1e-5 and pa.size == pb.size and err <= 1e-5
+PY
+    ;;
+pipe_resume)
+    p2="$small --pipeline-stages 2 --no-eval --sample 0"
+    run straight $p2 --max-steps 8 --dump-params "$d/straight"
+    run half $p2 --max-steps 4 --checkpoint-dir "$d/ck" --checkpoint-every 4
+    cp -r "$d/ck" "$d/ck1"
+    run rest $p2 --max-steps 8 --checkpoint-dir "$d/ck" --checkpoint-every 4 --resume --dump-params "$d/rest"
+    same straight rest
+    grep -q "resumed from .*step 4" "$d/rest.log" || fail "no resume line"
+    echo "--pipeline-stages 2: 8 steps straight = 4 steps + --resume 4 steps, to the bit"
+    # the checkpoint is the whole model's: one rank with --accum 4 goes on from it
+    chorus-run -np 1 chorus-train $small --no-eval --sample 0 --accum 4 --max-steps 8 --checkpoint-dir "$d/ck1" \
+        --resume --dump-params "$d/one" > "$d/one.log" 2>&1 || { cat "$d/one.log"; fail "one rank from the pipeline's checkpoint"; }
+    /usr/bin/python3 - "$d" <<'PY' || fail "one rank resumed from the pipeline's checkpoint leaves the pipeline"
+import sys
+import numpy as np
+a, b = (np.fromfile(f"{sys.argv[1]}/{n}.0", np.float32) for n in ("straight", "one"))
+err = float(np.abs(a - b).max())
+print(f"one rank with --accum 4 resumed from the pipeline's step 4: parameters within {err:.2e} of the pipeline's at step 8")
+sys.exit(0 if a.size == b.size and err <= 1e-5 else 1)
+PY
+    refused "--pipeline-stages with --tensor-parallel: a stage's blocks are not split over tensor-parallel ranks yet" --pipeline-stages 2 --tensor-parallel 2
+    refused "--pipeline-stages with --zero: a stage's optimizer state is not sharded over its replicas yet" --pipeline-stages 2 --zero 1
+    run keep $p2 --layers 4 --max-steps 4 --dump-params "$d/keep"
+    run again $p2 --layers 4 --max-steps 4 --recompute --dump-params "$d/again"
+    same keep again
+    /usr/bin/python3 - "$d" <<'PY' || fail "--recompute does not hold fewer activation bytes on each stage"
+import re, sys
+act = {n: [float(a) for a in re.findall(r"memory rank \d: .*activations ([0-9.]+) MiB", open(f"{sys.argv[1]}/{n}.log").read())]
+       for n in ("keep", "again")}
+print("each stage's activations (MiB), without and with --recompute:", act)
+assert len(act["keep"]) == len(act["again"]) == 2 and all(a < k for k, a in zip(act["keep"], act["again"]))
+PY
+    echo "--pipeline-stages 2 --recompute: the same parameters, to the bit, fewer activation bytes on each stage"
+    refused "--recompute=K keeps every K-th layer of a stack; the GPT recomputes every block" --pipeline-stages 2 --recompute=2
+    refused "--pipeline-stages 3: the GPT has 2 blocks, and a stage takes at least one" --pipeline-stages 3
+    refused "--pipeline-stages cuts each step into --microbatches; drop --accum" --pipeline-stages 2 --accum 2
+    refused "--pipeline-stages 2 does not divide the 1 ranks" --pipeline-stages 2
+    ;;
+pipe_kill)
+    . tests/scripts/ranks.sh
+    chorus-run -np 3 chorus-train $small --layers 3 --pipeline-stages 3 --epochs 50 --no-eval \
+        --sample 0 --log-every 1 > "$d/k.log" 2>&1 &
+    run=$!
+    wait_line "$d/k.log" "step [5-9]/" || { cat "$d/k.log"; fail "the run never got to step 5"; }
+    victim=$(rank_pid $run 1)
+    [ -n "$victim" ] || fail "no rank 1 under chorus-run $run"
+    kill -9 "$victim"
+    wait $run
+    rc=$?
+    run=""
+    grep -v "step [0-9]*/" "$d/k.log" | tail -5
+    [ $rc != 0 ] || fail "the pipeline went on without its middle stage"
+    for r in 0 2; do
+        grep -q "chorus-train\[$r\]: .*rank 1[ )]" "$d/k.log" || fail "rank $r did not name the dead stage"
+    done
+    echo "the middle stage was killed: both neighbours stopped naming it"
+    ;;
 refused)
-    why="--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute and --compress only for now"
-    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --pipeline-stages cuts a stack of layers into stages" --pipeline-stages 2
+    why="--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute, --compress and --pipeline-stages only for now"
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): the parameter server applies the update without the GPT's gradient clipping" --mode ps-sync
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --compress powersgd views" --compress powersgd:4
     refused "--d-model 64 is not a multiple of --heads 5" --heads 5

@@ -3,7 +3,8 @@
  * their message, the parameter count of GPT-2 small, backward passes accumulating, the gradient
  * hook's order, a loss that falls under training). With a directory: writes a small model's
  * weights, one batch, its loss and every gradient there, for tests/python/gpt_torch.py to
- * compare with the same model in PyTorch.
+ * compare with the same model in PyTorch; with --tp or --pipe and a directory, on 2 ranks, the
+ * same for the model split by tensor parallelism or cut into 2 pipeline stages.
  */
 #include <cblas.h>
 
@@ -97,6 +98,95 @@ static int dump_tp(const char *dir)
     return 0;
 }
 
+/* --pipe DIR: the model of dump() cut into 2 pipeline stages (the embeddings and block 0 on
+ * rank 0; block 1, the final LayerNorm and the tied output layer on rank 1), one step over
+ * the batch as 2 micro-batches of 2 and 1 sequences run GPipe's way (both forwards, then both
+ * backwards, the second in a replica of the stage), the residual stream sent forward and its
+ * gradient back, the two copies of the token embedding adding each other's gradient; each
+ * rank writes its stage's gradients (rank 1 the loss). */
+static int dump_pipe(const char *dir)
+{
+    chorus_comm *comm;
+    ASSERT_OK(chorus_init(&comm));
+    int rank = chorus_rank(comm), T = small.context, C = small.d_model, nb[2] = {2, 1};
+    test_rank = rank;
+    ASSERT_EQ(chorus_size(comm), 2);
+    nn_gpt *whole = make_model(&small, 3, 7);
+    nn_gpt *g = nn_gpt_create_stage(&small, 2, rank, rank + 1);
+    ASSERT(g != NULL);
+    nn_gpt *mb[2] = {g, nn_gpt_create_replica(g)};
+    ASSERT(mb[1] != NULL && mb[1]->m->params == g->m->params);
+    /* the stage's own initialisation is its part of the unsplit model's */
+    nn_gpt *unsplit = nn_gpt_create(&small, 1);
+    ASSERT(unsplit != NULL);
+    ASSERT_NN_OK(nn_gpt_init_params(unsplit, 8));
+    ASSERT_NN_OK(nn_gpt_init_params(g, 8));
+    float *mine = malloc(g->m->nparams * sizeof(float));
+    ASSERT(mine != NULL);
+    memcpy(mine, g->m->params, g->m->nparams * sizeof(float));
+    nn_gpt_copy_stage(g, unsplit->m->params);
+    ASSERT(!memcmp(mine, g->m->params, g->m->nparams * sizeof(float)));
+    free(mine);
+    nn_gpt_destroy(unsplit);
+    nn_gpt_copy_stage(g, whole->m->params);
+    int32_t tok[3 * 16], tgt[3 * 16];
+    random_tokens(tok, sizeof(tok) / sizeof(tok[0]), small.vocab, 11);
+    random_tokens(tgt, sizeof(tgt) / sizeof(tgt[0]), small.vocab, 12);
+    float *x[2], *d[2];
+    for (int j = 0; j < 2; j++) {
+        x[j] = malloc((size_t)nb[j] * T * C * sizeof(float));
+        d[j] = malloc((size_t)nb[j] * T * C * sizeof(float));
+        ASSERT(x[j] != NULL && d[j] != NULL);
+    }
+    nn_zero_grad(g->m);
+    double loss = 0;
+    for (int j = 0, off = 0; j < 2; off += nb[j], j++) { /* forwards */
+        size_t n = (size_t)nb[j] * T * C;
+        if (rank == 0) {
+            const float *out = nn_gpt_stage_forward(mb[j], tok + off * T, NULL, nb[j], T);
+            ASSERT_OK(chorus_send(comm, out, n, CHORUS_FLOAT32, 1, j));
+        } else {
+            ASSERT_OK(chorus_recv(comm, x[j], n, CHORUS_FLOAT32, 0, j));
+            nn_gpt_stage_forward(mb[j], NULL, x[j], nb[j], T);
+            loss += nn_gpt_loss(mb[j], tgt + off * T, 1.0f / (float)(3 * T), NULL) / (3 * T);
+        }
+    }
+    for (int j = 0; j < 2; j++) { /* backwards */
+        size_t n = (size_t)nb[j] * T * C;
+        if (rank == 0) {
+            ASSERT_OK(chorus_recv(comm, d[j], n, CHORUS_FLOAT32, 1, 2 + j));
+            ASSERT(nn_gpt_stage_backward(mb[j], d[j]) == NULL);
+        } else {
+            const float *dx = nn_gpt_stage_backward(mb[j], NULL);
+            ASSERT(dx != NULL);
+            ASSERT_OK(chorus_send(comm, dx, n, CHORUS_FLOAT32, 0, 2 + j));
+        }
+    }
+    size_t nw = (size_t)small.vocab * C; /* the tie: each copy adds the other's gradient */
+    float *other = malloc(nw * sizeof(float));
+    ASSERT(other != NULL);
+    chorus_request *req;
+    ASSERT_OK(chorus_isend(comm, g->g.wte, nw, CHORUS_FLOAT32, 1 - rank, 4, &req));
+    ASSERT_OK(chorus_recv(comm, other, nw, CHORUS_FLOAT32, 1 - rank, 4));
+    ASSERT_OK(chorus_wait(req, NULL));
+    for (size_t i = 0; i < nw; i++) g->g.wte[i] += other[i];
+    char name[64], text[64];
+    snprintf(name, sizeof(name), "grads.pipe.%d.f32", rank);
+    write_file(dir, name, g->m->grads, g->m->nparams * sizeof(float));
+    int n = snprintf(text, sizeof(text), "%.17g\n", loss);
+    if (rank == 1) write_file(dir, "loss.pipe.txt", text, (size_t)n);
+    printf("nn_gpt: pipeline stage %d of 2 (blocks %d-%d) wrote its gradients (%zu of %zu "
+           "parameters) to %s\n",
+           rank, g->lo, g->hi - 1, g->m->nparams, whole->m->nparams, dir);
+    for (int j = 0; j < 2; j++) free(x[j]), free(d[j]);
+    free(other);
+    nn_gpt_destroy(mb[1]);
+    nn_gpt_destroy(g);
+    nn_gpt_destroy(whole);
+    chorus_finalize(comm);
+    return 0;
+}
+
 /* The comparison's files: config.txt, params.f32, tokens.i32, targets.i32, loss.txt,
  * grads.f32. */
 static int dump(const char *dir)
@@ -130,6 +220,8 @@ static void test_refused(void)
     c.layers = 0;
     ASSERT(nn_gpt_create(&c, 1) == NULL);
     ASSERT(strstr(nn_last_error(), "every size must be positive") != NULL);
+    ASSERT(nn_gpt_create_stage(&small, 1, 1, 1) == NULL);
+    ASSERT(strstr(nn_last_error(), "blocks [1, 1) are not a non-empty range of the 2") != NULL);
     ASSERT(nn_gpt_preset("huge", &c) == CHORUS_ERR_INVALID_ARG);
     ASSERT(strstr(nn_last_error(), "the presets: tiny, gpt2-124m") != NULL);
 }
@@ -232,6 +324,7 @@ static void test_descends(void)
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--tp")) return dump_tp(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--pipe")) return dump_pipe(argv[2]);
     if (argc == 2) return dump(argv[1]);
     /* one BLAS thread, as chorus-train runs it: OpenBLAS's own threads hand results over in
      * ways ThreadSanitizer does not see */

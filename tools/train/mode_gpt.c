@@ -10,8 +10,9 @@
  * replica (Megatron's; nn/gpt.c), the grid and its output as for the MLP (split.c). --zero 1|2
  * shards the parameter groups' optimizer state and gradients (nn/zero.c; the sum comes before
  * the clipping), --recompute drops each block's inner activations (nn/gpt.c), --compress runs
- * the element-wise compressors over the gradient sum. The splits this model does not have
- * yet are refused with the reason.
+ * the element-wise compressors over the gradient sum; --pipeline-stages runs its blocks in
+ * stages (mode_gpt_pipe.c, with the text and the lines printed here; --recompute there too). The
+ * splits this model does not have yet are refused with the reason.
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,15 +20,7 @@
 #include <string.h>
 
 #include "chorus.h"
-#include "trainer.h"
-
-typedef struct train_gpt {
-    nn_gpt *g;
-    nn_text train, val;
-    int32_t *x, *y;   /* (g->max_batch, context) a batch of windows and their next tokens */
-    double unigram;   /* the unigram model's validation loss (nats per token) */
-    double grad_norm; /* the last step's gradient norm, before clipping */
-} train_gpt;
+#include "gpt_train.h"
 
 static int wanted(const opts *o)
 {
@@ -78,8 +71,12 @@ static void check_opts(opts *o)
     }
     resolve_shape(o);
     const char *why =
-        o->pipe_stages ? "--pipeline-stages cuts a stack of layers into stages; the GPT's blocks, "
-                         "with their residual connections, are not cut yet"
+        o->pipe_stages && o->par.tp > 1
+            ? "--pipeline-stages with --tensor-parallel: a stage's blocks are not split over "
+              "tensor-parallel ranks yet; use one of them"
+        : o->pipe_stages && o->par.zero
+            ? "--pipeline-stages with --zero: a stage's optimizer state is not sharded over its "
+              "replicas yet; use one of them"
         : o->par.zero && o->par.tp > 1
             ? "--zero with --tensor-parallel: the gradient norm for clipping is not yet taken "
               "over shards of both kinds; use one of them"
@@ -97,22 +94,31 @@ static void check_opts(opts *o)
         : o->dropout > 0 ? "--dropout: the GPT has no dropout"
                          : NULL;
     if (why)
-        die("--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute and "
-            "--compress only for now (chorus-run -np N, with --accum, --grad-sync, "
-            "--checkpoint-dir): %s",
+        die("--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute, "
+            "--compress and --pipeline-stages only for now (chorus-run -np N, with --accum, "
+            "--grad-sync, --checkpoint-dir): %s",
             why);
+    if (o->pipe_stages > o->gpt.layers)
+        die("--pipeline-stages %d: the GPT has %d blocks, and a stage takes at least one",
+            o->pipe_stages, o->gpt.layers);
     if (o->par.tp > 1 && o->gpt.heads % o->par.tp)
         die("--tensor-parallel %d: the GPT's %d heads do not divide among %d ranks (each rank "
             "takes whole heads)",
             o->par.tp, o->gpt.heads, o->par.tp);
 }
 
-/* Windows idx[0..n) of text into s->x and s->y. */
-static void gather(train_gpt *s, const nn_text *text, const uint32_t *idx, size_t n)
+void gpt_windows(const train_gpt *s, const nn_text *text, const uint32_t *idx, size_t n, int32_t *x,
+                 int32_t *y)
 {
     int T = s->g->c.context;
     for (size_t i = 0; i < n; i++)
-        nn_text_window(text, T, idx[i], s->x + i * (size_t)T, s->y + i * (size_t)T);
+        nn_text_window(text, T, idx[i], x + i * (size_t)T, y + i * (size_t)T);
+}
+
+/* Windows idx[0..n) of text into s->x and s->y. */
+static void gather(train_gpt *s, const nn_text *text, const uint32_t *idx, size_t n)
+{
+    gpt_windows(s, text, idx, n, s->x, s->y);
 }
 
 void gpt_load(trainer *t)
@@ -137,8 +143,11 @@ nn_model *gpt_make(trainer *t, int max_batch)
 {
     train_gpt *s = t->gpt;
     chorus_comm *tp = t->o.par.tp > 1 ? t->o.par.tp_comm : NULL;
-    s->g = nn_gpt_create_tp(&t->o.gpt, max_batch, tp);
+    /* --pipeline-stages: the whole model's parameters alone, for the stages to start from and
+     * to gather into for checkpoints, --dump-params and sampling (mode_gpt_pipe.c) */
+    s->g = nn_gpt_create_tp(&t->o.gpt, t->o.pipe_stages ? 0 : max_batch, tp);
     if (!s->g || nn_gpt_init_params(s->g, t->o.seed)) die("%s", nn_last_error());
+    if (t->o.pipe_stages) return s->g->m;
     if (t->o.par.recompute) { /* every block's inner activations dropped after forward */
         size_t all = s->g->act_bytes;
         if (nn_gpt_set_recompute(s->g, 1)) die("--recompute: %s", nn_last_error());
@@ -163,8 +172,7 @@ nn_model *gpt_make(trainer *t, int max_batch)
     return s->g->m;
 }
 
-/* Rank 0's line on the model and the text. */
-static int start(trainer *t)
+void gpt_say_model(const trainer *t)
 {
     const train_gpt *s = t->gpt;
     const nn_gpt_config *c = &s->g->c;
@@ -175,6 +183,11 @@ static int start(trainer *t)
                c->layers, c->d_model, c->heads, c->context, c->vocab,
                t->o.data ? t->o.data : NN_FORTUNES_DEFAULT_DIR, s->train.n, t->train.n, s->val.n,
                t->test.n, s->unigram);
+}
+
+static int start(trainer *t)
+{
+    gpt_say_model(t);
     return 0;
 }
 
@@ -245,15 +258,33 @@ static void comm_line(trainer *t)
         allreduce_comm_line(t);
 }
 
+void gpt_val_slice(const trainer *t, int part, int parts, size_t *lo, size_t *hi)
+{
+    size_t n = (size_t)t->test.n, per = (n + (size_t)parts - 1) / (size_t)parts;
+    *lo = per * (size_t)part;
+    *hi = *lo + per < n ? *lo + per : n;
+}
+
+double gpt_say_validation(trainer *t, double acc[3], double *loss)
+{
+    if (nn_dist_sum(&t->dist, acc, 3)) die("%s", nn_last_error());
+    *loss = acc[0] / acc[2];
+    if (t->rank == 0)
+        printf("validation after step %llu: loss %.4f nats per token (perplexity %.2f; unigram "
+               "%.4f), next-byte accuracy %.4f\n",
+               (unsigned long long)t->st.global_step, *loss, exp(*loss), t->gpt->unigram,
+               acc[1] / acc[2]);
+    return acc[1] / acc[2];
+}
+
 /* The held-out windows, each rank a contiguous slice; returns the next-byte accuracy and the
  * loss per token in *loss; rank 0 says them with the perplexity and the unigram baseline. */
 static double evaluate(trainer *t, double *loss)
 {
     train_gpt *s = t->gpt;
     int T = s->g->c.context, mb = s->g->max_batch;
-    size_t n = (size_t)t->test.n, parts = (size_t)t->world;
-    size_t per = (n + parts - 1) / parts, lo = per * (size_t)t->rank;
-    size_t hi = lo + per < n ? lo + per : n;
+    size_t lo, hi;
+    gpt_val_slice(t, t->rank, t->world, &lo, &hi);
     double acc[3] = {0, 0, 0};
     uint32_t *idx = malloc((size_t)mb * sizeof(uint32_t));
     if (!idx) die("out of memory");
@@ -268,30 +299,17 @@ static double evaluate(trainer *t, double *loss)
         acc[2] += (double)B * T;
     }
     free(idx);
-    if (nn_dist_sum(&t->dist, acc, 3)) die("%s", nn_last_error());
-    *loss = acc[0] / acc[2];
-    if (t->rank == 0)
-        printf("validation after step %llu: loss %.4f nats per token (perplexity %.2f; unigram "
-               "%.4f), next-byte accuracy %.4f\n",
-               (unsigned long long)t->st.global_step, *loss, exp(*loss), s->unigram,
-               acc[1] / acc[2]);
-    return acc[1] / acc[2];
+    return gpt_say_validation(t, acc, loss);
 }
 
-/* Rank 0: tokens per second, and --sample bytes of text drawn from the model after a fortune
- * separator, at temperature 0.8 (with --tensor-parallel the shards of replica 0 draw together,
- * the same bytes: the others' output goes nowhere). */
-static void gpt_report(trainer *t)
+void gpt_say_end(trainer *t, nn_gpt *g)
 {
-    allreduce_report(t);
-    train_gpt *s = t->gpt;
-    int T = s->g->c.context;
-    if (t->rank != 0) return;
+    int T = g->c.context;
     if (t->train_time > 0)
         printf("gpt: %.0f tokens/s over %.1f s of training (%d rank%s); last gradient norm "
                "%.3f before clipping to %g\n",
                t->samples_done * T / t->train_time, t->train_time, chorus_size(t->comm),
-               chorus_size(t->comm) > 1 ? "s" : "", s->grad_norm, (double)t->o.clip);
+               chorus_size(t->comm) > 1 ? "s" : "", t->gpt->grad_norm, (double)t->o.clip);
     if (t->o.sample <= 0) return;
     int n = t->o.sample + 2;
     int32_t *text = malloc((size_t)n * sizeof(int32_t));
@@ -301,7 +319,7 @@ static void gpt_report(trainer *t)
     nn_rng r;
     nn_rng_seed(&r, nn_seed_mix(t->o.seed, 0x73616d70, t->st.global_step, 0));
     for (int i = 2; i < n; i++) {
-        text[i] = nn_gpt_sample_next(s->g, text, i, 0.8f, &r);
+        text[i] = nn_gpt_sample_next(g, text, i, 0.8f, &r);
         if (text[i] > 255) text[i] = '?'; /* a vocabulary wider than the bytes */
         out[i - 2] = (char)text[i];
     }
@@ -310,6 +328,16 @@ static void gpt_report(trainer *t)
     fflush(stdout);
     free(text);
     free(out);
+}
+
+/* Rank 0: tokens per second, and --sample bytes of text drawn from the model after a fortune
+ * separator, at temperature 0.8 (with --tensor-parallel the shards of replica 0 draw together,
+ * the same bytes: the others' output goes nowhere). */
+static void gpt_report(trainer *t)
+{
+    allreduce_report(t);
+    if (t->rank != 0) return;
+    gpt_say_end(t, t->gpt->g);
 }
 
 /* t->m is the GPT's own parameter model, which main.c frees. */

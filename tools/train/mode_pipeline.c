@@ -52,7 +52,8 @@ static void check_opts(opts *o)
         die("--max-memory-mb does not work with --pipeline-stages yet: every stage still builds "
             "the whole model once (to initialise it from the seed and for checkpoints), so the "
             "budget could not be kept; use --tensor-parallel or --zero to fit a budget");
-    if (o->par.tp > 1 || o->par.zero || o->par.recompute)
+    int gpt = !strcmp(o->model, "gpt"); /* the GPT's stages recompute per block */
+    if (o->par.tp > 1 || o->par.zero || (o->par.recompute && !gpt))
         die("--pipeline-stages does not combine with --tensor-parallel, --zero or --recompute "
             "(yet): use one way of splitting the model per run");
     if (o->balance && !strcmp(o->balance, "dynamic"))
@@ -231,7 +232,9 @@ static double stage_evaluate(trainer *t, double *loss_out)
 static void stage_report(trainer *t)
 {
     pipeline *p = pipe_of(t);
-    if (train_pipe_report(p->pipe, t->comm, &p->opt, t->rank == 0, t->o.pipe_schedule,
+    nn_pipe_stats st;
+    nn_pipe_get_stats(p->pipe, &st);
+    if (train_pipe_report(&st, t->comm, &p->opt, t->rank == 0, t->o.pipe_schedule,
                           t->o.microbatches, t->metrics))
         die("gathering the pipeline report: %s", chorus_last_error(t->comm));
     if (t->o.dump) gather(t);

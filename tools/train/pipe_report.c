@@ -31,11 +31,10 @@ static void print_rank(const double *v, int r, int stages, int micro, FILE *f)
             (int)v[F_INFLIGHT] == 1 ? "" : "es");
 }
 
-chorus_result train_pipe_report(nn_pipe *p, chorus_comm *world, const nn_optim *opt, int is_root,
-                                const char *schedule, int micro, FILE *metrics)
+chorus_result train_pipe_report(const nn_pipe_stats *stats, chorus_comm *world, const nn_optim *opt,
+                                int is_root, const char *schedule, int micro, FILE *metrics)
 {
-    nn_pipe_stats st;
-    nn_pipe_get_stats(p, &st);
+    const nn_pipe_stats st = *stats;
     double mine[NF] = {
         [F_STAGE] = st.stage,
         [F_LO] = st.layer_lo,

@@ -77,7 +77,19 @@ typedef struct nn_gpt {
     int tp_rank, tp_size;
     int c_local;  /* C / tp: this rank's attention width (its heads' queries, keys, values) */
     int ff_local; /* 4C / tp: this rank's MLP hidden units */
-    int B, T;     /* the shape of the last forward */
+    /* A pipeline stage (nn_gpt_create_stage) holds blocks [lo, hi) of the c.layers (the whole
+     * model: [0, layers)). The first stage (lo 0) holds the embeddings and takes tokens; a
+     * later stage takes the residual stream of the stage before. The last (hi layers) holds
+     * the final LayerNorm and the output layer, with a copy of the token embedding it is tied
+     * to when it is not also the first: the copies stay equal when they start equal and their
+     * gradients are summed before each update (Megatron's way). m's groups are the ones held,
+     * in the whole model's order: grp_emb the embeddings (or -1), grp_block block lo,
+     * grp_lnf the final LayerNorm (or -1). */
+    int lo, hi;
+    int grp_emb, grp_block, grp_lnf;
+    int borrowed;       /* nn_gpt_create_replica: m's parameters and gradients are another's */
+    const float *input; /* the last forward's input (N,C): the embeddings, or a later stage's */
+    int B, T;           /* the shape of the last forward */
     const int32_t *tokens;
     struct nn_gpt_acts *a;
     size_t act_bytes; /* bytes of activations and backward scratch held */
@@ -93,6 +105,24 @@ nn_gpt *nn_gpt_create(const nn_gpt_config *c, int max_batch);
  * parallelism (nn_gpt.tp_comm). The heads must divide among the ranks (CHORUS_ERR_INVALID_ARG
  * otherwise). Every rank of tp_comm must run the same forward and backward passes. */
 nn_gpt *nn_gpt_create_tp(const nn_gpt_config *c, int max_batch, chorus_comm *tp_comm);
+/* Blocks [lo, hi) of a model of shape c as a pipeline stage (nn_gpt.lo): with the embeddings
+ * when lo is 0, the final LayerNorm and the tied output layer when hi is c->layers. max_batch 0
+ * builds the parameters alone, without activations (nothing may run forward on it).
+ * Errors as nn_gpt_create, and CHORUS_ERR_INVALID_ARG for a range that is empty or outside
+ * the blocks. nn_gpt_create is nn_gpt_create_stage(c, max_batch, 0, c->layers). */
+nn_gpt *nn_gpt_create_stage(const nn_gpt_config *c, int max_batch, int lo, int hi);
+/* A model of owner's shape (its stage, its recomputation) whose parameters and gradients are
+ * owner's, with activations of its own: a pipeline keeps one per micro-batch in flight, their
+ * backward passes adding into one gradient. Destroy it before owner. Errors as
+ * nn_gpt_create. */
+nn_gpt *nn_gpt_create_replica(const nn_gpt *owner);
+/* Where the parameters of the stage of blocks [lo, hi) of shape c (not tensor-parallel) lie in
+ * the unsplit model's buffer: k = 1 or 2 ranges (off[i], n[i]) returned, which are the stage's
+ * own buffer in order (a later last stage: the token embedding, then its blocks and the final
+ * LayerNorm). */
+size_t nn_gpt_stage_ranges(const nn_gpt_config *c, int lo, int hi, size_t off[2], size_t n[2]);
+/* Copies g's ranges of whole (the unsplit model's parameters) into g's parameters. */
+void nn_gpt_copy_stage(nn_gpt *g, const float *whole);
 /* Copies this rank's shard of the unsplit model whole (same shape, tp_size 1) into g. */
 void nn_gpt_copy_shard(nn_gpt *g, const nn_gpt *whole);
 /* Frees g and everything it holds. NULL is ignored. */
@@ -106,6 +136,16 @@ void nn_gpt_destroy(nn_gpt *g);
  * models only). */
 chorus_result nn_gpt_init_params(nn_gpt *g, uint64_t seed);
 
+/* A stage's forward: the first stage over tokens (B, T), a later one over x (B, T, C), the
+ * stage before's output, which must stay unchanged until this pass's backward. Returns the
+ * last stage's logits (as nn_gpt_forward), an earlier stage's output (B, T, C), valid until
+ * its next forward. */
+const float *nn_gpt_stage_forward(nn_gpt *g, const int32_t *tokens, const float *x, int B, int T);
+/* A stage's backward after its forward (the last stage: and nn_gpt_loss), from dout (B, T, C),
+ * the gradient of an earlier stage's output (ignored on the last). Adds the parameter
+ * gradients as nn_gpt_backward; returns the gradient of a later stage's input x (B, T, C),
+ * valid until its next backward, or NULL on the first. */
+const float *nn_gpt_stage_backward(nn_gpt *g, const float *dout);
 /* Forward over tokens (B, T), 1 <= T <= context, B <= max_batch. Returns the logits (B, T,
  * vocab), valid until the next forward or loss. */
 const float *nn_gpt_forward(nn_gpt *g, const int32_t *tokens, int B, int T);
@@ -135,6 +175,10 @@ void nn_gpt_point_grads(nn_gpt *g);
  * tensors' squares are summed over the ranks (collective over tp_comm) and those every rank
  * holds whole counted once. Errors: the allreduce's. */
 chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm);
+/* The square of nn_gpt_grad_norm; a pipeline stage after the first leaves its copy of the
+ * tied token embedding out (the first counts it), so that the stages' sums add up to the whole
+ * model's. */
+chorus_result nn_gpt_grad_sumsq(nn_gpt *g, double *sumsq);
 
 /* Draws the next token after tokens[0..n) (n >= 1; the last `context` of them are seen) from
  * softmax(logits / temperature) with the random state r. */

@@ -1,0 +1,35 @@
+/*
+ * gpt_train.h - what --model gpt's two modes share: mode_gpt.c (data and tensor parallel,
+ * ZeRO) holds the text and the lines a GPT run prints; mode_gpt_pipe.c (--pipeline-stages)
+ * runs the GPT's blocks in stages over them. Used by tools/train/ only.
+ */
+#ifndef CHORUS_TRAIN_GPT_TRAIN_H
+#define CHORUS_TRAIN_GPT_TRAIN_H
+
+#include "trainer.h"
+
+typedef struct train_gpt {
+    nn_gpt *g; /* the model (under --pipeline-stages: the whole model's parameters only) */
+    nn_text train, val;
+    int32_t *x, *y;   /* (g->max_batch, context) a batch of windows and their next tokens */
+    double unigram;   /* the unigram model's validation loss (nats per token) */
+    double grad_norm; /* the last step's gradient norm, before clipping */
+} train_gpt;
+
+extern const train_mode mode_gpt; /* mode_gpt_pipe.c ends with its finish */
+
+/* Windows idx[0..n) of text: their tokens into x and next tokens into y, (n, context) each. */
+void gpt_windows(const train_gpt *s, const nn_text *text, const uint32_t *idx, size_t n, int32_t *x,
+                 int32_t *y);
+/* Rank 0's line on the model and the text. */
+void gpt_say_model(const trainer *t);
+/* The held-out windows [*lo, *hi) this one of `parts` takes. */
+void gpt_val_slice(const trainer *t, int part, int parts, size_t *lo, size_t *hi);
+/* acc (loss sum, hits, tokens) summed over t->dist's ranks; rank 0 says the validation line.
+ * Returns the next-byte accuracy, the loss per token in *loss. */
+double gpt_say_validation(trainer *t, double acc[3], double *loss);
+/* The tokens/s line and --sample bytes drawn from g (the whole model), on the rank that
+ * prints them (with tensor parallelism every shard of replica 0 draws). */
+void gpt_say_end(trainer *t, nn_gpt *g);
+
+#endif /* CHORUS_TRAIN_GPT_TRAIN_H */

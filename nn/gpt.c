@@ -309,6 +309,11 @@ void nn_gpt_point_grads(nn_gpt *g)
     point_params(g, &g->g, 1);
 }
 
+void nn_gpt_point_params(nn_gpt *g)
+{
+    point_params(g, &g->p, 0);
+}
+
 /* The parameters as an nn_model of parameter groups (gpt.h: nn_gpt.m): the shapes go into its
  * layers so that its signature (checkpoints) tells one configuration from another. */
 static chorus_result make_param_model(nn_gpt *g)
@@ -562,8 +567,8 @@ static void block_forward(nn_gpt *g, int l, const float *x)
     residual_forward(a->res3, a->res3, a->res2, NC);
 }
 
-/* Before group `group`'s parameters are read: the model's forward hook (ZeRO's wait for their
- * all-gather). */
+/* Before group `group`'s parameters are read, in forward and in backward: the model's forward
+ * hook (ZeRO-1/2's wait for their all-gather; ZeRO-3's all-gather of them). */
 static void group_ready(nn_gpt *g, int group)
 {
     if (g->m->fwd_hook) g->m->fwd_hook(g->m, group, g->m->fwd_hook_arg);
@@ -586,6 +591,7 @@ const float *nn_gpt_forward(nn_gpt *g, const int32_t *tokens, int B, int T)
     group_ready(g, g->c.layers + 1);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, g->p.lnfw, g->p.lnfb, N, C);
     /* logits (N,V) = lnf wte^T: the output layer is the token embedding */
+    group_ready(g, 0);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, g->c.vocab, C, 1.0f, a->lnf, C,
                 g->p.wte, C, 0.0f, a->logits, g->c.vocab);
     return a->logits;
@@ -649,15 +655,18 @@ void nn_gpt_backward(nn_gpt *g)
     int B = g->B, T = g->T, C = g->c.d_model, V = g->c.vocab, N = B * T, L = g->c.layers;
     /* the tied output layer: dlnf (N,C) = dlogits wte (its dwte below, with the embeddings':
      * each group's gradient is written between the hooks of the groups before and after it) */
+    group_ready(g, 0);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, a->logits, V, g->p.wte, C,
                 0.0f, a->dln, C);
     memset(a->dres, 0, (size_t)N * C * sizeof(float));
     const float *last = L ? a->l[L - 1].res3 : a->encoded;
+    group_ready(g, L + 1);
     layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, last, g->p.lnfw, a->lnf_mean,
                        a->lnf_rstd, N, C);
     group_done(g, L + 1);
     for (int l = L - 1; l >= 0; l--) {
         const float *x = l ? a->l[l - 1].res3 : a->encoded;
+        group_ready(g, 1 + l);
         if (g->recompute && l < L - 1) block_forward(g, l, x); /* its inner activations again */
         block_backward(g, l, x);
         group_done(g, 1 + l);

@@ -301,6 +301,7 @@ static double evaluate(trainer *t, double *loss)
         acc[2] += (double)B * T;
     }
     free(idx);
+    if (nn_model_comm_status(t->m)) die("%s", nn_last_error()); /* --zero 3's gathers */
     if (nn_dist_sum(&t->dist, acc, 3)) die("%s", nn_last_error());
     *loss = acc[0] / acc[2];
     if (t->rank == 0)
@@ -331,6 +332,7 @@ static void sample_text(trainer *t)
         out[i - 2] = (char)text[i];
     }
     out[n - 2] = '\0';
+    if (nn_model_comm_status(t->m)) die("%s", nn_last_error()); /* --zero 3's gathers */
     if (t->rank == 0)
         printf("sample (%d bytes at temperature 0.8, after a fortune separator):\n%s\n", n - 2,
                out);

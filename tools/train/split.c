@@ -207,7 +207,8 @@ void par_report(train_par *p, FILE *metrics)
         double k = 1e3 / (double)p->zs.steps;
         if (p->zero == 3)
             printf("ZeRO-3: the parameter all-gathers, layer by layer before each pass reads "
-                   "them (%.1f per step, forward and backward), took %.2f ms per step\n",
+                   "them (%.1f per step, forward and backward; evaluation and sampling passes "
+                   "included), took %.2f ms per step\n",
                    (double)p->zs.gathers / (double)p->zs.steps, k * p->zs.gather_s);
         else if (p->zs.bg)
             printf("ZeRO-%d: the parameter all-gather took %.2f ms per step; the next forward "

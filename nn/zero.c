@@ -199,8 +199,8 @@ static void reduce_layer(nn_model *m, int layer, void *arg)
         chorus_result r = chorus_reduce_scatter(z->comm, src, z->gshard + g->shard_off, g->chunk,
                                                 CHORUS_FLOAT32, CHORUS_SUM);
         if (r)
-            z->err = nn__fail(r, "ZeRO-%d gradient reduce-scatter of layer %d (%s): %s",
-                              z->stage, layer, nn_kind_name(L->kind), chorus_last_error(z->comm));
+            z->err = nn__fail(r, "ZeRO-%d gradient reduce-scatter of layer %d (%s): %s", z->stage,
+                              layer, nn_kind_name(L->kind), chorus_last_error(z->comm));
         used = g->off - L->param_off + g->chunk * (size_t)z->size;
     }
     memset(z->gbuf, 0, used * sizeof(float));
@@ -411,8 +411,7 @@ chorus_result nn_zero_shard_norm(nn_zero *z, double *norm)
     double s = 0; /* the padding past a segment's end is zero: the layer's buffer was cleared */
     for (size_t i = 0; i < z->shard_n; i++) s += (double)z->gshard[i] * z->gshard[i];
     chorus_result r = chorus_allreduce(z->comm, &s, &s, 1, CHORUS_FLOAT64, CHORUS_SUM);
-    if (r)
-        return nn__fail(r, "ZeRO-%d gradient norm: %s", z->stage, chorus_last_error(z->comm));
+    if (r) return nn__fail(r, "ZeRO-%d gradient norm: %s", z->stage, chorus_last_error(z->comm));
     *norm = sqrt(s);
     return CHORUS_OK;
 }
@@ -472,9 +471,9 @@ static chorus_result gather_layer(nn_zero *z, nn_model *m, int layer)
     double t0 = now_s();
     for (int s = z->first_seg[layer]; s < z->first_seg[layer + 1]; s++) {
         const nn_zero_seg *g = &z->seg[s];
-        chorus_result r = chorus_allgather(z->comm, z->pshard + g->shard_off,
-                                           z->pbuf + (g->off - L->param_off), g->chunk,
-                                           CHORUS_FLOAT32);
+        chorus_result r =
+            chorus_allgather(z->comm, z->pshard + g->shard_off, z->pbuf + (g->off - L->param_off),
+                             g->chunk, CHORUS_FLOAT32);
         if (r) {
             z->resident = -1;
             return nn__fail(r, "ZeRO-3 parameter all-gather of layer %d (%s): %s", layer,
@@ -511,8 +510,7 @@ static chorus_result move_whole(nn_zero *z, int root, float *shard, float *whole
         size_t padded = g->chunk * (size_t)z->size;
         chorus_result r;
         if (to_whole) {
-            r = chorus_allgather(z->comm, shard + g->shard_off, z->pbuf, g->chunk,
-                                 CHORUS_FLOAT32);
+            r = chorus_allgather(z->comm, shard + g->shard_off, z->pbuf, g->chunk, CHORUS_FLOAT32);
         } else {
             if (here) {
                 memcpy(z->pbuf, whole + g->off, g->len * sizeof(float));

@@ -284,8 +284,8 @@ void par_whole_gather(train_par *p, nn_model *m, nn_optim *o)
 {
     int open = p->whole_params != NULL; /* rank 0 */
     const nn_optim *sh = open ? &p->shard_opt : o;
-    if (nn_zero_gather_whole(&p->zs, 0, sh->m, sh->v, open ? m->params : NULL,
-                             open ? o->m : NULL, open ? o->v : NULL))
+    if (nn_zero_gather_whole(&p->zs, 0, sh->m, sh->v, open ? m->params : NULL, open ? o->m : NULL,
+                             open ? o->v : NULL))
         die("%s", nn_last_error());
 }
 

@@ -95,11 +95,11 @@ typedef struct nn_zero {
     size_t gbuf_n;
     float *scratch; /* stages 1, 2: (size+1) * largest chunk: all-gather landing and send */
     size_t scratch_n;
-    float *pshard;  /* stage 3: (shard_n) this rank's chunks of the parameters */
-    float *pbuf;    /* stage 3: one group's parameters, all-gathered (gbuf_n floats) */
-    int *first_seg; /* (layers + 1): layer i's segments are [first_seg[i], first_seg[i + 1]) */
-    int resident;   /* stage 3: the layer whose parameters pbuf holds (-1: none) */
-    uint64_t gathers; /* stage 3: group all-gathers run (forward and backward) */
+    float *pshard;     /* stage 3: (shard_n) this rank's chunks of the parameters */
+    float *pbuf;       /* stage 3: one group's parameters, all-gathered (gbuf_n floats) */
+    int *first_seg;    /* (layers + 1): layer i's segments are [first_seg[i], first_seg[i + 1]) */
+    int resident;      /* stage 3: the layer whose parameters pbuf holds (-1: none) */
+    uint64_t gathers;  /* stage 3: group all-gathers run (forward and backward) */
     chorus_result err; /* first failure in the backward hook */
     double comm_s;     /* seconds in the collectives (the all-gather thread's included) */
     double gather_s;   /* seconds the parameter all-gathers took (part of comm_s) */

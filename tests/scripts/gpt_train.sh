@@ -34,6 +34,10 @@
 #             model, 1/2, plus one group's gather buffer and gradient buffer), about half of
 #             plain data parallelism's bytes in all
 #   zero3_refused  what --zero 3 does not combine with is refused with its reason
+#   zero3_kill  under --zero 3 a rank killed mid-run stops the other with an error naming it
+#             and the collective it was in (mostly ZeRO's: a group's all-gather, its
+#             gradient's reduce-scatter, the norm's sum; else the step's sum of the loss), no
+#             hang
 #   recompute --recompute (each block's inner activations dropped after forward and computed
 #             again in backward) ends 4 steps with the parameters of the run that keeps them,
 #             to the bit, on its own, with --zero 2 and with --tensor-parallel 2, holding fewer
@@ -271,6 +275,25 @@ zero3_refused)
     echo "$out" | grep -qF -- "--zero 3 shards the parameters too, gathered layer by layer just before each pass reads them: that is built for --model gpt; --model mlp takes --zero 1|2" ||
         { echo "$out"; fail "--zero 3 with mlp"; }
     echo "refused --model mlp --zero 3: $out"
+    ;;
+zero3_kill)
+    chorus-run -np 2 chorus-train $small --zero 3 --max-steps 1000000 --no-eval --sample 0 \
+        --log-every 1 --metrics "$d/m.jsonl" > "$d/kill.log" 2>&1 &
+    job=$!
+    victim=""
+    for i in $(seq 300); do
+        victim=$(ps -e -o pid=,args= | grep "chorus-train .*$d/m.jsonl" | grep -v "chorus-run\|grep" |
+            awk 'NR == 2 {print $1}')
+        [ -n "$victim" ] && [ -s "$d/m.jsonl" ] && break
+        sleep 0.1
+    done
+    [ -n "$victim" ] || { kill "$job"; fail "rank 1 did not start"; }
+    kill -9 "$victim"
+    wait "$job" && fail "the job succeeded after a rank was killed"
+    cat "$d/kill.log"
+    # the pid when rank 0 saw it go in shared memory, its host when over its connection
+    grep -q "chorus-train\[0\]: .*rank 1 (\(pid $victim\|host [^)]*\)) was lost" "$d/kill.log" ||
+        fail "rank 0 does not name the lost rank"
     ;;
 recompute)
     for v in "keep" "again --recompute" "z2 --zero 2 --recompute" "tp --tensor-parallel 2" \

@@ -205,6 +205,11 @@ static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float
         nn_gpt_backward(s->g);
         off += nb;
     }
+    /* a failed collective of the passes (--tensor-parallel's sums, --zero 3's gathers, ZeRO's
+     * reduce-scatters) is named before the step's own collectives find the peer gone */
+    chorus_result r = nn_model_comm_status(t->m);
+    if (!r && t->o.par.zero >= 2) r = t->o.par.zs.err;
+    if (r) die("%s", nn_last_error());
     stats[2] = (double)nloc * T; /* loss and accuracy per token */
 }
 

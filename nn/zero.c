@@ -149,8 +149,10 @@ chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage
     z->first_seg[m->nlayers] = k;
     z->scratch_n = stage == 3 ? 0 : maxchunk * (size_t)(z->size + 1);
     if (stage < 3 && !(z->scratch = zalloc(z, NN_MEM_PARAMS, z->scratch_n))) goto nomem;
+    z->gbuf_n = stage >= 2 ? maxlayer : 0;
+    /* stage 3 first: the whole parameters are freed before the gradient buffers exist */
+    if (stage == 3 && shard_params(z, m)) goto nomem;
     if (stage >= 2) {
-        z->gbuf_n = maxlayer;
         if (!(z->gbuf = zalloc(z, NN_MEM_GRADS, z->gbuf_n))) goto nomem;
         if (!(z->gshard = zalloc(z, NN_MEM_GRADS, z->shard_n))) goto nomem;
         for (int i = 0; i < m->nlayers; i++) {
@@ -160,7 +162,6 @@ chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage
             L->db = z->gbuf + (L->nparams - nn__bias_count(L));
         }
     }
-    if (stage == 3 && shard_params(z, m)) goto nomem;
     return CHORUS_OK;
 nomem:
     nn_zero_free(z);

@@ -363,6 +363,11 @@ void nn_gpt_point_grads(nn_gpt *g)
     point_params(g, &g->g, 1);
 }
 
+void nn_gpt_point_params(nn_gpt *g)
+{
+    point_params(g, &g->p, 0);
+}
+
 /* The parameters as an nn_model of parameter groups (gpt.h: nn_gpt.m): the shapes go into its
  * layers so that its signature (checkpoints) tells one configuration from another. A stage's
  * groups are those it holds, in the whole model's order: the embeddings (a later last stage:
@@ -682,8 +687,8 @@ static void block_forward(nn_gpt *g, int l, const float *x)
     residual_forward(a->res3, a->res3, a->res2, NC);
 }
 
-/* Before group `group`'s parameters are read: the model's forward hook (ZeRO's wait for their
- * all-gather). */
+/* Before group `group`'s parameters are read, in forward and in backward: the model's forward
+ * hook (ZeRO-1/2's wait for their all-gather; ZeRO-3's all-gather of them). */
 static void group_ready(nn_gpt *g, int group)
 {
     if (g->m->fwd_hook) g->m->fwd_hook(g->m, group, g->m->fwd_hook_arg);
@@ -706,11 +711,12 @@ const float *nn_gpt_stage_forward(nn_gpt *g, const int32_t *tokens, const float 
         block_forward(g, l, x);
         x = a->l[l].res3;
     }
-    if (g->hi < g->c.layers) return x;         /* the residual stream, for the next stage */
-    if (g->lo > 0) group_ready(g, g->grp_emb); /* the tied copy */
+    if (g->hi < g->c.layers) return x; /* the residual stream, for the next stage */
     group_ready(g, g->grp_lnf);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, g->p.lnfw, g->p.lnfb, N, C);
-    /* logits (N,V) = lnf wte^T: the output layer is the token embedding */
+    /* logits (N,V) = lnf wte^T: the output layer is the token embedding (a later last stage's
+     * tied copy; under ZeRO-3 gathered again, the blocks having used the buffer since) */
+    group_ready(g, g->grp_emb);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, g->c.vocab, C, 1.0f, a->lnf, C,
                 g->p.wte, C, 0.0f, a->logits, g->c.vocab);
     return a->logits;
@@ -782,17 +788,21 @@ const float *nn_gpt_stage_backward(nn_gpt *g, const float *dout)
         /* the tied output layer: dlnf (N,C) = dlogits wte (its dwte below, with the
          * embeddings': each group's gradient is written between the hooks of the groups before
          * and after it) */
+        group_ready(g, g->grp_emb);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, V, 1.0f, a->logits, V,
                     g->p.wte, C, 0.0f, a->dln, C);
         memset(a->dres, 0, (size_t)N * C * sizeof(float));
-        layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, a->l[g->hi - 1].res3, g->p.lnfw,
-                           a->lnf_mean, a->lnf_rstd, N, C);
+        const float *top = g->hi > g->lo ? a->l[g->hi - 1].res3 : g->input;
+        group_ready(g, g->grp_lnf);
+        layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, top, g->p.lnfw, a->lnf_mean,
+                           a->lnf_rstd, N, C);
         group_done(g, g->grp_lnf);
     } else {
         memcpy(a->dres, dout, (size_t)N * C * sizeof(float));
     }
     for (int l = g->hi - 1; l >= g->lo; l--) {
         const float *x = l > g->lo ? a->l[l - 1].res3 : g->input;
+        group_ready(g, g->grp_block + (l - g->lo));
         if (g->recompute && l < g->hi - 1) block_forward(g, l, x); /* its inner acts again */
         block_backward(g, l, x);
         group_done(g, g->grp_block + (l - g->lo));

@@ -12,6 +12,10 @@
  *
  * With nn_zero_overlap a thread all-gathers the segments in layer order while the next
  * forward pass runs; the forward hook makes each layer wait only for its own segments.
+ *
+ * Stage 3 keeps no whole parameters: a layer's segments are all-gathered from the ranks'
+ * chunks into one buffer just before the layer runs, forward or backward (the forward hook),
+ * and the next layer's gather overwrites them.
  */
 #include <math.h>
 #include <pthread.h>
@@ -80,13 +84,39 @@ static float *zalloc(nn_zero *z, nn_mem_part p, size_t n)
     return q;
 }
 
+static void gather_hook(nn_model *m, int layer, void *arg);
+
+/* Stage 3: this rank's chunks of m->params into z->pshard, m->params freed, the layers'
+ * parameter views into z->pbuf (a buffer of z->gbuf_n floats: the largest layer, padded). */
+static int shard_params(nn_zero *z, nn_model *m)
+{
+    if (!(z->pshard = zalloc(z, NN_MEM_PARAMS, z->shard_n))) return -1;
+    if (!(z->pbuf = zalloc(z, NN_MEM_PARAMS, z->gbuf_n))) return -1;
+    for (int s = 0; s < z->nseg; s++) {
+        size_t n, at = own_range(&z->seg[s], z->rank, &n);
+        memcpy(z->pshard + z->seg[s].shard_off, m->params + at, n * sizeof(float));
+    }
+    free(m->params);
+    m->params = NULL;
+    if (z->mem) nn_mem_sub(z->mem, NN_MEM_PARAMS, m->nparams * sizeof(float));
+    for (int i = 0; i < m->nlayers; i++) {
+        nn_layer *L = &m->layers[i];
+        if (!L->nparams) continue;
+        L->w = z->pbuf;
+        L->b = z->pbuf + (L->nparams - nn__bias_count(L));
+    }
+    m->fwd_hook = gather_hook;
+    m->fwd_hook_arg = z;
+    return 0;
+}
+
 chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage, nn_mem *mem)
 {
     memset(z, 0, sizeof(*z));
-    if ((stage != 1 && stage != 2) || !m->params || (stage == 2) != (m->no_grads != 0))
+    if (stage < 1 || stage > 3 || !m->params || (stage >= 2) != (m->no_grads != 0))
         return nn__fail(CHORUS_ERR_INVALID_ARG,
-                        "nn_zero_init: stage %d (1 or 2; stage 2 needs a model finalized with "
-                        "no_grads)",
+                        "nn_zero_init: stage %d (1, 2 or 3; stages 2 and 3 need a model "
+                        "finalized with no_grads, and its parameters)",
                         stage);
     z->stage = stage;
     z->comm = comm;
@@ -95,12 +125,15 @@ chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage
     z->mem = mem;
     for (int i = 0; i < m->nlayers; i++) z->nseg += layer_segments(&m->layers[i], z->size, NULL);
     z->seg = calloc((size_t)z->nseg + 1, sizeof(*z->seg));
-    if (!z->seg) return nn__fail(CHORUS_ERR_NOMEM, "nn_zero_init: out of memory");
+    z->first_seg = calloc((size_t)m->nlayers + 1, sizeof(int));
+    z->resident = -1;
+    if (!z->seg || !z->first_seg) goto nomem;
     int k = 0;
     size_t maxchunk = 1, maxlayer = 0;
     for (int i = 0; i < m->nlayers; i++) {
         nn_layer *L = &m->layers[i];
         int ns = layer_segments(L, z->size, z->seg + k);
+        z->first_seg[i] = k;
         /* stage 2: the layer's gradient, padded so its last segment is whole chunks */
         size_t padded =
             ns ? z->seg[k + ns - 1].off - L->param_off + z->seg[k + ns - 1].chunk * (size_t)z->size
@@ -113,10 +146,13 @@ chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage
         }
         k += ns;
     }
-    z->scratch_n = maxchunk * (size_t)(z->size + 1);
-    if (!(z->scratch = zalloc(z, NN_MEM_PARAMS, z->scratch_n))) goto nomem;
-    if (stage == 2) {
-        z->gbuf_n = maxlayer;
+    z->first_seg[m->nlayers] = k;
+    z->scratch_n = stage == 3 ? 0 : maxchunk * (size_t)(z->size + 1);
+    if (stage < 3 && !(z->scratch = zalloc(z, NN_MEM_PARAMS, z->scratch_n))) goto nomem;
+    z->gbuf_n = stage >= 2 ? maxlayer : 0;
+    /* stage 3 first: the whole parameters are freed before the gradient buffers exist */
+    if (stage == 3 && shard_params(z, m)) goto nomem;
+    if (stage >= 2) {
         if (!(z->gbuf = zalloc(z, NN_MEM_GRADS, z->gbuf_n))) goto nomem;
         if (!(z->gshard = zalloc(z, NN_MEM_GRADS, z->shard_n))) goto nomem;
         for (int i = 0; i < m->nlayers; i++) {
@@ -138,11 +174,15 @@ void nn_zero_free(nn_zero *z)
 {
     stop_gather(z);
     free(z->seg);
+    free(z->first_seg);
     free(z->gshard);
     free(z->gbuf);
     free(z->scratch);
+    free(z->pshard);
+    free(z->pbuf);
     z->seg = NULL;
-    z->gshard = z->gbuf = z->scratch = NULL;
+    z->first_seg = NULL;
+    z->gshard = z->gbuf = z->scratch = z->pshard = z->pbuf = NULL;
 }
 
 /* Stage 2, after backward finished layer `layer`: its gradient (in gbuf) is reduce-scattered
@@ -160,8 +200,8 @@ static void reduce_layer(nn_model *m, int layer, void *arg)
         chorus_result r = chorus_reduce_scatter(z->comm, src, z->gshard + g->shard_off, g->chunk,
                                                 CHORUS_FLOAT32, CHORUS_SUM);
         if (r)
-            z->err = nn__fail(r, "ZeRO-2 gradient reduce-scatter of layer %d (%s): %s", layer,
-                              nn_kind_name(L->kind), chorus_last_error(z->comm));
+            z->err = nn__fail(r, "ZeRO-%d gradient reduce-scatter of layer %d (%s): %s", z->stage,
+                              layer, nn_kind_name(L->kind), chorus_last_error(z->comm));
         used = g->off - L->param_off + g->chunk * (size_t)z->size;
     }
     memset(z->gbuf, 0, used * sizeof(float));
@@ -170,8 +210,8 @@ static void reduce_layer(nn_model *m, int layer, void *arg)
 
 void nn_zero_begin_backward(nn_zero *z, nn_model *m)
 {
-    if (z->stage != 2) return;
-    if (z->size == 1) {
+    if (z->stage == 1) return;
+    if (z->size == 1 && z->stage == 2) {
         m->grad_hook = NULL;
         return;
     }
@@ -184,7 +224,8 @@ static void update_chunk(const nn_zero *z, const nn_zero_seg *s, nn_model *m, nn
                          const float *g, float lr)
 {
     size_t n, at = own_range(s, z->rank, &n);
-    float *p = m->params + at, *mo = o->m ? o->m + s->shard_off : NULL;
+    float *p = z->stage == 3 ? z->pshard + s->shard_off : m->params + at;
+    float *mo = o->m ? o->m + s->shard_off : NULL;
     if (!n) return;
     if (o->kind == NN_SGD)
         chorus_sgd_update(p, g, mo, n, lr, o->momentum, o->nesterov, o->weight_decay);
@@ -285,7 +326,7 @@ static void wait_layer(nn_model *m, int layer, void *arg)
 
 chorus_result nn_zero_overlap(nn_zero *z, nn_model *m)
 {
-    if (z->bg || z->size == 1) return CHORUS_OK;
+    if (z->bg || z->size == 1 || z->stage == 3) return CHORUS_OK; /* stage 3 gathers per layer */
     struct nn_zero_gather *g = calloc(1, sizeof(*g));
     if (!g || !(g->need = calloc((size_t)m->nlayers, sizeof(int)))) {
         free(g);
@@ -371,15 +412,15 @@ chorus_result nn_zero_shard_norm(nn_zero *z, double *norm)
     double s = 0; /* the padding past a segment's end is zero: the layer's buffer was cleared */
     for (size_t i = 0; i < z->shard_n; i++) s += (double)z->gshard[i] * z->gshard[i];
     chorus_result r = chorus_allreduce(z->comm, &s, &s, 1, CHORUS_FLOAT64, CHORUS_SUM);
-    if (r) return nn__fail(r, "ZeRO-2 gradient norm: %s", chorus_last_error(z->comm));
+    if (r) return nn__fail(r, "ZeRO-%d gradient norm: %s", z->stage, chorus_last_error(z->comm));
     *norm = sqrt(s);
     return CHORUS_OK;
 }
 
 void nn_zero_scale_grads(nn_zero *z, nn_model *m, float k)
 {
-    float *g = z->stage == 2 ? z->gshard : m->grads;
-    size_t n = z->stage == 2 ? z->shard_n : m->nparams;
+    float *g = z->stage >= 2 ? z->gshard : m->grads;
+    size_t n = z->stage >= 2 ? z->shard_n : m->nparams;
     for (size_t i = 0; i < n; i++) g[i] *= k;
 }
 
@@ -397,8 +438,12 @@ chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
     for (int s = 0; s < z->nseg; s++) {
         const nn_zero_seg *g = &z->seg[s];
         size_t n, at = own_range(g, z->rank, &n);
-        const float *grad = z->stage == 2 ? z->gshard + g->shard_off : m->grads + at;
+        const float *grad = z->stage >= 2 ? z->gshard + g->shard_off : m->grads + at;
         update_chunk(z, g, m, o, grad, lr);
+    }
+    if (z->stage == 3) { /* the next pass gathers the updated chunks, layer by layer */
+        z->resident = -1;
+        return CHORUS_OK;
     }
     if (z->bg) { /* the thread gathers; the next forward waits per layer */
         pthread_mutex_lock(&z->bg->mu);
@@ -416,4 +461,93 @@ chorus_result nn_zero_step(nn_zero *z, nn_model *m, nn_optim *o, float lr)
     z->comm_s += now_s() - t0;
     z->gather_s += now_s() - t0;
     return CHORUS_OK;
+}
+
+/* ---- stage 3 ---------------------------------------------------------------------------- */
+
+/* Layer `layer`'s parameters from every rank's chunks into z->pbuf. */
+static chorus_result gather_layer(nn_zero *z, nn_model *m, int layer)
+{
+    const nn_layer *L = &m->layers[layer];
+    double t0 = now_s();
+    for (int s = z->first_seg[layer]; s < z->first_seg[layer + 1]; s++) {
+        const nn_zero_seg *g = &z->seg[s];
+        chorus_result r =
+            chorus_allgather(z->comm, z->pshard + g->shard_off, z->pbuf + (g->off - L->param_off),
+                             g->chunk, CHORUS_FLOAT32);
+        if (r) {
+            z->resident = -1;
+            return nn__fail(r, "ZeRO-3 parameter all-gather of layer %d (%s): %s", layer,
+                            nn_kind_name(L->kind), chorus_last_error(z->comm));
+        }
+    }
+    z->resident = layer;
+    z->gathers++;
+    z->comm_s += now_s() - t0;
+    z->gather_s += now_s() - t0;
+    return CHORUS_OK;
+}
+
+/* The model's forward hook at stage 3: the layer's parameters, unless the buffer holds them
+ * already (the same layer read again: the tied output layer, a backward after its forward).
+ * A failure is latched in m->comm_err; a model that failed gathers nothing more. */
+static void gather_hook(nn_model *m, int layer, void *arg)
+{
+    nn_zero *z = arg;
+    if (z->resident == layer || m->comm_err || !m->layers[layer].nparams) return;
+    chorus_result r = gather_layer(z, m, layer);
+    if (r) m->comm_err = r;
+}
+
+/* One vector of floats between its chunks on every rank (shard, shard_n floats) and whole on
+ * rank root (root -1: every rank), segment by segment through z->pbuf: to_whole all-gathers
+ * the chunks, else root's segments are broadcast and each rank keeps its chunk. */
+static chorus_result move_whole(nn_zero *z, int root, float *shard, float *whole, int to_whole)
+{
+    z->resident = -1; /* pbuf is the landing */
+    int here = root < 0 || root == z->rank;
+    for (int s = 0; s < z->nseg; s++) {
+        const nn_zero_seg *g = &z->seg[s];
+        size_t padded = g->chunk * (size_t)z->size;
+        chorus_result r;
+        if (to_whole) {
+            r = chorus_allgather(z->comm, shard + g->shard_off, z->pbuf, g->chunk, CHORUS_FLOAT32);
+        } else {
+            if (here) {
+                memcpy(z->pbuf, whole + g->off, g->len * sizeof(float));
+                memset(z->pbuf + g->len, 0, (padded - g->len) * sizeof(float));
+            }
+            r = chorus_broadcast(z->comm, z->pbuf, padded, CHORUS_FLOAT32, root);
+        }
+        if (r)
+            return nn__fail(r, "ZeRO-3 %s the whole model: %s",
+                            to_whole ? "gathering" : "scattering", chorus_last_error(z->comm));
+        if (to_whole && here) memcpy(whole + g->off, z->pbuf, g->len * sizeof(float));
+        if (!to_whole)
+            memcpy(shard + g->shard_off, z->pbuf + (size_t)z->rank * g->chunk,
+                   g->chunk * sizeof(float));
+    }
+    return CHORUS_OK;
+}
+
+chorus_result nn_zero_gather_whole(nn_zero *z, int root, const float *om, const float *ov,
+                                   float *whole_p, float *whole_m, float *whole_v)
+{
+    if (z->stage != 3) return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_zero_gather_whole: stage 3");
+    chorus_result r = move_whole(z, root, z->pshard, whole_p, 1);
+    if (!r && om) r = move_whole(z, root, (float *)om, whole_m, 1);
+    if (!r && ov) r = move_whole(z, root, (float *)ov, whole_v, 1);
+    return r;
+}
+
+chorus_result nn_zero_scatter_whole(nn_zero *z, int root, const float *whole_p,
+                                    const float *whole_m, const float *whole_v, float *om,
+                                    float *ov)
+{
+    if (z->stage != 3 || root < 0)
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_zero_scatter_whole: stage 3, one root");
+    chorus_result r = move_whole(z, root, z->pshard, (float *)whole_p, 0);
+    if (!r && om) r = move_whole(z, root, om, (float *)whole_m, 0);
+    if (!r && ov) r = move_whole(z, root, ov, (float *)whole_v, 0);
+    return r;
 }

@@ -21,6 +21,23 @@
 #             1e-6 of data parallelism's there, the bits compared without clipping); the
 #             per-rank gradient and optimizer bytes shrink; checkpoints, --accum 2 with
 #             --zero 2 and --zero with --tensor-parallel are refused with their reasons
+#   zero3     --zero 3 (parameters sharded too, gathered per group just in time) on 2 ranks ends
+#             4 steps with the parameters of plain data parallelism, to the bit, without
+#             clipping, with --recompute, and with its validation loss and sampled text; with
+#             --clip-grad 1 (the norm from the shards' squares, added in another order) its
+#             losses are held to 1e-6 of data parallelism's and its parameters to 1e-6
+#   zero3_resume  --zero 3: 8 steps straight = 4 + --resume 4, to the bit, on both ranks; its
+#             checkpoint (the whole model, gathered by rank 0) resumes under plain data
+#             parallelism to the same bits, and on one rank
+#   zero3_memory  the memory report of --zero 3 at 2 ranks (8 blocks): parameters, gradients
+#             and optimizer state within 10% of their formulas (each rank's chunks of the
+#             model, 1/2, plus one group's gather buffer and gradient buffer), about half of
+#             plain data parallelism's bytes in all
+#   zero3_refused  what --zero 3 does not combine with is refused with its reason
+#   zero3_kill  under --zero 3 a rank killed mid-run stops the other with an error naming it
+#             and the collective it was in (mostly ZeRO's: a group's all-gather, its
+#             gradient's reduce-scatter, the norm's sum; else the step's sum of the loss), no
+#             hang
 #   recompute --recompute (each block's inner activations dropped after forward and computed
 #             again in backward) ends 4 steps with the parameters of the run that keeps them,
 #             to the bit, on its own, with --zero 2 and with --tensor-parallel 2, holding fewer
@@ -184,6 +201,118 @@ PY
     refused "--tensor-parallel and --zero do not write checkpoints yet" --zero 1 --checkpoint-dir "$d/ck"
     refused "--zero 2 keeps no full gradient buffer to accumulate in" --zero 2 --accum 2
     refused "--zero with --tensor-parallel: the gradient norm for clipping" --zero 1 --tensor-parallel 2
+    ;;
+zero3)
+    for v in "z0c0 --zero 0 --clip-grad 0" "z3c0 --zero 3 --clip-grad 0" \
+        "z3r --zero 3 --clip-grad 0 --recompute" "z0c1 --zero 0 --clip-grad 1" \
+        "z3c1 --zero 3 --clip-grad 1"; do
+        n=${v%% *}
+        run $n $small --max-steps 4 --sample 40 --metrics "$d/$n.jsonl" --dump-params "$d/$n" ${v#"$n"}
+    done
+    cat "$d/z3c0.log"
+    same z0c0 z3c0
+    same z0c0 z3r
+    echo "--zero 3, without clipping and with --recompute: the parameters of plain data parallelism, to the bit"
+    for f in "0:validation after step 4: loss" "1:sample (40 bytes"; do # lines after it: the text
+        a=$(grep -a -A${f%%:*} -F "${f#*:}" "$d/z0c0.log") b=$(grep -a -A${f%%:*} -F "${f#*:}" "$d/z3c0.log")
+        [ -n "$a" ] && [ "$a" = "$b" ] || fail "--zero 3: '${f#*:}' differs from plain data parallelism's: '$a' / '$b'"
+    done
+    echo "--zero 3: the validation line and the sampled text of plain data parallelism"
+    python3 - "$d" <<'PY' || fail "--zero 3 --clip-grad 1 leaves plain data parallelism"
+import array, json, sys
+d = sys.argv[1]
+rows = lambda n: [json.loads(l)["loss"] for l in open(f"{d}/{n}.jsonl") if l.startswith('{"step"')]
+plain, z3 = rows("z0c1"), rows("z3c1")
+worst = max(abs(a - b) for a, b in zip(plain, z3))
+print(f"--zero 3 --clip-grad 1: {len(z3)} steps, largest loss difference from plain {worst:.2e}")
+assert len(plain) == len(z3) == 4 and worst <= 1e-6
+for r in (0, 1):
+    a, b = (array.array("f", open(f"{d}/{n}.{r}", "rb").read()) for n in ("z0c1", "z3c1"))
+    diff = max(abs(x - y) for x, y in zip(a, b))
+    print(f"rank {r}: {len(b)} parameters, largest difference from plain {diff:.2e}")
+    assert len(a) == len(b) == 118528 and diff <= 1e-6
+PY
+    ;;
+zero3_resume)
+    z3="--zero 3 --no-eval --sample 0"
+    run straight $small --max-steps 8 $z3 --dump-params "$d/straight"
+    run half $small --max-steps 4 $z3 --checkpoint-dir "$d/ck" --checkpoint-every 4
+    cp -r "$d/ck" "$d/ckplain"
+    cp -r "$d/ck" "$d/ckone"
+    run rest $small --max-steps 8 $z3 --checkpoint-dir "$d/ck" --checkpoint-every 4 --resume --dump-params "$d/rest"
+    cat "$d/rest.log"
+    same straight rest
+    echo "--zero 3: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
+    run plain $small --max-steps 8 --no-eval --sample 0 --checkpoint-dir "$d/ckplain" --resume --dump-params "$d/plain"
+    same straight plain
+    echo "a --zero 3 checkpoint (the whole model) resumes under plain data parallelism to the same bits"
+    chorus-run -np 1 chorus-train $small --max-steps 8 $z3 --checkpoint-dir "$d/ckone" --resume > "$d/one.log" 2>&1 ||
+        { cat "$d/one.log"; fail "a --zero 3 checkpoint of 2 ranks on 1 rank"; }
+    grep -q "resumed from .*train.00000000000000000004.ckpt: epoch 1, step 4" "$d/one.log" || { cat "$d/one.log"; fail "no resume line"; }
+    grep -qF -- "-np was 2 in the checkpoint, now 1" "$d/one.log" || { cat "$d/one.log"; fail "no note on the number of ranks"; }
+    grep -q "done: 8 steps" "$d/one.log" || { cat "$d/one.log"; fail "the one-rank resume did not finish"; }
+    echo "a --zero 3 checkpoint of 2 ranks resumes on 1 rank (its chunks cut anew), with the note on the summation order"
+    ;;
+zero3_memory)
+    for z in 0 3; do
+        run mem$z $small --layers 8 --max-steps 2 --no-eval --sample 0 --zero $z --metrics "$d/mem$z.jsonl"
+    done
+    grep "memory rank" "$d/mem3.log"
+    grep -q "ZeRO-3: the parameter all-gathers, layer by layer before each pass reads them (20.0 per step" "$d/mem3.log" ||
+        fail "no gather line (8 blocks: forward 11 gathers, the embeddings twice for the tied output layer; backward 9, the output layer's kept from forward)"
+    python3 - "$d" <<'PY' || fail "the memory report of --zero 3 leaves its formula"
+import json, sys
+d = sys.argv[1]
+mem = lambda n: [json.loads(l) for l in open(f"{d}/{n}.jsonl") if l.startswith('{"memory"')][-1]["memory"]
+V, T, C, L, N = 256, 32, 64, 8, 2
+groups = [(V + T) * C] + [12 * C * C + 13 * C] * L + [2 * C]  # embeddings, blocks, final LayerNorm
+P, G = sum(groups), max(groups)
+want = {0: {"params": 4 * P, "grads": 4 * P, "optimizer": 8 * P},
+        3: {"params": 4 * (P / N + G), "grads": 4 * (P / N + G), "optimizer": 8 * P / N}}
+total = {}
+for z in (0, 3):
+    for r in mem(f"mem{z}"):
+        for part, w in want[z].items():
+            got = r[part]
+            print(f"--zero {z} rank {r['rank']} {part}: {got} bytes, formula {w:.0f} ({got / w:.3f})")
+            assert abs(got - w) <= 0.1 * w, f"--zero {z} {part}"
+        total[z] = sum(r[p] for p in want[z])
+ratio, formula = total[3] / total[0], (P / N * 16 + 8 * G) / (16 * P)
+print(f"parameters + gradients + optimizer per rank: --zero 3 {total[3]} bytes, plain {total[0]}: "
+      f"{ratio:.3f} of plain (formula {formula:.3f}: 1/{N} + one group's two buffers)")
+assert abs(ratio - formula) <= 0.1 * formula and ratio < 0.6
+PY
+    ;;
+zero3_refused)
+    refused "--zero with --tensor-parallel: the gradient norm for clipping is not yet taken over shards of both kinds" --zero 3 --tensor-parallel 2
+    refused "--zero reduces the gradients itself: leave --grad-sync at fused, not engine" --zero 3 --grad-sync engine
+    refused "--zero 3 keeps no full gradient buffer to accumulate in: use --accum 1" --zero 3 --accum 2
+    refused "--check-divergence compares the replicas' whole parameters; under --zero 3 each rank holds only its chunks of them" --zero 3 --check-divergence 2
+    refused "--compress does not combine with --zero (its reduce-scatter shards the gradients)" --zero 3 --compress topk:0.1
+    refused "--pipeline-stages with --zero: a stage's optimizer state is not sharded over its replicas yet" --zero 3 --pipeline-stages 2
+    out=$(chorus-train --model mlp --zero 3 2>&1) && fail "--zero 3 with --model mlp was not refused"
+    echo "$out" | grep -qF -- "--zero 3 shards the parameters too, gathered layer by layer just before each pass reads them: that is built for --model gpt; --model mlp takes --zero 1|2" ||
+        { echo "$out"; fail "--zero 3 with mlp"; }
+    echo "refused --model mlp --zero 3: $out"
+    ;;
+zero3_kill)
+    chorus-run -np 2 chorus-train $small --zero 3 --max-steps 1000000 --no-eval --sample 0 \
+        --log-every 1 --metrics "$d/m.jsonl" > "$d/kill.log" 2>&1 &
+    job=$!
+    victim=""
+    for i in $(seq 300); do
+        victim=$(ps -e -o pid=,args= | grep "chorus-train .*$d/m.jsonl" | grep -v "chorus-run\|grep" |
+            awk 'NR == 2 {print $1}')
+        [ -n "$victim" ] && [ -s "$d/m.jsonl" ] && break
+        sleep 0.1
+    done
+    [ -n "$victim" ] || { kill "$job"; fail "rank 1 did not start"; }
+    kill -9 "$victim"
+    wait "$job" && fail "the job succeeded after a rank was killed"
+    cat "$d/kill.log"
+    # the pid when rank 0 saw it go in shared memory, its host when over its connection
+    grep -q "chorus-train\[0\]: .*rank 1 (\(pid $victim\|host [^)]*\)) was lost" "$d/kill.log" ||
+        fail "rank 0 does not name the lost rank"
     ;;
 recompute)
     for v in "keep" "again --recompute" "z2 --zero 2 --recompute" "tp --tensor-parallel 2" \

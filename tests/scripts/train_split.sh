@@ -112,7 +112,8 @@ bad)
     check "splits the linear layers of --model mlp or large, not cnn" --tensor-parallel 2 --model cnn
     check "use --accum 1 (or --zero 1)" --zero 2 --accum 2
     check "leave --grad-sync at fused, not engine" --zero 1 --grad-sync engine
-    check "bad value '3' for --zero" --zero 3
+    check "bad value '4' for --zero" --zero 4
+    check "--zero 3 shards the parameters too, gathered layer by layer just before each pass reads them: that is built for --model gpt; --model mlp takes --zero 1|2" --zero 3
     check "does not support --dropout" --tensor-parallel 2 --dropout 0.1
     check "do not write checkpoints yet" --zero 1 --checkpoint-dir "$d/ck"
     check "does not support --time-limit" --tensor-parallel 2 --time-limit 5

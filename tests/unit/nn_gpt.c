@@ -236,11 +236,11 @@ static void test_gpt2_count(void)
     ASSERT_EQ(n, 124439808);
 }
 
-static int hook_order[8], hook_n;
+static int hook_order[16], hook_n;
 static void record_hook(nn_model *m, int layer, void *arg)
 {
     (void)m, (void)arg;
-    if (hook_n < 8) hook_order[hook_n] = layer;
+    if (hook_n < 16) hook_order[hook_n] = layer;
     hook_n++;
 }
 
@@ -274,7 +274,8 @@ static void test_accumulate_and_hook(void)
 }
 
 /* Recomputation per block gives the gradients of the model that keeps every activation, to
- * the bit, with fewer activation bytes; so does the model's forward hook see each group. */
+ * the bit, with fewer activation bytes; the model's forward hook sees each group before its
+ * parameters are read, in forward and in backward. */
 static void test_recompute(void)
 {
     const nn_gpt_config c = {.layers = 3, .d_model = 32, .heads = 4, .context = 16, .vocab = 256};
@@ -289,9 +290,11 @@ static void test_recompute(void)
     hook_n = 0;
     again->m->fwd_hook = record_hook;
     double b = one_step(again, tok, tgt);
-    ASSERT_EQ(hook_n, 5); /* embeddings, 3 blocks, final LayerNorm: each before its forward */
-    ASSERT_EQ(hook_order[0], 0);
-    ASSERT_EQ(hook_order[4], 4);
+    /* forward: embeddings, 3 blocks, final LayerNorm, the embeddings again (the tied output
+     * layer); backward: the output layer, the final LayerNorm, the blocks last first */
+    static const int want[] = {0, 1, 2, 3, 4, 0, 0, 4, 3, 2, 1};
+    ASSERT_EQ(hook_n, 11);
+    for (int i = 0; i < 11; i++) ASSERT_EQ(hook_order[i], want[i]);
     ASSERT(a == b);
     ASSERT_EQ(memcmp(keep->m->grads, again->m->grads, keep->m->nparams * sizeof(float)), 0);
     nn_gpt_destroy(keep);

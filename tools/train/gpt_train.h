@@ -28,8 +28,9 @@ void gpt_val_slice(const trainer *t, int part, int parts, size_t *lo, size_t *hi
 /* acc (loss sum, hits, tokens) summed over t->dist's ranks; rank 0 says the validation line.
  * Returns the next-byte accuracy, the loss per token in *loss. */
 double gpt_say_validation(trainer *t, double acc[3], double *loss);
-/* The tokens/s line and --sample bytes drawn from g (the whole model), on the rank that
- * prints them (with tensor parallelism every shard of replica 0 draws). */
-void gpt_say_end(trainer *t, nn_gpt *g);
+/* The tokens/s line and --sample bytes drawn from g (the whole model), rank 0 printing them
+ * (with tensor parallelism every shard of replica 0 draws; every_rank: every rank draws, its
+ * forward passes collective, as under --zero 3). */
+void gpt_say_end(trainer *t, nn_gpt *g, int every_rank);
 
 #endif /* CHORUS_TRAIN_GPT_TRAIN_H */

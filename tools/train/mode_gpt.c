@@ -9,7 +9,10 @@
  * cut to --clip-grad. --tensor-parallel T splits each block's heads and MLP over T ranks of a
  * replica (Megatron's; nn/gpt.c), the grid and its output as for the MLP (split.c). --zero 1|2
  * shards the parameter groups' optimizer state and gradients (nn/zero.c; the sum comes before
- * the clipping), --recompute drops each block's inner activations (nn/gpt.c), --compress runs
+ * the clipping); --zero 3 the parameters too: each group is all-gathered just before forward or
+ * backward reads it, into one buffer that the next group's gather overwrites, so whatever
+ * reads the parameters (evaluation, sampling, checkpoints, --dump-params) runs on every rank
+ * together. --recompute drops each block's inner activations (nn/gpt.c), --compress runs
  * the element-wise compressors over the gradient sum; --pipeline-stages runs its blocks in
  * stages (mode_gpt_pipe.c, with the text and the lines printed here; --recompute there too). The
  * splits this model does not have yet are refused with the reason.
@@ -89,6 +92,9 @@ static void check_opts(opts *o)
             ? "--compress powersgd views each layer's gradient as one weight matrix; the GPT's "
               "parameter groups hold several (the element-wise compressors, topk, randomk, fp16 "
               "and bf16, run)"
+        : o->par.zero == 3 && (o->check_div || o->perturb)
+            ? "--check-divergence compares the replicas' whole parameters; under --zero 3 each "
+              "rank holds only its chunks of them"
         : !strcmp(o->balance, "dynamic") || o->balance_shares
             ? "--balance dynamic is not measured on it yet: split the batch evenly"
         : o->dropout > 0 ? "--dropout: the GPT has no dropout"
@@ -160,7 +166,7 @@ nn_model *gpt_make(trainer *t, int max_batch)
     nn_mem *mm = &t->o.par.mem;
     nn_model *m = s->g->m;
     nn_mem_add(mm, NN_MEM_PARAMS, m->nparams * sizeof(float));
-    if (t->o.par.zero == 2) { /* ZeRO-2 keeps one group's gradient and its chunks of the sum */
+    if (t->o.par.zero >= 2) { /* ZeRO-2/3 keep one group's gradient and their chunks of the sum */
         free(m->grads);
         m->grads = NULL;
         m->no_grads = 1;
@@ -212,21 +218,26 @@ static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float
         nn_gpt_backward(s->g);
         off += nb;
     }
+    /* a failed collective of the passes (--tensor-parallel's sums, --zero 3's gathers, ZeRO's
+     * reduce-scatters) is named before the step's own collectives find the peer gone */
+    chorus_result r = nn_model_comm_status(t->m);
+    if (!r && t->o.par.zero >= 2) r = t->o.par.zs.err;
+    if (r) die("%s", nn_last_error());
     stats[2] = (double)nloc * T; /* loss and accuracy per token */
 }
 
 /* The summed gradient, the same on every replica, cut to global norm --clip-grad (the norm of
  * the whole model's gradient: over the tensor-parallel shards too); then the update. With
  * --zero, ZeRO sums the gradient first: ZeRO-1 into every rank's whole buffer (the same norm,
- * to the bit, as plain data parallelism), ZeRO-2 into each rank's chunks (the norm from their
- * squares, added in another order). */
+ * to the bit, as plain data parallelism), ZeRO-2 and 3 into each rank's chunks (the norm from
+ * their squares, added in another order). */
 static void step(trainer *t, float lr)
 {
     train_gpt *s = t->gpt;
     train_par *p = &t->o.par;
     if (nn_model_comm_status(t->m)) die("%s", nn_last_error());
     if (p->zero && nn_zero_sum_grads(&p->zs, t->m)) die("%s", nn_last_error());
-    chorus_result r = p->zero == 2 ? nn_zero_shard_norm(&p->zs, &s->grad_norm)
+    chorus_result r = p->zero >= 2 ? nn_zero_shard_norm(&p->zs, &s->grad_norm)
                                    : nn_gpt_grad_norm(s->g, &s->grad_norm);
     if (r) die("%s", nn_last_error());
     if (t->o.clip > 0 && s->grad_norm > t->o.clip) {
@@ -241,12 +252,35 @@ static void step(trainer *t, float lr)
     allreduce_step(t, lr);
 }
 
-/* The optimizer's state and ZeRO's buffers; under --zero 2 the gradient views follow the
- * layers' into ZeRO's buffer. */
+/* The optimizer's state and ZeRO's buffers; under --zero 2 and 3 the gradient views follow the
+ * layers' into ZeRO's buffer, under --zero 3 the parameter views too. */
 static void optim_built(trainer *t)
 {
     allreduce_optim_built(t);
     nn_gpt_point_grads(t->gpt->g);
+    nn_gpt_point_params(t->gpt->g);
+}
+
+/* Rank 0's first parameters to every rank (under --zero 3 that broadcast ran before they were
+ * cut into the ranks' chunks, split.c). */
+static void first_params(trainer *t)
+{
+    if (t->o.par.zero != 3) allreduce_first_params(t);
+}
+
+/* A checkpoint of the whole model; under --zero 3 rank 0 gathers it from every rank's chunks
+ * for the moment of writing (split.h: par_whole_open). */
+static void save(trainer *t)
+{
+    train_par *p = &t->o.par;
+    if (p->zero != 3) {
+        save_whole(t);
+        return;
+    }
+    if (t->rank == 0) par_whole_open(p, t->m, &t->opt);
+    par_whole_gather(p, t->m, &t->opt);
+    save_whole(t);
+    if (t->rank == 0) par_whole_close(p, t->m, &t->opt);
 }
 
 /* ZeRO times its own gradient sum. */
@@ -283,34 +317,41 @@ static double evaluate(trainer *t, double *loss)
 {
     train_gpt *s = t->gpt;
     int T = s->g->c.context, mb = s->g->max_batch;
-    size_t lo, hi;
+    size_t lo, hi, lo0, hi0;
     gpt_val_slice(t, t->rank, t->world, &lo, &hi);
+    gpt_val_slice(t, 0, t->world, &lo0, &hi0);
+    size_t per = hi0 - lo0; /* the first slice, the longest */
     double acc[3] = {0, 0, 0};
     uint32_t *idx = malloc((size_t)mb * sizeof(uint32_t));
     if (!idx) die("out of memory");
-    for (size_t w = lo; w < hi; w += (size_t)mb) {
-        int B = (int)(hi - w < (size_t)mb ? hi - w : (size_t)mb);
-        for (int i = 0; i < B; i++) idx[i] = (uint32_t)(w + (size_t)i);
-        gather(s, &s->val, idx, (size_t)B);
-        nn_gpt_forward(s->g, s->x, B, T);
+    /* under --zero 3 a forward pass is collective: every rank runs as many as the first, a
+     * rank past its slice a pass over one window that is not counted */
+    size_t rounds = t->o.par.zero == 3 ? (per + (size_t)mb - 1) / (size_t)mb : 0;
+    for (size_t w = lo, k = 0; w < hi || k < rounds; w += (size_t)mb, k++) {
+        int B = w < hi ? (int)(hi - w < (size_t)mb ? hi - w : (size_t)mb) : 0;
+        for (int i = 0; i < (B ? B : 1); i++) idx[i] = (uint32_t)(B ? w + (size_t)i : 0);
+        gather(s, &s->val, idx, (size_t)(B ? B : 1));
+        nn_gpt_forward(s->g, s->x, B ? B : 1, T);
+        if (!B) continue;
         long hits = 0;
         acc[0] += nn_gpt_loss(s->g, s->y, 0.0f, &hits);
         acc[1] += (double)hits;
         acc[2] += (double)B * T;
     }
     free(idx);
+    if (nn_model_comm_status(t->m)) die("%s", nn_last_error()); /* --zero 3's gathers */
     return gpt_say_validation(t, acc, loss);
 }
 
-void gpt_say_end(trainer *t, nn_gpt *g)
+void gpt_say_end(trainer *t, nn_gpt *g, int every_rank)
 {
     int T = g->c.context;
-    if (t->train_time > 0)
+    if (t->rank == 0 && t->train_time > 0)
         printf("gpt: %.0f tokens/s over %.1f s of training (%d rank%s); last gradient norm "
                "%.3f before clipping to %g\n",
                t->samples_done * T / t->train_time, t->train_time, chorus_size(t->comm),
                chorus_size(t->comm) > 1 ? "s" : "", t->gpt->grad_norm, (double)t->o.clip);
-    if (t->o.sample <= 0) return;
+    if (t->o.sample <= 0 || (t->rank != 0 && !every_rank)) return;
     int n = t->o.sample + 2;
     int32_t *text = malloc((size_t)n * sizeof(int32_t));
     char *out = malloc((size_t)n + 1);
@@ -324,7 +365,10 @@ void gpt_say_end(trainer *t, nn_gpt *g)
         out[i - 2] = (char)text[i];
     }
     out[n - 2] = '\0';
-    printf("sample (%d bytes at temperature 0.8, after a fortune separator):\n%s\n", n - 2, out);
+    if (nn_model_comm_status(t->m)) die("%s", nn_last_error()); /* --zero 3's gathers */
+    if (t->rank == 0)
+        printf("sample (%d bytes at temperature 0.8, after a fortune separator):\n%s\n", n - 2,
+               out);
     fflush(stdout);
     free(text);
     free(out);
@@ -332,12 +376,19 @@ void gpt_say_end(trainer *t, nn_gpt *g)
 
 /* Rank 0: tokens per second, and --sample bytes of text drawn from the model after a fortune
  * separator, at temperature 0.8 (with --tensor-parallel the shards of replica 0 draw together,
- * the same bytes: the others' output goes nowhere). */
+ * the same bytes: the others' output goes nowhere; under --zero 3 every rank draws, its forward
+ * passes gathering the parameters with the others'); under --zero 3 with --dump-params every
+ * rank's whole parameters gathered from the chunks, for the dump after this (report.c). */
 static void gpt_report(trainer *t)
 {
     allreduce_report(t);
-    if (t->rank != 0) return;
-    gpt_say_end(t, t->gpt->g);
+    int z3 = t->o.par.zero == 3;
+    gpt_say_end(t, t->gpt->g, z3);
+    if (z3 && t->o.dump) {
+        if (!(t->m->params = malloc(t->m->nparams * sizeof(float)))) die("out of memory");
+        if (nn_zero_gather_whole(&t->o.par.zs, -1, NULL, NULL, t->m->params, NULL, NULL))
+            die("%s", nn_last_error());
+    }
 }
 
 /* t->m is the GPT's own parameter model, which main.c frees. */
@@ -368,9 +419,9 @@ const train_mode mode_gpt = {
     .shares = allreduce_shares,
     .model_built = allreduce_model_built,
     .optim_built = optim_built,
-    .first_params = allreduce_first_params,
+    .first_params = first_params,
     .sync = allreduce_sync,
-    .save = allreduce_save,
+    .save = save,
     .start = start,
     .forward_backward = forward_backward,
     .step = step,

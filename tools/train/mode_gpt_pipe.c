@@ -505,7 +505,7 @@ static void stage_report(trainer *t)
     nn_gpt *whole = nn_gpt_create(&t->o.gpt, 1);
     if (!whole) die("%s", nn_last_error());
     memcpy(whole->m->params, t->m->params, t->m->nparams * sizeof(float));
-    gpt_say_end(t, whole);
+    gpt_say_end(t, whole, 0);
     nn_gpt_destroy(whole);
 }
 

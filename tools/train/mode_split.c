@@ -31,7 +31,7 @@ void split_comm_line(trainer *t)
     const nn_zero *z = &o->par.zs;
     double k = z->steps ? 1e3 / (double)z->steps : 0.0;
     printf("communication (--zero %d, %d ranks): %s took %.2f ms per step\n", o->par.zero, t->world,
-           o->par.zero == 2 ? "reduce-scattering the gradients, layer by layer in the "
+           o->par.zero >= 2 ? "reduce-scattering the gradients, layer by layer in the "
                               "backward pass,"
                             : "allreducing the gradients",
            k * (z->comm_s - z->gather_s));

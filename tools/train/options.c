@@ -94,8 +94,10 @@ static void usage(FILE *f)
             "  --model large          784-1024x8-10 MLP (8.2M parameters), for the options below\n"
             "  --tensor-parallel T    split the MLP's hidden layers over T ranks in column/row\n"
             "                         pairs; the world is data replicas x T (1)\n"
-            "  --zero 1|2             shard the optimizer state (1) and the summed gradients (2)\n"
-            "                         over the data-parallel ranks (0)\n"
+            "  --zero 1|2|3           shard the optimizer state (1), the summed gradients (2)\n"
+            "                         and the parameters (3: --model gpt; each block gathered\n"
+            "                         just before forward and backward read it) over the\n"
+            "                         data-parallel ranks (0)\n"
             "  --recompute[=K]        keep only every K-th layer's activations and recompute\n"
             "                         the rest in backward (K: about sqrt(layers); gpt: every\n"
             "                         block's inner activations, no K)\n"
@@ -374,7 +376,7 @@ static void take(opts *o, int c)
     case 'h': usage(stdout); exit(0);
     case O_TP: NUM(o->par.tp, (int)strtol(optarg, &end, 10), o->par.tp > 0); break;
     case O_ZERO:
-        NUM(o->par.zero, (int)strtol(optarg, &end, 10), o->par.zero >= 0 && o->par.zero <= 2);
+        NUM(o->par.zero, (int)strtol(optarg, &end, 10), o->par.zero >= 0 && o->par.zero <= 3);
         break;
     case O_RECOMP:
         o->par.recompute = -1;

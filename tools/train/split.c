@@ -27,7 +27,11 @@ void par_check_opts(const train_par *p, const char *model, const char *mode, con
             "at the same step); use --max-steps");
     if (split && strcmp(mode, "allreduce"))
         die("--tensor-parallel and --zero work with --mode allreduce, not --mode %s", mode);
-    if (split && ckpt_dir)
+    if (p->zero == 3 && strcmp(model, "gpt"))
+        die("--zero 3 shards the parameters too, gathered layer by layer just before each pass "
+            "reads them: that is built for --model gpt; --model %s takes --zero 1|2",
+            model);
+    if (split && p->zero != 3 && ckpt_dir)
         die("--tensor-parallel and --zero do not write checkpoints yet (each rank holds only a "
             "shard of the state); leave out --checkpoint-dir");
     if (p->tp > 1 && !strcmp(model, "cnn"))
@@ -37,9 +41,10 @@ void par_check_opts(const train_par *p, const char *model, const char *mode, con
             "matching masks)");
     if (p->zero && strcmp(sync, "fused"))
         die("--zero reduces the gradients itself: leave --grad-sync at fused, not %s", sync);
-    if (p->zero == 2 && accum > 1)
-        die("--zero 2 keeps no full gradient buffer to accumulate in: use --accum 1 (or --zero "
-            "1)");
+    if (p->zero >= 2 && accum > 1)
+        die("--zero %d keeps no full gradient buffer to accumulate in: use --accum 1 (or --zero "
+            "1)",
+            p->zero);
 }
 
 chorus_comm *par_grid(train_par *p, chorus_comm *world, const char **metrics, const char **dump)
@@ -147,6 +152,10 @@ void par_setup(train_par *p, nn_model *m, const nn_optim *o)
     nn_mem_add(&p->mem, NN_MEM_OPTIMIZER, nn_optim_state_count(o) * sizeof(float));
     if (p->zero) {
         chorus_comm *c = p->dp_comm ? p->dp_comm : p->world;
+        /* ZeRO-3 keeps only its chunks: rank 0's first parameters before they are cut */
+        if (p->zero == 3 && chorus_size(c) > 1 &&
+            chorus_broadcast(c, m->params, m->nparams, CHORUS_FLOAT32, 0) != CHORUS_OK)
+            die("--zero 3: the broadcast of the first parameters: %s", chorus_last_error(c));
         if (nn_zero_init(&p->zs, m, c, p->zero, &p->mem) || nn_zero_overlap(&p->zs, m))
             die("--zero: %s", nn_last_error());
     }
@@ -196,7 +205,12 @@ void par_report(train_par *p, FILE *metrics)
     int n = chorus_size(p->world);
     if (chorus_rank(p->world) == 0 && p->zero && p->zs.steps) {
         double k = 1e3 / (double)p->zs.steps;
-        if (p->zs.bg)
+        if (p->zero == 3)
+            printf("ZeRO-3: the parameter all-gathers, layer by layer before each pass reads "
+                   "them (%.1f per step, forward and backward; evaluation and sampling passes "
+                   "included), took %.2f ms per step\n",
+                   (double)p->zs.gathers / (double)p->zs.steps, k * p->zs.gather_s);
+        else if (p->zs.bg)
             printf("ZeRO-%d: the parameter all-gather took %.2f ms per step; the next forward "
                    "pass waited %.2f ms of it, the rest ran behind it\n",
                    p->zero, k * p->zs.gather_s, k * p->zs.wait_s);
@@ -233,4 +247,53 @@ void par_free(train_par *p)
     if (p->tp_comm) chorus_finalize(p->tp_comm);
     if (p->dp_comm) chorus_finalize(p->dp_comm);
     p->tp_comm = p->dp_comm = NULL;
+}
+
+/* --zero 3's whole model, for a checkpoint. */
+
+void par_whole_open(train_par *p, nn_model *m, nn_optim *o)
+{
+    p->shard_opt = *o;
+    p->whole_params = calloc(m->nparams ? m->nparams : 1, sizeof(float));
+    float *wm = o->m ? calloc(m->nparams, sizeof(float)) : NULL;
+    float *wv = o->v ? calloc(m->nparams, sizeof(float)) : NULL;
+    if (!p->whole_params || (o->m && !wm) || (o->v && !wv))
+        die("--zero 3: out of memory for the whole model (%zu parameters) of a checkpoint",
+            m->nparams);
+    o->m = wm, o->v = wv, o->n = m->nparams;
+    m->params = p->whole_params;
+    p->whole_bytes = (m->nparams + (wm ? m->nparams : 0) + (wv ? m->nparams : 0)) * sizeof(float);
+    nn_mem_add(&p->mem, NN_MEM_PARAMS, m->nparams * sizeof(float));
+    nn_mem_add(&p->mem, NN_MEM_OPTIMIZER, p->whole_bytes - m->nparams * sizeof(float));
+}
+
+void par_whole_close(train_par *p, nn_model *m, nn_optim *o)
+{
+    nn_mem_sub(&p->mem, NN_MEM_PARAMS, m->nparams * sizeof(float));
+    nn_mem_sub(&p->mem, NN_MEM_OPTIMIZER, p->whole_bytes - m->nparams * sizeof(float));
+    free(o->m);
+    free(o->v);
+    free(p->whole_params);
+    uint64_t steps = o->t;
+    *o = p->shard_opt;
+    o->t = steps;
+    m->params = p->whole_params = NULL;
+}
+
+void par_whole_gather(train_par *p, nn_model *m, nn_optim *o)
+{
+    int open = p->whole_params != NULL; /* rank 0 */
+    const nn_optim *sh = open ? &p->shard_opt : o;
+    if (nn_zero_gather_whole(&p->zs, 0, sh->m, sh->v, open ? m->params : NULL, open ? o->m : NULL,
+                             open ? o->v : NULL))
+        die("%s", nn_last_error());
+}
+
+void par_whole_scatter(train_par *p, nn_model *m, nn_optim *o)
+{
+    int open = p->whole_params != NULL; /* rank 0 */
+    nn_optim *sh = open ? &p->shard_opt : o;
+    if (nn_zero_scatter_whole(&p->zs, 0, open ? m->params : NULL, open ? o->m : NULL,
+                              open ? o->v : NULL, sh->m, sh->v))
+        die("%s", nn_last_error());
 }

@@ -16,7 +16,7 @@
 typedef struct train_par {
     /* options */
     int tp;        /* --tensor-parallel T (1: none) */
-    int zero;      /* --zero 1|2 (0: none) */
+    int zero;      /* --zero 1|2|3 (0: none) */
     int recompute; /* --recompute[=K]: 0 off, -1 about sqrt(layers), else K */
     long max_mb;   /* --max-memory-mb (0: no budget) */
     /* the grid: world rank = data rank * T + tensor rank */
@@ -24,6 +24,11 @@ typedef struct train_par {
     int tp_rank;
     nn_zero zs;
     nn_mem mem; /* this rank's buffers */
+    /* --zero 3, rank 0, while a checkpoint is written or read: the whole model's buffers in
+     * the model and optimizer, their shards kept here (par_whole_open) */
+    float *whole_params;
+    size_t whole_bytes;
+    nn_optim shard_opt;
 } train_par;
 
 /* Refuses option combinations the splits do not support, with the reason. */
@@ -56,6 +61,17 @@ void par_sync(train_par *p, nn_model *m);
 /* At the end, collective over the world: rank 0 prints every rank's memory line and writes
  * the {"memory":[...]} line to metrics (may be NULL). */
 void par_report(train_par *p, FILE *metrics);
+/* --zero 3's checkpoints are of the whole model, as every other run's (so that a run resumes
+ * with another number of ranks, or without ZeRO): rank 0 holds the whole parameters and
+ * optimizer state while it writes or reads one. par_whole_open (rank 0 only) gives m and o
+ * whole buffers in place of the shards, which it keeps (nn_mem records them while open);
+ * par_whole_close frees them and puts the shards back (the step count o->t kept).
+ * par_whole_gather and par_whole_scatter (collective over the data-parallel ranks, rank 0's
+ * buffers open) move the ranks' chunks to rank 0's whole buffers and back. */
+void par_whole_open(train_par *p, nn_model *m, nn_optim *o);
+void par_whole_close(train_par *p, nn_model *m, nn_optim *o);
+void par_whole_gather(train_par *p, nn_model *m, nn_optim *o);
+void par_whole_scatter(train_par *p, nn_model *m, nn_optim *o);
 /* Frees the ZeRO buffers and the grid's communicators. */
 void par_free(train_par *p);
 

@@ -96,8 +96,10 @@ void share_resumed_state(trainer *t)
     st->rng = words[4];
     t->opt.t = words[6];
     size_t ns = t->opt.m ? t->opt.n : 0;
-    if ((ns && nn_dist_broadcast_bytes(d, t->opt.m, ns * sizeof(float))) ||
-        (t->opt.v && nn_dist_broadcast_bytes(d, t->opt.v, t->opt.n * sizeof(float))))
+    if (t->o.par.zero == 3) /* each rank its chunks of the parameters and optimizer state */
+        par_whole_scatter(&t->o.par, t->m, &t->opt);
+    else if ((ns && nn_dist_broadcast_bytes(d, t->opt.m, ns * sizeof(float))) ||
+             (t->opt.v && nn_dist_broadcast_bytes(d, t->opt.v, t->opt.n * sizeof(float))))
         die("%s", nn_last_error());
     t->m->seed = st->rng;
     t->sampler.seed = st->seed;
@@ -106,7 +108,8 @@ void share_resumed_state(trainer *t)
 
 /* Step (--resume): rank 0 loads the newest valid checkpoint and every rank gets its verdict,
  * then the training state and optimizer state (the parameters follow with the broadcast of
- * rank 0's parameters in prepare_run). */
+ * rank 0's parameters in prepare_run; under --zero 3 rank 0 loads into whole buffers and
+ * every rank takes its chunks of them now). */
 void restore_checkpoint(trainer *t)
 {
     nn_dist *d = &t->dist;
@@ -114,6 +117,8 @@ void restore_checkpoint(trainer *t)
     int64_t loaded = 0;
     nn_ckpt_info info = {0};
     char why[1024] = "";
+    int whole = t->o.par.zero == 3 && t->rank == 0;
+    if (whole) par_whole_open(&t->o.par, t->m, &t->opt);
     if (t->rank == 0) {
         if (nn_ckpt_load_latest(t->o.ckpt_dir, t->m, &t->opt, st, &info) != CHORUS_OK) {
             snprintf(why, sizeof(why), "%s", nn_last_error());
@@ -143,6 +148,7 @@ void restore_checkpoint(trainer *t)
     } else if (t->rank == 0) {
         printf("no checkpoint in %s yet; starting from scratch\n", t->o.ckpt_dir);
     }
+    if (whole) par_whole_close(&t->o.par, t->m, &t->opt);
 }
 
 /* Rank 0's line for a checkpoint it has written (the progress line on a terminal is redrawn

@@ -158,8 +158,8 @@ double nn_gpt_loss(nn_gpt *g, const int32_t *targets, float grad_scale, long *hi
  * to g->m->grads (several passes accumulate). The groups' gradients are written one group at
  * a time, the final LayerNorm's first, then the blocks from the last, the embeddings' last
  * (the tied output layer's share of them included); g->m->grad_hook, when set, is called as
- * each is finished. g->m->fwd_hook, when set, is called by forward before each group's
- * parameters are read. */
+ * each is finished. g->m->fwd_hook, when set, is called by forward and by backward before each
+ * group's parameters are read (ZeRO-3 all-gathers them there: nn_zero_init). */
 void nn_gpt_backward(nn_gpt *g);
 /* Recomputation per block (on != 0): forward keeps each block's output (the next one's
  * input) and one block's inner activations, shared by all; backward runs each block's forward
@@ -170,6 +170,9 @@ chorus_result nn_gpt_set_recompute(nn_gpt *g, int on);
 /* Points the gradient views (g->g) at the groups' m->layers[i].dw again, after they were moved
  * (ZeRO-2 points every group's at one buffer of its own, nn_zero_init). */
 void nn_gpt_point_grads(nn_gpt *g);
+/* The same for the parameter views (g->p), after ZeRO-3 pointed every group's m->layers[i].w
+ * at its gather buffer. */
+void nn_gpt_point_params(nn_gpt *g);
 
 /* The global norm of the whole model's gradient into *norm: with tensor parallelism the split
  * tensors' squares are summed over the ranks (collective over tp_comm) and those every rank

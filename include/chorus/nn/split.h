@@ -53,7 +53,7 @@ chorus_result nn_model_comm_status(const nn_model *m);
  * about sqrt(layers). */
 void nn_model_set_recompute(nn_model *m, int k);
 
-/* ---- sharded optimizer state and gradients (ZeRO stage 1 and 2) ---------------------- */
+/* ---- sharded optimizer state, gradients and parameters (ZeRO stages 1, 2 and 3) ------ */
 
 /* The parameters are cut into segments of at most NN_ZERO_BUCKET floats, never across a
  * layer; rank r of p owns chunk r of each segment (ceil(len/p) floats, the last chunk maybe
@@ -65,9 +65,15 @@ void nn_model_set_recompute(nn_model *m, int k);
  *            buffer of the largest layer's size, and reduce-scattered the moment backward has
  *            finished that layer (grad hook), so each rank keeps only its chunks of the summed
  *            gradients; then it updates its chunks.
- * Then every segment's chunks are all-gathered into every rank's parameters. The sums fold in
- * rank order as the allreduce's do, and the update is element-wise, so the parameters are
- * bitwise those of plain data parallelism. */
+ * Then every segment's chunks are all-gathered into every rank's parameters.
+ *   stage 3: the gradients as at stage 2, and no whole parameters either: each rank keeps its
+ *            chunks of them (pshard) and updates them there; m->params is freed, and every
+ *            layer's parameter views point into one buffer of the largest layer's size, into
+ *            which a layer's parameters are all-gathered just before they are read (the
+ *            forward hook, which the model's passes call before each layer's forward and
+ *            before its backward) and which the next layer's gather then overwrites.
+ * The sums fold in rank order as the allreduce's do, and the update is element-wise, so the
+ * parameters are bitwise those of plain data parallelism. */
 #define NN_ZERO_BUCKET (1u << 18)
 
 typedef struct nn_zero_seg {
@@ -87,8 +93,13 @@ typedef struct nn_zero {
     float *gshard;  /* stage 2: (shard_n) this rank's chunks of the summed gradients */
     float *gbuf;    /* stage 2: one layer's gradient, padded to whole chunks */
     size_t gbuf_n;
-    float *scratch; /* (size+1) * largest chunk: all-gather landing and send */
+    float *scratch; /* stages 1, 2: (size+1) * largest chunk: all-gather landing and send */
     size_t scratch_n;
+    float *pshard;     /* stage 3: (shard_n) this rank's chunks of the parameters */
+    float *pbuf;       /* stage 3: one group's parameters, all-gathered (gbuf_n floats) */
+    int *first_seg;    /* (layers + 1): layer i's segments are [first_seg[i], first_seg[i + 1]) */
+    int resident;      /* stage 3: the layer whose parameters pbuf holds (-1: none) */
+    uint64_t gathers;  /* stage 3: group all-gathers run (forward and backward) */
     chorus_result err; /* first failure in the backward hook */
     double comm_s;     /* seconds in the collectives (the all-gather thread's included) */
     double gather_s;   /* seconds the parameter all-gathers took (part of comm_s) */
@@ -102,9 +113,14 @@ typedef struct nn_zero {
 /* Floats of optimizer state per state vector that rank `rank` of `size` needs for m (the
  * optimizer is initialised with this count). */
 size_t nn_zero_shard_count(const nn_model *m, int rank, int size);
-/* Sets z up for stage 1 or 2 over comm for the finalized model m (stage 2: m was finalized
- * with m->no_grads set, and the layers' gradient views are pointed into z's buffer). Records
- * its buffers in mem (may be NULL). Errors: CHORUS_ERR_INVALID_ARG, CHORUS_ERR_NOMEM. */
+/* Sets z up for stage 1, 2 or 3 over comm for the finalized model m (stages 2 and 3: m was
+ * finalized with m->no_grads set, and the layers' gradient views are pointed into z's buffer;
+ * stage 3: this rank's chunks are taken from m->params, which is then freed (its
+ * m->nparams floats removed from mem, where the caller recorded them) and left NULL, the
+ * layers' parameter views are pointed into z's gather buffer and m->fwd_hook is installed;
+ * a model whose passes do not call the forward hook before reading a layer's parameters in
+ * backward too cannot run stage 3). Records its buffers in mem (may be NULL). Errors:
+ * CHORUS_ERR_INVALID_ARG, CHORUS_ERR_NOMEM. */
 chorus_result nn_zero_init(nn_zero *z, nn_model *m, chorus_comm *comm, int stage, nn_mem *mem);
 /* Frees z's buffers. */
 void nn_zero_free(nn_zero *z);
@@ -134,9 +150,22 @@ chorus_result nn_zero_sum_grads(nn_zero *z, nn_model *m);
  * (a collective over z's communicator: the same value on every rank; the squares are added
  * in another order than over the whole gradient, so its last bits may differ from that). */
 chorus_result nn_zero_shard_norm(nn_zero *z, double *norm);
-/* Multiplies the summed gradient this rank updates from by k (stage 1: m->grads; stage 2: its
- * chunks). */
+/* Multiplies the summed gradient this rank updates from by k (stage 1: m->grads; stages 2 and
+ * 3: its chunks). */
 void nn_zero_scale_grads(nn_zero *z, nn_model *m, float k);
+/* Stage 3, collective over z's communicator: the whole parameters and optimizer state from
+ * every rank's chunks. The ranks' chunks of params (stage 3's own), om and ov (this rank's
+ * optimizer state, shard_n floats each; either may be NULL, then on every rank) go to
+ * whole_p, whole_m and whole_v (m->nparams floats each) on rank root only, or on every rank
+ * when root is -1 (the others pass NULL). Errors: the collectives'. */
+chorus_result nn_zero_gather_whole(nn_zero *z, int root, const float *om, const float *ov,
+                                   float *whole_p, float *whole_m, float *whole_v);
+/* Stage 3, collective: the reverse: rank root's whole_p, whole_m and whole_v (m->nparams
+ * floats each; NULL on the other ranks) become every rank's chunks (its parameters, om and
+ * ov; om or ov NULL on every rank: skipped). Errors: the collectives'. */
+chorus_result nn_zero_scatter_whole(nn_zero *z, int root, const float *whole_p,
+                                    const float *whole_m, const float *whole_v, float *om,
+                                    float *ov);
 
 #ifdef __cplusplus
 }

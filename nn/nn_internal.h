@@ -52,6 +52,10 @@ const float *nn__layer_backward(nn_model *m, int i, const float *dy, int *which,
  * and the layers whose output buffer can come from the shared pool (before finalize allocates);
  * allocates the pool and points those layers into it (after; CHORUS_ERR_NOMEM); the backward pass
  * segment by segment. */
+/* GELU, tanh form, of n values (gelu.c); the backward multiplies d by its derivative at in. */
+void nn__gelu_forward(float *out, const float *in, size_t n);
+void nn__gelu_backward(float *d, const float *in, size_t n);
+
 void nn__recompute_plan(nn_model *m);
 chorus_result nn__recompute_pool(nn_model *m, size_t B);
 void nn__backward_recompute(nn_model *m, const float *dout, int B);

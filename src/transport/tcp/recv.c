@@ -408,12 +408,15 @@ void tcp_read_lane(chorus_net *n, int p, int l)
             ln->spos = ln->slen = 0;
             r = recv(ln->fd, ln->stage, STAGE_SIZE, MSG_DONTWAIT);
         }
+        /* After its goodbye, at a message boundary, the peer's end of the connection is its
+         * clean end: a close, or a reset when its close found bytes of ours unread (a ping we
+         * sent as it finalized). Stop watching the lane; only a later use of it is an error. */
+        if ((r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) &&
+            ln->bye && !ln->in_payload && ln->hoff == 0) {
+            epoll_ctl(n->epfd, EPOLL_CTL_DEL, ln->fd, NULL);
+            return;
+        }
         if (r == 0) {
-            if (ln->bye && !ln->in_payload && ln->hoff == 0) {
-                /* finalized cleanly: stop watching it; only a later use of it is an error */
-                epoll_ctl(n->epfd, EPOLL_CTL_DEL, ln->fd, NULL);
-                return;
-            }
             if (l)
                 tcp_conn_failed(n, p, l, "its connection closed (process exited or was killed)");
             else

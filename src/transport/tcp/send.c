@@ -26,6 +26,17 @@ static void update_epoll(chorus_net *n, int p, int l)
 /* Writing to lane l of p failed (EPIPE, ECONNRESET). */
 static void send_failed(chorus_net *n, int p, int l, int err)
 {
+    lane *ln = &n->peers[p].lanes[l];
+    /* The peer may have said goodbye and closed (a reset, when its close found our ping
+     * unread): read the goodbye first. Then a ping alone in the queue is no failure; a
+     * request of the caller's for a finalized peer is. */
+    if (!ln->bye && n->broken == CHORUS_OK) tcp_read_lane(n, p, l);
+    if (n->broken != CHORUS_OK) return;
+    if (ln->bye && ln->sq_head == &ln->ping && ln->sq_tail == &ln->ping) {
+        ln->sq_head = ln->sq_tail = NULL;
+        update_epoll(n, p, l);
+        return;
+    }
     tcp_conn_failed(n, p, l, strerror(err));
 }
 

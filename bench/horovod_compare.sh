@@ -7,11 +7,10 @@
 # better transport.
 #
 # Horovod is not part of Chorus and is never committed: the first run builds it from PyPI into
-# a venv at $BUILD/hvd-venv (bench/hvd_venv.sh: --system-site-packages over Debian's
-# python3-torch, Horovod $HOROVOD_VERSION with PyTorch, Gloo and MPI; about 5 minutes on 2
-# cores, then reused). Needs `make` (libchorus,
-# chorus-run). The numbers mean something only on a quiet machine: the load average is printed
-# before and after. HIPRI=1 (root): each run goes in a session of its own whose scheduling
+# a venv at $BUILD/hvd-venv, or at HVD_VENV when set (bench/hvd_venv.sh: --system-site-packages
+# over Debian's python3-torch, Horovod $HOROVOD_VERSION with PyTorch, Gloo and MPI; about 5
+# minutes on 2 cores, then reused). Needs `make` (libchorus, chorus-run). The numbers
+# mean something only on a quiet machine: the load average is printed before and after. HIPRI=1 (root): each run goes in a session of its own whose scheduling
 # group has nice -19, so that on a shared machine the other sessions' load takes little of
 # its CPU (the table says so when it is used). Every run is stopped after 300 s.
 #
@@ -24,7 +23,7 @@ REPEAT=${REPEAT:-5}
 STEPS=${STEPS:-200}
 BATCH=${BATCH:-64}
 HOROVOD_VERSION=${HOROVOD_VERSION:-0.28.1}
-VENV="$ROOT/$BUILD/hvd-venv"
+VENV=${HVD_VENV:-$ROOT/$BUILD/hvd-venv}
 . "$ROOT/bench/hipri.sh"
 . "$ROOT/bench/hvd_venv.sh"
 

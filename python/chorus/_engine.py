@@ -111,6 +111,8 @@ def _protos():
         ("chorus_engine_release", None, [_P]),
         ("chorus_engine_join", c.c_int, [_P, c.POINTER(c.c_int)]),
         ("chorus_engine_barrier", c.c_int, [_P]),
+        ("chorus_engine_hold", c.c_int, [_P]),
+        ("chorus_engine_unhold", c.c_int, [_P]),
         ("chorus_compressor_fp16", _P, []),
         ("chorus_compressor_create", c.c_int, [c.c_char_p, sz, c.POINTER(_P)]),
         ("chorus_compressor_set_cols", c.c_int, [_P, c.c_char_p, sz]),
@@ -209,7 +211,20 @@ class Op:
         self.handles, self.keep, self.stages, self.posts = [], [], [], []
         self.result = None
         self.error = None  # a failure seen by poll(), raised by wait()
+        self.held = False  # the engine holds what this op enqueues (hold/unhold)
         self.tl = _timeline.begin(what, name)
+
+    def hold(self):
+        """What this op enqueues next reaches the engine thread together, at unhold()
+        (chorus_engine_hold): one negotiation cycle and one fusion for all of it."""
+        self.engine.check_call(lib.chorus_engine_hold, "hold")
+        self.held = True
+
+    def unhold(self):
+        """Hands what was enqueued since hold() to the engine thread (idempotent)."""
+        if self.held:
+            self.held = False
+            self.engine.check_call(lib.chorus_engine_unhold, "unhold")
 
     def enqueue(self, fn, *args, take=None):
         """Calls chorus_engine_<fn>(engine, *args, &handle) and keeps the handle; take(handle),
@@ -219,6 +234,7 @@ class Op:
         h = _P()
         r = fn(self.engine.ptr, *args, ctypes.byref(h))
         if r != 0:
+            self.unhold()  # what is held must run before it can be waited for
             self._drain()
             _timeline.end(self.tl)
             self.tl = None
@@ -336,6 +352,11 @@ class Engine:
             return (r, msg) if r != 0 else None
         return None
 
+    def check_call(self, fn, what):
+        r = fn(self.ptr)
+        if r != 0:
+            self.fail(r, "chorus " + what)
+
     def fail(self, code, what, detail=None):
         raise_for(code, None, what, detail or _dec(lib.chorus_engine_last_error(self.ptr)) or None)
 
@@ -428,6 +449,22 @@ def allreduce(A, E, pairs, op, pre=1.0, post=1.0, name=None, what="allreduce", c
     o = Op(E, what, name, first.shape if first is not None else None)
     cop = c_op(op)
     int_scaled = []
+    if len(pairs) > 1:
+        o.hold()  # negotiated and fused together, not one tensor per cycle
+    try:
+        _enqueue_allreduces(A, o, pairs, name, cop, pre, post, compressor, int_scaled)
+    finally:
+        o.unhold()
+    if int_scaled:
+        def rescale(res):
+            for d in int_scaled:
+                A.scale_(d, post)
+            return res
+        o.map(rescale)
+    return o
+
+
+def _enqueue_allreduces(A, o, pairs, name, cop, pre, post, compressor, int_scaled):
     for i, (src, dst) in enumerate(pairs):
         b = A.buf(src)
         p1, p2 = pre, post
@@ -447,13 +484,6 @@ def allreduce(A, E, pairs, op, pre=1.0, post=1.0, name=None, what="allreduce", c
             _shape_hint(comp, tname, b.shape)
         o.enqueue(lib.chorus_engine_allreduce, tname.encode(), b.ptr, d.ptr, b.numel, b.code, cop,
                   _opts(o, p1, p2, comp, b.shape))
-    if int_scaled:
-        def rescale(res):
-            for d in int_scaled:
-                A.scale_(d, post)
-            return res
-        o.map(rescale)
-    return o
 
 
 def broadcast(A, E, x, root, size, name=None, what="broadcast"):

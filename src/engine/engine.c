@@ -186,10 +186,37 @@ static chorus_result enqueue(chorus_engine *e, eng_req *r, const chorus_engine_t
         e->q_head = r;
     e->q_tail = r;
     e->q_len++;
-    if (e->sleeping && (e->q_len >= e->wake_at || r->m.kind == EK_JOIN))
+    if (e->sleeping && !e->hold && (e->q_len >= e->wake_at || r->m.kind == EK_JOIN))
         pthread_cond_signal(&e->cv);
     if (hout) *hout = r->h;
     pthread_mutex_unlock(&e->mu);
+    return CHORUS_OK;
+}
+
+chorus_result chorus_engine_hold(chorus_engine *e)
+{
+    if (!e)
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_hold: engine is NULL");
+    pthread_mutex_lock(&e->mu);
+    e->hold++;
+    pthread_mutex_unlock(&e->mu);
+    return CHORUS_OK;
+}
+
+chorus_result chorus_engine_unhold(chorus_engine *e)
+{
+    if (!e)
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_unhold: engine is NULL");
+    pthread_mutex_lock(&e->mu);
+    int held = e->hold > 0;
+    if (held && --e->hold == 0 && e->sleeping && e->q_head && e->q_len >= e->wake_at)
+        pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (!held)
+        return set_err(e, CHORUS_ERR_INVALID_ARG,
+                       "chorus_engine_unhold: the engine is not held (more unholds than holds)");
     return CHORUS_OK;
 }
 
@@ -535,9 +562,12 @@ static void *engine_main(void *arg)
     e->all_active = 1;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        eng_req *batch = e->q_head;
-        e->q_head = e->q_tail = NULL;
-        e->q_len = 0;
+        eng_req *batch = NULL;
+        if (!e->hold) { /* held ops stay queued until the last unhold */
+            batch = e->q_head;
+            e->q_head = e->q_tail = NULL;
+            e->q_len = 0;
+        }
         int shut = e->shutdown_req;
         pthread_mutex_unlock(&e->mu);
         absorb(e, batch);
@@ -558,7 +588,7 @@ static void *engine_main(void *arg)
         }
         if (!go && now < deadline) {
             pthread_mutex_lock(&e->mu);
-            if (!e->q_head && !e->shutdown_req) {
+            if ((!e->q_head || e->hold) && !e->shutdown_req) {
                 size_t need = SIZE_MAX;
                 if (!active)
                     need = 1;

@@ -19,6 +19,7 @@ engine does not have as one call is built from engine ops:
 """
 
 import ctypes
+import functools
 import itertools
 import zlib
 
@@ -391,21 +392,34 @@ def shape_tag(shape):
     """A non-zero 64-bit tag of a shape: the engine compares it across ranks, so tensors
     with equal element counts but different shapes ([17, 1311] and [17, 23, 57]) are a
     mismatch."""
-    h = zlib.crc32(repr(tuple(int(d) for d in shape)).encode())
-    return (len(shape) + 1) << 32 | h
+    return _shape_tag(tuple(int(d) for d in shape))
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_tag(shape):
+    """shape_tag of a tuple of ints (a training step asks for the same few every time)."""
+    return (len(shape) + 1) << 32 | zlib.crc32(repr(shape).encode())
 
 
 def _opts(op, pre=1.0, post=1.0, compressor=None, shape=None):
+    o = _tensor_opts(float(pre), float(post), compressor, shape)
+    op.keep.append(o)
+    return ctypes.byref(o)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_opts(pre, post, compressor, shape):
+    """The TensorOpts of these values, made once (a training step asks for the same ones every
+    time; the engine reads them during the enqueue call only, and nothing changes them)."""
     o = TensorOpts()
     if hasattr(o, "size"):
         o.size, o.version = ctypes.sizeof(TensorOpts), OPTS_VERSION
-    o.prescale, o.postscale = float(pre), float(post)
+    o.prescale, o.postscale = pre, post
     o.compressor = compressor
     o.no_compression = 0 if compressor else 1
     if shape is not None:
-        o.shape_tag = shape_tag(shape)
-    op.keep.append(o)
-    return ctypes.byref(o)
+        o.shape_tag = _shape_tag(shape)  # a Buf's shape: already a tuple of ints
+    return o
 
 
 # ---- collectives, written once for every front end -----------------------------------------
@@ -419,7 +433,7 @@ class Buf:
 
     def __init__(self, ptr, numel, code, shape, isz):
         self.ptr, self.numel, self.code = ptr, numel, code
-        self.shape, self.isz = tuple(int(d) for d in shape), isz
+        self.shape, self.isz = tuple(map(int, shape)), isz
 
     def row_elems(self):
         n = 1
@@ -476,7 +490,7 @@ def _enqueue_allreduces(A, o, pairs, name, cop, pre, post, compressor, int_scale
             A.scale_(src, pre)
             int_scaled.append(dst)
             p1 = p2 = 1.0
-        d = A.buf(dst)
+        d = b if dst is src else A.buf(dst)
         comp = compressor if b.code in FLOAT_CODES else None
         o.keep.append((src, dst))
         tname = name if len(pairs) == 1 else "%s.%d" % (name, i)

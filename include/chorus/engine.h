@@ -331,7 +331,9 @@ chorus_result chorus_engine_alltoall(chorus_engine *e, const char *name, const v
 
 /* ---- handles ------------------------------------------------------------------------------ */
 
-/* Blocks until h ends; returns its result (the detail is chorus_engine_handle_last_error(h)). */
+/* Blocks until h ends; returns its result (the detail is chorus_engine_handle_last_error(h)).
+ * It polls h for CHORUS_ENGINE_WAIT_SPIN_US (300), yielding the core between polls, before it
+ * sleeps. */
 chorus_result chorus_engine_wait(chorus_engine_handle *h);
 /* 1 when h has ended (wait then returns at once), else 0. */
 int chorus_engine_poll(const chorus_engine_handle *h);

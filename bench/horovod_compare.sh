@@ -4,15 +4,16 @@
 # itself, over Gloo (horovodrun --gloo) and over MPI (horovodrun --mpi, Open MPI), and under
 # chorus-run with chorus.torch, np=2, in one invocation: samples per second, the median and
 # spread (min-max) of REPEAT interleaved runs (default 5), and Chorus's ratio to Horovod's
-# better transport.
+# better transport (by the medians, and to Horovod's fastest single run).
 #
 # Horovod is not part of Chorus and is never committed: the first run builds it from PyPI into
 # a venv at $BUILD/hvd-venv, or at HVD_VENV when set (bench/hvd_venv.sh: --system-site-packages
 # over Debian's python3-torch, Horovod $HOROVOD_VERSION with PyTorch, Gloo and MPI; about 5
-# minutes on 2 cores, then reused). Needs `make` (libchorus, chorus-run). The numbers
-# mean something only on a quiet machine: the load average is printed before and after. HIPRI=1 (root): each run goes in a session of its own whose scheduling
-# group has nice -19, so that on a shared machine the other sessions' load takes little of
-# its CPU (the table says so when it is used). Every run is stopped after 300 s.
+# minutes on 2 cores, then reused). Needs `make` (libchorus, chorus-run). The numbers mean
+# something only on a quiet machine: the load average is printed before and after. HIPRI=1
+# (root): each run goes in a session of its own whose scheduling group has nice -19, so that
+# on a shared machine the other sessions' load takes little of its CPU (the table says so
+# when it is used). Every run is stopped after 300 s.
 # BEFORE=DIR adds a row: the same script on DIR's chorus.torch (another checkout, built with
 # make: DIR/python, DIR/$BUILD), interleaved with the others, to measure a change of Chorus.
 #

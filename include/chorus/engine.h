@@ -289,6 +289,16 @@ chorus_result chorus_engine_allreduce(chorus_engine *e, const char *name, const 
                                       const chorus_engine_tensor_opts *opts,
                                       chorus_engine_handle **h);
 
+/* Ops enqueued on e (by any thread) between chorus_engine_hold(e) and the matching
+ * chorus_engine_unhold(e) reach the engine thread together at the unhold, so that they are
+ * negotiated in one cycle and fused, instead of the engine starting a cycle with the first of
+ * them (a grouped allreduce, a bucket of gradients). Holds nest: the ops are handed over when
+ * the last hold ends. A held op does not run before then: the thread that holds must unhold
+ * before waiting on any op of e. CHORUS_ERR_INVALID_ARG when e is NULL, or (unhold) when e
+ * is not held. */
+chorus_result chorus_engine_hold(chorus_engine *e);
+chorus_result chorus_engine_unhold(chorus_engine *e);
+
 /* root's buf is copied into every rank's buf. */
 chorus_result chorus_engine_broadcast(chorus_engine *e, const char *name, void *buf, size_t count,
                                       chorus_dtype t, int root,
@@ -321,7 +331,9 @@ chorus_result chorus_engine_alltoall(chorus_engine *e, const char *name, const v
 
 /* ---- handles ------------------------------------------------------------------------------ */
 
-/* Blocks until h ends; returns its result (the detail is chorus_engine_handle_last_error(h)). */
+/* Blocks until h ends; returns its result (the detail is chorus_engine_handle_last_error(h)).
+ * It polls h for CHORUS_ENGINE_WAIT_SPIN_US (300), yielding the core between polls, before it
+ * sleeps. */
 chorus_result chorus_engine_wait(chorus_engine_handle *h);
 /* 1 when h has ended (wait then returns at once), else 0. */
 int chorus_engine_poll(const chorus_engine_handle *h);

@@ -19,6 +19,7 @@ engine does not have as one call is built from engine ops:
 """
 
 import ctypes
+import functools
 import itertools
 import zlib
 
@@ -111,6 +112,8 @@ def _protos():
         ("chorus_engine_release", None, [_P]),
         ("chorus_engine_join", c.c_int, [_P, c.POINTER(c.c_int)]),
         ("chorus_engine_barrier", c.c_int, [_P]),
+        ("chorus_engine_hold", c.c_int, [_P]),
+        ("chorus_engine_unhold", c.c_int, [_P]),
         ("chorus_compressor_fp16", _P, []),
         ("chorus_compressor_create", c.c_int, [c.c_char_p, sz, c.POINTER(_P)]),
         ("chorus_compressor_set_cols", c.c_int, [_P, c.c_char_p, sz]),
@@ -209,7 +212,20 @@ class Op:
         self.handles, self.keep, self.stages, self.posts = [], [], [], []
         self.result = None
         self.error = None  # a failure seen by poll(), raised by wait()
+        self.held = False  # the engine holds what this op enqueues (hold/unhold)
         self.tl = _timeline.begin(what, name)
+
+    def hold(self):
+        """What this op enqueues next reaches the engine thread together, at unhold()
+        (chorus_engine_hold): one negotiation cycle and one fusion for all of it."""
+        self.engine.check_call(lib.chorus_engine_hold, "hold")
+        self.held = True
+
+    def unhold(self):
+        """Hands what was enqueued since hold() to the engine thread (idempotent)."""
+        if self.held:
+            self.held = False
+            self.engine.check_call(lib.chorus_engine_unhold, "unhold")
 
     def enqueue(self, fn, *args, take=None):
         """Calls chorus_engine_<fn>(engine, *args, &handle) and keeps the handle; take(handle),
@@ -219,6 +235,7 @@ class Op:
         h = _P()
         r = fn(self.engine.ptr, *args, ctypes.byref(h))
         if r != 0:
+            self.unhold()  # what is held must run before it can be waited for
             self._drain()
             _timeline.end(self.tl)
             self.tl = None
@@ -336,6 +353,11 @@ class Engine:
             return (r, msg) if r != 0 else None
         return None
 
+    def check_call(self, fn, what):
+        r = fn(self.ptr)
+        if r != 0:
+            self.fail(r, "chorus " + what)
+
     def fail(self, code, what, detail=None):
         raise_for(code, None, what, detail or _dec(lib.chorus_engine_last_error(self.ptr)) or None)
 
@@ -370,21 +392,34 @@ def shape_tag(shape):
     """A non-zero 64-bit tag of a shape: the engine compares it across ranks, so tensors
     with equal element counts but different shapes ([17, 1311] and [17, 23, 57]) are a
     mismatch."""
-    h = zlib.crc32(repr(tuple(int(d) for d in shape)).encode())
-    return (len(shape) + 1) << 32 | h
+    return _shape_tag(tuple(int(d) for d in shape))
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_tag(shape):
+    """shape_tag of a tuple of ints (a training step asks for the same few every time)."""
+    return (len(shape) + 1) << 32 | zlib.crc32(repr(shape).encode())
 
 
 def _opts(op, pre=1.0, post=1.0, compressor=None, shape=None):
+    o = _tensor_opts(float(pre), float(post), compressor, shape)
+    op.keep.append(o)
+    return ctypes.byref(o)
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_opts(pre, post, compressor, shape):
+    """The TensorOpts of these values, made once (a training step asks for the same ones every
+    time; the engine reads them during the enqueue call only, and nothing changes them)."""
     o = TensorOpts()
     if hasattr(o, "size"):
         o.size, o.version = ctypes.sizeof(TensorOpts), OPTS_VERSION
-    o.prescale, o.postscale = float(pre), float(post)
+    o.prescale, o.postscale = pre, post
     o.compressor = compressor
     o.no_compression = 0 if compressor else 1
     if shape is not None:
-        o.shape_tag = shape_tag(shape)
-    op.keep.append(o)
-    return ctypes.byref(o)
+        o.shape_tag = _shape_tag(shape)  # a Buf's shape: already a tuple of ints
+    return o
 
 
 # ---- collectives, written once for every front end -----------------------------------------
@@ -398,7 +433,7 @@ class Buf:
 
     def __init__(self, ptr, numel, code, shape, isz):
         self.ptr, self.numel, self.code = ptr, numel, code
-        self.shape, self.isz = tuple(int(d) for d in shape), isz
+        self.shape, self.isz = tuple(map(int, shape)), isz
 
     def row_elems(self):
         n = 1
@@ -428,6 +463,22 @@ def allreduce(A, E, pairs, op, pre=1.0, post=1.0, name=None, what="allreduce", c
     o = Op(E, what, name, first.shape if first is not None else None)
     cop = c_op(op)
     int_scaled = []
+    if len(pairs) > 1:
+        o.hold()  # negotiated and fused together, not one tensor per cycle
+    try:
+        _enqueue_allreduces(A, o, pairs, name, cop, pre, post, compressor, int_scaled)
+    finally:
+        o.unhold()
+    if int_scaled:
+        def rescale(res):
+            for d in int_scaled:
+                A.scale_(d, post)
+            return res
+        o.map(rescale)
+    return o
+
+
+def _enqueue_allreduces(A, o, pairs, name, cop, pre, post, compressor, int_scaled):
     for i, (src, dst) in enumerate(pairs):
         b = A.buf(src)
         p1, p2 = pre, post
@@ -439,7 +490,7 @@ def allreduce(A, E, pairs, op, pre=1.0, post=1.0, name=None, what="allreduce", c
             A.scale_(src, pre)
             int_scaled.append(dst)
             p1 = p2 = 1.0
-        d = A.buf(dst)
+        d = b if dst is src else A.buf(dst)
         comp = compressor if b.code in FLOAT_CODES else None
         o.keep.append((src, dst))
         tname = name if len(pairs) == 1 else "%s.%d" % (name, i)
@@ -447,13 +498,6 @@ def allreduce(A, E, pairs, op, pre=1.0, post=1.0, name=None, what="allreduce", c
             _shape_hint(comp, tname, b.shape)
         o.enqueue(lib.chorus_engine_allreduce, tname.encode(), b.ptr, d.ptr, b.numel, b.code, cop,
                   _opts(o, p1, p2, comp, b.shape))
-    if int_scaled:
-        def rescale(res):
-            for d in int_scaled:
-                A.scale_(d, post)
-            return res
-        o.map(rescale)
-    return o
 
 
 def broadcast(A, E, x, root, size, name=None, what="broadcast"):

@@ -21,8 +21,9 @@ def log_scalar(tag, value, step):
     if hasattr(value, "item"):
         value = value.item()
     w = _core.world()
-    w.check(lib.chorus_log_scalar(w.ptr, str(tag).encode(), int(step), float(value)),
-            "log_scalar(%r)" % tag)
+    r = lib.chorus_log_scalar(w.ptr, str(tag).encode(), int(step), float(value))
+    if r != 0:
+        w.check(r, "log_scalar(%r)" % tag)
 
 
 class StepScalars:

@@ -7,8 +7,9 @@
  *     once and wait inside it (the wait sleeps in the transport), so that the moment the other
  *     rank has work too, the cycle completes;
  *   - work pending on every rank: one cycle every CHORUS_CYCLE_TIME_MS, at once when every
- *     cached name is ready here (a whole step was enqueued), slower (20 ms) after a second
- *     without progress;
+ *     cached name is ready here (a whole step was enqueued) or a group was handed over
+ *     (chorus_engine_unhold: its caller fused it), slower (20 ms) after a second without
+ *     progress;
  *   - nothing pending here: sleep on the condition variable, woken by the first enqueue, with
  *     a heartbeat cycle every CHORUS_ENGINE_IDLE_MS so that peers waiting on this rank learn
  *     about shutdowns and stalls.
@@ -186,10 +187,39 @@ static chorus_result enqueue(chorus_engine *e, eng_req *r, const chorus_engine_t
         e->q_head = r;
     e->q_tail = r;
     e->q_len++;
-    if (e->sleeping && (e->q_len >= e->wake_at || r->m.kind == EK_JOIN))
+    if (e->sleeping && !e->hold && (e->q_len >= e->wake_at || r->m.kind == EK_JOIN))
         pthread_cond_signal(&e->cv);
     if (hout) *hout = r->h;
     pthread_mutex_unlock(&e->mu);
+    return CHORUS_OK;
+}
+
+chorus_result chorus_engine_hold(chorus_engine *e)
+{
+    if (!e)
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_hold: engine is NULL");
+    pthread_mutex_lock(&e->mu);
+    e->hold++;
+    pthread_mutex_unlock(&e->mu);
+    return CHORUS_OK;
+}
+
+chorus_result chorus_engine_unhold(chorus_engine *e)
+{
+    if (!e)
+        return chorus__fail(chorus__init_errbuf(), CHORUS_ERR_INVALID_ARG,
+                            "chorus_engine_unhold: engine is NULL");
+    pthread_mutex_lock(&e->mu);
+    int held = e->hold > 0;
+    if (held && --e->hold == 0 && e->q_head) {
+        e->group_ready = 1; /* fused by its caller: no reason to wait for more */
+        if (e->sleeping) pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!held)
+        return set_err(e, CHORUS_ERR_INVALID_ARG,
+                       "chorus_engine_unhold: the engine is not held (more unholds than holds)");
     return CHORUS_OK;
 }
 
@@ -535,9 +565,15 @@ static void *engine_main(void *arg)
     e->all_active = 1;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        eng_req *batch = e->q_head;
-        e->q_head = e->q_tail = NULL;
-        e->q_len = 0;
+        eng_req *batch = NULL;
+        int group = 0;
+        if (!e->hold) { /* held ops stay queued until the last unhold */
+            batch = e->q_head;
+            e->q_head = e->q_tail = NULL;
+            e->q_len = 0;
+            group = e->group_ready;
+            e->group_ready = 0;
+        }
         int shut = e->shutdown_req;
         pthread_mutex_unlock(&e->mu);
         absorb(e, batch);
@@ -546,7 +582,7 @@ static void *engine_main(void *arg)
         int go = shut;
         size_t live = 0;
         if (active) {
-            if (!e->all_active) go = 1; /* wait inside the cycle for the idle ranks */
+            if (!e->all_active || group) go = 1; /* wait inside the cycle for the idle ranks */
             live = e->live_slots > 0 ? recent_slots(e) : 0;
             if (live > 0 && e->n_cached_ready >= live) go = 1;
             double iv = now - e->last_progress > 1.0 && e->o.cycle_time_ms < STALLED_PACE_MS
@@ -558,7 +594,7 @@ static void *engine_main(void *arg)
         }
         if (!go && now < deadline) {
             pthread_mutex_lock(&e->mu);
-            if (!e->q_head && !e->shutdown_req) {
+            if ((!e->q_head || e->hold) && !e->shutdown_req) {
                 size_t need = SIZE_MAX;
                 if (!active)
                     need = 1;

@@ -187,6 +187,8 @@ struct chorus_engine {
     eng_req *q_head, *q_tail;
     size_t q_len, wake_at;
     int sleeping, shutdown_req;
+    int hold;         /* chorus_engine_hold depth: while > 0 the queue stays where it is */
+    int group_ready;  /* the last unhold handed over a group: its cycle starts at once */
     eng_names *names; /* names taken on this rank (under names->mu) */
     int join_pending; /* a join was enqueued and has not ended */
     int stopped;      /* the engine thread has finished */

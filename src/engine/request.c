@@ -5,6 +5,7 @@
  * cycle's scans plus a map by name), and ends each one exactly once, with its result, through
  * chorus__eng_complete (callback first, then the waiters).
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,9 +99,22 @@ void chorus_engine_release(chorus_engine_handle *h)
     chorus__handle_unref(h);
 }
 
+/* Polls h for CHORUS_ENGINE_WAIT_SPIN_US, yielding the core between polls (to the engine
+ * thread, when it shares the core), before the caller sleeps on the condition variable. */
+static void spin_wait(chorus_engine_handle *h)
+{
+    int us = chorus__config()->engine_wait_spin_us;
+    if (us <= 0 || __atomic_load_n(&h->done, __ATOMIC_ACQUIRE)) return;
+    __atomic_add_fetch(&h->waiting, 1, __ATOMIC_RELAXED); /* blocked, as far as desync goes */
+    double until = chorus__now() + us * 1e-6;
+    while (!__atomic_load_n(&h->done, __ATOMIC_ACQUIRE) && chorus__now() < until) sched_yield();
+    __atomic_sub_fetch(&h->waiting, 1, __ATOMIC_RELAXED);
+}
+
 chorus_result chorus_engine_wait(chorus_engine_handle *h)
 {
     if (!h) return CHORUS_ERR_INVALID_ARG;
+    spin_wait(h);
     pthread_mutex_lock(&h->mu);
     if (!h->done) {
         /* the engine thread reads this to tell a rank that is blocked from one that is busy */
@@ -202,7 +216,7 @@ void chorus__eng_complete(chorus_engine *e, eng_req *r, chorus_result res, const
      * sees everything the callback did. */
     if (h->cb) h->cb(h, res, h->cb_arg);
     pthread_mutex_lock(&h->mu);
-    h->done = 1;
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELEASE); /* also read without mu: spin_wait */
     nobody_waits = h->caller_gone;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);

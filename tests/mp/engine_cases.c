@@ -22,6 +22,9 @@
  *   names       a name holds one op until the caller has seen it end: a second op under it
  *               is refused even after the first ended (seen by a callback alone), accepted
  *               after a wait, a poll or a release; deterministic, as Horovod's answer
+ *   hold        ops enqueued under chorus_engine_hold run only after the last unhold, all in
+ *               one fused allreduce (new and cached names); unhold without hold is refused;
+ *               held ops end with the engine's shutdown
  *   desync      every rank waits for a name no other rank submits: CHORUS_ERR_MISMATCH on
  *               every rank naming each op and the ranks missing it; same count, other shape
  *               tags: a mismatch; the engine goes on
@@ -411,6 +414,90 @@ static void case_names(void)
     ASSERT_OK(chorus_engine_wait(hw));
     chorus_engine_release(hw);
     ASSERT(w[0] == 2.0f);
+}
+
+/* ---- hold ---------------------------------------------------------------------------------- */
+
+#define NH 5
+
+/* Enqueues NH sums named pre.j (j + 1 floats each, set to rank + j) under the holds already
+ * taken; returns nothing until they are waited for. */
+static void held_sums(chorus_engine *e, const char *pre, float (*x)[NH], chorus_engine_handle **h)
+{
+    for (int j = 0; j < NH; j++) {
+        char nm[32];
+        snprintf(nm, sizeof(nm), "%s.%d", pre, j);
+        for (int k = 0; k <= j; k++) x[j][k] = (float)(rank_ + j);
+        ASSERT_OK(chorus_engine_allreduce(e, nm, x[j], x[j], (size_t)j + 1, CHORUS_FLOAT32,
+                                          CHORUS_SUM, NULL, &h[j]));
+    }
+}
+
+static void wait_sums(float (*x)[NH], chorus_engine_handle **h)
+{
+    for (int j = 0; j < NH; j++) {
+        ASSERT_OK(chorus_engine_wait(h[j]));
+        chorus_engine_release(h[j]);
+        for (int k = 0; k <= j; k++)
+            ASSERT(x[j][k] == (float)(size_ * j + size_ * (size_ - 1) / 2));
+    }
+}
+
+static uint64_t fused_calls(chorus_engine *e)
+{
+    chorus_engine_stats st;
+    ASSERT_OK(chorus_engine_get_stats(e, &st));
+    return st.fused_batches;
+}
+
+/* Ops enqueued under a hold stay with the caller until the last unhold, then reach the engine
+ * together: one cycle and one fused allreduce for all of them, on new and on cached names,
+ * on every rank. An unhold without a hold, or of no engine, is refused with its reason; held
+ * ops end with an error when the engine shuts down. */
+static void case_hold(void)
+{
+    chorus_engine *e = start(NULL);
+    float x[NH][NH];
+    chorus_engine_handle *h[NH];
+    for (int step = 0; step < 3; step++) { /* new names, then cached ones */
+        uint64_t before = fused_calls(e);
+        ASSERT_OK(chorus_engine_hold(e));
+        if (step == 2) ASSERT_OK(chorus_engine_hold(e)); /* nested */
+        held_sums(e, "hold", x, h);
+        usleep(20000); /* whatever the wait, a held op cannot have run */
+        for (int j = 0; j < NH; j++) ASSERT(chorus_engine_poll(h[j]) == 0);
+        ASSERT_OK(chorus_engine_unhold(e));
+        if (step == 2) {
+            usleep(20000);
+            for (int j = 0; j < NH; j++) ASSERT(chorus_engine_poll(h[j]) == 0);
+            ASSERT_OK(chorus_engine_unhold(e));
+        }
+        wait_sums(x, h);
+        uint64_t calls = fused_calls(e) - before;
+        if (rank_ == 0)
+            printf("hold step %d: %d tensors in %llu allreduce call(s)\n", step, NH,
+                   (unsigned long long)calls);
+        ASSERT_EQ(calls, 1);
+    }
+    ASSERT(chorus_engine_unhold(e) == CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_engine_last_error(e),
+                        "chorus_engine_unhold: the engine is not held");
+    printf("unhold without hold -> %s\n", chorus_engine_last_error(e));
+    ASSERT(chorus_engine_hold(NULL) == CHORUS_ERR_INVALID_ARG);
+    ASSERT_STR_CONTAINS(chorus_last_error(NULL), "chorus_engine_hold: engine is NULL");
+    ASSERT(chorus_engine_unhold(NULL) == CHORUS_ERR_INVALID_ARG);
+    /* held at shutdown: the ops end with the engine's end, nobody hangs */
+    ASSERT_OK(chorus_engine_hold(e));
+    held_sums(e, "hold.never", x, h);
+    ASSERT_OK(chorus_engine_shutdown(e));
+    for (int j = 0; j < NH; j++) {
+        chorus_result r = chorus_engine_wait(h[j]);
+        if (j == 0)
+            printf("held at shutdown -> %s: %s\n", chorus_strerror(r),
+                   chorus_engine_handle_error(h[j]));
+        ASSERT(r == CHORUS_ERR_ABORTED);
+        chorus_engine_release(h[j]);
+    }
 }
 
 /* ---- shutdown and bad arguments ----------------------------------------------------------- */
@@ -856,6 +943,8 @@ int main(int argc, char **argv)
         case_desync();
     else if (!strcmp(c, "names"))
         case_names();
+    else if (!strcmp(c, "hold"))
+        case_hold();
     else
         test_fail(__FILE__, __LINE__, "unknown case %s", c);
     ASSERT_OK(chorus_finalize(comm));

@@ -7,6 +7,7 @@ import fractions
 import pytest
 import torch
 
+import chorus
 import chorus.torch as hvd
 
 hvd.init()
@@ -165,6 +166,21 @@ def test_grouped():
     assert g[0].shape == (N, 2) and g[1].shape == (N * (N + 1) // 2,)
     rs = hvd.grouped_reducescatter([val(R, (N, 2)), val(R, (N,))], op=hvd.Sum)
     assert torch.equal(rs[1], sum(val(r, (N,)) for r in range(N))[R:R + 1])
+
+
+def test_grouped_refused_midway():
+    """A grouped op reaches the engine whole (held until its last tensor is enqueued); when
+    one of its tensors is refused, the ones already enqueued are handed over and end before
+    the error is raised: the error names the tensor, nobody hangs, the engine goes on."""
+    t = torch.ones(4)
+    h = hvd.allreduce_async(t, name="midway.1")  # holds the name of the group's second tensor
+    with pytest.raises(chorus.ChorusInvalidArgument, match="cannot enqueue 'midway.1': an op "
+                       "with this name is still pending on this rank"):
+        hvd.grouped_allreduce([torch.ones(3), torch.ones(5)], name="midway")
+    assert torch.equal(hvd.synchronize(h), torch.ones(4))
+    outs = hvd.grouped_allreduce([torch.ones(3), torch.ones(5)], name="midway.after",
+                                 op=hvd.Sum)
+    assert torch.equal(outs[1], torch.full((5,), float(N)))
 
 
 def test_autograd():

@@ -1,6 +1,7 @@
 /* reduce_kernels.c - the reduction kernels against scalar references, and f16/bf16 rounding
  * checked exhaustively against a double-precision reference. */
 #include <math.h>
+#include <string.h>
 
 #include "base/base.h"
 #include "harness.h"
@@ -25,6 +26,42 @@ static uint16_t ref_f16(double x)
         }
     }
     return sign | best;
+}
+
+/* The float average is the correctly rounded x / nranks, bit for bit (powers of two take a
+ * multiplication by the exact reciprocal), over every kind of value (subnormals, infinities,
+ * NaNs, extremes) and lengths that end in every vector tail. */
+static void avg_bitwise(void)
+{
+    enum { N = 67 };
+    static const int ranks[] = {2, 3, 4, 5, 7, 8, 16, 1024, 3000};
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t k = 0; k < sizeof(ranks) / sizeof(ranks[0]); k++)
+        for (size_t n = 1; n <= N; n += 11) {
+            float f[N], fr[N];
+            double d[N], dr[N];
+            for (size_t i = 0; i < n; i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                uint32_t b32 = (uint32_t)(x >> 32);
+                uint64_t b64 = x;
+                if (i % 5 == 1) b32 &= 0x807fffffu, b64 &= 0x800fffffffffffffull; /* subnormal */
+                memcpy(&f[i], &b32, 4);
+                memcpy(&d[i], &b64, 8);
+            }
+            if (n > 3) f[2] = INFINITY, d[2] = -INFINITY, f[3] = NAN, d[3] = NAN;
+            for (size_t i = 0; i < n; i++) {
+                volatile float fv = (float)ranks[k];
+                volatile double dv = (double)ranks[k];
+                fr[i] = f[i] / fv;
+                dr[i] = d[i] / dv;
+            }
+            chorus__reduce_finish(f, n, CHORUS_FLOAT32, CHORUS_AVG, ranks[k]);
+            chorus__reduce_finish(d, n, CHORUS_FLOAT64, CHORUS_AVG, ranks[k]);
+            for (size_t i = 0; i < n; i++) {
+                ASSERT(isnan(fr[i]) ? isnan(f[i]) : memcmp(&f[i], &fr[i], 4) == 0);
+                ASSERT(isnan(dr[i]) ? isnan(d[i]) : memcmp(&d[i], &dr[i], 8) == 0);
+            }
+        }
 }
 
 int main(void)
@@ -144,6 +181,7 @@ int main(void)
     float v[3] = {3, 6, -9};
     chorus__reduce_finish(v, 3, CHORUS_FLOAT32, CHORUS_AVG, 3);
     ASSERT(v[0] == 1 && v[1] == 2 && v[2] == -3);
+    avg_bitwise();
     int32_t iv[2] = {7, -7};
     chorus__reduce_finish(iv, 2, CHORUS_INT32, CHORUS_AVG, 2);
     ASSERT_EQ(iv[0], 3);

@@ -273,6 +273,8 @@ def _allreduce(tensor, output, name, op, prescale_factor, postscale_factor, proc
 
 def _finish(tensor, output, work, back):
     """Brings a staged result back: dtype, then device, into output."""
+    if work is output and back is None:  # reduced in place: nothing to bring back
+        return output
     res = work.to(back) if back is not None else work
     if res.data_ptr() != output.data_ptr() or res.device != output.device:
         output.copy_(res)

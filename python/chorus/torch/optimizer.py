@@ -158,15 +158,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook():
-            if self._allreduce_delay[p] <= 0:
+            delay = self._allreduce_delay
+            left = delay[p]
+            if left <= 0:
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step times "
                     "before call to step(). Increase backward_passes_per_step to "
                     "accumulate gradients locally.")
             assert not p.grad.requires_grad
-            self._allreduce_delay[p] -= 1
+            delay[p] = left - 1
             self._handles[p] = True
-            if self._allreduce_delay[p] == 0:
+            if left == 1:
                 self._ready(p)
         return hook
 

@@ -1,7 +1,8 @@
 /* bye_reset.c - a rank that finalizes while bytes it never read sit in its sockets (a message
  * it never received; the others' pings, arriving as it closes): its close resets the
- * connection (TCP answers unread data with a reset), right after its goodbye. The rank that sent the message is still working; the reset after the goodbye is a
- * clean end, not a lost peer: its receive from a third rank completes.
+ * connection (TCP answers unread data with a reset), right after its goodbye. The ranks still
+ * working must take the reset after the goodbye for a clean end, not a lost peer: rank 0's
+ * receive from a third rank completes.
  * Usage (3 ranks, TCP; tests/scripts/bye_reset.sh runs it with pings every 2 ms):
  *   CHORUS_SHM=0 CHORUS_HEARTBEAT_S=0.002 chorus-run -np 3 bye_reset DIR
  * DIR holds the files by which the ranks order their steps without the network:
@@ -32,7 +33,8 @@ static void await(const char *dir, const char *name)
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     double deadline = chorus__deadline();
     while (access(path, F_OK) != 0) {
-        if (chorus__now() > deadline) test_fail(__FILE__, __LINE__, "the other rank never got here");
+        if (chorus__now() > deadline)
+            test_fail(__FILE__, __LINE__, "the other rank never got here");
         usleep(2000);
     }
 }

@@ -13,6 +13,17 @@
 
 #define BAD(...) chorus__fail(&c->err, CHORUS_ERR_INVALID_ARG, __VA_ARGS__)
 
+/* The net broke between calls (its watchdog lost a peer while this rank was elsewhere): the
+ * call fails with the net's reason, and, as after a failed algorithm, the ranks of this host
+ * that are already waiting for this one in shared memory are woken with that reason, not left
+ * to find this rank gone and blame it. */
+static chorus_result net_ok(chorus_comm *c)
+{
+    chorus_result r = chorus__tp_error(&c->net, NULL, &c->err);
+    if (r != CHORUS_OK) chorus__comm_break_failed(c, r);
+    return r;
+}
+
 /* Common checks; *bytes = count * size(t) * mult. */
 static chorus_result check(chorus_comm *c, const char *fn, size_t count, size_t mult,
                            chorus_dtype t, size_t *bytes)
@@ -23,7 +34,7 @@ static chorus_result check(chorus_comm *c, const char *fn, size_t count, size_t 
         chorus__mul_overflow(n, chorus_dtype_size(t), bytes) || *bytes > (size_t)1 << 62)
         return BAD("%s: count %zu (x%zu) of %s overflows the addressable size", fn, count, mult,
                    chorus__dtype_name((int)t));
-    return chorus__tp_error(&c->net, NULL, &c->err);
+    return net_ok(c);
 }
 
 static chorus_result check_op(chorus_comm *c, const char *fn, chorus_op op, chorus_dtype t)
@@ -205,7 +216,7 @@ static chorus_result alltoall_call(chorus_comm *c, const void *send, void *recv,
 
 static chorus_result barrier_call(chorus_comm *c, call_info *ci)
 {
-    CHORUS_CHECK(chorus__tp_error(&c->net, NULL, &c->err));
+    CHORUS_CHECK(net_ok(c));
     const chorus_algo *algo;
     CHORUS_CHECK(pick(c, CHORUS_COLL_BARRIER, 0, &algo, ci));
     if (c->size == 1) return CHORUS_OK;

@@ -27,14 +27,21 @@ grep -q "^\[1\] error: CHORUS_ERR_AUTH.*could not prove that it holds the job se
 echo "ok: a rank with a wrong CHORUS_SECRET is refused"
 
 # 3. torchrun-style environment, no secret: works, and says so at INFO
-port=$((20000 + $$ % 20000))
+# MASTER_PORT is chosen here, as a user would; another process may hold it (a port of the
+# kernel's ephemeral range, taken by some other connection): then a new one, at most 5 times.
+port=$((20000 + $$ % 10000))
 run2() {
-    for r in 0 1; do
-        env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
-            MASTER_PORT=$port CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=BOOT CHORUS_TIMEOUT_S=20 \
-            "$@" $prog >"$tmp/r$r" 2>&1 &
+    for _ in 1 2 3 4 5; do
+        for r in 0 1; do
+            env RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 \
+                MASTER_PORT=$port CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=BOOT CHORUS_TIMEOUT_S=20 \
+                "$@" $prog >"$tmp/r$r" 2>&1 &
+        done
+        wait %1 && wait %2 && return 0
+        grep -q "cannot listen on 127.0.0.1:$port: Address already in use" "$tmp/r0" || return 1
+        port=$((port + 7))
     done
-    wait %1 && wait %2
+    return 1
 }
 unset CHORUS_SECRET
 run2 env || { cat "$tmp/r0" "$tmp/r1" > "$tmp/out"; fail "unauthenticated torchrun-style job failed"; }

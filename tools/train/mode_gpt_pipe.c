@@ -344,22 +344,12 @@ static int start(trainer *t)
     const opts *o = &t->o;
     int P = o->pipe_stages, M = o->microbatches, size = chorus_size(t->comm);
     int wrank = chorus_rank(t->comm);
-    if (size % P)
-        die("--pipeline-stages %d does not divide the %d ranks: the world must be "
-            "(data-parallel replicas) x (stages)",
-            P, size);
+    p->max_micro = pipe_grid_sampler(t, P, M);
     gpt_say_model(t);
     p->stages = P, p->stage = wrank % P, p->replicas = size / P, p->replica = wrank / P;
     p->base = wrank - p->stage;
     p->T = o->gpt.context, p->C = o->gpt.d_model;
     cut(o->gpt.layers, P, p->stage, &p->lo, &p->hi);
-    nn_sampler_free(&t->sampler);
-    if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, p->replica, p->replicas,
-                        o->seed))
-        die("cannot set up the sampler (batch %d, %d replicas)", o->batch, p->replicas);
-    t->max_local = nn_sampler_max_local(&t->sampler);
-    p->max_micro = (int)((t->max_local + (size_t)M - 1) / (size_t)M);
-    if (p->max_micro < 1) p->max_micro = 1;
     chorus_pipe_kind kind;
     chorus_pipe_kind_parse(o->pipe_schedule, &kind);
     if (chorus_pipe_schedule_init(&p->sched, kind, P, M)) die("%s", nn_last_error());

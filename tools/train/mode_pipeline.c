@@ -73,18 +73,8 @@ static int start(trainer *t)
     int P = o->pipe_stages, M = o->microbatches, size = chorus_size(t->comm);
     chorus_pipe_kind kind;
     chorus_pipe_kind_parse(o->pipe_schedule, &kind);
-    int D = size % P ? 0 : size / P;
-    if (!D)
-        die("--pipeline-stages %d does not divide the %d ranks: the world must be "
-            "(data-parallel replicas) x (stages)",
-            P, size);
-    nn_sampler_free(&t->sampler);
-    if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, t->rank / P, D, o->seed))
-        die("cannot set up the sampler (batch %d, %d replicas)", o->batch, D);
-    t->max_local = nn_sampler_max_local(&t->sampler);
-    int max_micro = (int)((t->max_local + (size_t)M - 1) / (size_t)M);
-    if (nn_pipe_create(t->m, t->comm, P, M, kind, max_micro < 1 ? 1 : max_micro, &p->pipe))
-        die("%s", nn_last_error());
+    int max_micro = pipe_grid_sampler(t, P, M), D = size / P;
+    if (nn_pipe_create(t->m, t->comm, P, M, kind, max_micro, &p->pipe)) die("%s", nn_last_error());
     optim_init(o, &p->opt, nn_pipe_model(p->pipe)->nparams);
     nn_pipe_stats pst;
     nn_pipe_get_stats(p->pipe, &pst);

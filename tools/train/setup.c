@@ -258,3 +258,20 @@ void prepare_run(trainer *t)
     t->t_start = now_s();
     t->last_test_acc = -1.0;
 }
+
+int pipe_grid_sampler(trainer *t, int P, int M)
+{
+    const opts *o = &t->o;
+    int size = chorus_size(t->comm), D = size % P ? 0 : size / P;
+    if (!D)
+        die("--pipeline-stages %d does not divide the %d ranks: the world must be "
+            "(data-parallel replicas) x (stages)",
+            P, size);
+    nn_sampler_free(&t->sampler);
+    if (nn_sampler_init(&t->sampler, (size_t)t->train.n, (size_t)o->batch, chorus_rank(t->comm) / P,
+                        D, o->seed))
+        die("cannot set up the sampler (batch %d, %d replicas)", o->batch, D);
+    t->max_local = nn_sampler_max_local(&t->sampler);
+    int max_micro = (int)((t->max_local + (size_t)M - 1) / (size_t)M);
+    return max_micro < 1 ? 1 : max_micro;
+}

@@ -234,6 +234,10 @@ void build(trainer *t);
 void prepare_run(trainer *t);
 /* The run's optimizer over n parameters into o. */
 void optim_init(const opts *o, nn_optim *opt, size_t n);
+/* --pipeline-stages P (M micro-batches) over this job's ranks, consecutive ranks a pipeline:
+ * dies unless P divides them; the sampler redone over the size/P data-parallel replicas (this
+ * rank's replica: rank/P). Returns the micro-batch size at most (at least 1). */
+int pipe_grid_sampler(trainer *t, int P, int M);
 
 /* state.c: checkpoints. */
 void restore_checkpoint(trainer *t);

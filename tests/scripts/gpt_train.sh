@@ -26,6 +26,9 @@
 #             clipping, with --recompute, and with its validation loss and sampled text; with
 #             --clip-grad 1 (the norm from the shards' squares, added in another order) its
 #             losses are held to 1e-6 of data parallelism's and its parameters to 1e-6
+#   zero_tail  an epoch whose short last step has one window, so that rank 1 has none: --zero 2
+#             and --zero 3 (whose reduce-scatters and gathers run inside forward and backward)
+#             end it with the parameters of plain data parallelism, to the bit, on both ranks
 #   zero3_resume  --zero 3: 8 steps straight = 4 + --resume 4, to the bit, on both ranks; its
 #             checkpoint (the whole model, gathered by rank 0) resumes under plain data
 #             parallelism to the same bits, and on one rank
@@ -232,6 +235,22 @@ for r in (0, 1):
     print(f"rank {r}: {len(b)} parameters, largest difference from plain {diff:.2e}")
     assert len(a) == len(b) == 118528 and diff <= 1e-6
 PY
+    ;;
+zero_tail)
+    # one fortune file and a context whose window count leaves 1 over a global batch of 32
+    mkdir "$d/one"
+    cp "$d/text/goedel" "$d/one/"
+    pick=$(chorus-train --model gpt --data "$d/one" --layers 1 --d-model 16 --heads 1 --context 32 --max-steps 1 --no-eval --sample 0 2>&1 |
+        sed -n 's/.* \([0-9]*\) training bytes.*/\1/p')
+    [ -n "$pick" ] || fail "no training byte count in chorus-train's first line"
+    T=$(python3 -c "import sys; b = int(sys.argv[1]); print(next(t for t in range(24, 129) if (b // t) % 32 == 1))" "$pick") ||
+        fail "no context leaves one window over 32 for $pick bytes"
+    one="--model gpt --data $d/one --layers 2 --d-model 64 --heads 4 --context $T --batch 32 --seed 4 --epochs 1 --clip-grad 0 --no-eval --sample 0"
+    for z in 0 2 3; do run tail$z $one --zero $z --dump-params "$d/tail$z"; done
+    grep -a "windows)" "$d/tail0.log"
+    same tail0 tail2
+    same tail0 tail3
+    echo "an epoch's last step of one window (none on rank 1): --zero 2 and 3 end with plain data parallelism's parameters, to the bit"
     ;;
 zero3_resume)
     z3="--zero 3 --no-eval --sample 0"

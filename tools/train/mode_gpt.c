@@ -205,6 +205,18 @@ static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float
     train_gpt *s = t->gpt;
     int T = s->g->c.context, K = t->o.accum;
     size_t off = 0;
+    if (nloc == 0 && t->o.par.zero >= 2) {
+        /* No window of the epoch's short last step fell to this rank, but ZeRO-2 and 3 gather
+         * and reduce-scatter inside forward and backward, where the other ranks wait for it:
+         * the passes over one window whose loss weighs 0 take part with a gradient of zeros. */
+        uint32_t first = 0;
+        gather(s, &s->train, &first, 1);
+        nn_gpt_forward(s->g, s->x, 1, T);
+        nn_gpt_loss(s->g, s->y, 0.0f, NULL);
+        nn_dist_begin_backward(&t->dist, t->m);
+        par_begin_backward(&t->o.par, t->m);
+        nn_gpt_backward(s->g);
+    }
     for (int k = 0; k < K; k++) {
         size_t nb = nloc / (size_t)K + ((size_t)k < nloc % (size_t)K);
         if (nb == 0) continue; /* the engine is then handed the gradients by the sync */

@@ -504,27 +504,30 @@ static void gather_hook(nn_model *m, int layer, void *arg)
  * the chunks, else root's segments are broadcast and each rank keeps its chunk. */
 static chorus_result move_whole(nn_zero *z, int root, float *shard, float *whole, int to_whole)
 {
-    z->resident = -1; /* pbuf is the landing */
+    /* the landing: stage 3's group buffer (its parameters then gathered again), else the
+     * all-gather scratch, (size + 1) x the largest chunk */
+    float *buf = z->stage == 3 ? z->pbuf : z->scratch;
+    if (z->stage == 3) z->resident = -1;
     int here = root < 0 || root == z->rank;
     for (int s = 0; s < z->nseg; s++) {
         const nn_zero_seg *g = &z->seg[s];
         size_t padded = g->chunk * (size_t)z->size;
         chorus_result r;
         if (to_whole) {
-            r = chorus_allgather(z->comm, shard + g->shard_off, z->pbuf, g->chunk, CHORUS_FLOAT32);
+            r = chorus_allgather(z->comm, shard + g->shard_off, buf, g->chunk, CHORUS_FLOAT32);
         } else {
             if (here) {
-                memcpy(z->pbuf, whole + g->off, g->len * sizeof(float));
-                memset(z->pbuf + g->len, 0, (padded - g->len) * sizeof(float));
+                memcpy(buf, whole + g->off, g->len * sizeof(float));
+                memset(buf + g->len, 0, (padded - g->len) * sizeof(float));
             }
-            r = chorus_broadcast(z->comm, z->pbuf, padded, CHORUS_FLOAT32, root);
+            r = chorus_broadcast(z->comm, buf, padded, CHORUS_FLOAT32, root);
         }
         if (r)
-            return nn__fail(r, "ZeRO-3 %s the whole model: %s",
+            return nn__fail(r, "ZeRO-%d %s the whole model: %s", z->stage,
                             to_whole ? "gathering" : "scattering", chorus_last_error(z->comm));
-        if (to_whole && here) memcpy(whole + g->off, z->pbuf, g->len * sizeof(float));
+        if (to_whole && here) memcpy(whole + g->off, buf, g->len * sizeof(float));
         if (!to_whole)
-            memcpy(shard + g->shard_off, z->pbuf + (size_t)z->rank * g->chunk,
+            memcpy(shard + g->shard_off, buf + (size_t)z->rank * g->chunk,
                    g->chunk * sizeof(float));
     }
     return CHORUS_OK;
@@ -533,8 +536,9 @@ static chorus_result move_whole(nn_zero *z, int root, float *shard, float *whole
 chorus_result nn_zero_gather_whole(nn_zero *z, int root, const float *om, const float *ov,
                                    float *whole_p, float *whole_m, float *whole_v)
 {
-    if (z->stage != 3) return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_zero_gather_whole: stage 3");
-    chorus_result r = move_whole(z, root, z->pshard, whole_p, 1);
+    if (z->stage != 3 && whole_p)
+        return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_zero_gather_whole: parameters at stage 3");
+    chorus_result r = z->stage == 3 ? move_whole(z, root, z->pshard, whole_p, 1) : CHORUS_OK;
     if (!r && om) r = move_whole(z, root, (float *)om, whole_m, 1);
     if (!r && ov) r = move_whole(z, root, (float *)ov, whole_v, 1);
     return r;
@@ -544,9 +548,11 @@ chorus_result nn_zero_scatter_whole(nn_zero *z, int root, const float *whole_p,
                                     const float *whole_m, const float *whole_v, float *om,
                                     float *ov)
 {
-    if (z->stage != 3 || root < 0)
-        return nn__fail(CHORUS_ERR_INVALID_ARG, "nn_zero_scatter_whole: stage 3, one root");
-    chorus_result r = move_whole(z, root, z->pshard, (float *)whole_p, 0);
+    if ((z->stage != 3 && whole_p) || root < 0)
+        return nn__fail(CHORUS_ERR_INVALID_ARG,
+                        "nn_zero_scatter_whole: parameters at stage 3, one root");
+    chorus_result r =
+        z->stage == 3 ? move_whole(z, root, z->pshard, (float *)whole_p, 0) : CHORUS_OK;
     if (!r && om) r = move_whole(z, root, om, (float *)whole_m, 0);
     if (!r && ov) r = move_whole(z, root, ov, (float *)whole_v, 0);
     return r;

@@ -19,8 +19,12 @@
 #             of every rank's whole summed gradient, as data parallelism does; ZeRO-2 by the
 #             norm from its shards, added in another order, so its losses are only held to
 #             1e-6 of data parallelism's there, the bits compared without clipping); the
-#             per-rank gradient and optimizer bytes shrink; checkpoints, --accum 2 with
-#             --zero 2 and --zero with --tensor-parallel are refused with their reasons
+#             per-rank gradient and optimizer bytes shrink; --accum 2 with --zero 2 and
+#             --zero with --tensor-parallel are refused with their reasons
+#   zero_resume  --zero 1 and --zero 2 (clipping on): 8 steps straight = 4 + --resume 4, to
+#             the bit, on both ranks (rank 0 gathers the optimizer state's chunks into a
+#             checkpoint of the whole model; a resume gives each rank its chunks back); a
+#             --zero 2 checkpoint resumes under --zero 1 and under plain data parallelism
 #   zero3     --zero 3 (parameters sharded too, gathered per group just in time) on 2 ranks ends
 #             4 steps with the parameters of plain data parallelism, to the bit, without
 #             clipping, with --recompute, and with its validation loss and sampled text; with
@@ -201,7 +205,6 @@ for z in range(3):
 assert mem[1][2] < 0.6 * mem[0][2] and mem[2][2] == mem[1][2], "the optimizer state is not sharded"
 assert mem[2][1] < mem[1][1] == mem[0][1], "ZeRO-2 does not hold fewer gradient bytes"
 PY
-    refused "--tensor-parallel and --zero do not write checkpoints yet" --zero 1 --checkpoint-dir "$d/ck"
     refused "--zero 2 keeps no full gradient buffer to accumulate in" --zero 2 --accum 2
     refused "--zero with --tensor-parallel: the gradient norm for clipping" --zero 1 --tensor-parallel 2
     ;;
@@ -251,6 +254,24 @@ zero_tail)
     same tail0 tail2
     same tail0 tail3
     echo "an epoch's last step of one window (none on rank 1): --zero 2 and 3 end with plain data parallelism's parameters, to the bit"
+    ;;
+zero_resume)
+    for z in 1 2; do
+        zz="--zero $z --no-eval --sample 0"
+        run straight$z $small --max-steps 8 $zz --dump-params "$d/straight$z"
+        run half$z $small --max-steps 4 $zz --checkpoint-dir "$d/ck$z" --checkpoint-every 4
+        [ $z = 2 ] && cp -r "$d/ck2" "$d/ck2one" && cp -r "$d/ck2" "$d/ck2plain"
+        run rest$z $small --max-steps 8 $zz --checkpoint-dir "$d/ck$z" --checkpoint-every 4 --resume --dump-params "$d/rest$z"
+        grep -a "resumed from" "$d/rest$z.log"
+        same straight$z rest$z
+        echo "--zero $z: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
+    done
+    # ZeRO-1 computes plain data parallelism's bits (ZeRO-2's clipping norm adds in another
+    # order), so a --zero 2 checkpoint resumed under either ends where ZeRO-1 straight does
+    run z1 $small --max-steps 8 --zero 1 --no-eval --sample 0 --checkpoint-dir "$d/ck2one" --resume --dump-params "$d/z1"
+    run plain $small --max-steps 8 --no-eval --sample 0 --checkpoint-dir "$d/ck2plain" --resume --dump-params "$d/plain"
+    same z1 plain
+    echo "a --zero 2 checkpoint resumes under --zero 1 and under plain data parallelism to the same bits"
     ;;
 zero3_resume)
     z3="--zero 3 --no-eval --sample 0"

@@ -280,15 +280,17 @@ static void first_params(trainer *t)
     if (t->o.par.zero != 3) allreduce_first_params(t);
 }
 
-/* A checkpoint of the whole model; under --zero 3 rank 0 gathers it from every rank's chunks
- * for the moment of writing (split.h: par_whole_open). */
+/* A checkpoint of the whole model; under --zero rank 0 gathers it from every rank's chunks
+ * for the moment of writing (split.h: par_whole_open), once the step's parameters are whole
+ * (ZeRO-1 and 2 all-gather them behind the next forward pass). */
 static void save(trainer *t)
 {
     train_par *p = &t->o.par;
-    if (p->zero != 3) {
+    if (!p->zero) {
         save_whole(t);
         return;
     }
+    par_sync(p, t->m);
     if (t->rank == 0) par_whole_open(p, t->m, &t->opt);
     par_whole_gather(p, t->m, &t->opt);
     save_whole(t);

@@ -31,9 +31,9 @@ void par_check_opts(const train_par *p, const char *model, const char *mode, con
         die("--zero 3 shards the parameters too, gathered layer by layer just before each pass "
             "reads them: that is built for --model gpt; --model %s takes --zero 1|2",
             model);
-    if (split && p->zero != 3 && ckpt_dir)
+    if (ckpt_dir && (p->tp > 1 || (p->zero && strcmp(model, "gpt"))))
         die("--tensor-parallel and --zero do not write checkpoints yet (each rank holds only a "
-            "shard of the state); leave out --checkpoint-dir");
+            "shard of the state; --zero does with --model gpt); leave out --checkpoint-dir");
     if (p->tp > 1 && !strcmp(model, "cnn"))
         die("--tensor-parallel splits the linear layers of --model mlp or large, not cnn");
     if (p->tp > 1 && dropout > 0)
@@ -249,51 +249,58 @@ void par_free(train_par *p)
     p->tp_comm = p->dp_comm = NULL;
 }
 
-/* --zero 3's whole model, for a checkpoint. */
+/* --zero's whole model, for a checkpoint. */
 
 void par_whole_open(train_par *p, nn_model *m, nn_optim *o)
 {
+    int z3 = p->zero == 3;
     p->shard_opt = *o;
-    p->whole_params = calloc(m->nparams ? m->nparams : 1, sizeof(float));
+    p->whole_params = z3 ? calloc(m->nparams ? m->nparams : 1, sizeof(float)) : NULL;
     float *wm = o->m ? calloc(m->nparams, sizeof(float)) : NULL;
     float *wv = o->v ? calloc(m->nparams, sizeof(float)) : NULL;
-    if (!p->whole_params || (o->m && !wm) || (o->v && !wv))
-        die("--zero 3: out of memory for the whole model (%zu parameters) of a checkpoint",
-            m->nparams);
+    if ((z3 && !p->whole_params) || (o->m && !wm) || (o->v && !wv))
+        die("--zero %d: out of memory for the whole model (%zu parameters) of a checkpoint",
+            p->zero, m->nparams);
     o->m = wm, o->v = wv, o->n = m->nparams;
-    m->params = p->whole_params;
-    p->whole_bytes = (m->nparams + (wm ? m->nparams : 0) + (wv ? m->nparams : 0)) * sizeof(float);
-    nn_mem_add(&p->mem, NN_MEM_PARAMS, m->nparams * sizeof(float));
-    nn_mem_add(&p->mem, NN_MEM_OPTIMIZER, p->whole_bytes - m->nparams * sizeof(float));
+    size_t pb = z3 ? m->nparams * sizeof(float) : 0;
+    if (z3) m->params = p->whole_params;
+    p->whole_bytes = pb + ((wm ? m->nparams : 0) + (wv ? m->nparams : 0)) * sizeof(float);
+    p->whole_open = 1;
+    nn_mem_add(&p->mem, NN_MEM_PARAMS, pb);
+    nn_mem_add(&p->mem, NN_MEM_OPTIMIZER, p->whole_bytes - pb);
 }
 
 void par_whole_close(train_par *p, nn_model *m, nn_optim *o)
 {
-    nn_mem_sub(&p->mem, NN_MEM_PARAMS, m->nparams * sizeof(float));
-    nn_mem_sub(&p->mem, NN_MEM_OPTIMIZER, p->whole_bytes - m->nparams * sizeof(float));
+    size_t pb = p->zero == 3 ? m->nparams * sizeof(float) : 0;
+    nn_mem_sub(&p->mem, NN_MEM_PARAMS, pb);
+    nn_mem_sub(&p->mem, NN_MEM_OPTIMIZER, p->whole_bytes - pb);
     free(o->m);
     free(o->v);
-    free(p->whole_params);
     uint64_t steps = o->t;
     *o = p->shard_opt;
     o->t = steps;
-    m->params = p->whole_params = NULL;
+    if (p->zero == 3) {
+        free(p->whole_params);
+        m->params = p->whole_params = NULL;
+    }
+    p->whole_open = 0;
 }
 
 void par_whole_gather(train_par *p, nn_model *m, nn_optim *o)
 {
-    int open = p->whole_params != NULL; /* rank 0 */
+    int open = p->whole_open; /* rank 0 */
     const nn_optim *sh = open ? &p->shard_opt : o;
-    if (nn_zero_gather_whole(&p->zs, 0, sh->m, sh->v, open ? m->params : NULL, open ? o->m : NULL,
-                             open ? o->v : NULL))
+    float *wp = open && p->zero == 3 ? m->params : NULL;
+    if (nn_zero_gather_whole(&p->zs, 0, sh->m, sh->v, wp, open ? o->m : NULL, open ? o->v : NULL))
         die("%s", nn_last_error());
 }
 
 void par_whole_scatter(train_par *p, nn_model *m, nn_optim *o)
 {
-    int open = p->whole_params != NULL; /* rank 0 */
+    int open = p->whole_open; /* rank 0 */
     nn_optim *sh = open ? &p->shard_opt : o;
-    if (nn_zero_scatter_whole(&p->zs, 0, open ? m->params : NULL, open ? o->m : NULL,
-                              open ? o->v : NULL, sh->m, sh->v))
+    const float *wp = open && p->zero == 3 ? m->params : NULL;
+    if (nn_zero_scatter_whole(&p->zs, 0, wp, open ? o->m : NULL, open ? o->v : NULL, sh->m, sh->v))
         die("%s", nn_last_error());
 }

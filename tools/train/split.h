@@ -24,8 +24,9 @@ typedef struct train_par {
     int tp_rank;
     nn_zero zs;
     nn_mem mem; /* this rank's buffers */
-    /* --zero 3, rank 0, while a checkpoint is written or read: the whole model's buffers in
-     * the model and optimizer, their shards kept here (par_whole_open) */
+    /* --zero, rank 0, while a checkpoint is written or read: the whole model's buffers in the
+     * model (--zero 3) and optimizer, their shards kept here (par_whole_open) */
+    int whole_open;
     float *whole_params;
     size_t whole_bytes;
     nn_optim shard_opt;
@@ -61,10 +62,11 @@ void par_sync(train_par *p, nn_model *m);
 /* At the end, collective over the world: rank 0 prints every rank's memory line and writes
  * the {"memory":[...]} line to metrics (may be NULL). */
 void par_report(train_par *p, FILE *metrics);
-/* --zero 3's checkpoints are of the whole model, as every other run's (so that a run resumes
+/* --zero's checkpoints are of the whole model, as every other run's (so that a run resumes
  * with another number of ranks, or without ZeRO): rank 0 holds the whole parameters and
- * optimizer state while it writes or reads one. par_whole_open (rank 0 only) gives m and o
- * whole buffers in place of the shards, which it keeps (nn_mem records them while open);
+ * optimizer state while it writes or reads one. par_whole_open (rank 0 only) gives o (and,
+ * under --zero 3, m; at stages 1 and 2 the parameters are whole already) whole buffers in
+ * place of the shards, which it keeps (nn_mem records them while open);
  * par_whole_close frees them and puts the shards back (the step count o->t kept).
  * par_whole_gather and par_whole_scatter (collective over the data-parallel ranks, rank 0's
  * buffers open) move the ranks' chunks to rank 0's whole buffers and back. */

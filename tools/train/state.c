@@ -96,7 +96,7 @@ void share_resumed_state(trainer *t)
     st->rng = words[4];
     t->opt.t = words[6];
     size_t ns = t->opt.m ? t->opt.n : 0;
-    if (t->o.par.zero == 3) /* each rank its chunks of the parameters and optimizer state */
+    if (t->o.par.zero) /* each rank its chunks of the optimizer state (and of the parameters) */
         par_whole_scatter(&t->o.par, t->m, &t->opt);
     else if ((ns && nn_dist_broadcast_bytes(d, t->opt.m, ns * sizeof(float))) ||
              (t->opt.v && nn_dist_broadcast_bytes(d, t->opt.v, t->opt.n * sizeof(float))))
@@ -117,7 +117,7 @@ void restore_checkpoint(trainer *t)
     int64_t loaded = 0;
     nn_ckpt_info info = {0};
     char why[1024] = "";
-    int whole = t->o.par.zero == 3 && t->rank == 0;
+    int whole = t->o.par.zero && t->rank == 0;
     if (whole) par_whole_open(&t->o.par, t->m, &t->opt);
     if (t->rank == 0) {
         if (nn_ckpt_load_latest(t->o.ckpt_dir, t->m, &t->opt, st, &info) != CHORUS_OK) {

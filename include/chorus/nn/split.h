@@ -153,16 +153,20 @@ chorus_result nn_zero_shard_norm(nn_zero *z, double *norm);
 /* Multiplies the summed gradient this rank updates from by k (stage 1: m->grads; stages 2 and
  * 3: its chunks). */
 void nn_zero_scale_grads(nn_zero *z, nn_model *m, float k);
-/* Stage 3, collective over z's communicator: the whole parameters and optimizer state from
- * every rank's chunks. The ranks' chunks of params (stage 3's own), om and ov (this rank's
+/* Collective over z's communicator: the whole parameters (stage 3) and optimizer state (every
+ * stage) from every rank's chunks; at stages 1 and 2, whose parameters are whole on every
+ * rank already, whole_p is NULL everywhere. The ranks' chunks of params (stage 3's own), om
+ * and ov (this rank's
  * optimizer state, shard_n floats each; either may be NULL, then on every rank) go to
  * whole_p, whole_m and whole_v (m->nparams floats each) on rank root only, or on every rank
  * when root is -1 (the others pass NULL). Errors: the collectives'. */
 chorus_result nn_zero_gather_whole(nn_zero *z, int root, const float *om, const float *ov,
                                    float *whole_p, float *whole_m, float *whole_v);
-/* Stage 3, collective: the reverse: rank root's whole_p, whole_m and whole_v (m->nparams
- * floats each; NULL on the other ranks) become every rank's chunks (its parameters, om and
- * ov; om or ov NULL on every rank: skipped). Errors: the collectives'. */
+/* Collective: the reverse: rank root's whole_p (stage 3; NULL at stages 1 and 2), whole_m and
+ * whole_v (m->nparams floats each; NULL on the other ranks) become every rank's chunks (its
+ * parameters, om and ov; om or ov NULL on every rank: skipped). At stages 1 and 2 the
+ * all-gather scratch is the landing: no all-gather may be in flight (nn_zero_wait). Errors:
+ * the collectives'. */
 chorus_result nn_zero_scatter_whole(nn_zero *z, int root, const float *whole_p,
                                     const float *whole_m, const float *whole_v, float *om,
                                     float *ov);

@@ -14,7 +14,8 @@
  *   killed MODE   async or ssp, 1 server, 3 workers: worker 2 is killed (SIGKILL) after 3
  *                 steps; workers 0 and 1 make all their steps and leave, and the server ends
  *                 cleanly, having logged the loss (the list gives chorus-run a long --grace)
- *   errors        bad options, keys, sizes and registrations: clear errors, nothing applied
+ *   errors        bad options (clip_norm negative, or outside sync mode, among them), keys,
+ *                 sizes and registrations: clear errors, nothing applied
  *   stopped       as killed in async mode, but worker 2 stops itself (SIGSTOP): a worker that
  *                 falls silent is lost like a dead one, whichever deadline sees it first
  *                 (the heartbeat's or a receive's; the list sets CHORUS_TIMEOUT_S=3, which
@@ -209,6 +210,16 @@ static void case_errors(void)
     chorus_ps_opts_default(&o);
     o.size = 8;
     expect(chorus_ps_create(comm, &o, &ps), CHORUS_ERR_INVALID_ARG, NULL, "options of size 8");
+    chorus_ps_opts_default(&o);
+    o.clip_norm = -1.0f;
+    expect(chorus_ps_create(comm, &o, &ps), CHORUS_ERR_INVALID_ARG, NULL,
+           "clip_norm -1 is not a finite norm >= 0 (0: off)");
+    chorus_ps_opts_default(&o);
+    o.mode = CHORUS_PS_ASYNC;
+    o.clip_norm = 1.0f;
+    expect(chorus_ps_create(comm, &o, &ps), CHORUS_ERR_INVALID_ARG, NULL,
+           "clip_norm is for sync mode; in async mode each push is applied alone, and its "
+           "worker, which holds the whole gradient, clips it before pushing");
 
     ps = make(CHORUS_PS_SYNC, 1, 0, CHORUS_FLOAT32);
     float v[64] = {0}, p[64];

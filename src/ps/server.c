@@ -120,11 +120,11 @@ static int round_complete(const chorus_ps *ps, const ps_key *k)
 }
 
 /* Sync with clip_norm: the round's summed gradient of k (this server's slice: sum) cut to the
- * global norm clip_norm. A key cut across the servers takes every server's sum of squares of
- * its slice, sent point-to-point on a tag of the key's own (rounds of two keys never meet;
- * a pair's messages keep their order, so round n meets round n), each server's sent before it
- * waits for the others', and added in server order on every server: all take the same norm
- * and scale by the same factor, the trainer's (float)(clip / norm). */
+ * global norm clip_norm. A key held whole takes its own norm; a key cut across the servers
+ * takes every server's sum of squares of its slice, sent point-to-point on a tag of the key's own
+ * (rounds of two keys never meet; a pair's messages keep their order, so round n meets round n),
+ * each server's sent before it waits for the others', and added in server order on every server:
+ * all take the same norm and scale by the same factor, the trainer's (float)(clip / norm). */
 static chorus_result clip_round(chorus_ps *ps, ps_key *k, float *sum)
 {
     int K = k->nslices, tag = PS_TAG_NORM + (int)(k - ps->keys);
@@ -133,11 +133,16 @@ static chorus_result clip_round(chorus_ps *ps, ps_key *k, float *sum)
     double *part = malloc((size_t)K * sizeof(double));
     chorus_request **rq = calloc((size_t)K, sizeof(*rq));
     chorus_result r = part && rq ? CHORUS_OK : CHORUS_ERR_NOMEM;
-    for (int s = 0; s < K && r == CHORUS_OK; s++)
-        if (s != ps->server) r = chorus_isend(ps->comm, &mine, 1, CHORUS_FLOAT64, s, tag, &rq[s]);
-    for (int s = 0; s < K && r == CHORUS_OK; s++)
-        r = s == ps->server ? (part[s] = mine, CHORUS_OK)
-                            : chorus_recv(ps->comm, &part[s], 1, CHORUS_FLOAT64, s, tag);
+    for (int s = 0; s < K && r == CHORUS_OK; s++) {
+        int peer = k->slices[s].server; /* a key held whole: this server alone */
+        if (peer != ps->server)
+            r = chorus_isend(ps->comm, &mine, 1, CHORUS_FLOAT64, peer, tag, &rq[s]);
+    }
+    for (int s = 0; s < K && r == CHORUS_OK; s++) {
+        int peer = k->slices[s].server;
+        r = peer == ps->server ? (part[s] = mine, CHORUS_OK)
+                               : chorus_recv(ps->comm, &part[s], 1, CHORUS_FLOAT64, peer, tag);
+    }
     for (int s = 0; s < K && rq; s++) {
         chorus_status st;
         chorus_result w = rq[s] ? chorus_wait(rq[s], &st) : CHORUS_OK;

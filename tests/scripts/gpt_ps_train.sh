@@ -15,7 +15,9 @@
 #            first step's in 50 steps, each worker cutting its own gradient (its norm above
 #            --clip-grad, as printed); the validation line, tokens/s and the sample are printed
 #   resume   ps-sync: 8 steps straight = 4 + --resume 4 (the servers' shards and worker 0's
-#            checkpoint every 4 steps), to the bit, on both workers
+#            checkpoint every 4 steps), to the bit, on both workers; its checkpoint resumed
+#            under allreduce is refused naming --mode; ps-async with one worker resumes to the
+#            bit too
 #   refused  what the GPT does not run with under the parameter server is refused with the
 #            reason: --tensor-parallel, --zero, --pipeline-stages; and a ps-sync checkpoint
 #            resumed under allreduce
@@ -87,6 +89,14 @@ resume)
         fail "a ps-sync checkpoint resumed under allreduce was not refused"
     echo "$out" | grep -qF -- "cannot resume: --mode was ps-sync in the checkpoint, now allreduce" || { echo "$out"; fail "no message naming --mode"; }
     echo "a ps-sync checkpoint resumed under allreduce is refused naming --mode"
+    # ps-async with one worker (its own gradient clipped): the same, to the bit; with several
+    # the servers apply pushes in arrival order, and two straight runs differ too
+    q="$small --sample 0 --no-eval --mode ps-async --clip-grad 0.05"
+    run astraight 2 $q --max-steps 8 --dump-params "$d/astraight"
+    run ahalf 2 $q --max-steps 4 --checkpoint-dir "$d/cka" --checkpoint-every 4
+    run arest 2 $q --max-steps 8 --checkpoint-dir "$d/cka" --checkpoint-every 4 --resume --dump-params "$d/arest"
+    cmp "$d/astraight.0" "$d/arest.0" || fail "ps-async, one worker: the resumed run's parameters differ"
+    echo "ps-async, one worker: 8 steps straight = 4 steps + --resume 4 steps, to the bit"
     ;;
 refused)
     for o in "--tensor-parallel 2:--tensor-parallel and --zero work with --mode allreduce, not --mode ps-sync" \

@@ -59,6 +59,13 @@ typedef struct chorus_ps_opts {
     float weight_decay;      /* SGD: L2 added to the gradient; AdamW: decoupled (0) */
     float beta1, beta2, eps; /* AdamW (0.9, 0.999, 1e-8) */
     chorus_dtype grad_dtype; /* how gradients travel: FLOAT32, FLOAT16 or BFLOAT16 (FLOAT32) */
+    /* SYNC only: each round's summed gradient of a key is cut to this global norm before the
+     * update (0: off). The norm is that of the whole key over every server's slice: the
+     * servers exchange their slices' sums of squares and add them in server order, so all
+     * scale by the same factor. Register the model as one key to clip by its global norm. In
+     * async and SSP mode each push is applied alone: its worker, which holds the whole
+     * gradient, clips it before pushing (refused here). */
+    float clip_norm;
 } chorus_ps_opts;
 
 typedef struct chorus_ps chorus_ps;               /* opaque */
@@ -79,6 +86,8 @@ typedef struct chorus_ps_stats {
     int workers_lost;           /* of those, the ones that died (server; async and SSP) */
     uint64_t worker_bytes_pushed[CHORUS_PS_MAX_WORKERS];
     uint64_t worker_bytes_pulled[CHORUS_PS_MAX_WORKERS];
+    uint64_t clipped; /* sync rounds whose summed gradient clip_norm cut (server) */
+    double last_norm; /* the last round's global norm before clipping, 0 without (server) */
 } chorus_ps_stats;
 
 /* Fills *o with the defaults above. */
@@ -88,8 +97,9 @@ void chorus_ps_opts_default(chorus_ps_opts *o);
  * this rank's side in *ps. c must outlive *ps and must not be used for point-to-point with the
  * tags the parameter server uses (0x5053xxxx) meanwhile. Errors: CHORUS_ERR_INVALID_ARG for a
  * NULL argument, an unknown options layout, mode, optimizer or gradient dtype, a negative
- * staleness, or a server count that leaves no worker (nothing is sent then); the split's
- * errors. On error *ps is NULL; the detail is in chorus_ps_last_error(NULL). */
+ * staleness, a clip_norm that is negative, not finite or given outside sync mode, or a server count
+ * that leaves no worker (nothing is sent then); the split's errors. On error *ps is NULL; the
+ * detail is in chorus_ps_last_error(NULL). */
 chorus_result chorus_ps_create(chorus_comm *c, const chorus_ps_opts *o, chorus_ps **ps);
 
 /* Collective over every rank of the job: registers key (>= 0) holding count (> 0) float32

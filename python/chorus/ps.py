@@ -40,7 +40,7 @@ class _Opts(_c.Structure):
                 ("mode", _c.c_int), ("staleness", _c.c_int), ("optim", _c.c_int),
                 ("momentum", _c.c_float), ("nesterov", _c.c_int),
                 ("weight_decay", _c.c_float), ("beta1", _c.c_float), ("beta2", _c.c_float),
-                ("eps", _c.c_float), ("grad_dtype", _c.c_int)]
+                ("eps", _c.c_float), ("grad_dtype", _c.c_int), ("clip_norm", _c.c_float)]
 
 
 class _Stats(_c.Structure):
@@ -49,7 +49,8 @@ class _Stats(_c.Structure):
         "max_staleness", "server_bytes")] + [
         ("nworkers", _c.c_int), ("workers_gone", _c.c_int), ("workers_lost", _c.c_int),
         ("worker_bytes_pushed", _c.c_uint64 * _MAX_WORKERS),
-        ("worker_bytes_pulled", _c.c_uint64 * _MAX_WORKERS)]
+        ("worker_bytes_pulled", _c.c_uint64 * _MAX_WORKERS),
+        ("clipped", _c.c_uint64), ("last_norm", _c.c_double)]
 
 
 def _proto(name, res, *args):
@@ -112,7 +113,7 @@ class ParameterServer:
 
     def __init__(self, mode="sync", servers=1, staleness=2, optimizer="sgd", momentum=0.9,
                  nesterov=True, weight_decay=0.0, betas=(0.9, 0.999), eps=1e-8,
-                 grad_dtype="float32"):
+                 grad_dtype="float32", clip_norm=0.0):
         if mode not in _MODES:
             raise ChorusInvalidArgument("chorus.ps: mode must be sync, async or ssp, not %r"
                                         % (mode,))
@@ -129,6 +130,7 @@ class ParameterServer:
         o.optim, o.momentum, o.nesterov = _OPTIMS[optimizer], momentum, int(bool(nesterov))
         o.weight_decay, o.beta1, o.beta2, o.eps = weight_decay, betas[0], betas[1], eps
         o.grad_dtype = DTYPE[grad_dtype]
+        o.clip_norm = clip_norm  # sync: each round's summed gradient cut to this norm (0: off)
         out = _P()
         rc = lib.chorus_ps_create(_core.S.world.ptr, _c.byref(o), _c.byref(out))
         if rc != 0:
@@ -180,6 +182,7 @@ class ParameterServer:
         d = {f: getattr(s, f) for f, _ in _Stats._fields_[:11]}
         d["worker_bytes_pushed"] = list(s.worker_bytes_pushed[:s.nworkers])
         d["worker_bytes_pulled"] = list(s.worker_bytes_pulled[:s.nworkers])
+        d["clipped"], d["last_norm"] = s.clipped, s.last_norm
         return d
 
     def close(self):

@@ -75,6 +75,16 @@ static chorus_result check_opts(const chorus_ps_opts *o, int size)
     if (o->staleness < 0)
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "chorus_ps_create: staleness %d is negative",
                             o->staleness);
+    if (!(o->clip_norm >= 0.0f) || !isfinite(o->clip_norm))
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
+                            "chorus_ps_create: clip_norm %g is not a finite norm >= 0 (0: off)",
+                            (double)o->clip_norm);
+    if (o->clip_norm > 0.0f && o->mode != CHORUS_PS_SYNC)
+        return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
+                            "chorus_ps_create: clip_norm is for sync mode; in %s mode each push "
+                            "is applied alone, and its worker, which holds the whole gradient, "
+                            "clips it before pushing",
+                            chorus_ps_mode_name((int)o->mode));
     if (size < 2) /* no count of servers works: say so rather than offer 1..0 */
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG,
                             "chorus_ps_create: a job of 1 rank has no room for a parameter "

@@ -18,6 +18,7 @@
 #define PS_TAG_DATA  0x50530001
 #define PS_TAG_SAVED 0x50530002 /* a server's answer to a save: an int64 chorus_result */
 #define PS_TAG_REPLY 0x50531000
+#define PS_TAG_NORM  0x50532000 /* + the key's slot: a server's sum of squares of a sync round */
 #define PS_MAX_KEYS  4096
 #define PS_MAX_DIR   4096 /* bytes of a checkpoint directory name, with its NUL */
 

@@ -119,9 +119,55 @@ static int round_complete(const chorus_ps *ps, const ps_key *k)
     return any;
 }
 
-/* Sync: sums the round's gradients in worker order (as the allreduce folds in rank order) and
- * applies them with the lowest worker's learning rate. */
-static void close_round(chorus_ps *ps, ps_key *k)
+/* Sync with clip_norm: the round's summed gradient of k (this server's slice: sum) cut to the
+ * global norm clip_norm. A key held whole takes its own norm; a key cut across the servers
+ * takes every server's sum of squares of its slice, sent point-to-point on a tag of the key's own
+ * (rounds of two keys never meet; a pair's messages keep their order, so round n meets round n),
+ * each server's sent before it waits for the others', and added in server order on every server:
+ * all take the same norm and scale by the same factor, the trainer's (float)(clip / norm). */
+static chorus_result clip_round(chorus_ps *ps, ps_key *k, float *sum)
+{
+    int K = k->nslices, tag = PS_TAG_NORM + (int)(k - ps->keys);
+    double mine = 0, total = 0;
+    for (size_t i = 0; i < k->mcount; i++) mine += (double)sum[i] * sum[i];
+    double *part = malloc((size_t)K * sizeof(double));
+    chorus_request **rq = calloc((size_t)K, sizeof(*rq));
+    chorus_result r = part && rq ? CHORUS_OK : CHORUS_ERR_NOMEM;
+    for (int s = 0; s < K && r == CHORUS_OK; s++) {
+        int peer = k->slices[s].server; /* a key held whole: this server alone */
+        if (peer != ps->server)
+            r = chorus_isend(ps->comm, &mine, 1, CHORUS_FLOAT64, peer, tag, &rq[s]);
+    }
+    for (int s = 0; s < K && r == CHORUS_OK; s++) {
+        int peer = k->slices[s].server;
+        r = peer == ps->server ? (part[s] = mine, CHORUS_OK)
+                               : chorus_recv(ps->comm, &part[s], 1, CHORUS_FLOAT64, peer, tag);
+    }
+    for (int s = 0; s < K && rq; s++) {
+        chorus_status st;
+        chorus_result w = rq[s] ? chorus_wait(rq[s], &st) : CHORUS_OK;
+        if (r == CHORUS_OK) r = w;
+    }
+    for (int s = 0; s < K && r == CHORUS_OK; s++) total += part[s];
+    free(part);
+    free(rq);
+    if (r != CHORUS_OK)
+        return chorus__fail(&ps->err, r,
+                            "server %d: the gradient norm of key %d with the other servers: %s",
+                            ps->rank, k->key, chorus_last_error(ps->comm));
+    double norm = sqrt(total);
+    ps->st.last_norm = norm;
+    if (norm > (double)ps->o.clip_norm) {
+        float c = (float)((double)ps->o.clip_norm / norm);
+        for (size_t i = 0; i < k->mcount; i++) sum[i] *= c;
+        ps->st.clipped++;
+    }
+    return CHORUS_OK;
+}
+
+/* Sync: sums the round's gradients in worker order (as the allreduce folds in rank order),
+ * cuts the sum to clip_norm, and applies it with the lowest worker's learning rate. */
+static chorus_result close_round(chorus_ps *ps, ps_key *k)
 {
     size_t n = k->mcount;
     float *sum = NULL, lr = 0.0f;
@@ -136,8 +182,10 @@ static void close_round(chorus_ps *ps, ps_key *k)
         }
         k->have[w] = 0;
     }
+    if (ps->o.clip_norm > 0.0f) CHORUS_CHECK(clip_round(ps, k, sum));
     apply(ps, k, sum, lr);
     k->applied++;
+    return CHORUS_OK;
 }
 
 /* Sync: takes one worker's gradient for the current round. */
@@ -169,7 +217,7 @@ static chorus_result retry(chorus_ps *ps, ps_key *k)
                 r = answer_pull(ps, k, d->worker, d->clock);
             } else {
                 take(k, d->worker, d->grad, d->lr);
-                if (round_complete(ps, k)) close_round(ps, k);
+                if (round_complete(ps, k)) r = close_round(ps, k);
             }
             free(d->grad);
             free(d);
@@ -210,12 +258,12 @@ static chorus_result on_push(chorus_ps *ps, ps_key *k, int worker, uint64_t cloc
         apply(ps, k, g, lr);
     } else if (clock == k->applied + 1 && !k->have[worker]) {
         take(k, worker, g, lr);
-        if (round_complete(ps, k)) close_round(ps, k);
+        if (round_complete(ps, k)) r = close_round(ps, k);
     } else if (defer(k, worker, PS_PUSH, clock, lr, g) != CHORUS_OK) {
-        free(g);
-        return chorus__fail(&ps->err, CHORUS_ERR_NOMEM, "server %d: out of memory", ps->rank);
+        r = chorus__fail(&ps->err, CHORUS_ERR_NOMEM, "server %d: out of memory", ps->rank);
     }
     free(g);
+    CHORUS_CHECK(r);
     return retry(ps, k);
 }
 
@@ -238,7 +286,7 @@ static chorus_result on_gone(chorus_ps *ps, int worker)
     for (int i = 0; i < ps->nkeys; i++) {
         ps_key *k = &ps->keys[i];
         if (!k->mine) continue;
-        if (ps->o.mode == CHORUS_PS_SYNC && round_complete(ps, k)) close_round(ps, k);
+        if (ps->o.mode == CHORUS_PS_SYNC && round_complete(ps, k)) CHORUS_CHECK(close_round(ps, k));
         CHORUS_CHECK(retry(ps, k));
     }
     return CHORUS_OK;

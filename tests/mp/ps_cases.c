@@ -6,6 +6,10 @@
  *                 across the servers); every worker pushes integer-valued gradients, each pull
  *                 must equal the exact expected parameters (plain SGD, lr 0.5), with DTYPE
  *                 (float32, float16, bfloat16) on the wire; the servers' counters add up
+ *   clip K        K servers, sync mode with clip_norm 10: the same three keys (the large one
+ *                 cut across the servers, the small ones whole on one each), every round's
+ *                 sum cut to the norm of the whole key, whichever servers hold it: each pull
+ *                 within 1e-5 of the parameters computed here; every round is cut
  *   ssp S         1 server, 3 workers: worker 2 starts only once worker 0 has asked for step
  *                 S+1, so that pull must wait for worker 2's first push (whose gradient is
  *                 large enough to be seen in the parameters); the largest lead served is <= S
@@ -14,12 +18,14 @@
  *   killed MODE   async or ssp, 1 server, 3 workers: worker 2 is killed (SIGKILL) after 3
  *                 steps; workers 0 and 1 make all their steps and leave, and the server ends
  *                 cleanly, having logged the loss (the list gives chorus-run a long --grace)
- *   errors        bad options, keys, sizes and registrations: clear errors, nothing applied
+ *   errors        bad options (clip_norm negative, or outside sync mode, among them), keys,
+ *                 sizes and registrations: clear errors, nothing applied
  *   stopped       as killed in async mode, but worker 2 stops itself (SIGSTOP): a worker that
  *                 falls silent is lost like a dead one, whichever deadline sees it first
  *                 (the heartbeat's or a receive's; the list sets CHORUS_TIMEOUT_S=3, which
  *                 caps both); chorus-run stops it once the others are done
  */
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,6 +128,82 @@ static void case_sync(int K, chorus_dtype wire)
     free(p);
 }
 
+/* ---- clip: sync rounds cut to a global norm over the servers' slices --------------------- */
+
+#define CLIP 10.0f
+
+/* Key k's parameters after `rounds` rounds of sync_keys' gradients from W workers, each
+ * round's sum cut to norm CLIP (the sum integer-valued, its squares added exactly). */
+static void clipped_params(int k, int W, int rounds, const float *init, float *want)
+{
+    size_t n = sync_counts[k];
+    for (size_t i = 0; i < n; i++) want[i] = init[i];
+    for (int t = 1; t <= rounds; t++) {
+        double sq = 0;
+        for (size_t i = 0; i < n; i++) {
+            float g = 0;
+            for (int v = 0; v < W; v++) g += grad_of(v, i, t);
+            sq += (double)g * g;
+        }
+        double norm = sqrt(sq);
+        float c = norm > CLIP ? (float)(CLIP / norm) : 1.0f;
+        for (size_t i = 0; i < n; i++) {
+            float g = 0;
+            for (int v = 0; v < W; v++) g += grad_of(v, i, t);
+            want[i] -= 0.5f * (g * c);
+        }
+    }
+}
+
+static void case_clip(int K)
+{
+    chorus_ps_opts o;
+    chorus_ps_opts_default(&o);
+    o.nservers = K;
+    o.momentum = 0.0f;
+    o.clip_norm = CLIP;
+    chorus_ps *ps;
+    if (chorus_ps_create(comm, &o, &ps) != CHORUS_OK)
+        test_fail(__FILE__, __LINE__, "%s", chorus_ps_last_error(NULL));
+    float *init = malloc(20000 * sizeof(float)), *g = malloc(20000 * sizeof(float)),
+          *p = malloc(20000 * sizeof(float)), *want = malloc(20000 * sizeof(float));
+    ASSERT(init && g && p && want);
+    for (size_t i = 0; i < 20000; i++) init[i] = (float)(i % 17);
+    for (int k = 0; k < 3; k++)
+        ASSERT_OK(chorus_ps_register(ps, sync_keys[k], sync_counts[k], init));
+    int W = chorus_ps_num_workers(ps), w = chorus_ps_worker_index(ps);
+    const int steps = 4;
+    if (chorus_ps_is_server(ps)) {
+        chorus_ps_stats st;
+        serve(ps, &st);
+        printf("clip: server %d cut %llu of its %llu rounds, the last norm %.3f\n", rank_,
+               (unsigned long long)st.clipped, (unsigned long long)st.updates, st.last_norm);
+        ASSERT_EQ(st.clipped, st.updates); /* every round's norm is above CLIP */
+    } else {
+        for (int s = 1; s <= steps; s++)
+            for (int k = 0; k < 3; k++) {
+                size_t n = sync_counts[k];
+                for (size_t i = 0; i < n; i++) g[i] = grad_of(w, i, s);
+                push_pull(ps, sync_keys[k], g, p, n, 0.5f);
+                clipped_params(k, W, s, init, want);
+                for (size_t i = 0; i < n; i++)
+                    if (fabs((double)p[i] - want[i]) > 1e-5 * (1.0 + fabs(want[i])))
+                        test_fail(__FILE__, __LINE__,
+                                  "key %d [%zu] after round %d: %.9g, want %.9g", sync_keys[k], i,
+                                  s, (double)p[i], (double)want[i]);
+            }
+        if (w == 0)
+            printf("clip: %d server%s, %d workers: %d rounds of 3 keys cut to the whole key's "
+                   "norm\n",
+                   chorus_ps_num_servers(ps), chorus_ps_num_servers(ps) > 1 ? "s" : "", W, steps);
+    }
+    ASSERT_OK(chorus_ps_finalize(ps));
+    free(init);
+    free(g);
+    free(p);
+    free(want);
+}
+
 /* ---- ssp and async: the lead over the slowest worker ------------------------------------ */
 
 #define LEAD_STEPS 12
@@ -209,6 +291,16 @@ static void case_errors(void)
     chorus_ps_opts_default(&o);
     o.size = 8;
     expect(chorus_ps_create(comm, &o, &ps), CHORUS_ERR_INVALID_ARG, NULL, "options of size 8");
+    chorus_ps_opts_default(&o);
+    o.clip_norm = -1.0f;
+    expect(chorus_ps_create(comm, &o, &ps), CHORUS_ERR_INVALID_ARG, NULL,
+           "clip_norm -1 is not a finite norm >= 0 (0: off)");
+    chorus_ps_opts_default(&o);
+    o.mode = CHORUS_PS_ASYNC;
+    o.clip_norm = 1.0f;
+    expect(chorus_ps_create(comm, &o, &ps), CHORUS_ERR_INVALID_ARG, NULL,
+           "clip_norm is for sync mode; in async mode each push is applied alone, and its "
+           "worker, which holds the whole gradient, clips it before pushing");
 
     ps = make(CHORUS_PS_SYNC, 1, 0, CHORUS_FLOAT32);
     float v[64] = {0}, p[64];
@@ -300,6 +392,8 @@ int main(int argc, char **argv)
         case_killed(argc > 2 && !strcmp(argv[2], "ssp") ? CHORUS_PS_SSP : CHORUS_PS_ASYNC, SIGKILL);
     } else if (!strcmp(c, "stopped")) {
         case_killed(CHORUS_PS_ASYNC, SIGSTOP);
+    } else if (!strcmp(c, "clip")) {
+        case_clip(argc > 2 ? atoi(argv[2]) : 1);
     } else if (!strcmp(c, "errors")) {
         case_errors();
     } else {

@@ -498,8 +498,7 @@ pipe_kill)
     echo "the middle stage was killed: both neighbours stopped naming it"
     ;;
 refused)
-    why="--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute, --compress and --pipeline-stages only for now"
-    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): the parameter server applies the update without the GPT's gradient clipping" --mode ps-sync
+    why="--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute, --compress, --pipeline-stages and the parameter server (--mode ps-*) only for now"
     refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --compress powersgd views" --compress powersgd:4
     refused "--d-model 64 is not a multiple of --heads 5" --heads 5
     refused "--vocab 100 is too small for the byte tokens" --vocab 100

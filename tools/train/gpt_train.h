@@ -1,7 +1,8 @@
 /*
- * gpt_train.h - what --model gpt's two modes share: mode_gpt.c (data and tensor parallel,
- * ZeRO) holds the text and the lines a GPT run prints; mode_gpt_pipe.c (--pipeline-stages)
- * runs the GPT's blocks in stages over them. Used by tools/train/ only.
+ * gpt_train.h - what --model gpt's modes share: mode_gpt.c (data and tensor parallel, ZeRO)
+ * holds the text and the lines a GPT run prints; mode_gpt_pipe.c (--pipeline-stages) runs the
+ * GPT's blocks in stages over them; mode_gpt_ps.c (--mode ps-*) trains it against the
+ * parameter server with mode_ps.c's hooks. Used by tools/train/ only.
  */
 #ifndef CHORUS_TRAIN_GPT_TRAIN_H
 #define CHORUS_TRAIN_GPT_TRAIN_H
@@ -32,5 +33,13 @@ double gpt_say_validation(trainer *t, double acc[3], double *loss);
  * (with tensor parallelism every shard of replica 0 draws; every_rank: every rank draws, its
  * forward passes collective, as under --zero 3). */
 void gpt_say_end(trainer *t, nn_gpt *g, int every_rank);
+
+/* mode_gpt.c's hooks that the GPT under the parameter server (mode_gpt_ps.c) runs too: this
+ * rank's windows forward and backward (trainer.h, forward_backward), the held-out windows
+ * (apart: worker 0 alone takes them all), and freeing t->gpt. */
+void gpt_forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float scale,
+                          double stats[3]);
+double gpt_evaluate(trainer *t, double *loss);
+void gpt_finish(trainer *t);
 
 #endif /* CHORUS_TRAIN_GPT_TRAIN_H */

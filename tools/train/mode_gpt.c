@@ -86,8 +86,6 @@ static void check_opts(opts *o)
         : o->par.recompute > 0
             ? "--recompute=K keeps every K-th layer of a stack; the GPT recomputes every block: "
               "give --recompute alone"
-        : strcmp(o->mode, "allreduce")
-            ? "the parameter server applies the update without the GPT's gradient clipping"
         : !strncmp(o->compress, "powersgd", 8)
             ? "--compress powersgd views each layer's gradient as one weight matrix; the GPT's "
               "parameter groups hold several (the element-wise compressors, topk, randomk, fp16 "
@@ -101,8 +99,8 @@ static void check_opts(opts *o)
                          : NULL;
     if (why)
         die("--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute, "
-            "--compress and --pipeline-stages only for now (chorus-run -np N, with --accum, "
-            "--grad-sync, --checkpoint-dir): %s",
+            "--compress, --pipeline-stages and the parameter server (--mode ps-*) only for now "
+            "(chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): %s",
             why);
     if (o->pipe_stages > o->gpt.layers)
         die("--pipeline-stages %d: the GPT has %d blocks, and a stage takes at least one",
@@ -199,8 +197,8 @@ static int start(trainer *t)
 
 /* This rank's windows of the step, in --accum micro-batches whose gradients add up; the loss
  * gradient is that of the mean over the global step's tokens. */
-static void forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float scale,
-                             double stats[3])
+void gpt_forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float scale,
+                          double stats[3])
 {
     train_gpt *s = t->gpt;
     int T = s->g->c.context, K = t->o.accum;
@@ -315,7 +313,7 @@ void gpt_val_slice(const trainer *t, int part, int parts, size_t *lo, size_t *hi
 
 double gpt_say_validation(trainer *t, double acc[3], double *loss)
 {
-    if (nn_dist_sum(&t->dist, acc, 3)) die("%s", nn_last_error());
+    if (!t->apart && nn_dist_sum(&t->dist, acc, 3)) die("%s", nn_last_error());
     *loss = acc[0] / acc[2];
     if (t->rank == 0)
         printf("validation after step %llu: loss %.4f nats per token (perplexity %.2f; unigram "
@@ -325,15 +323,16 @@ double gpt_say_validation(trainer *t, double acc[3], double *loss)
     return acc[1] / acc[2];
 }
 
-/* The held-out windows, each rank a contiguous slice; returns the next-byte accuracy and the
- * loss per token in *loss; rank 0 says them with the perplexity and the unigram baseline. */
-static double evaluate(trainer *t, double *loss)
+/* The held-out windows, each rank a contiguous slice (apart, worker 0 all of them alone);
+ * returns the next-byte accuracy and the loss per token in *loss; rank 0 says them with the
+ * perplexity and the unigram baseline. */
+double gpt_evaluate(trainer *t, double *loss)
 {
     train_gpt *s = t->gpt;
-    int T = s->g->c.context, mb = s->g->max_batch;
+    int T = s->g->c.context, mb = s->g->max_batch, parts = t->apart ? 1 : t->world;
     size_t lo, hi, lo0, hi0;
-    gpt_val_slice(t, t->rank, t->world, &lo, &hi);
-    gpt_val_slice(t, 0, t->world, &lo0, &hi0);
+    gpt_val_slice(t, t->apart ? 0 : t->rank, parts, &lo, &hi);
+    gpt_val_slice(t, 0, parts, &lo0, &hi0);
     size_t per = hi0 - lo0; /* the first slice, the longest */
     double acc[3] = {0, 0, 0};
     uint32_t *idx = malloc((size_t)mb * sizeof(uint32_t));
@@ -357,14 +356,36 @@ static double evaluate(trainer *t, double *loss)
     return gpt_say_validation(t, acc, loss);
 }
 
+/* Rank 0's tokens/s line: over the job's ranks, or under the parameter server over the
+ * workers whose windows it counts; the last gradient norm, which in ps-sync the servers take
+ * (their lines say it). */
+static void say_speed(const trainer *t, int T)
+{
+    if (t->rank != 0 || t->train_time <= 0) return;
+    char who[64], norm[128];
+    int n = chorus_size(t->comm);
+    if (!t->sps_workers)
+        snprintf(who, sizeof(who), "%d rank%s", n, n > 1 ? "s" : "");
+    else if (t->sps_workers > 1 || t->world == 1)
+        snprintf(who, sizeof(who), "%d worker%s", t->sps_workers, t->sps_workers > 1 ? "s" : "");
+    else
+        snprintf(who, sizeof(who), "worker 0 alone");
+    if (!strcmp(t->o.mode, "ps-sync"))
+        snprintf(norm, sizeof(norm),
+                 "the servers cut each step's summed gradient to norm %g (their lines say the "
+                 "last norm)",
+                 (double)t->o.clip);
+    else
+        snprintf(norm, sizeof(norm), "last gradient norm %.3f before clipping to %g",
+                 t->gpt->grad_norm, (double)t->o.clip);
+    printf("gpt: %.0f tokens/s over %.1f s of training (%s); %s\n",
+           t->samples_done * T / t->train_time, t->train_time, who, norm);
+}
+
 void gpt_say_end(trainer *t, nn_gpt *g, int every_rank)
 {
     int T = g->c.context;
-    if (t->rank == 0 && t->train_time > 0)
-        printf("gpt: %.0f tokens/s over %.1f s of training (%d rank%s); last gradient norm "
-               "%.3f before clipping to %g\n",
-               t->samples_done * T / t->train_time, t->train_time, chorus_size(t->comm),
-               chorus_size(t->comm) > 1 ? "s" : "", t->gpt->grad_norm, (double)t->o.clip);
+    say_speed(t, T);
     if (t->o.sample <= 0 || (t->rank != 0 && !every_rank)) return;
     int n = t->o.sample + 2;
     int32_t *text = malloc((size_t)n * sizeof(int32_t));
@@ -406,7 +427,7 @@ static void gpt_report(trainer *t)
 }
 
 /* t->m is the GPT's own parameter model, which main.c frees. */
-static void finish(trainer *t)
+void gpt_finish(trainer *t)
 {
     train_gpt *s = t->gpt;
     if (!s) return;
@@ -437,10 +458,10 @@ const train_mode mode_gpt = {
     .sync = allreduce_sync,
     .save = save,
     .start = start,
-    .forward_backward = forward_backward,
+    .forward_backward = gpt_forward_backward,
     .step = step,
-    .evaluate = evaluate,
+    .evaluate = gpt_evaluate,
     .comm_line = comm_line,
     .report = gpt_report,
-    .finish = finish,
+    .finish = gpt_finish,
 };

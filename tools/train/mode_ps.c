@@ -43,6 +43,9 @@ static chorus_ps *start_ps(trainer *t)
     po.momentum = o->momentum;
     po.nesterov = o->nesterov;
     po.weight_decay = o->wd;
+    /* --clip-grad (the GPT's): in ps-sync the servers cut each round's summed gradient; in
+     * ps-async and ps-ssp each worker cuts its own before pushing (mode_gpt_ps.c) */
+    po.clip_norm = !strcmp(o->mode, "ps-sync") && o->clip > 0 ? o->clip : 0.0f;
     po.grad_dtype = !strcmp(o->ps_grad, "float16")    ? CHORUS_FLOAT16
                     : !strcmp(o->ps_grad, "bfloat16") ? CHORUS_BFLOAT16
                                                       : CHORUS_FLOAT32;
@@ -57,7 +60,7 @@ static chorus_ps *start_ps(trainer *t)
 }
 
 /* The workers' communicator (a server trains nothing: NULL). */
-static chorus_comm *join(trainer *t, chorus_comm *grid)
+chorus_comm *ps_join(trainer *t, chorus_comm *grid)
 {
     (void)grid;
     chorus_ps *ps = start_ps(t);
@@ -68,7 +71,7 @@ static chorus_comm *join(trainer *t, chorus_comm *grid)
 }
 
 /* --mode ps-*: the servers' current parameters into the model. */
-static void pull_params(trainer *t)
+void ps_pull_params(trainer *t)
 {
     chorus_ps_handle *h;
     if (chorus_ps_pull(ps_of(t), PS_KEY, t->m->params, t->m->nparams, &h) != CHORUS_OK ||
@@ -116,12 +119,17 @@ static void serve_params(trainer *t)
         len += (size_t)snprintf(per + len, sizeof(per) - len, "%s%.1f/%.1f", w ? ", " : "",
                                 (double)st.worker_bytes_pushed[w] / 1048576.0,
                                 (double)st.worker_bytes_pulled[w] / 1048576.0);
+    char clip[128] = "";
+    if (!strcmp(t->o.mode, "ps-sync") && t->o.clip > 0)
+        snprintf(clip, sizeof(clip),
+                 "; %llu of its rounds' summed gradients cut to norm %g, the last norm %.3f",
+                 (unsigned long long)st.clipped, (double)t->o.clip, st.last_norm);
     printf("server %d (%s): %.2f MiB of parameters and optimizer state; %llu update%s; %llu "
-           "pull%s delayed, largest lead %llu step%s; MiB pushed/pulled per worker: %s\n",
+           "pull%s delayed, largest lead %llu step%s; MiB pushed/pulled per worker: %s%s\n",
            g_rank, t->o.mode, (double)st.server_bytes / 1048576.0, (unsigned long long)st.updates,
            st.updates == 1 ? "" : "s", (unsigned long long)st.pulls_delayed,
            st.pulls_delayed == 1 ? "" : "s", (unsigned long long)st.max_staleness,
-           st.max_staleness == 1 ? "" : "s", per);
+           st.max_staleness == 1 ? "" : "s", per, clip);
     fflush(stdout);
     if (t->o.metrics) {
         FILE *f = fopen(t->o.metrics, "a");
@@ -179,7 +187,7 @@ static void resume_shards(trainer *t)
 
 /* Every rank registers the parameters; a server then serves until every worker is done
  * (1: its part of the job is over). */
-static int start(trainer *t)
+int ps_start(trainer *t)
 {
     register_params(t);
     if (!chorus_ps_is_server(ps_of(t))) return 0;
@@ -188,13 +196,13 @@ static int start(trainer *t)
 }
 
 /* The servers' parameters (of the resumed step, with --resume). */
-static void first_params(trainer *t)
+void ps_first_params(trainer *t)
 {
     resume_shards(t);
-    pull_params(t);
+    ps_pull_params(t);
 }
 
-static void job_text(const trainer *t, char *ranks, size_t rlen, char *servers, size_t slen)
+void ps_job_text(const trainer *t, char *ranks, size_t rlen, char *servers, size_t slen)
 {
     (void)ranks, (void)rlen;
     int n = chorus_ps_num_servers(ps_of(t));
@@ -203,7 +211,7 @@ static void job_text(const trainer *t, char *ranks, size_t rlen, char *servers, 
 
 /* Loss and accuracy stay this worker's own: the workers do not meet; the step's figures
  * count this worker's samples (stats[2]). */
-static void sync(trainer *t, float lr, double stats[3], size_t *gcount)
+void ps_sync(trainer *t, float lr, double stats[3], size_t *gcount)
 {
     if (!isfinite(stats[0]) || !isfinite(lr))
         die("step %llu: the loss is %s: training diverged (learning rate %g). Lower --lr",
@@ -213,7 +221,7 @@ static void sync(trainer *t, float lr, double stats[3], size_t *gcount)
     *gcount = (size_t)stats[2];
 }
 
-static void traffic(const trainer *t, uint64_t *pushed, uint64_t *pulled)
+void ps_traffic(const trainer *t, uint64_t *pushed, uint64_t *pulled)
 {
     chorus_ps_stats st;
     chorus_ps_get_stats(ps_of(t), &st);
@@ -223,7 +231,7 @@ static void traffic(const trainer *t, uint64_t *pushed, uint64_t *pulled)
 
 /* Every server's shard first, so that a step the trainer's checkpoint names always has its
  * shards on disk; then worker 0's checkpoint. */
-static void save(trainer *t)
+void ps_save(trainer *t)
 {
     if (t->rank != 0) return;
     if (chorus_ps_save(ps_of(t), t->o.ckpt_dir, t->st.global_step) != CHORUS_OK)
@@ -233,9 +241,9 @@ static void save(trainer *t)
 
 /* After training: a worker takes the final parameters and leaves, so that the others'
  * rounds and staleness bound no longer count it. */
-static void end(trainer *t)
+void ps_end(trainer *t)
 {
-    pull_params(t);
+    ps_pull_params(t);
     if (chorus_ps_leave(ps_of(t)) != CHORUS_OK) die("%s", chorus_ps_last_error(ps_of(t)));
     /* the summary's samples/s counts every worker, as allreduce's does; apart, a worker
      * that was lost leaves the survivors' own counts */
@@ -251,7 +259,7 @@ static void end(trainer *t)
 }
 
 /* Worker 0's traffic with the servers. */
-static void comm_line(trainer *t)
+void ps_comm_line(trainer *t)
 {
     const opts *o = &t->o;
     const nn_dist *d = &t->dist;
@@ -266,7 +274,7 @@ static void comm_line(trainer *t)
 }
 
 /* A server has served its last worker; only a worker's failure to leave is an error. */
-static void finish(trainer *t)
+void ps_finish(trainer *t)
 {
     int worker = !chorus_ps_is_server(ps_of(t));
     if (chorus_ps_finalize(ps_of(t)) != CHORUS_OK && worker)
@@ -278,15 +286,15 @@ const train_mode mode_ps = {
     .wanted = wanted,
     .share = "rank",
     .ckpt_note = " (and the servers' shards beside it)",
-    .join = join,
-    .start = start,
-    .first_params = first_params,
-    .job_text = job_text,
-    .sync = sync,
-    .traffic = traffic,
-    .save = save,
-    .refresh = pull_params,
-    .end = end,
-    .comm_line = comm_line,
-    .finish = finish,
+    .join = ps_join,
+    .start = ps_start,
+    .first_params = ps_first_params,
+    .job_text = ps_job_text,
+    .sync = ps_sync,
+    .traffic = ps_traffic,
+    .save = ps_save,
+    .refresh = ps_pull_params,
+    .end = ps_end,
+    .comm_line = ps_comm_line,
+    .finish = ps_finish,
 };

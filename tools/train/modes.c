@@ -6,10 +6,12 @@
 
 #include "trainer.h"
 
-extern const train_mode mode_gpt_pipe, mode_gpt, mode_pipeline, mode_ps, mode_split, mode_allreduce;
+extern const train_mode mode_gpt_pipe, mode_gpt_ps, mode_gpt, mode_pipeline, mode_ps, mode_split,
+    mode_allreduce;
 
-const train_mode *const train_modes[] = {
-    &mode_gpt_pipe, &mode_gpt, &mode_pipeline, &mode_ps, &mode_split, &mode_allreduce, NULL};
+const train_mode *const train_modes[] = {&mode_gpt_pipe,  &mode_gpt_ps, &mode_gpt,
+                                         &mode_pipeline,  &mode_ps,     &mode_split,
+                                         &mode_allreduce, NULL};
 
 const train_mode *train_mode_of(const opts *o)
 {

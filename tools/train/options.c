@@ -127,7 +127,9 @@ static void usage(FILE *f)
             "                         vocab 256) or gpt2-124m (12, 768, 12, 1024, 50257) (tiny)\n"
             "  --layers N --d-model C --heads H --context T --vocab V\n"
             "                         gpt: the shape, each over the preset's\n"
-            "  --clip-grad X          cut the gradient's global norm to X (0: off) (gpt 1)\n"
+            "  --clip-grad X          cut the gradient's global norm to X (0: off) (gpt 1);\n"
+            "                         ps-sync: the servers cut the summed gradient,\n"
+            "                         ps-async|ps-ssp: each worker its own\n"
             "  --sample N             gpt: rank 0 prints N bytes of generated text at the end\n"
             "                         (400)\n"
             "  --version              print the version and exit\n");

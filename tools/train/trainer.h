@@ -3,7 +3,8 @@
  * run holds (struct trainer), and the mode interface (struct train_mode) that each way of
  * training implements in a file of its own: mode_allreduce.c (data parallel, with
  * compression and the load balancer), mode_split.c (--tensor-parallel, --zero),
- * mode_pipeline.c (--pipeline-stages) and mode_ps.c (--mode ps-*). modes.c registers them;
+ * mode_pipeline.c (--pipeline-stages) and mode_ps.c (--mode ps-*); --model gpt's in
+ * mode_gpt.c, mode_gpt_pipe.c and mode_gpt_ps.c. modes.c registers them;
  * main.c runs the steps of a run and calls the mode where the ways differ.
  */
 #ifndef CHORUS_TRAIN_TRAINER_H
@@ -283,6 +284,19 @@ void allreduce_sync(trainer *t, float lr, double stats[3], size_t *gcount);
 void allreduce_step(trainer *t, float lr);
 void allreduce_save(trainer *t);
 void allreduce_report(trainer *t);
+
+/* mode_ps.c: the parameter-server hooks the GPT's (mode_gpt_ps.c) shares. */
+chorus_comm *ps_join(trainer *t, chorus_comm *grid);
+int ps_start(trainer *t);
+void ps_first_params(trainer *t);
+void ps_job_text(const trainer *t, char *ranks, size_t rlen, char *servers, size_t slen);
+void ps_sync(trainer *t, float lr, double stats[3], size_t *gcount);
+void ps_traffic(const trainer *t, uint64_t *pushed, uint64_t *pulled);
+void ps_save(trainer *t);
+void ps_pull_params(trainer *t);
+void ps_end(trainer *t);
+void ps_comm_line(trainer *t);
+void ps_finish(trainer *t);
 
 /* mode_gpt.c: --model gpt's data and model (its train_model row). */
 void gpt_load(trainer *t);

@@ -94,6 +94,10 @@ chorus_result nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
     d->eng = NULL;
     d->bucket_bytes = 0;
     d->comp = NULL;
+    d->tensors = NULL;
+    d->ntensors = 0;
+    d->vec = NULL;
+    d->vec_n = 0;
     if (mode != NN_SYNC_ENGINE || d->size == 1) return CHORUS_OK;
     struct nn_dist_engine *x = calloc(1, sizeof(*x));
     if (!x) return nn__fail(CHORUS_ERR_NOMEM, "nn_dist_init: out of memory");
@@ -124,6 +128,12 @@ void nn_dist_finalize(nn_dist *d)
     }
     chorus_compressor_destroy(d->comp);
     d->comp = NULL;
+    free(d->tensors);
+    free(d->vec);
+    d->tensors = NULL;
+    d->vec = NULL;
+    d->ntensors = 0;
+    d->vec_n = 0;
     if (!x) return;
     pthread_mutex_destroy(&x->mu);
     pthread_cond_destroy(&x->cv);

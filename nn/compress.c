@@ -31,10 +31,9 @@ static size_t layer_cols(const nn_layer *L)
     return (L->nparams - out) / out;
 }
 
-/* Whether PowerSGD runs over the model's own tensors (nn_dist_set_tensors). */
-static int by_tensor(const nn_dist *d)
+int nn__dist_by_tensor(const nn_dist *d)
 {
-    return d->ntensors && strncmp(d->comp->name, "powersgd", 8) == 0;
+    return d->comp && d->ntensors && strncmp(d->comp->name, "powersgd", 8) == 0;
 }
 
 chorus_result nn_dist_set_compression(nn_dist *d, const nn_model *m, const char *spec)
@@ -44,7 +43,7 @@ chorus_result nn_dist_set_compression(nn_dist *d, const nn_model *m, const char 
     chorus_result r = chorus_compressor_create(spec, 0, &d->comp);
     if (r != CHORUS_OK)
         return nn__fail(r, "--compress %s: %s", spec ? spec : "(null)", chorus_last_error(NULL));
-    int own = d->comp && by_tensor(d); /* PowerSGD over the model's tensors */
+    int own = nn__dist_by_tensor(d); /* PowerSGD over the model's tensors */
     for (int i = 0; own && i < d->ntensors; i++) {
         const nn_grad_tensor *t = &d->tensors[i];
         if (t->rows > 1 && chorus_compressor_set_cols(d->comp, t->name, t->cols) != CHORUS_OK)
@@ -117,7 +116,7 @@ static chorus_result tensor_sync(nn_dist *d, nn_model *m)
 
 chorus_result nn__dist_compressed_sync(nn_dist *d, nn_model *m)
 {
-    if (by_tensor(d)) return tensor_sync(d, m);
+    if (nn__dist_by_tensor(d)) return tensor_sync(d, m);
     if (one_tensor(d))
         return chorus_compressed_allreduce(d->comm, d->comp, "grads", m->grads, m->grads,
                                            m->nparams, CHORUS_FLOAT32, CHORUS_SUM);
@@ -150,7 +149,7 @@ double nn_dist_compression_ratio(const nn_dist *d, const nn_model *m)
 {
     if (!d->comp || !m->nparams) return 1.0;
     double sent = 0;
-    if (by_tensor(d)) {
+    if (nn__dist_by_tensor(d)) {
         for (int i = 0; i < d->ntensors; i++) {
             const nn_grad_tensor *t = &d->tensors[i];
             size_t n = t->rows * t->cols;

@@ -33,10 +33,10 @@ static void add_block(listing *s, const nn_gpt *g, int l, size_t off)
     const struct {
         const char *name;
         size_t rows, cols;
-    } t[12] = {{"ln1.weight", 1, C},  {"ln1.bias", 1, C},       {"qkv.weight", 3 * Cl, C},
+    } t[12] = {{"ln1.weight", 1, C},    {"ln1.bias", 1, C},     {"qkv.weight", 3 * Cl, C},
                {"qkv.bias", 1, 3 * Cl}, {"proj.weight", C, Cl}, {"proj.bias", 1, C},
-               {"ln2.weight", 1, C},  {"ln2.bias", 1, C},       {"fc.weight", Fl, C},
-               {"fc.bias", 1, Fl},    {"fc2.weight", C, Fl},    {"fc2.bias", 1, C}};
+               {"ln2.weight", 1, C},    {"ln2.bias", 1, C},     {"fc.weight", Fl, C},
+               {"fc.bias", 1, Fl},      {"fc2.weight", C, Fl},  {"fc2.bias", 1, C}};
     char prefix[24];
     snprintf(prefix, sizeof(prefix), "block%d.", l);
     for (int i = 0; i < 12; i++) {

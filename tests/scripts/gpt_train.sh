@@ -47,11 +47,11 @@
 #             straight = 4 + --resume 4, to the bit, each rank's error feedback restored from
 #             its checkpoint
 #   powersgd  --compress powersgd:2 on 2 ranks (each weight matrix its own rank-2 factors, the
-#             1-D tensors dense): 30 steps with --grad-sync fused and layer bring the training
-#             loss below 0.7 of the first step's, the replicas bitwise identical, fused = layer;
-#             8 steps straight = 4 + --resume 4, to the bit (each rank's residuals and Q
-#             restored); a resume without a rank's compressor state and --grad-sync engine are
-#             refused with their reasons
+#             1-D tensors dense): 30 steps with --grad-sync fused, layer and engine bring the
+#             training loss below 0.7 of the first step's, the replicas bitwise identical, the
+#             three modes the same bits; 8 steps straight = 4 + --resume 4, to the bit (each
+#             rank's residuals and Q restored), fused and engine; a resume without a rank's
+#             compressor state is refused with its reason
 #   pipe      --pipeline-stages 2 (the embeddings and block 0 on rank 0; blocks 1-2, the final
 #             LayerNorm and the tied output layer on rank 1) follows one rank's --accum 4 run:
 #             losses within 1e-5 relative and every parameter within 1e-5 after 4 steps, with
@@ -362,7 +362,7 @@ PY
     echo "--compress topk:0.1: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
     ;;
 powersgd)
-    for s in fused layer; do
+    for s in fused layer engine; do
         run ps$s $small --max-steps 30 --no-eval --sample 0 --compress powersgd:2 --grad-sync $s \
             --metrics "$d/ps$s.jsonl" --dump-params "$d/ps$s"
         python3 - "$d/ps$s.jsonl" <<'PY' || fail "--compress powersgd:2 --grad-sync $s does not train"
@@ -374,25 +374,28 @@ PY
         cmp "$d/ps$s.0" "$d/ps$s.1" || fail "--compress powersgd:2 --grad-sync $s: the replicas differ"
     done
     same psfused pslayer
-    echo "--compress powersgd:2: both replicas hold the same parameters, to the bit, fused = layer"
+    same psfused psengine
+    echo "--compress powersgd:2: both replicas hold the same parameters, to the bit, fused = layer = engine"
     # every weight matrix its own rank-2 factors, the 1-D tensors dense
     grep -q "gradient compression powersgd:2 (--grad-sync fused): a rank sends 5.68% of the dense gradient bytes" \
         "$d/psfused.log" || { cat "$d/psfused.log"; fail "no compression line"; }
-    ps="--no-eval --sample 0 --compress powersgd:2 --checkpoint-dir $d/psck --checkpoint-every 4"
-    run psstraight $small --max-steps 8 --no-eval --sample 0 --compress powersgd:2 --dump-params "$d/psstraight"
-    run pshalf $small --max-steps 4 $ps
-    cp -r "$d/psck" "$d/psck2"
-    run psrest $small --max-steps 8 $ps --resume --dump-params "$d/psrest"
-    same psstraight psrest
-    echo "--compress powersgd:2: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
-    rm "$d"/psck2/compress-rank1-*
+    for s in fused engine; do
+        ps="--no-eval --sample 0 --compress powersgd:2 --grad-sync $s --checkpoint-dir $d/psck$s --checkpoint-every 4"
+        run psstraight$s $small --max-steps 8 --no-eval --sample 0 --compress powersgd:2 --grad-sync $s \
+            --dump-params "$d/psstraight$s"
+        run pshalf$s $small --max-steps 4 $ps
+        cp -r "$d/psck$s" "$d/psck2$s"
+        run psrest$s $small --max-steps 8 $ps --resume --dump-params "$d/psrest$s"
+        same psstraight$s psrest$s
+        echo "--compress powersgd:2 --grad-sync $s: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
+    done
+    same psstraightfused psstraightengine
+    rm "$d"/psck2fused/compress-rank1-*
     out=$(chorus-run -np 2 chorus-train $small --max-steps 8 --no-eval --sample 0 --compress powersgd:2 \
-        --checkpoint-dir "$d/psck2" --resume 2>&1) && fail "a resume without rank 1's PowerSGD state was not refused"
+        --checkpoint-dir "$d/psck2fused" --resume 2>&1) && fail "a resume without rank 1's PowerSGD state was not refused"
     echo "$out" | grep -qF "cannot resume: rank 1's compressor state of step 4: no valid checkpoint" ||
         { echo "$out"; fail "the resume without rank 1's PowerSGD state"; }
     echo "refused: a resume without rank 1's PowerSGD state"
-    refused "--compress powersgd with --grad-sync engine: the engine compresses each bucket of parameter groups as one tensor" \
-        --compress powersgd:2 --grad-sync engine
     ;;
 pipe)
     chorus-run -np 1 chorus-train $small --layers 3 --max-steps 4 --accum 4 --sample 40 \

@@ -88,10 +88,6 @@ static void check_opts(opts *o)
               "give --recompute alone"
         : strcmp(o->mode, "allreduce")
             ? "the parameter server applies the update without the GPT's gradient clipping"
-        : !strncmp(o->compress, "powersgd", 8) && !strcmp(o->sync, "engine")
-            ? "--compress powersgd with --grad-sync engine: the engine compresses each bucket of "
-              "parameter groups as one tensor, and PowerSGD needs each weight matrix of a group "
-              "(use --grad-sync fused or layer)"
         : o->par.zero == 3 && (o->check_div || o->perturb)
             ? "--check-divergence compares the replicas' whole parameters; under --zero 3 each "
               "rank holds only its chunks of them"
@@ -191,8 +187,8 @@ void gpt_say_model(const trainer *t)
                t->test.n, s->unigram);
 }
 
-/* --compress powersgd: each weight matrix of the GPT compressed on its own (mode_allreduce.c
- * sets the compressor up). */
+/* --compress powersgd: each weight matrix of the GPT compressed on its own, in every
+ * --grad-sync mode (mode_allreduce.c sets the compressor up). */
 static void model_built(trainer *t)
 {
     if (!strncmp(t->o.compress, "powersgd", 8)) {

@@ -100,12 +100,14 @@ chorus_result nn_dist_broadcast_bytes(nn_dist *d, void *buf, size_t n);
 chorus_result nn_dist_set_compression(nn_dist *d, const nn_model *m, const char *spec);
 /* For PowerSGD: the model's gradient as the tensors it is made of (n of them, covering every
  * parameter once) rather than one matrix per layer, for a model whose layers hold several
- * (the GPT's groups: nn_gpt_grad_tensors). In the blocking modes each matrix is then compressed
- * under its own name and shape (dense when nn_dist_set_compression's rules say so), and the
- * vectors (rows 1: biases, LayerNorm parameters) are packed into one dense allreduce, as
- * PyTorch's PowerSGD hook sends its uncompressed tensors; the other compressors and engine mode
- * are unchanged. Call before nn_dist_set_compression, the same tensors on every rank;
- * nn_dist_finalize frees them. Errors: CHORUS_ERR_NOMEM. */
+ * (the GPT's groups: nn_gpt_grad_tensors). Each matrix is then compressed under its own name
+ * and shape (dense when nn_dist_set_compression's rules say so) and the vectors (rows 1:
+ * biases, LayerNorm parameters) are sent dense, as PyTorch's PowerSGD hook sends its
+ * uncompressed tensors: in the blocking modes packed into one allreduce, in engine mode each
+ * its own tensor (the engine fuses them), every tensor of a layer handed over when backward
+ * finishes the layer (d->bucket_bytes does not apply). The other compressors are unchanged. Call
+ * before nn_dist_set_compression, the same tensors on every rank; nn_dist_finalize frees them.
+ * Errors: CHORUS_ERR_NOMEM. */
 chorus_result nn_dist_set_tensors(nn_dist *d, const nn_grad_tensor *t, int n);
 /* Bytes of gradient one rank sends per step with the compression set, against dense float32
  * (a step of model m); 1.0 with none. */

@@ -211,15 +211,14 @@ static chorus_result engine_prepare(nn_dist *d, nn_model *m)
     x->b = calloc((size_t)(own ? d->ntensors : m->nlayers), sizeof(*x->b));
     x->bucket_of_lo = malloc((size_t)m->nlayers * sizeof(int));
     x->nbuckets_of_lo = calloc((size_t)m->nlayers, sizeof(int));
-    if (!lname || !bytes || !plan || !x->b || !x->bucket_of_lo || !x->nbuckets_of_lo || own) {
+    int ok = lname && bytes && plan && x->b && x->bucket_of_lo && x->nbuckets_of_lo;
+    if (!ok || own) {
         free(lname);
         free(bytes);
         free(plan);
-        if (own && x->b && x->bucket_of_lo && x->nbuckets_of_lo) {
-            prepare_tensors(d, m, x);
-            return CHORUS_OK;
-        }
-        return nn__fail(CHORUS_ERR_NOMEM, "nn_dist: out of memory");
+        if (!ok) return nn__fail(CHORUS_ERR_NOMEM, "nn_dist: out of memory");
+        prepare_tensors(d, m, x);
+        return CHORUS_OK;
     }
     int count[NN_KIND_COUNT] = {0};
     for (int i = 0; i < m->nlayers; i++) {

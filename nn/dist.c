@@ -10,7 +10,8 @@
  *            layer's gradient (weights and biases, contiguous) with the engine under the
  *            layer's name ("linear3", "conv2d2"); the engine thread negotiates and reduces it
  *            while the main thread differentiates the layers below. nn_dist_sync_grads then
- *            waits for every handle.
+ *            waits for every handle. Under PowerSGD over a model's own tensors
+ *            (nn_dist_set_tensors) the hook enqueues each tensor of the layer instead.
  * Every mode sums in place with CHORUS_SUM, so at two ranks (a + b) all three give the same
  * bits.
  *
@@ -53,6 +54,7 @@ static double thread_cpu_s(void)
 typedef struct grad_bucket {
     int lo, hi;
     size_t off, count;
+    int dense; /* a vector of nn_dist_set_tensors under PowerSGD: sent uncompressed */
     char name[200];
     chorus_engine_handle *h;  /* enqueued this step, or NULL */
     double t_enq;             /* when it was enqueued */
@@ -68,6 +70,8 @@ struct nn_dist_engine {
     int nbuckets;         /* last layer's bucket first */
     grad_bucket *b;       /* (nbuckets) */
     int *bucket_of_lo;    /* (nlayers) bucket whose lowest layer this is, or -1 */
+    int *nbuckets_of_lo;  /* (nlayers) how many buckets from bucket_of_lo it closes (1; PowerSGD
+                             over the model's tensors: the layer's tensors) */
     int enqueued;         /* handles enqueued this step */
     double t_first;       /* wall time of the first enqueue of this step */
     double cpu_first;     /* the caller's thread CPU time then */
@@ -94,6 +98,10 @@ chorus_result nn_dist_init(nn_dist *d, chorus_comm *comm, nn_sync_mode mode)
     d->eng = NULL;
     d->bucket_bytes = 0;
     d->comp = NULL;
+    d->tensors = NULL;
+    d->ntensors = 0;
+    d->vec = NULL;
+    d->vec_n = 0;
     if (mode != NN_SYNC_ENGINE || d->size == 1) return CHORUS_OK;
     struct nn_dist_engine *x = calloc(1, sizeof(*x));
     if (!x) return nn__fail(CHORUS_ERR_NOMEM, "nn_dist_init: out of memory");
@@ -124,11 +132,18 @@ void nn_dist_finalize(nn_dist *d)
     }
     chorus_compressor_destroy(d->comp);
     d->comp = NULL;
+    free(d->tensors);
+    free(d->vec);
+    d->tensors = NULL;
+    d->vec = NULL;
+    d->ntensors = 0;
+    d->vec_n = 0;
     if (!x) return;
     pthread_mutex_destroy(&x->mu);
     pthread_cond_destroy(&x->cv);
     free(x->b);
     free(x->bucket_of_lo);
+    free(x->nbuckets_of_lo);
     free(x);
 }
 
@@ -156,6 +171,28 @@ static void on_end(chorus_engine_handle *h, chorus_result r, void *arg)
     pthread_mutex_unlock(&x->mu);
 }
 
+/* PowerSGD over the model's tensors (nn_dist_set_tensors): one bucket per tensor, the last
+ * first, under the tensor's name, the vectors dense (the engine fuses them); a layer's
+ * tensors go when backward finishes it. */
+static void prepare_tensors(nn_dist *d, nn_model *m, struct nn_dist_engine *x)
+{
+    for (int i = 0; i < m->nlayers; i++) x->bucket_of_lo[i] = -1;
+    x->nbuckets = d->ntensors;
+    for (int j = 0, l = m->nlayers - 1; j < d->ntensors; j++) {
+        const nn_grad_tensor *t = &d->tensors[d->ntensors - 1 - j];
+        while (l > 0 && t->off < m->layers[l].param_off) l--;
+        grad_bucket *b = &x->b[j];
+        b->lo = b->hi = l;
+        b->off = t->off;
+        b->count = t->rows * t->cols;
+        b->dense = t->rows == 1;
+        snprintf(b->name, sizeof(b->name), "%s", t->name);
+        if (x->bucket_of_lo[l] < 0) x->bucket_of_lo[l] = j;
+        x->nbuckets_of_lo[l]++;
+    }
+    x->nlayers = m->nlayers;
+}
+
 /* Cuts the model into buckets the first time it is seen, with the library's one bucketing
  * rule (chorus_engine_bucket_plan): layers are the items, from the last layer down, a bucket
  * closing once it holds d->bucket_bytes (0: one layer per bucket). Names list the layers, e.g.
@@ -170,13 +207,18 @@ static chorus_result engine_prepare(nn_dist *d, nn_model *m)
     char(*lname)[24] = calloc((size_t)m->nlayers, sizeof(*lname));
     size_t *bytes = malloc((size_t)m->nlayers * sizeof(size_t));
     int *plan = malloc((size_t)m->nlayers * sizeof(int));
-    x->b = calloc((size_t)m->nlayers, sizeof(*x->b));
+    int own = nn__dist_by_tensor(d);
+    x->b = calloc((size_t)(own ? d->ntensors : m->nlayers), sizeof(*x->b));
     x->bucket_of_lo = malloc((size_t)m->nlayers * sizeof(int));
-    if (!lname || !bytes || !plan || !x->b || !x->bucket_of_lo) {
+    x->nbuckets_of_lo = calloc((size_t)m->nlayers, sizeof(int));
+    int ok = lname && bytes && plan && x->b && x->bucket_of_lo && x->nbuckets_of_lo;
+    if (!ok || own) {
         free(lname);
         free(bytes);
         free(plan);
-        return nn__fail(CHORUS_ERR_NOMEM, "nn_dist: out of memory");
+        if (!ok) return nn__fail(CHORUS_ERR_NOMEM, "nn_dist: out of memory");
+        prepare_tensors(d, m, x);
+        return CHORUS_OK;
     }
     int count[NN_KIND_COUNT] = {0};
     for (int i = 0; i < m->nlayers; i++) {
@@ -211,7 +253,10 @@ static chorus_result engine_prepare(nn_dist *d, nn_model *m)
             if (cn) cur->name[ln] = '+';
         }
     }
-    for (int j = 0; j < x->nbuckets; j++) x->bucket_of_lo[x->b[j].lo] = j;
+    for (int j = 0; j < x->nbuckets; j++) {
+        x->bucket_of_lo[x->b[j].lo] = j;
+        x->nbuckets_of_lo[x->b[j].lo] = 1;
+    }
     x->nlayers = m->nlayers;
     free(lname);
     free(bytes);
@@ -234,7 +279,7 @@ static void engine_enqueue(nn_dist *d, nn_model *m, int j)
     chorus_engine_tensor_opts to = {0};
     to.callback = on_end;
     to.callback_arg = b;
-    to.compressor = d->comp;
+    to.compressor = b->dense ? NULL : d->comp;
     float *g = m->grads + b->off;
     chorus_result r = chorus_engine_allreduce(x->eng, b->name, g, g, b->count, CHORUS_FLOAT32,
                                               CHORUS_SUM, &to, &b->h);
@@ -253,7 +298,7 @@ static void grad_hook(nn_model *m, int layer, void *arg)
 {
     nn_dist *d = arg;
     int j = d->eng->bucket_of_lo[layer];
-    if (j >= 0) engine_enqueue(d, m, j);
+    for (int k = 0; j >= 0 && k < d->eng->nbuckets_of_lo[layer]; k++) engine_enqueue(d, m, j + k);
 }
 
 void nn_dist_begin_backward(nn_dist *d, nn_model *m)

@@ -39,6 +39,8 @@ int nn__ckpt_payload_step(const void *buf, size_t len, uint64_t *step);
 /* The blocking modes' gradient sum through d->comp (nn/compress.c): fused, one tensor
  * "grads"; layer, one per layer, last first. Errors: the compressed allreduce's. */
 chorus_result nn__dist_compressed_sync(nn_dist *d, nn_model *m);
+/* Whether d's compressor is PowerSGD over the model's own tensors (nn_dist_set_tensors). */
+int nn__dist_by_tensor(const nn_dist *d);
 /* One layer of the forward pass (layers.c): runs layer i on cur, whose ownership (whether it
  * is a model buffer that may be overwritten in place) is *owned, and returns its output. */
 const float *nn__layer_forward(nn_model *m, int i, const float *cur, int *owned, int B);

@@ -16,7 +16,14 @@ ranks, to the bit. Then it runs the program on 2 ranks as 2 pipeline stages (the
 and block 0 on rank 0, block 1, the final LayerNorm and the tied output layer on rank 1; two
 micro-batches; the residual stream and its gradient sent between the ranks), joins the
 stages' gradients and compares them the same way; the two copies of the tied token
-embedding's gradient must be equal, to the bit.
+embedding's gradient must be equal, to the bit. Then it trains the unsplit model on 2 ranks
+under ZeRO-1 and under ZeRO-2 (rank 0 the batch's first 2 sequences, rank 1 the third: the
+reference's batch is the same 3), compares the ranks' summed loss and the summed gradient
+(ZeRO-1: whole on both ranks, which must hold the same bits; ZeRO-2: each rank's chunks of it,
+put back together by the segments' layout the program writes) with the same reference and
+tolerance, and then the parameters after one AdamW step on each rank's chunks and the
+all-gather (equal on both ranks, to the bit) against torch.optim.AdamW with the same
+hyper-parameters, in float64, given the C model's summed gradient.
 
 Tolerance: torch computes in float64 from the same float32 weights, so the difference is the C
 model's float32 rounding alone. float32 keeps 24 bits (relative 6e-8 per operation); sums of up
@@ -25,6 +32,14 @@ tensor's scale (5e-7 measured). Each gradient tensor must agree within 1e-5 of i
 magnitude, ten times that, leaving room for other BLAS kernels' summation orders (a wrong
 index, transposition, scale or missing term gives differences of the order of the values
 themselves), and the loss within 1e-5 relative.
+
+The AdamW step is compared on the gradient the C model summed, not on torch's: its first step
+moves each parameter by lr g / (|g| + eps), which for a gradient element within eps (1e-8) of
+zero turns a rounding difference in g into one of the order of lr; the gradient itself is
+compared above. What is left is float32 rounding of the update (a few operations on the moments,
+relative 3e-7 of the step lr) and of the parameter (6e-8 of it per operation): each tensor must
+agree within 1e-6 of its largest parameter magnitude, where a missing, misplaced or doubled
+update (lr = 0.01) or weight decay (lr wd = 1e-3 of the parameter) shows a thousand times over.
 """
 import math
 import os
@@ -174,6 +189,72 @@ def join_stages(stages, layers, C, vocab):
     return whole
 
 
+def join_zero_chunks(shards, layouts, n):
+    """The whole summed gradient (flat, C order) from the ranks' ZeRO-2 chunks: each segment
+    (off, len, chunk, shard_off) cut into chunks of `chunk` floats, rank r's the r-th, at
+    shard_off in its shard (nn/zero.c)."""
+    assert all(lay[:, :3].tolist() == layouts[0][:, :3].tolist() for lay in layouts), \
+        "the ranks cut the segments differently"
+    whole, seen = np.zeros(n, dtype=np.float32), np.zeros(n, dtype=bool)
+    for r, (shard, lay) in enumerate(zip(shards, layouts)):
+        for off, length, chunk, shard_off in lay:
+            lo = off + r * chunk
+            hi = min(lo + chunk, off + length)
+            if hi > lo:
+                whole[lo:hi] = shard[shard_off:shard_off + hi - lo]
+                seen[lo:hi] = True
+    assert seen.all(), f"{n - seen.sum()} gradient values in no rank's chunks"
+    return whole
+
+
+def compare_adamw(title, c_params, params, grads, hyper, shape):
+    """The parameters after one AdamW step of the C model against torch.optim.AdamW from the
+    same parameters and summed gradient; returns the names that differ."""
+    lr, b1, b2, eps, wd = hyper
+    layers = shape[0]
+    model = GPT(*shape).double()
+    flat = model.flat()
+    off = 0
+    with torch.no_grad():
+        for p in flat:
+            k = p.numel()
+            p.copy_(torch.from_numpy(params[off:off + k].astype(np.float64)).view_as(p))
+            p.grad = torch.from_numpy(grads[off:off + k].astype(np.float64)).view_as(p).clone()
+            off += k
+    torch.optim.AdamW(flat, lr=lr, betas=(b1, b2), eps=eps, weight_decay=wd).step()
+    bad, off, worst = [], 0, 0.0
+    for name, p in zip(names(layers), flat):
+        ref = p.detach().numpy().ravel()
+        got = c_params[off:off + ref.size].astype(np.float64)
+        off += ref.size
+        err = np.abs(got - ref).max() / np.abs(ref).max()
+        worst = max(worst, err)
+        if err > 1e-6:
+            bad.append(f"{title}: AdamW step: {name} (max |C - torch| / max |torch| = {err:.2e})")
+    print(f"{title}: parameters after one AdamW step (lr {lr:g}, betas {b1:g} {b2:g}, eps "
+          f"{eps:g}, weight decay {wd:g}): largest difference {worst:.2e} of a tensor's largest "
+          "parameter (tolerance 1e-6)")
+    return bad
+
+
+def read_zero(d, stage):
+    """One ZeRO run's files: the ranks' parts of the loss, the summed gradient (stage 1: whole,
+    the same bits on both ranks; stage 2: (the ranks' chunks, their layouts)) and the
+    parameters after the step (the same bits on both ranks)."""
+    def f32(name):
+        return [np.fromfile(os.path.join(d, f"{name}.zero{stage}.{r}.f32"), dtype=np.float32)
+                for r in range(2)]
+    losses = [float(open(os.path.join(d, f"loss.zero{stage}.{r}.txt")).read()) for r in range(2)]
+    grads, stepped = f32("grads"), f32("params")
+    assert np.array_equal(stepped[0], stepped[1]), f"ZeRO-{stage}: the ranks' parameters differ after the step"
+    if stage == 1:
+        assert np.array_equal(grads[0], grads[1]), "ZeRO-1: the ranks' summed gradients differ"
+        return losses, grads[0], stepped[0]
+    layouts = [np.loadtxt(os.path.join(d, f"segs.zero2.{r}.txt"), dtype=np.int64, ndmin=2)
+               for r in range(2)]
+    return losses, (grads, layouts), stepped[0]
+
+
 def main():
     prog = sys.argv[1]
     launcher = sys.argv[2] if len(sys.argv) > 2 else None
@@ -186,6 +267,11 @@ def main():
             subprocess.run([launcher, "-np", "2", prog, "--pipe", d], check=True)
             pipe_grads = [np.fromfile(os.path.join(d, f"grads.pipe.{r}.f32"), dtype=np.float32) for r in range(2)]
             pipe_loss = float(open(os.path.join(d, "loss.pipe.txt")).read())
+            zero = {}
+            for stage in (1, 2):
+                subprocess.run([launcher, "-np", "2", prog, f"--zero{stage}", d], check=True)
+                zero[stage] = read_zero(d, stage)
+            hyper = [float(v) for v in open(os.path.join(d, "adamw.txt")).read().split()]
         layers, C, heads, context, vocab, B, T = map(int, open(os.path.join(d, "config.txt")).read().split())
         params = np.fromfile(os.path.join(d, "params.f32"), dtype=np.float32)
         grads = np.fromfile(os.path.join(d, "grads.f32"), dtype=np.float32)
@@ -214,6 +300,12 @@ def main():
         bad += compare("tensor parallel 2", tp_loss[0], loss.item(), whole, flat, layers)
         bad += compare("pipeline 2", pipe_loss, loss.item(), join_stages(pipe_grads, layers, C, vocab),
                        flat, layers)
+        for stage, (losses, g, stepped) in zero.items():
+            if stage == 2:
+                g = join_zero_chunks(g[0], g[1], params.size)
+            title = f"ZeRO-{stage}, 2 ranks"
+            bad += compare(title, sum(losses), loss.item(), g, flat, layers)
+            bad += compare_adamw(title, stepped, params, g, hyper, (layers, C, heads, context, vocab))
     if bad:
         print("gpt_torch: differ: " + "; ".join(bad))
         sys.exit(1)

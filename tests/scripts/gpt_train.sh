@@ -52,7 +52,13 @@
 #   compress  --compress topk:0.1 (error feedback) on 2 ranks: 30 steps with --grad-sync fused,
 #             layer and engine bring the training loss below 0.7 of the first step's; 8 steps
 #             straight = 4 + --resume 4, to the bit, each rank's error feedback restored from
-#             its checkpoint; --compress powersgd is refused with its reason
+#             its checkpoint
+#   powersgd  --compress powersgd:2 on 2 ranks (each weight matrix its own rank-2 factors, the
+#             1-D tensors dense): 30 steps with --grad-sync fused, layer and engine bring the
+#             training loss below 0.7 of the first step's, the replicas bitwise identical, the
+#             three modes the same bits; 8 steps straight = 4 + --resume 4, to the bit (each
+#             rank's residuals and Q restored), fused and engine; a resume without a rank's
+#             compressor state is refused with its reason
 #   pipe      --pipeline-stages 2 (the embeddings and block 0 on rank 0; blocks 1-2, the final
 #             LayerNorm and the tied output layer on rank 1) follows one rank's --accum 4 run:
 #             losses within 1e-5 relative and every parameter within 1e-5 after 4 steps, with
@@ -394,7 +400,42 @@ PY
     run tkrest $small --max-steps 8 $tk --resume --dump-params "$d/tkrest"
     same tkstraight tkrest
     echo "--compress topk:0.1: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
-    refused "--compress powersgd views each layer's gradient as one weight matrix" --compress powersgd:2
+    ;;
+powersgd)
+    for s in fused layer engine; do
+        run ps$s $small --max-steps 30 --no-eval --sample 0 --compress powersgd:2 --grad-sync $s \
+            --metrics "$d/ps$s.jsonl" --dump-params "$d/ps$s"
+        python3 - "$d/ps$s.jsonl" <<'PY' || fail "--compress powersgd:2 --grad-sync $s does not train"
+import json, sys
+rows = [json.loads(l)["loss"] for l in open(sys.argv[1]) if l.startswith('{"step"')]
+print(f"powersgd:2: {len(rows)} steps, training loss {rows[0]:.4f} -> {rows[-1]:.4f}")
+sys.exit(0 if len(rows) == 30 and rows[-1] < 0.7 * rows[0] else 1)
+PY
+        cmp "$d/ps$s.0" "$d/ps$s.1" || fail "--compress powersgd:2 --grad-sync $s: the replicas differ"
+    done
+    same psfused pslayer
+    same psfused psengine
+    echo "--compress powersgd:2: both replicas hold the same parameters, to the bit, fused = layer = engine"
+    # every weight matrix its own rank-2 factors, the 1-D tensors dense
+    grep -q "gradient compression powersgd:2 (--grad-sync fused): a rank sends 5.68% of the dense gradient bytes" \
+        "$d/psfused.log" || { cat "$d/psfused.log"; fail "no compression line"; }
+    for s in fused engine; do
+        ps="--no-eval --sample 0 --compress powersgd:2 --grad-sync $s --checkpoint-dir $d/psck$s --checkpoint-every 4"
+        run psstraight$s $small --max-steps 8 --no-eval --sample 0 --compress powersgd:2 --grad-sync $s \
+            --dump-params "$d/psstraight$s"
+        run pshalf$s $small --max-steps 4 $ps
+        cp -r "$d/psck$s" "$d/psck2$s"
+        run psrest$s $small --max-steps 8 $ps --resume --dump-params "$d/psrest$s"
+        same psstraight$s psrest$s
+        echo "--compress powersgd:2 --grad-sync $s: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both ranks"
+    done
+    same psstraightfused psstraightengine
+    rm "$d"/psck2fused/compress-rank1-*
+    out=$(chorus-run -np 2 chorus-train $small --max-steps 8 --no-eval --sample 0 --compress powersgd:2 \
+        --checkpoint-dir "$d/psck2fused" --resume 2>&1) && fail "a resume without rank 1's PowerSGD state was not refused"
+    echo "$out" | grep -qF "cannot resume: rank 1's compressor state of step 4: no valid checkpoint" ||
+        { echo "$out"; fail "the resume without rank 1's PowerSGD state"; }
+    echo "refused: a resume without rank 1's PowerSGD state"
     ;;
 pipe)
     chorus-run -np 1 chorus-train $small --layers 3 --max-steps 4 --accum 4 --sample 40 \
@@ -499,7 +540,6 @@ pipe_kill)
     ;;
 refused)
     why="--model gpt trains data parallel, with --tensor-parallel, --zero, --recompute, --compress, --pipeline-stages and the parameter server (--mode ps-*) only for now"
-    refused "$why (chorus-run -np N, with --accum, --grad-sync, --checkpoint-dir): --compress powersgd views" --compress powersgd:4
     refused "--d-model 64 is not a multiple of --heads 5" --heads 5
     refused "--vocab 100 is too small for the byte tokens" --vocab 100
     refused "unknown GPT preset 'huge' (the presets: tiny, gpt2-124m)" --preset huge

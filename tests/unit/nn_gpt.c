@@ -4,7 +4,9 @@
  * hook's order, a loss that falls under training). With a directory: writes a small model's
  * weights, one batch, its loss and every gradient there, for tests/python/gpt_torch.py to
  * compare with the same model in PyTorch; with --tp or --pipe and a directory, on 2 ranks, the
- * same for the model split by tensor parallelism or cut into 2 pipeline stages.
+ * same for the model split by tensor parallelism or cut into 2 pipeline stages; with --zero1 or
+ * --zero2, on 2 ranks, for the model trained under ZeRO-1 or ZeRO-2, with the parameters after
+ * one AdamW step.
  */
 #include <cblas.h>
 
@@ -187,6 +189,90 @@ static int dump_pipe(const char *dir)
     return 0;
 }
 
+/* The AdamW step of --zero: learning rate, betas, eps, weight decay (written to adamw.txt for
+ * the torch reference). */
+static const float zero_adamw[5] = {0.01f, 0.9f, 0.999f, 1e-8f, 0.1f};
+
+/* This rank's ZeRO shard of a stage-2 gradient: the segments' layout beside the chunks. */
+static void write_zero_shard(const char *dir, const nn_zero *z, int stage, int rank)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "segs.zero%d.%d.txt", stage, rank);
+    size_t cap = (size_t)z->nseg * 96 + 1, n = 0; /* 4 numbers of at most 20 digits a line */
+    char *text = malloc(cap);
+    ASSERT(text != NULL);
+    for (int i = 0; i < z->nseg; i++)
+        n += (size_t)snprintf(text + n, cap - n, "%zu %zu %zu %zu\n", z->seg[i].off, z->seg[i].len,
+                              z->seg[i].chunk, z->seg[i].shard_off);
+    write_file(dir, name, text, n);
+    free(text);
+    snprintf(name, sizeof(name), "grads.zero%d.%d.f32", stage, rank);
+    write_file(dir, name, z->gshard, z->shard_n * sizeof(float));
+}
+
+/* --zero1 DIR, --zero2 DIR: the model of dump() trained data parallel on 2 ranks under ZeRO
+ * stage 1 or 2 (nn/zero.c), rank 0 the batch's first 2 sequences, rank 1 the third, the loss
+ * gradient that of the mean over all 3; each rank writes its part of the loss, the summed
+ * gradient it holds (stage 1: the whole; stage 2: its chunks, with their layout) and the
+ * whole parameters after one AdamW step on its chunks and the all-gather. */
+static int dump_zero(const char *dir, int stage)
+{
+    chorus_comm *comm;
+    ASSERT_OK(chorus_init(&comm));
+    int rank = chorus_rank(comm), T = small.context, first = rank ? 2 : 0, nb = rank ? 1 : 2;
+    test_rank = rank;
+    ASSERT_EQ(chorus_size(comm), 2);
+    nn_gpt *g = make_model(&small, 3, 7);
+    nn_model *m = g->m;
+    if (stage == 2) { /* as the trainer does: one group's gradient buffer, nn_zero's */
+        free(m->grads);
+        m->grads = NULL;
+        m->no_grads = 1;
+        for (int i = 0; i < m->nlayers; i++) m->layers[i].dw = NULL;
+    }
+    nn_zero z;
+    ASSERT_NN_OK(nn_zero_init(&z, m, comm, stage, NULL));
+    nn_gpt_point_grads(g);
+    nn_gpt_point_params(g);
+    nn_optim o;
+    const float *h = zero_adamw;
+    ASSERT_NN_OK(nn_optim_init_adamw(&o, nn_zero_shard_count(m, rank, 2), h[1], h[2], h[3], h[4]));
+    int32_t tok[3 * 16], tgt[3 * 16];
+    random_tokens(tok, sizeof(tok) / sizeof(tok[0]), small.vocab, 11);
+    random_tokens(tgt, sizeof(tgt) / sizeof(tgt[0]), small.vocab, 12);
+    nn_zero_grad(m);
+    nn_gpt_forward(g, tok + first * T, nb, T);
+    double loss = nn_gpt_loss(g, tgt + first * T, 1.0f / (float)(3 * T), NULL) / (3 * T);
+    nn_zero_begin_backward(&z, m);
+    nn_gpt_backward(g);
+    ASSERT_OK(z.err);
+    ASSERT_NN_OK(nn_zero_sum_grads(&z, m));
+    char name[64], text[160];
+    if (stage == 1) {
+        snprintf(name, sizeof(name), "grads.zero1.%d.f32", rank);
+        write_file(dir, name, m->grads, m->nparams * sizeof(float));
+    } else {
+        write_zero_shard(dir, &z, stage, rank);
+    }
+    ASSERT_NN_OK(nn_zero_step(&z, m, &o, h[0]));
+    ASSERT_NN_OK(nn_zero_wait(&z, m));
+    snprintf(name, sizeof(name), "params.zero%d.%d.f32", stage, rank);
+    write_file(dir, name, m->params, m->nparams * sizeof(float));
+    snprintf(name, sizeof(name), "loss.zero%d.%d.txt", stage, rank);
+    int n = snprintf(text, sizeof(text), "%.17g\n", loss);
+    write_file(dir, name, text, (size_t)n);
+    n = snprintf(text, sizeof(text), "%.9g %.9g %.9g %.9g %.9g\n", h[0], h[1], h[2], h[3], h[4]);
+    if (rank == 0) write_file(dir, "adamw.txt", text, (size_t)n);
+    printf("nn_gpt: ZeRO-%d rank %d of 2 wrote its gradients (%zu of %zu parameters) and the "
+           "parameters after one AdamW step to %s\n",
+           stage, rank, stage == 1 ? m->nparams : z.shard_n, m->nparams, dir);
+    nn_optim_free(&o);
+    nn_zero_free(&z);
+    nn_gpt_destroy(g);
+    chorus_finalize(comm);
+    return 0;
+}
+
 /* The comparison's files: config.txt, params.f32, tokens.i32, targets.i32, loss.txt,
  * grads.f32. */
 static int dump(const char *dir)
@@ -328,6 +414,8 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--tp")) return dump_tp(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--pipe")) return dump_pipe(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--zero1")) return dump_zero(argv[2], 1);
+    if (argc == 3 && !strcmp(argv[1], "--zero2")) return dump_zero(argv[2], 2);
     if (argc == 2) return dump(argv[1]);
     /* one BLAS thread, as chorus-train runs it: OpenBLAS's own threads hand results over in
      * ways ThreadSanitizer does not see */

@@ -13,9 +13,9 @@
  * backward reads it, into one buffer that the next group's gather overwrites, so whatever
  * reads the parameters (evaluation, sampling, checkpoints, --dump-params) runs on every rank
  * together. --recompute drops each block's inner activations (nn/gpt.c), --compress runs
- * the element-wise compressors over the gradient sum; --pipeline-stages runs its blocks in
- * stages (mode_gpt_pipe.c, with the text and the lines printed here; --recompute there too). The
- * splits this model does not have yet are refused with the reason.
+ * the compressors over the gradient sum (PowerSGD each weight matrix on its own); --pipeline-stages
+ * runs its blocks in stages (mode_gpt_pipe.c, with the text and the lines printed here; --recompute
+ * there too). The splits this model does not have yet are refused with the reason.
  */
 #include <math.h>
 #include <stdio.h>
@@ -86,10 +86,6 @@ static void check_opts(opts *o)
         : o->par.recompute > 0
             ? "--recompute=K keeps every K-th layer of a stack; the GPT recomputes every block: "
               "give --recompute alone"
-        : !strncmp(o->compress, "powersgd", 8)
-            ? "--compress powersgd views each layer's gradient as one weight matrix; the GPT's "
-              "parameter groups hold several (the element-wise compressors, topk, randomk, fp16 "
-              "and bf16, run)"
         : o->par.zero == 3 && (o->check_div || o->perturb)
             ? "--check-divergence compares the replicas' whole parameters; under --zero 3 each "
               "rank holds only its chunks of them"
@@ -187,6 +183,22 @@ void gpt_say_model(const trainer *t)
                c->layers, c->d_model, c->heads, c->context, c->vocab,
                t->o.data ? t->o.data : NN_FORTUNES_DEFAULT_DIR, s->train.n, t->train.n, s->val.n,
                t->test.n, s->unigram);
+}
+
+/* --compress powersgd: each weight matrix of the GPT compressed on its own, in every
+ * --grad-sync mode (mode_allreduce.c sets the compressor up). */
+static void model_built(trainer *t)
+{
+    if (!strncmp(t->o.compress, "powersgd", 8)) {
+        nn_gpt *g = t->gpt->g;
+        int n = nn_gpt_grad_tensors(g, NULL);
+        nn_grad_tensor *v = malloc((size_t)n * sizeof(*v));
+        if (!v) die("out of memory");
+        nn_gpt_grad_tensors(g, v);
+        if (nn_dist_set_tensors(&t->dist, v, n)) die("%s", nn_last_error());
+        free(v);
+    }
+    allreduce_model_built(t);
 }
 
 static int start(trainer *t)
@@ -452,7 +464,7 @@ const train_mode mode_gpt = {
     .agree_stop = 1,
     .periodic_eval = 1,
     .shares = allreduce_shares,
-    .model_built = allreduce_model_built,
+    .model_built = model_built,
     .optim_built = optim_built,
     .first_params = first_params,
     .sync = allreduce_sync,

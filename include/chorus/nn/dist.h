@@ -26,6 +26,13 @@ typedef enum {
 
 struct nn_dist_engine; /* engine mode: the engine, handles and timings (nn/dist.c) */
 
+/* One tensor of a model's gradient: a row-major rows x cols matrix at off in model->grads
+ * (rows 1: a vector). nn_dist_set_tensors. */
+typedef struct nn_grad_tensor {
+    char name[40]; /* what it travels under ("block0.qkv.weight") */
+    size_t off, rows, cols;
+} nn_grad_tensor;
+
 typedef struct nn_dist {
     chorus_comm *comm;
     int rank, size;
@@ -48,6 +55,10 @@ typedef struct nn_dist {
                              before the first step, the same on every rank. */
     struct nn_dist_engine *eng;
     struct chorus_compressor *comp; /* gradient compression (nn_dist_set_compression), or NULL */
+    nn_grad_tensor *tensors;        /* nn_dist_set_tensors, or NULL */
+    int ntensors;
+    float *vec;   /* the vectors of tensors packed for their one dense sum */
+    size_t vec_n; /* floats in vec */
 } nn_dist;
 
 /* Sets d up over comm (NULL: one rank, nothing to communicate). NN_SYNC_ENGINE with more than
@@ -87,6 +98,17 @@ chorus_result nn_dist_broadcast_bytes(nn_dist *d, void *buf, size_t n);
  * CHORUS_ERR_INVALID_ARG for an unknown spec (nn_last_error() lists the valid ones),
  * CHORUS_ERR_NOMEM. */
 chorus_result nn_dist_set_compression(nn_dist *d, const nn_model *m, const char *spec);
+/* For PowerSGD: the model's gradient as the tensors it is made of (n of them, covering every
+ * parameter once) rather than one matrix per layer, for a model whose layers hold several
+ * (the GPT's groups: nn_gpt_grad_tensors). Each matrix is then compressed under its own name
+ * and shape (dense when nn_dist_set_compression's rules say so) and the vectors (rows 1:
+ * biases, LayerNorm parameters) are sent dense, as PyTorch's PowerSGD hook sends its
+ * uncompressed tensors: in the blocking modes packed into one allreduce, in engine mode each
+ * its own tensor (the engine fuses them), every tensor of a layer handed over when backward
+ * finishes the layer (d->bucket_bytes does not apply). The other compressors are unchanged. Call
+ * before nn_dist_set_compression, the same tensors on every rank; nn_dist_finalize frees them.
+ * Errors: CHORUS_ERR_NOMEM. */
+chorus_result nn_dist_set_tensors(nn_dist *d, const nn_grad_tensor *t, int n);
 /* Bytes of gradient one rank sends per step with the compression set, against dense float32
  * (a step of model m); 1.0 with none. */
 double nn_dist_compression_ratio(const nn_dist *d, const nn_model *m);

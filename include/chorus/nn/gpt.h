@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "chorus.h"
+#include "chorus/nn/dist.h"
 #include "chorus/nn/model.h"
 
 #ifdef __cplusplus
@@ -182,6 +183,12 @@ chorus_result nn_gpt_grad_norm(nn_gpt *g, double *norm);
  * tied token embedding out (the first counts it), so that the stages' sums add up to the whole
  * model's. */
 chorus_result nn_gpt_grad_sumsq(nn_gpt *g, double *sumsq);
+
+/* The tensors the model's parameters (and gradients) are made of, in their order in m's
+ * buffer: the embeddings, each block's LayerNorms, linear weights (out, in) and biases, the
+ * final LayerNorm (a stage's and a tensor-parallel shard's own); vectors have rows 1. Writes
+ * them to out (NULL: counts only) and returns their number. */
+int nn_gpt_grad_tensors(const nn_gpt *g, nn_grad_tensor *out);
 
 /* Draws the next token after tokens[0..n) (n >= 1; the last `context` of them are seen) from
  * softmax(logits / temperature) with the random state r. */

@@ -126,6 +126,16 @@ size_t nn_gpt_stage_ranges(const nn_gpt_config *c, int lo, int hi, size_t off[2]
 void nn_gpt_copy_stage(nn_gpt *g, const float *whole);
 /* Copies this rank's shard of the unsplit model whole (same shape, tp_size 1) into g. */
 void nn_gpt_copy_shard(nn_gpt *g, const nn_gpt *whole);
+/* Tensor parallelism: between shard, a vector laid out as the parameters of rank r's shard
+ * (g is any rank's shard model: their layouts are the same; g->m->nparams floats), and wvec,
+ * one laid out as the whole model's parameters (whole is an unsplit model of g's shape, e.g.
+ * nn_gpt_create(&g->c, 0); whole->m->nparams floats): to_whole 0 copies rank r's part of
+ * wvec into shard, to_whole 1 puts shard in its place in wvec (the parts every rank holds
+ * whole included). Any vector so laid out moves alike: parameters, gradients, optimizer
+ * state. Errors: CHORUS_ERR_INVALID_ARG (r outside the split, whole not of g's shape, g a
+ * pipeline stage), CHORUS_ERR_NOMEM. */
+chorus_result nn_gpt_tp_move(const nn_gpt *g, int r, float *shard, const nn_gpt *whole,
+                             float *wvec, int to_whole);
 /* Frees g and everything it holds. NULL is ignored. */
 void nn_gpt_destroy(nn_gpt *g);
 

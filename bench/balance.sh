@@ -76,7 +76,7 @@ shares = [r for r in rows if "ranks" in r]
 if not rows or not tok:
     print("- - -")
     sys.exit()
-last = ",".join(str(k["share"]) for k in shares[-1]["ranks"]) if shares else "-"
+last = ",".join(str(k["share"]) for k in shares[-1]["ranks"]) if shares else "even"
 print("%.2f %s %s" % (sum(r["step_s"] for r in rows), tok[-1], last))
 PY
         return

@@ -6,8 +6,8 @@
 #             order of the float sums (largest difference below 1e-5), with --grad-sync fused,
 #             with --grad-sync engine and --accum 2, with --zero 1 and with --zero 3; the ranks
 #             stay bitwise identical; 8 steps straight = 4 + --resume 4, to the bit
-#   dynamic   rank 1 given half the CPU of rank 0 for real (cgroup CPU quotas, else a busy loop
-#             pinned on its core: tests/scripts/cpucap.sh): --balance dynamic moves the shares
+#   dynamic   rank 1 given half a core, rank 0 a whole one, for real (cgroup CPU quotas, else
+#             a busy loop on rank 1's core: tests/scripts/cpucap.sh): --balance dynamic moves the shares
 #             toward rank 0 (no timing asserts: the direction of the shares the balancer
 #             reports); a --resume from its checkpoint takes the shares back and its steps are
 #             those, to the bit, of the same resume with the shares fixed by --balance-shares
@@ -61,7 +61,7 @@ shares)
     ;;
 dynamic)
     cpucap_up chorus-gpt-balance-test || fail "cannot slow a rank here (no cgroup, no taskset)"
-    cpucap_rank 0 50000 && cpucap_rank 1 25000 || exit 1
+    cpucap_rank 0 100000 && cpucap_rank 1 50000 || exit 1
     echo "slowing rank 1: $CPUCAP_HOW"
     small="--model gpt --data $d/text --layers 2 --d-model 64 --heads 4 --context 32 --batch 32 --seed 4 --no-eval --sample 0"
     ck="--checkpoint-dir $d/ck --checkpoint-every 10"
@@ -76,7 +76,7 @@ dynamic)
         fail "no per-rank line"
     shares=$(last_shares "$d/m.jsonl")
     s0=${shares%% *} s1=$(echo "$shares" | cut -d' ' -f2)
-    echo "final shares: rank 0 $s0, rank 1 $s1 of 32 (rank 1 at half rank 0's CPU)"
+    echo "final shares: rank 0 $s0, rank 1 $s1 of 32 (rank 1 at half a core, rank 0 a whole one)"
     [ $((s0 + s1)) = 32 ] && [ "$s0" -gt "$s1" ] || fail "the shares did not move toward the fast rank 0"
     # The shares saved with step 30, taken back by a resume (no re-balancing in its 4 steps:
     # --log-every and --balance-every beyond them), against the same resume with them fixed.

@@ -23,14 +23,26 @@
 # median time per epoch and the range over the runs (a shared 2-core machine's noise is
 # several per cent from run to run).
 #
+# MODEL=gpt trains the GPT (its tiny preset, on the fortune databases, docs/TRAINING.md) for
+# STEPS steps of BATCH windows with no evaluation instead, and reports per run the training
+# seconds of the steps, tokens per second and the final shares. SLOW=busy slows rank 1 by a
+# busy loop sharing its core (rank 0 alone on the other) even where cgroups exist; its equal
+# case leaves both ranks free:
+#   sudo sh bench/balance.sh        MODEL=gpt STEPS=80 BATCH=32 SLOW=busy CASES="equal half"
+#
 #   sudo sh bench/balance.sh        BUILD=build MODEL=cnn EPOCHS=1 BATCH=256 EVAL_EVERY=47
 #                                   TARGET=0.84 CAP_FAST=100000 CAP_SLOW=50000 REPEAT=3
 #                                   LINK_RATE=200mbit CASES="equal half link" TRAIN_ARGS=
+#                                   SLOW=quota STEPS=80 (gpt)
 set -u
 BUILD=${BUILD:-build}
 MODEL=${MODEL:-cnn}
 EPOCHS=${EPOCHS:-1}
-BATCH=${BATCH:-256}
+GPT=""
+[ "$MODEL" = gpt ] && GPT=1
+BATCH=${BATCH:-$([ -n "$GPT" ] && echo 32 || echo 256)}
+STEPS=${STEPS:-80}
+[ "${SLOW:-quota}" = busy ] && CPUCAP_FORCE_PIN=1
 EVAL_EVERY=${EVAL_EVERY:-47}
 CAP_FAST=${CAP_FAST:-100000}
 CAP_SLOW=${CAP_SLOW:-50000}
@@ -50,9 +62,25 @@ trap 'cpucap_down; [ -z "$CLUSTER" ] || tests/net/cluster.sh down "$CLUSTER"; rm
 trap 'exit 1' INT TERM HUP
 cpucap_up chorus-balance-bench || { echo "balance.sh: cannot slow a rank (no cgroup, no taskset)" >&2; exit 1; }
 COMMON="--model $MODEL --batch $BATCH --epochs $EPOCHS --eval-every $EVAL_EVERY --log-every 1000000 ${TRAIN_ARGS:-}"
+[ -n "$GPT" ] && COMMON="--model gpt --batch $BATCH --max-steps $STEPS --no-eval --sample 0 --log-every 1000000 ${TRAIN_ARGS:-}"
 
-# summary LOG METRICS: "s/epoch acc time-to-target" from a run's output and metrics.
+# summary LOG METRICS: "s/epoch acc time-to-target" from a run's output and metrics; for the
+# GPT "s tokens/s shares" (the steps' training seconds, tokens/s, the last shares a,b).
 summary() {
+    [ -n "$GPT" ] && {
+        python3 - "$1" "$2" << 'PY'
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith('{"step"')]
+tok = re.findall(r"gpt: ([0-9]+) tokens/s over", open(sys.argv[1]).read())
+shares = [r for r in rows if "ranks" in r]
+if not rows or not tok:
+    print("- - -")
+    sys.exit()
+last = ",".join(str(k["share"]) for k in shares[-1]["ranks"]) if shares else "even"
+print("%.2f %s %s" % (sum(r["step_s"] for r in rows), tok[-1], last))
+PY
+        return
+    }
     python3 - "$1" "$2" "$TARGET" << 'PY'
 import json, re, sys
 log, metrics, target = open(sys.argv[1]).read(), sys.argv[2], float(sys.argv[3])
@@ -123,9 +151,9 @@ link_up() {
 # REPEAT runs, and their range) and each case's speed-up of dynamic over static (the medians',
 # and the range of the ratios of the runs taken in turn), from $OUT/res.CASE.POLICY.
 report() {
-    python3 - "$OUT" "$LINK" "$@" << 'PY'
+    python3 - "$OUT" "$LINK" "$([ -n "$GPT" ] && echo "over $STEPS steps" || echo "per epoch")" "$@" << 'PY'
 import statistics, sys
-out, link, cases = sys.argv[1], sys.argv[2], sys.argv[3:]
+out, link, per, cases = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 label = {"equal": "equal", "half": "one at half speed", "link": "slow link"}
 def runs(case, policy):  # each finished run: [s/epoch, acc, reach...], by s/epoch
     try:
@@ -151,13 +179,13 @@ for c in cases:
     d = [float(x[0]) for x in runs(c, "dynamic")]
     if s and d:
         pairs = sorted(a / b for a, b in zip(s, d))
-        print("%s: dynamic is %.2fx static per epoch (medians; run by run %.2f-%.2fx over %d pairs)"
-              % (label[c], statistics.median(s) / statistics.median(d), pairs[0], pairs[-1],
+        print("%s: dynamic is %.2fx static %s (medians; run by run %.2f-%.2fx over %d pairs)"
+              % (label[c], statistics.median(s) / statistics.median(d), per, pairs[0], pairs[-1],
                  len(pairs)))
 PY
 }
 
-echo "chorus-train --model $MODEL, 2 ranks, global batch $BATCH, $EPOCHS epochs, caps $CAP_FAST/$CAP_SLOW, $REPEAT runs per cell" \
+echo "chorus-train --model $MODEL, 2 ranks, global batch $BATCH, $([ -n "$GPT" ] && echo "$STEPS steps" || echo "$EPOCHS epochs"), caps $CAP_FAST/$CAP_SLOW, $REPEAT runs per cell" \
     "(static and dynamic taken in turn); slowing: $CPUCAP_HOW"
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 LINK=""
@@ -176,7 +204,11 @@ for c in $CASES; do
     done
 done
 echo
-echo "| case | --balance | s per epoch (median) | s per epoch (range) | test acc | s to $TARGET |"
+if [ -n "$GPT" ]; then
+    echo "| case | --balance | s for $STEPS steps (median) | s (range) | tokens/s | final shares |"
+else
+    echo "| case | --balance | s per epoch (median) | s per epoch (range) | test acc | s to $TARGET |"
+fi
 echo "|---|---|---|---|---|---|"
 report $CASES
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

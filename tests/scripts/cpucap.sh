@@ -5,14 +5,16 @@
 #   cpucap_up NAME          a CPU cgroup NAME-<pid> (v2 cpu.max, else v1 cfs quota) holding a
 #                           group per rank r0, r1, ..., with a large CPU weight so that other
 #                           load on a shared machine does not decide the ranks' speeds; sets CPUCAP_HOW ("cgroup v2" ...) or,
-#                           without cgroups (not root), "pinned": see cpucap_rank
+#                           without cgroups (not root) or with CPUCAP_FORCE_PIN set,
+#                           "pinned": see cpucap_rank (with cgroups, in the group of large
+#                           weight still, without quotas)
 #   cpucap_rank R US        rank R may use US microseconds of CPU per 100 ms (100000: a whole
 #                           core); "pinned": a rank below 100000 shares CPU 1 with a busy loop
 #                           (about half speed), the others get CPU 0
 #   chorus-run -np N sh tests/scripts/cpucap_exec.sh PROGRAM ARGS...
 #                           each rank moves itself into its group (or onto its CPU) and runs
 #   cpucap_down             removes the groups and stops the busy loop (call on every exit)
-CPUCAP_DIR="" CPUCAP_HOW="" CPUCAP_V="" CPUCAP_BUSY=""
+CPUCAP_DIR="" CPUCAP_HOW="" CPUCAP_V="" CPUCAP_BUSY="" CPUCAP_PIN=""
 export CPUCAP_DIR CPUCAP_PIN_SLOW=""
 
 cpucap_up() {
@@ -25,20 +27,21 @@ cpucap_up() {
         CPUCAP_DIR=/sys/fs/cgroup/cpu/$1-$$ CPUCAP_V=1
         echo 10240 > "$CPUCAP_DIR/cpu.shares"
     fi
-    if [ -n "$CPUCAP_DIR" ]; then
+    export CPUCAP_DIR
+    if [ -n "$CPUCAP_DIR" ] && [ -z "${CPUCAP_FORCE_PIN:-}" ]; then
         CPUCAP_HOW="cgroup v$CPUCAP_V CPU quota"
     elif command -v taskset > /dev/null && [ "$(nproc)" -ge 2 ]; then
-        CPUCAP_HOW="pinned: the slowed rank shares CPU 1 with a busy loop"
+        CPUCAP_PIN=1
+        CPUCAP_HOW="pinned: the slowed rank shares CPU 1 with a busy loop${CPUCAP_DIR:+ (in a cgroup v$CPUCAP_V CPU group of large weight, no quota)}"
     else
         return 1
     fi
-    export CPUCAP_DIR
 }
 
 cpucap_rank() {
-    if [ -n "$CPUCAP_DIR" ]; then
-        g=$CPUCAP_DIR/r$1
-        mkdir -p "$g" || return 1
+    g=${CPUCAP_DIR:+$CPUCAP_DIR/r$1}
+    [ -z "$g" ] || mkdir -p "$g" || return 1
+    if [ -z "$CPUCAP_PIN" ]; then
         # a short period (4 ms) spreads the cap evenly over a step; the kernel wants a quota of
         # at least 1 ms, so small caps get a longer one
         p=4000
@@ -56,10 +59,11 @@ cpucap_rank() {
     [ -n "$CPUCAP_BUSY" ] && return
     taskset -c 1 sh -c 'while :; do :; done' &
     CPUCAP_BUSY=$!
+    [ -z "$g" ] || echo "$CPUCAP_BUSY" > "$g/cgroup.procs" # with the rank it slows
 }
 
 cpucap_down() {
-    [ -n "$CPUCAP_BUSY" ] && kill "$CPUCAP_BUSY" 2>/dev/null
+    [ -n "$CPUCAP_BUSY" ] && kill "$CPUCAP_BUSY" 2>/dev/null && wait "$CPUCAP_BUSY" 2>/dev/null
     CPUCAP_BUSY=""
     if [ -n "$CPUCAP_DIR" ]; then
         for g in "$CPUCAP_DIR"/r*; do [ -d "$g" ] && rmdir "$g" 2>/dev/null; done

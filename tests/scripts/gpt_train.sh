@@ -84,17 +84,8 @@ PATH=${BUILD:-build}/bin:$PATH
 d=$(mktemp -d)
 run=""
 trap '[ -n "$run" ] && kill "$run" 2>/dev/null; rm -rf "$d"' EXIT INT TERM
-fail() { echo "FAIL: $*"; exit 1; }
-mkdir "$d/text"
-for f in fortunes goedel kids love; do
-    cp /usr/share/games/fortunes/$f "$d/text/" || fail "the fortune databases are not installed (sudo apt-get install fortunes)"
-done
+. tests/scripts/gpt_text.sh # fail, $d/text, run
 small="--model gpt --data $d/text --layers 2 --d-model 64 --heads 4 --context 32 --batch 16 --log-every 2 --seed 4"
-run() { # name args...: chorus-train on 2 ranks, its output in $d/name.log
-    log=$d/$1.log
-    shift
-    chorus-run -np 2 chorus-train "$@" > "$log" 2>&1 || { cat "$log"; fail "$(basename "$log" .log)"; }
-}
 same() { # a b: the dumps of both ranks of runs a and b are equal
     for r in 0 1; do
         cmp "$d/$1.$r" "$d/$2.$r" || fail "$1 and $2: rank $r's parameters differ"

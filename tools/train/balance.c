@@ -156,6 +156,7 @@ train_balance *balance_create(const balance_opts *o, nn_dist *d, nn_sampler *s, 
         return NULL;
     }
     b->o = *o;
+    if (!b->o.unit) b->o.unit = "samples";
     b->d = d;
     b->s = s;
     b->slow_rank = -1;
@@ -306,8 +307,9 @@ void balance_describe(const train_balance *b)
         printf(" of each global batch (--balance-shares)\n");
     } else if (b->o.dynamic) {
         printf("load balancing: dynamic, each rank's share of the global batch of %zu follows "
-               "its measured speed (re-balanced every %d steps, at least %zu samples each)\n",
-               b->o.global_batch, b->o.every, nn_balance_min_share(b->o.global_batch, b->o.world));
+               "its measured speed (re-balanced every %d steps, at least %zu %s each)\n",
+               b->o.global_batch, b->o.every, nn_balance_min_share(b->o.global_batch, b->o.world),
+               b->o.unit);
     }
     fflush(stdout);
 }
@@ -319,9 +321,9 @@ void balance_report(const train_balance *b)
     for (int i = 0; i < b->o.world; i++) {
         const double *r = b->run + (size_t)i * NCOLS;
         double steps = r[3] > 0 ? r[3] : 1, busy = r[0] + r[1];
-        printf("%s rank %d %.2f ms compute + %.2f ms waiting per step, %.0f samples/s, share %zu",
+        printf("%s rank %d %.2f ms compute + %.2f ms waiting per step, %.0f %s/s, share %zu",
                i ? ";" : "", i, 1e3 * r[0] / steps, 1e3 * r[1] / steps,
-               busy > 0 ? r[2] / busy : 0.0, b->shares[i]);
+               busy > 0 ? r[2] / busy : 0.0, b->o.unit, b->shares[i]);
     }
     printf("\n");
     double f = 0;

@@ -21,6 +21,7 @@ typedef struct balance_opts {
     int monitor_every;   /* gathers also every this many steps (the progress line's cadence) */
     const char *fixed;   /* --balance-shares "a,b,...": fixed uneven shares (tests), or NULL */
     size_t global_batch; /* G */
+    const char *unit;    /* what a sample is, in the lines: "samples", "windows" (NULL: samples) */
     int rank, world;     /* among the training ranks */
 } balance_opts;
 

@@ -25,6 +25,7 @@ void allreduce_shares(trainer *t)
                        .monitor_every = t->o.log_every,
                        .fixed = t->o.balance_shares,
                        .global_batch = (size_t)t->o.batch,
+                       .unit = strcmp(t->o.model, "gpt") ? "samples" : "windows",
                        .rank = t->rank,
                        .world = t->world};
     char why[512];

@@ -65,6 +65,30 @@ static void resolve_shape(opts *o)
     o->gpt = c;
 }
 
+/* --balance dynamic and --balance-shares weigh the data-parallel ranks' shares of the global
+ * batch of windows (mode_allreduce.c's balancer, as for the MLP); what they cannot weigh. */
+static void check_balance(const opts *o)
+{
+    int dynamic = !strcmp(o->balance, "dynamic");
+    if (!dynamic && !o->balance_shares) return;
+    const char *why =
+        o->pipe_stages
+            ? "--pipeline-stages: the stages of a pipeline take the same micro-batches, and "
+              "each would measure only its own blocks"
+        : o->par.tp > 1
+            ? "--tensor-parallel: the shards of a replica must take the same windows, but each "
+              "shard's column of replicas would measure and weigh its own shares"
+        : dynamic && o->par.zero >= 2
+            ? "--zero 2 and 3: the gradient's reduce-scatter (and under --zero 3 the "
+              "parameters' gathers) run inside the passes, so the time a rank measures for its "
+              "passes holds its wait for the slowest rank and every rank looks as slow: use "
+              "--zero 1, or fixed --balance-shares"
+            : NULL;
+    if (why)
+        die("--model gpt: %s does not combine with %s",
+            dynamic ? "--balance dynamic" : "--balance-shares", why);
+}
+
 /* What the GPT does not run with yet, each with its reason. */
 static void check_opts(opts *o)
 {
@@ -73,6 +97,7 @@ static void check_opts(opts *o)
         return;
     }
     resolve_shape(o);
+    check_balance(o);
     const char *why =
         o->pipe_stages && o->par.tp > 1
             ? "--pipeline-stages with --tensor-parallel: a stage's blocks are not split over "
@@ -89,8 +114,6 @@ static void check_opts(opts *o)
         : o->par.zero == 3 && (o->check_div || o->perturb)
             ? "--check-divergence compares the replicas' whole parameters; under --zero 3 each "
               "rank holds only its chunks of them"
-        : !strcmp(o->balance, "dynamic") || o->balance_shares
-            ? "--balance dynamic is not measured on it yet: split the batch evenly"
         : o->dropout > 0 ? "--dropout: the GPT has no dropout"
                          : NULL;
     if (why)

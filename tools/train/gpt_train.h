@@ -15,6 +15,10 @@ typedef struct train_gpt {
     int32_t *x, *y;   /* (g->max_batch, context) a batch of windows and their next tokens */
     double unigram;   /* the unigram model's validation loss (nats per token) */
     double grad_norm; /* the last step's gradient norm, before clipping */
+    /* --tensor-parallel, world rank 0, while a checkpoint is written or read: the whole model
+     * (t->m is its model, t->opt its optimizer state) and this shard's optimizer, kept */
+    nn_gpt *tp_w;
+    nn_optim tp_opt;
 } train_gpt;
 
 extern const train_mode mode_gpt; /* mode_gpt_pipe.c ends with its finish */
@@ -41,5 +45,16 @@ void gpt_forward_backward(trainer *t, const uint32_t *idx, size_t nloc, float sc
                           double stats[3]);
 double gpt_evaluate(trainer *t, double *loss);
 void gpt_finish(trainer *t);
+
+/* gpt_tp_ckpt.c: checkpoints of the whole model under --tensor-parallel. gpt_tp_whole: this
+ * run's checkpoints go through them. gpt_tp_open and gpt_tp_close (world rank 0 only) put the
+ * whole model's parameters and optimizer state in t->m and t->opt in place of the shard's,
+ * and back. gpt_tp_move (the ranks of the first replica, t->rank 0: collective over its
+ * tensor-parallel ranks) gathers every shard's parameters and optimizer state into the whole
+ * (to_whole) or gives every shard its part of it. */
+int gpt_tp_whole(const trainer *t);
+void gpt_tp_open(trainer *t);
+void gpt_tp_close(trainer *t);
+void gpt_tp_move(trainer *t, int to_whole);
 
 #endif /* CHORUS_TRAIN_GPT_TRAIN_H */

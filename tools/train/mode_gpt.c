@@ -319,6 +319,15 @@ static void first_params(trainer *t)
 static void save(trainer *t)
 {
     train_par *p = &t->o.par;
+    if (gpt_tp_whole(t)) { /* the first replica's shards gather on world rank 0 */
+        if (t->rank != 0) return;
+        int lead = p->tp_rank == 0;
+        if (lead) gpt_tp_open(t);
+        gpt_tp_move(t, 1);
+        if (lead) save_whole(t);
+        if (lead) gpt_tp_close(t);
+        return;
+    }
     if (!p->zero) {
         save_whole(t);
         return;

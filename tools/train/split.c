@@ -31,9 +31,9 @@ void par_check_opts(const train_par *p, const char *model, const char *mode, con
         die("--zero 3 shards the parameters too, gathered layer by layer just before each pass "
             "reads them: that is built for --model gpt; --model %s takes --zero 1|2",
             model);
-    if (ckpt_dir && (p->tp > 1 || (p->zero && strcmp(model, "gpt"))))
+    if (ckpt_dir && (p->tp > 1 || p->zero) && strcmp(model, "gpt"))
         die("--tensor-parallel and --zero do not write checkpoints yet (each rank holds only a "
-            "shard of the state; --zero does with --model gpt); leave out --checkpoint-dir");
+            "shard of the state; they do with --model gpt); leave out --checkpoint-dir");
     if (p->tp > 1 && !strcmp(model, "cnn"))
         die("--tensor-parallel splits the linear layers of --model mlp or large, not cnn");
     if (p->tp > 1 && dropout > 0)

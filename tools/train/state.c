@@ -9,6 +9,7 @@
 
 #include "chorus.h"
 #include "chorus/checkpoint.h"
+#include "gpt_train.h"
 #include "trainer.h"
 
 /* The options that shape the model, as written next to the checkpoints ("--model mlp
@@ -49,6 +50,24 @@ static void explain_other_model(const trainer *t, char *why, size_t len)
                  t->o.ckpt_dir, saved, mine);
 }
 
+/* Under the GPT's --tensor-parallel the first replica's shards (t->rank 0 of each shard's
+ * data-parallel ranks) take n bytes of world rank 0, which alone reads and writes the
+ * checkpoints, before their data-parallel broadcasts. */
+static void tp_share(trainer *t, void *buf, size_t n)
+{
+    if (!gpt_tp_whole(t) || t->rank != 0) return;
+    if (chorus_broadcast(t->o.par.tp_comm, buf, n, CHORUS_UINT8, 0))
+        die("--tensor-parallel: sharing a checkpoint's state: %s",
+            chorus_last_error(t->o.par.tp_comm));
+}
+
+/* The rank that reads and writes the checkpoints: rank 0, world rank 0 under the GPT's
+ * --tensor-parallel. */
+static int ckpt_lead(const trainer *t)
+{
+    return t->rank == 0 && (!gpt_tp_whole(t) || t->o.par.tp_rank == 0);
+}
+
 /* Step (--checkpoint-dir): rank 0 writes the model's options beside the checkpoints now, so
  * that a directory it cannot write to is refused before training, not at the first save. */
 void claim_checkpoint_dir(trainer *t)
@@ -56,17 +75,19 @@ void claim_checkpoint_dir(trainer *t)
     char arch[128], why[1024] = "";
     int64_t ok = 1;
     arch_text(&t->o, arch, sizeof(arch));
-    if (t->rank == 0 &&
+    int lead = ckpt_lead(t);
+    if (lead &&
         chorus_checkpoint_save(t->o.ckpt_dir, ARCH_NAME, 0, arch, strlen(arch), 1) != CHORUS_OK) {
         snprintf(why, sizeof(why), "%s", chorus_last_error(NULL));
         ok = 0;
     }
-    if (t->rank == 0 && ok && rec_save(&t->rec, t->o.ckpt_dir, why, sizeof(why))) ok = 0;
+    if (lead && ok && rec_save(&t->rec, t->o.ckpt_dir, why, sizeof(why))) ok = 0;
+    tp_share(t, &ok, sizeof(ok));
     if (nn_dist_broadcast_bytes(&t->dist, &ok, sizeof(ok))) die("%s", nn_last_error());
     if (!ok && t->rank != 0) chorus_report_peer_failure(t->dist.comm, 0); /* its verdict */
     if (!ok)
         die("cannot write checkpoints to --checkpoint-dir %s (checked before training): %s",
-            t->o.ckpt_dir, t->rank == 0 ? why : "see rank 0");
+            t->o.ckpt_dir, lead ? why : "see rank 0");
 }
 
 /* --resume with a compressor's memory: every rank restores its own, saved with the step. */
@@ -118,8 +139,10 @@ void restore_checkpoint(trainer *t)
     nn_ckpt_info info = {0};
     char why[1024] = "";
     int whole = t->o.par.zero && t->rank == 0;
+    int lead = ckpt_lead(t), tp = gpt_tp_whole(t) && t->rank == 0;
     if (whole) par_whole_open(&t->o.par, t->m, &t->opt);
-    if (t->rank == 0) {
+    if (tp && lead) gpt_tp_open(t); /* the whole model's buffers in t->m and t->opt */
+    if (lead) {
         if (nn_ckpt_load_latest(t->o.ckpt_dir, t->m, &t->opt, st, &info) != CHORUS_OK) {
             snprintf(why, sizeof(why), "%s", nn_last_error());
             explain_other_model(t, why, sizeof(why));
@@ -137,12 +160,21 @@ void restore_checkpoint(trainer *t)
                         saved, mine);
         }
     }
+    tp_share(t, &loaded, sizeof(loaded));
     if (nn_dist_broadcast_bytes(d, &loaded, sizeof(loaded))) die("%s", nn_last_error());
     if (loaded < 0 && t->rank != 0) chorus_report_peer_failure(d->comm, 0); /* its verdict */
-    if (loaded < 0) die("cannot resume: %s", t->rank == 0 ? why : "see rank 0");
+    if (loaded < 0) die("cannot resume: %s", lead ? why : "see rank 0");
+    if (loaded == 1 && tp) { /* each shard of the first replica its part of the whole */
+        gpt_tp_move(t, 0);
+        uint64_t sig = st->model_sig; /* the shard's, not the whole model's */
+        tp_share(t, st, sizeof(*st));
+        tp_share(t, &t->opt.t, sizeof(t->opt.t));
+        if (!lead) st->model_sig = sig;
+    }
+    if (tp && lead) gpt_tp_close(t);
     if (loaded == 1) {
         share_resumed_state(t);
-        if (t->rank == 0)
+        if (lead)
             printf("resumed from %s: epoch %llu, step %llu\n", info.path,
                    (unsigned long long)st->epoch + 1, (unsigned long long)st->global_step);
     } else if (t->rank == 0) {

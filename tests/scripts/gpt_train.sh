@@ -12,8 +12,8 @@
 #   tp        --tensor-parallel 2 (heads and MLP split over 2 ranks) follows one rank's losses
 #             for 10 steps within 1e-4 (the row-parallel sums run in another order) and
 #             prints its sample; so does a 2x2 grid (2 replicas x 2 shards, --grad-sync
-#             engine), whose replicas end bitwise identical; heads that do not divide and
-#             checkpoints are refused
+#             engine), whose replicas end bitwise identical; heads that do not divide are
+#             refused
 #   zero      --zero 1 and --zero 2 on 2 ranks end 4 steps with the same parameters, to the bit,
 #             as plain data parallelism, without clipping and with it (ZeRO-1 clips by the norm
 #             of every rank's whole summed gradient, as data parallelism does; ZeRO-2 by the
@@ -21,6 +21,11 @@
 #             1e-6 of data parallelism's there, the bits compared without clipping); the
 #             per-rank gradient and optimizer bytes shrink; --accum 2 with --zero 2 and
 #             --zero with --tensor-parallel are refused with their reasons
+#   tp_resume --tensor-parallel 2: 8 steps straight = 4 + --resume 4, to the bit, on both
+#             shards (rank 0 gathers the shards' parameters and AdamW state into a checkpoint
+#             of the whole model; a resume gives each shard its part); plain data parallelism
+#             goes on from that checkpoint within 1e-4 of the split run's losses; a 2x2 grid
+#             (2 replicas x 2 shards) resumes to the bit on all 4 ranks
 #   zero_resume  --zero 1 and --zero 2 (clipping on): 8 steps straight = 4 + --resume 4, to
 #             the bit, on both ranks (rank 0 gathers the optimizer state's chunks into a
 #             checkpoint of the whole model; a resume gives each rank its chunks back); a
@@ -169,7 +174,6 @@ print(f"2x2 grid, --grad-sync engine: replicas identical; largest loss differenc
 sys.exit(0 if len(rows[1]) == 10 and worst <= 1e-4 else 1)
 PY
     refused "--tensor-parallel 3: the GPT's 4 heads do not divide among 3 ranks" --tensor-parallel 3
-    refused "--tensor-parallel and --zero do not write checkpoints yet" --tensor-parallel 2 --checkpoint-dir "$d/ck"
     ;;
 zero)
     for z in 0 1 2; do
@@ -251,6 +255,39 @@ zero_tail)
     same tail0 tail2
     same tail0 tail3
     echo "an epoch's last step of one window (none on rank 1): --zero 2 and 3 end with plain data parallelism's parameters, to the bit"
+    ;;
+tp_resume)
+    tp="--tensor-parallel 2 --no-eval --sample 0"
+    run straight $small $tp --max-steps 8 --metrics "$d/straight.jsonl" --dump-params "$d/straight"
+    run half $small $tp --max-steps 4 --checkpoint-dir "$d/ck" --checkpoint-every 4
+    cp -r "$d/ck" "$d/ckplain"
+    run rest $small $tp --max-steps 8 --checkpoint-dir "$d/ck" --checkpoint-every 4 --resume --dump-params "$d/rest"
+    grep -a "resumed from" "$d/rest.log"
+    for t in 0 1; do
+        cmp "$d/straight.tp$t.0" "$d/rest.tp$t.0" || fail "--tensor-parallel 2: shard $t differs after 4 + --resume 4"
+    done
+    echo "--tensor-parallel 2: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on both shards"
+    # the checkpoint is of the whole model: plain data parallelism goes on from it, its losses
+    # those of the split run within what the row-parallel sums' order allows
+    run plain $small --max-steps 8 --no-eval --sample 0 --checkpoint-dir "$d/ckplain" --resume --metrics "$d/plain.jsonl"
+    grep -aq "resumed from .*step 4" "$d/plain.log" || { cat "$d/plain.log"; fail "plain data parallelism did not resume the tensor-parallel checkpoint"; }
+    python3 - "$d/straight.jsonl" "$d/plain.jsonl" <<'PY' || fail "plain data parallelism resumed from the tensor-parallel checkpoint leaves its losses"
+import json, sys
+rows = [{r["step"]: r["loss"] for r in map(json.loads, open(f)) if "step" in r and "loss" in r} for f in sys.argv[1:]]
+steps = sorted(set(rows[0]) & set(rows[1]) & set(range(5, 9)))
+worst = max(abs(rows[0][k] - rows[1][k]) for k in steps)
+print(f"plain data parallelism from the --tensor-parallel 2 checkpoint: steps {steps}, largest loss difference {worst:.2e}")
+sys.exit(0 if len(steps) == 4 and worst <= 1e-4 else 1)
+PY
+    # a 2x2 grid (2 replicas x 2 shards): the first replica's shards write, every replica resumes
+    grid="--tensor-parallel 2 --batch 32 --no-eval --sample 0"
+    chorus-run -np 4 chorus-train $small $grid --max-steps 8 --dump-params "$d/gs" > "$d/gs.log" 2>&1 || { cat "$d/gs.log"; fail "2x2 grid"; }
+    chorus-run -np 4 chorus-train $small $grid --max-steps 4 --checkpoint-dir "$d/gck" --checkpoint-every 4 > "$d/gh.log" 2>&1 || { cat "$d/gh.log"; fail "2x2 grid, 4 steps"; }
+    chorus-run -np 4 chorus-train $small $grid --max-steps 8 --checkpoint-dir "$d/gck" --checkpoint-every 4 --resume --dump-params "$d/gr" > "$d/gr.log" 2>&1 || { cat "$d/gr.log"; fail "2x2 grid, resumed"; }
+    for f in tp0.0 tp0.1 tp1.0 tp1.1; do
+        cmp "$d/gs.$f" "$d/gr.$f" || fail "2x2 grid: $f differs after 4 + --resume 4"
+    done
+    echo "2x2 grid: 8 steps straight = 4 steps + --resume 4 steps, to the bit, on all 4 ranks"
     ;;
 zero_resume)
     for z in 1 2; do

@@ -134,8 +134,8 @@ void nn_gpt_copy_shard(nn_gpt *g, const nn_gpt *whole);
  * whole included). Any vector so laid out moves alike: parameters, gradients, optimizer
  * state. Errors: CHORUS_ERR_INVALID_ARG (r outside the split, whole not of g's shape, g a
  * pipeline stage), CHORUS_ERR_NOMEM. */
-chorus_result nn_gpt_tp_move(const nn_gpt *g, int r, float *shard, const nn_gpt *whole,
-                             float *wvec, int to_whole);
+chorus_result nn_gpt_tp_move(const nn_gpt *g, int r, float *shard, const nn_gpt *whole, float *wvec,
+                             int to_whole);
 /* Frees g and everything it holds. NULL is ignored. */
 void nn_gpt_destroy(nn_gpt *g);
 

@@ -20,7 +20,7 @@
 #
 #   bench/torchdist.sh
 #   PYTHON=/path/to/venv/bin/python LIBDIR=build/torch2/lib bench/torchdist.sh
-#   REPEAT=5 NP=2 STEPS=200 BATCH=64 MODEL=mlp LAUNCHERS="chorus-run torchrun" bench/torchdist.sh
+#   REPEAT=5 NP=2 STEPS=1000 BATCH=64 MODEL=mlp LAUNCHERS="chorus-run torchrun" bench/torchdist.sh
 set -e
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-build}
@@ -28,7 +28,9 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 LIBDIR=$(cd "$ROOT" && cd "${LIBDIR:-$BUILD/lib}" && pwd)
 REPEAT=${REPEAT:-5}
 NP=${NP:-2}
-STEPS=${STEPS:-200}
+# 1000 timed steps, 2.5-7 s a run: at 200 (0.5-1.5 s) one scheduling hiccup of a 2-vCPU host
+# moved a run's rate by tens of percent (docs/PERFORMANCE.md)
+STEPS=${STEPS:-1000}
 BATCH=${BATCH:-64}  # samples per rank per step of the DDP script
 MODEL=${MODEL:-mlp}
 LAUNCHERS=${LAUNCHERS:-chorus-run torchrun}

@@ -1,6 +1,6 @@
 /*
  * gelu.c - GELU and its gradient for the GPT (nn/gpt.c), over an exp of its own that the
- * compiler vectorises, the loops built for several instruction sets.
+ * compiler vectorises, the loops built for several instruction sets (NN_CLONES).
  */
 #include <stdint.h>
 #include <string.h>
@@ -9,16 +9,6 @@
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
-
-/* The GELU loops are built for AVX-512, AVX2 and baseline x86-64, picked at load time (as
- * src/reduce/reduce.c's kernels; ThreadSanitizer's builds get the baseline only). Every
- * version does the same float operations on each element (no FMA contraction in C11 mode), so
- * they give the same bits. */
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-#define GELU_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define GELU_CLONES
-#endif
 
 /* e^x for x in [-87, 87] (clamped there), relative error below 2e-7: x = k ln2 + r with
  * |r| <= ln2/2, e^r by its Taylor series to r^7 (the remainder under 6e-9), 2^k put into a
@@ -54,7 +44,7 @@ static inline float exp_approx(float x)
 /* GELU, tanh form (GPT-2's): out = x/2 (1 + tanh(u)), u = s (x + 0.044715 x^3); computed as
  * x sigmoid(2u), the same function (1 + tanh(u) = 2 / (1 + e^-2u)) without tanh's
  * cancellation near 0. n values. */
-GELU_CLONES void nn__gelu_forward(float *out, const float *in, size_t n)
+NN_CLONES void nn__gelu_forward(float *out, const float *in, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         float x = in[i];
@@ -65,7 +55,7 @@ GELU_CLONES void nn__gelu_forward(float *out, const float *in, size_t n)
 
 /* d (n) *= gelu'(in): the gradient through GELU, in place. With s = sigmoid(2u):
  * gelu' = s + 2 x s (1 - s) u', u' = s0 (1 + 3 0.044715 x^2). */
-GELU_CLONES void nn__gelu_backward(float *d, const float *in, size_t n)
+NN_CLONES void nn__gelu_backward(float *d, const float *in, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         float x = in[i];

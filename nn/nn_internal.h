@@ -27,10 +27,31 @@ static inline size_t nn__bias_count(const nn_layer *L)
     }
 }
 
+/* Hot loops are built for AVX-512, AVX2 and baseline x86-64, picked at load time (as
+ * src/reduce/reduce.c's kernels; ThreadSanitizer's builds get the baseline only). Every version
+ * does the same float operations on each element in the same order (no FMA contraction in C11
+ * mode), so they give the same bits. */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+#define NN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NN_CLONES
+#endif
+
 /* The error convention of libchorus_nn: a function that can fail returns a chorus_result and,
  * when it is not CHORUS_OK, leaves a one-line message for nn_last_error() (thread-local).
  * nn__fail formats that message and returns r, so `return nn__fail(CHORUS_ERR_..., ...)`. */
 chorus_result nn__fail(chorus_result r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The GPT's row kernels (gpt_rows.c; shapes as in gpt.c). LayerNorm: out (N,C) = (in - mean)
+ * rstd w + b per row, keeping mean and rstd (N); its backward adds to din, dw and db. */
+void nn__layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
+                           const float *b, int N, int C, float eps);
+void nn__layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                            const float *w, const float *mean, const float *rstd, int N, int C);
+/* out (N,OUT) = (out + bias) + res: a linear layer's bias and the residual stream. */
+void nn__add_bias_residual(float *out, const float *bias, const float *res, int N, int OUT);
+/* dbias (OUT) += the column sums of dout (N,OUT). */
+void nn__bias_grad(float *dbias, const float *dout, int N, int OUT);
 
 /* The global step recorded in a checkpoint payload: 1 and *step when buf starts with a payload
  * header, else 0 (ckpt_payload.c). */

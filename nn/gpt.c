@@ -647,15 +647,15 @@ static void block_backward(nn_gpt *g, int l, const float *x)
     matmul_backward(s->dln, d->fcw, d->fcb, s->dfch, a->ln2, p->fcw, N, C, Fl);
     tp_sum(g, s->dln, (size_t)N * C, "MLP backward");
     nn__layernorm_backward(s->dres, d->ln2w, d->ln2b, s->dln, a->res2, p->ln2w, a->ln2_mean,
-                       a->ln2_rstd, N, C);
+                           a->ln2_rstd, N, C);
     /* attention: res2 = x + proj(attention(qkv(ln1(x)))) */
     matmul_backward(s->datty, d->projw, d->projb, s->dres, a->atty, p->projw, N, Cl, C);
     attention_backward(s->dqkv, s->dscores, s->datty, a->qkv, a->att, B, T, Cl,
                        g->c.heads / g->tp_size);
     matmul_backward(s->dln, d->qkvw, d->qkvb, s->dqkv, a->ln1, p->qkvw, N, C, 3 * Cl);
     tp_sum(g, s->dln, (size_t)N * C, "attention backward");
-    nn__layernorm_backward(s->dres, d->ln1w, d->ln1b, s->dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, N,
-                       C);
+    nn__layernorm_backward(s->dres, d->ln1w, d->ln1b, s->dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd,
+                           N, C);
 }
 
 static void group_done(nn_gpt *g, int group)
@@ -679,7 +679,7 @@ const float *nn_gpt_stage_backward(nn_gpt *g, const float *dout)
         const float *top = g->hi > g->lo ? a->l[g->hi - 1].res3 : g->input;
         group_ready(g, g->grp_lnf);
         nn__layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, top, g->p.lnfw, a->lnf_mean,
-                           a->lnf_rstd, N, C);
+                               a->lnf_rstd, N, C);
         group_done(g, g->grp_lnf);
     } else {
         memcpy(a->dres, dout, (size_t)N * C * sizeof(float));

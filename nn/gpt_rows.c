@@ -45,8 +45,9 @@ static inline double row_sq_dev(const float *x, float m, int C)
     return lanes_sum(s);
 }
 
-NN_CLONES void nn__layernorm_forward(float *out, float *mean, float *rstd, const float *in,
-                                     const float *w, const float *b, int N, int C, float eps)
+NN_CLONES void nn__layernorm_forward(float *restrict out, float *mean, float *rstd,
+                                     const float *restrict in, const float *restrict w,
+                                     const float *restrict b, int N, int C, float eps)
 {
     for (int n = 0; n < N; n++) {
         const float *x = in + (size_t)n * C;
@@ -59,9 +60,10 @@ NN_CLONES void nn__layernorm_forward(float *out, float *mean, float *rstd, const
     }
 }
 
-NN_CLONES void nn__layernorm_backward(float *din, float *dw, float *db, const float *dout,
-                                      const float *in, const float *w, const float *mean,
-                                      const float *rstd, int N, int C)
+NN_CLONES void nn__layernorm_backward(float *restrict din, float *restrict dw, float *restrict db,
+                                      const float *restrict dout, const float *restrict in,
+                                      const float *restrict w, const float *mean, const float *rstd,
+                                      int N, int C)
 {
     for (int n = 0; n < N; n++) {
         const float *x = in + (size_t)n * C, *dy = dout + (size_t)n * C;
@@ -90,8 +92,8 @@ NN_CLONES void nn__layernorm_backward(float *din, float *dw, float *db, const fl
     }
 }
 
-NN_CLONES void nn__add_bias_residual(float *out, const float *bias, const float *res, int N,
-                                     int OUT)
+NN_CLONES void nn__add_bias_residual(float *restrict out, const float *restrict bias,
+                                     const float *restrict res, int N, int OUT)
 {
     for (int n = 0; n < N; n++) {
         float *o = out + (size_t)n * OUT;
@@ -100,7 +102,7 @@ NN_CLONES void nn__add_bias_residual(float *out, const float *bias, const float 
     }
 }
 
-NN_CLONES void nn__bias_grad(float *dbias, const float *dout, int N, int OUT)
+NN_CLONES void nn__bias_grad(float *restrict dbias, const float *restrict dout, int N, int OUT)
 {
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * OUT;

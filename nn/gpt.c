@@ -113,15 +113,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
             /* scores (T,T) = q k^T * scale */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3,
                         0.0f, p, T);
-            for (int i = 0; i < T; i++) { /* row softmax over j <= i */
-                float *row = p + (size_t)i * T, mx = row[0];
-                for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-                double sum = 0;
-                for (int j = 0; j <= i; j++) sum += row[j] = expf(row[j] - mx);
-                float inv = (float)(1.0 / sum);
-                for (int j = 0; j <= i; j++) row[j] *= inv;
-                for (int j = i + 1; j < T; j++) row[j] = 0.0f;
-            }
+            nn__softmax_causal(p, T); /* row softmax over j <= i */
             /* out (T,HS) = p v */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, C3,
                         0.0f, out + (size_t)b * T * C + h * HS, C);
@@ -148,13 +140,7 @@ static void attention_backward(float *dqkv, float *ds, const float *dout, const 
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, dy, C, 0.0f,
                         dv, C3);
             /* through the softmax: ds = p * (dp - sum_j p dp), row by row (masked p are 0) */
-            for (int i = 0; i < T; i++) {
-                const float *pr = p + (size_t)i * T;
-                float *d = ds + (size_t)i * T;
-                double dot = 0;
-                for (int j = 0; j <= i; j++) dot += (double)pr[j] * d[j];
-                for (int j = 0; j < T; j++) d[j] = pr[j] * (d[j] - (float)dot);
-            }
+            nn__softmax_causal_backward(ds, p, T);
             /* dq = ds k * scale; dk = ds^T q * scale */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, ds, T, k, C3,
                         0.0f, dq, C3);

@@ -1,7 +1,8 @@
 /*
  * gpt_rows.c - the GPT's kernels that work row by row without the BLAS (nn/gpt.c calls them):
- * LayerNorm forward and backward, the bias and residual added after a linear layer, and a
- * bias's gradient. Shapes as in gpt.c: N rows of C (or OUT) floats.
+ * the attention's causal softmax and its gradient, LayerNorm forward and backward, the bias and
+ * residual added after a linear layer, and a bias's gradient. Shapes as in gpt.c: N rows of C (or
+ * OUT) floats.
  *
  * Built for AVX-512, AVX2 and baseline x86-64 and picked at load time (NN_CLONES), as the GELU
  * loops are. A row's sums are taken in double over NN_LANES partial sums, added in a fixed
@@ -43,6 +44,38 @@ static inline double row_sq_dev(const float *x, float m, int C)
         }
     for (; i < C; i++) s[i % NN_LANES] += (double)(x[i] - m) * (x[i] - m);
     return lanes_sum(s);
+}
+
+/* sum of a[i] b[i] over n */
+static inline double row_dot(const float *a, const float *b, int n)
+{
+    double s[NN_LANES] = {0};
+    int i = 0;
+    for (; i + NN_LANES <= n; i += NN_LANES)
+        for (int l = 0; l < NN_LANES; l++) s[l] += (double)a[i + l] * b[i + l];
+    for (; i < n; i++) s[i % NN_LANES] += (double)a[i] * b[i];
+    return lanes_sum(s);
+}
+
+NN_CLONES void nn__softmax_causal(float *restrict p, int T)
+{
+    for (int i = 0; i < T; i++) {
+        float *row = p + (size_t)i * T, mx = row[0];
+        for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
+        for (int j = 0; j <= i; j++) row[j] = nn__exp_approx(row[j] - mx);
+        float inv = (float)(1.0 / row_sum(row, i + 1));
+        for (int j = 0; j <= i; j++) row[j] *= inv;
+        for (int j = i + 1; j < T; j++) row[j] = 0.0f;
+    }
+}
+
+NN_CLONES void nn__softmax_causal_backward(float *restrict ds, const float *restrict p, int T)
+{
+    for (int i = 0; i < T; i++) {
+        const float *pr = p + (size_t)i * T;
+        float *d = ds + (size_t)i * T, dot = (float)row_dot(pr, d, i + 1); /* masked p are 0 */
+        for (int j = 0; j < T; j++) d[j] = pr[j] * (d[j] - dot);
+    }
 }
 
 NN_CLONES void nn__layernorm_forward(float *restrict out, float *mean, float *rstd,

@@ -112,6 +112,8 @@ L=$3 C=$5 H=$7 T=$9 V=${11} P=${13}
 env_coretype=${OPENBLAS_CORETYPE:-}
 unset OPENBLAS_CORETYPE
 blas="env ${CORETYPE:+OPENBLAS_CORETYPE=$CORETYPE}"
+env_note=
+[ -n "$CORETYPE" ] || [ -z "$env_coretype" ] || env_note=", not $env_coretype as in the environment"
 # The other kernels' row (where the CPU has AVX-512): AVX2 ones where OpenBLAS picked AVX-512
 # ones, AVX-512 ones where it did not
 core=$($blas "$tools/gemm_peak" 64 1 1 | sed -n 's/.* core \([^ ]*\).*/\1/p')
@@ -151,7 +153,7 @@ echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') (family $(g
     done)"
 echo "# chorus $(git -C "$ROOT" describe --always --dirty 2> /dev/null): OpenBLAS" \
     "$(readlink -f "$(ldd "$BUILD/bin/chorus-train" | awk '/openblas/ {print $3}')" 2> /dev/null)," \
-    "kernels $core (OPENBLAS_CORETYPE ${CORETYPE:-unset}${env_coretype:+, not $env_coretype as in the environment})"
+    "kernels $core (OPENBLAS_CORETYPE ${CORETYPE:-unset}$env_note)"
 torch_blas=$("$PYTHON" -c 'import re, torch; m = re.search("BLAS_INFO=([^,]*)", torch.__config__.show()); print(m.group(1) if m else "?")' 2> /dev/null || echo "?")
 echo "# torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2> /dev/null) (BLAS $torch_blas) at $PYTHON"
 [ -n "$llmc_bin" ] && echo "# llm.c $LLMC ($rev), $LLMC_THREADS OpenMP threads"

@@ -603,17 +603,10 @@ double nn_gpt_loss(nn_gpt *g, const int32_t *targets, float grad_scale, long *hi
     double loss = 0;
     for (int n = 0; n < N; n++) {
         float *z = g->a->logits + (size_t)n * V;
-        int best = 0;
+        int best = 0, y = targets[n];
         for (int v = 1; v < V; v++) best = z[v] > z[best] ? v : best;
-        float mx = z[best];
-        double sum = 0;
-        for (int v = 0; v < V; v++) sum += exp((double)(z[v] - mx));
-        int y = targets[n];
-        loss += log(sum) - (double)(z[y] - mx);
         if (hits) *hits += best == y;
-        float inv = (float)(1.0 / sum);
-        for (int v = 0; v < V; v++) z[v] = expf(z[v] - mx) * inv * grad_scale;
-        z[y] -= grad_scale;
+        loss += nn__xent_row(z, V, y, grad_scale); /* z becomes its gradient */
     }
     return loss;
 }

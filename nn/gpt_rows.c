@@ -1,8 +1,8 @@
 /*
  * gpt_rows.c - the GPT's kernels that work row by row without the BLAS (nn/gpt.c calls them):
- * the attention's causal softmax and its gradient, LayerNorm forward and backward, the bias and
- * residual added after a linear layer, and a bias's gradient. Shapes as in gpt.c: N rows of C (or
- * OUT) floats.
+ * the attention's causal softmax and its gradient, the cross-entropy of a row of logits, LayerNorm
+ * forward and backward, the bias and residual added after a linear layer, and a bias's gradient.
+ * Shapes as in gpt.c: N rows of C (or OUT) floats.
  *
  * Built for AVX-512, AVX2 and baseline x86-64 and picked at load time (NN_CLONES), as the GELU
  * loops are. A row's sums are taken in double over NN_LANES partial sums, added in a fixed
@@ -76,6 +76,18 @@ NN_CLONES void nn__softmax_causal_backward(float *restrict ds, const float *rest
         float *d = ds + (size_t)i * T, dot = (float)row_dot(pr, d, i + 1); /* masked p are 0 */
         for (int j = 0; j < T; j++) d[j] = pr[j] * (d[j] - dot);
     }
+}
+
+NN_CLONES double nn__xent_row(float *restrict z, int V, int y, float grad_scale)
+{
+    float mx = z[0], zy = z[y];
+    for (int v = 1; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+    for (int v = 0; v < V; v++) z[v] = nn__exp_approx(z[v] - mx);
+    double sum = row_sum(z, V);
+    float inv = (float)(1.0 / sum);
+    for (int v = 0; v < V; v++) z[v] = z[v] * inv * grad_scale;
+    z[y] -= grad_scale;
+    return log(sum) - (double)(zy - mx);
 }
 
 NN_CLONES void nn__layernorm_forward(float *restrict out, float *mean, float *rstd,

@@ -87,6 +87,10 @@ void nn__layernorm_backward(float *din, float *dw, float *db, const float *dout,
  * that of the scores, p (dp - sum_j p dp) row by row. */
 void nn__softmax_causal(float *p, int T);
 void nn__softmax_causal_backward(float *ds, const float *p, int T);
+/* Softmax cross-entropy of one row of logits z (V) against target y: returns the loss,
+ * log sum_v e^(z_v - max) - (z_y - max), and leaves in z its gradient times grad_scale,
+ * (softmax(z) - onehot(y)) grad_scale (e^x by nn__exp_approx, the sum in double). */
+double nn__xent_row(float *z, int V, int y, float grad_scale);
 /* out (N,OUT) = (out + bias) + res: a linear layer's bias and the residual stream. */
 void nn__add_bias_residual(float *out, const float *bias, const float *res, int N, int OUT);
 /* dbias (OUT) += the column sums of dout (N,OUT). */

@@ -150,7 +150,8 @@ learns)
     cat "$d/learn.log"
     python3 - "$d/learn.log" <<'PY' || fail "the validation loss is not below the unigram model's"
 import re, sys
-m = re.findall(r"validation after step 250: loss ([0-9.]+) .*unigram ([0-9.]+)", open(sys.argv[1]).read())
+m = re.findall(r"validation after step 250: loss ([0-9.]+) .*unigram ([0-9.]+)",
+               open(sys.argv[1], encoding="latin-1").read())  # the sample is bytes
 loss, unigram = map(float, m[-1])
 print(f"validation loss {loss:.4f}, unigram {unigram:.4f}")
 sys.exit(0 if loss < unigram else 1)

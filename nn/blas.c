@@ -14,6 +14,7 @@ const char *nn_blas_kernel(void)
     return core ? core : "unknown";
 }
 
+#if defined(__x86_64__)
 /* OpenBLAS's kernel sets built on AVX-512 (0.3.21's names). */
 static int core_has_avx512(const char *core)
 {
@@ -25,12 +26,14 @@ static int core_has_avx512(const char *core)
 
 int nn_blas_misses_avx512(void)
 {
-#if defined(__x86_64__)
     __builtin_cpu_init(); /* the checks include the OS's saving of the AVX-512 registers */
     return !core_has_avx512(nn_blas_kernel()) && __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
-#else
-    return 0;
-#endif
 }
+#else
+int nn_blas_misses_avx512(void)
+{
+    return 0;
+}
+#endif

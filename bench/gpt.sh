@@ -4,9 +4,12 @@
 #   1. chorus-train --model gpt under chorus-run -np NP, one OpenBLAS thread per rank
 #      (--threads 1): --grad-sync fused (the default: one allreduce after backward) and
 #      --grad-sync engine (each block's gradient sent while backward goes on); CHORUS_ARGS adds
-#      options to both. On a CPU with AVX-512 whose OpenBLAS picks a kernel without it (Debian's
-#      0.3.21 takes AMD's Zen 5 for a Haswell: AVX2), also --grad-sync engine with
-#      OPENBLAS_CORETYPE=$AVX512_CORE, OpenBLAS's own switch to its AVX-512 kernels;
+#      options to both. Their OPENBLAS_CORETYPE is CORETYPE, unset by default whatever the
+#      environment says: the kernels OpenBLAS picks for the CPU by itself (Debian's 0.3.21 picks
+#      its AVX-512 Cooperlake kernels on AMD's Zen 5). On a CPU with AVX-512, also
+#      --grad-sync engine on OpenBLAS's other family of kernels (row chorus-other):
+#      OPENBLAS_CORETYPE=$AVX2_CORE (AVX2) where it picked AVX-512 ones, $AVX512_CORE where it
+#      picked ones without AVX-512;
 #   2. the same model in PyTorch with DistributedDataParallel over Gloo, and 3. with FSDP2
 #      (fully_shard per block, then the whole model) over Gloo: bench/gpt_train_torch.py,
 #      whose torch model is the one the py_gpt_torch test holds nn/gpt.c against; NP ranks
@@ -52,8 +55,9 @@
 #   NP=2 BATCH=16      ranks; windows per rank per step (chorus-train --batch NP x BATCH)
 #   STEPS=30 WARMUP=5  steps per run; the first WARMUP untimed
 #   REPEAT=3 LR=0.0005 SEED=1 GEMM_N=2048 LIMIT=600 HIPRI=0
-#   RUNS="chorus chorus-engine chorus-avx512 ddp fsdp2 llmc"   which rows to run
-#   AVX512_CORE=SkylakeX   OPENBLAS_CORETYPE of the chorus-avx512 row
+#   RUNS="chorus chorus-engine chorus-other ddp fsdp2 llmc"   which rows to run
+#   CORETYPE=          OPENBLAS_CORETYPE of the chorus rows and the peak (unset: OpenBLAS's choice)
+#   AVX2_CORE=Haswell AVX512_CORE=SkylakeX   OPENBLAS_CORETYPE of the chorus-other row
 #   CHORUS_ARGS=       extra chorus-train options (e.g. --grad-sync engine)
 #
 #   bench/gpt.sh
@@ -78,7 +82,9 @@ LR=${LR:-0.0005}
 SEED=${SEED:-1}
 GEMM_N=${GEMM_N:-2048}
 LIMIT=${LIMIT:-600}
-RUNS=${RUNS:-chorus chorus-engine chorus-avx512 ddp fsdp2 llmc}
+RUNS=${RUNS:-chorus chorus-engine chorus-other ddp fsdp2 llmc}
+CORETYPE=${CORETYPE:-}
+AVX2_CORE=${AVX2_CORE:-Haswell}
 AVX512_CORE=${AVX512_CORE:-SkylakeX}
 CHORUS_ARGS=${CHORUS_ARGS:-}
 . "$ROOT/bench/hipri.sh"
@@ -102,11 +108,18 @@ shape=$("$tools/gpt_prep" "$out" "$PRESET" "$SEED")
 # gpt_prep: layers L d_model C heads H context T vocab V params P tokens N
 set -- $shape
 L=$3 C=$5 H=$7 T=$9 V=${11} P=${13}
-# The AVX-512 row: where the CPU has AVX-512 and OpenBLAS does not use it by itself.
-core=$("$tools/gemm_peak" 64 1 1 | sed -n 's/.* core \([^ ]*\).*/\1/p')
-avx512=
+# The chorus rows' OPENBLAS_CORETYPE: CORETYPE, or none (the environment's is not passed on)
+env_coretype=${OPENBLAS_CORETYPE:-}
+unset OPENBLAS_CORETYPE
+blas="env ${CORETYPE:+OPENBLAS_CORETYPE=$CORETYPE}"
+env_note=
+[ -n "$CORETYPE" ] || [ -z "$env_coretype" ] || env_note=", not $env_coretype as in the environment"
+# The other kernels' row (where the CPU has AVX-512): AVX2 ones where OpenBLAS picked AVX-512
+# ones, AVX-512 ones where it did not
+core=$($blas "$tools/gemm_peak" 64 1 1 | sed -n 's/.* core \([^ ]*\).*/\1/p')
+other=
 if grep -qw avx512f /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo; then
-    case $core in SkylakeX | Cooperlake | SapphireRapids) ;; *) avx512=$AVX512_CORE ;; esac
+    case $core in SkylakeX | Cooperlake | SapphireRapids) other=$AVX2_CORE ;; *) other=$AVX512_CORE ;; esac
 fi
 flops=$(echo "$P $T $C $L" | awk '{printf "%.0f", 6 * ($1 - $2 * $3) + 12 * $4 * $3 * $2}')
 
@@ -139,7 +152,8 @@ echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') (family $(g
             "$(sed 's/Data/d/;s/Instruction/i/;s/Unified//' "$i/type")" "$(cat "$i/size")" "$(cat "$i/shared_cpu_list")"
     done)"
 echo "# chorus $(git -C "$ROOT" describe --always --dirty 2> /dev/null): OpenBLAS" \
-    "$(readlink -f "$(ldd "$BUILD/bin/chorus-train" | awk '/openblas/ {print $3}')" 2> /dev/null)"
+    "$(readlink -f "$(ldd "$BUILD/bin/chorus-train" | awk '/openblas/ {print $3}')" 2> /dev/null)," \
+    "kernels $core (OPENBLAS_CORETYPE ${CORETYPE:-unset}$env_note)"
 torch_blas=$("$PYTHON" -c 'import re, torch; m = re.search("BLAS_INFO=([^,]*)", torch.__config__.show()); print(m.group(1) if m else "?")' 2> /dev/null || echo "?")
 echo "# torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2> /dev/null) (BLAS $torch_blas) at $PYTHON"
 [ -n "$llmc_bin" ] && echo "# llm.c $LLMC ($rev), $LLMC_THREADS OpenMP threads"
@@ -162,8 +176,8 @@ run() {
 run_chorus() {
     _name=$1 _sync=$2
     shift 2
-    # shellcheck disable=SC2086  # CHORUS_ARGS is a list of words
-    run "$_name" env "$@" "$BUILD/bin/chorus-run" -np "$NP" "$BUILD/bin/chorus-train" --model gpt \
+    # shellcheck disable=SC2086  # CHORUS_ARGS and $blas are lists of words
+    run "$_name" $blas "$@" "$BUILD/bin/chorus-run" -np "$NP" "$BUILD/bin/chorus-train" --model gpt \
         --preset "$PRESET" --seed "$SEED" --batch $((NP * BATCH)) --max-steps "$STEPS" \
         --threads 1 --grad-sync "$_sync" --lr "$LR" --lr-schedule const --warmup-epochs 0 \
         --weight-decay 0.01 --clip-grad 1 --no-eval --sample 0 --metrics "$out/$_name.json" \
@@ -181,7 +195,7 @@ while [ "$round" -le "$REPEAT" ]; do
         case $r in
         chorus) run_chorus chorus fused ;;
         chorus-engine) run_chorus chorus-engine engine ;;
-        chorus-avx512) [ -z "$avx512" ] || run_chorus chorus-avx512 engine OPENBLAS_CORETYPE="$avx512" ;;
+        chorus-other) [ -z "$other" ] || run_chorus chorus-other engine OPENBLAS_CORETYPE="$other" ;;
         ddp | fsdp2)
             if [ "$r" = fsdp2 ] && [ -z "$has_fsdp2" ]; then continue; fi
             run "$r" "$PYTHON" "$ROOT/bench/gpt_train_torch.py" --mode "$r" --np "$NP" \
@@ -196,12 +210,13 @@ while [ "$round" -le "$REPEAT" ]; do
                 $((NP * BATCH)) "$T" "$STEPS" "$WARMUP" "$LR" 0.01
             sed -n 's/^llmc_gpt: .*tokens_per_s \([0-9.]*\).*/\1/p' "$out/llmc.$round" >> "$out/rate.llmc"
             ;;
-        *) say "gpt.sh: unknown run '$r' in RUNS (chorus chorus-engine chorus-avx512 ddp fsdp2 llmc)" && exit 2 ;;
+        *) say "gpt.sh: unknown run '$r' in RUNS (chorus chorus-engine chorus-other ddp fsdp2 llmc)" && exit 2 ;;
         esac
     done
     for t in 1 "$NP"; do
-        hipri "$tools/gemm_peak" "$GEMM_N" "$t" 5 >> "$out/peak.$t"
-        [ -z "$avx512" ] || hipri env OPENBLAS_CORETYPE="$avx512" "$tools/gemm_peak" "$GEMM_N" "$t" 5 >> "$out/peak.$t"
+        # shellcheck disable=SC2086  # $blas is a list of words
+        hipri $blas "$tools/gemm_peak" "$GEMM_N" "$t" 5 >> "$out/peak.$t"
+        [ -z "$other" ] || hipri env OPENBLAS_CORETYPE="$other" "$tools/gemm_peak" "$GEMM_N" "$t" 5 >> "$out/peak.$t"
     done
     round=$((round + 1))
 done
@@ -224,9 +239,9 @@ for r in $RUNS; do
     case $r in
     chorus) row "chorus-train, $NP ranks x 1 OpenBLAS thread ($core), --grad-sync fused" "$out/rate.chorus" ;;
     chorus-engine) row "chorus-train, $NP ranks x 1 OpenBLAS thread ($core), --grad-sync engine" "$out/rate.chorus-engine" ;;
-    chorus-avx512)
-        [ -z "$avx512" ] ||
-            row "chorus-train, $NP ranks x 1 OpenBLAS thread (OPENBLAS_CORETYPE=$avx512), --grad-sync engine" "$out/rate.chorus-avx512"
+    chorus-other)
+        [ -z "$other" ] ||
+            row "chorus-train, $NP ranks x 1 OpenBLAS thread (OPENBLAS_CORETYPE=$other), --grad-sync engine" "$out/rate.chorus-other"
         ;;
     ddp) row "PyTorch DDP (Gloo), $NP ranks x 1 thread" "$out/rate.ddp" ;;
     fsdp2)
@@ -241,7 +256,7 @@ for r in $RUNS; do
 done
 echo
 peaks() { # the best of each kernel on 1 and NP threads
-    for k in $core ${avx512:+$avx512}; do
+    for k in $core ${other:+$other}; do
         printf '%s %s GFLOP/s on 1 thread, %s on %s; ' "$k" "$(best "$out/peak.1" "$k")" \
             "$(best "$out/peak.$NP" "$k")" "$NP"
     done

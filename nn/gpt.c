@@ -72,46 +72,11 @@ static void encoder_backward(float *dwte, float *dwpe, const float *dout, const 
         }
 }
 
-/* out (N,C) = (in - mean) * rstd * w + b per row; keeps mean and rstd (N). */
+/* LayerNorm over each row of C, forward and backward: nn__layernorm_* (gpt_rows.c). */
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
                               const float *b, int N, int C)
 {
-    for (int n = 0; n < N; n++) {
-        const float *x = in + (size_t)n * C;
-        float *y = out + (size_t)n * C;
-        double s = 0, s2 = 0;
-        for (int i = 0; i < C; i++) s += x[i];
-        float m = (float)(s / C);
-        for (int i = 0; i < C; i++) s2 += (double)(x[i] - m) * (x[i] - m);
-        float r = 1.0f / sqrtf((float)(s2 / C) + LN_EPS);
-        for (int i = 0; i < C; i++) y[i] = (x[i] - m) * r * w[i] + b[i];
-        mean[n] = m;
-        rstd[n] = r;
-    }
-}
-
-/* din += d/din, dw, db += from dout (N,C) and the forward's in, mean, rstd. */
-static void layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
-                               const float *w, const float *mean, const float *rstd, int N, int C)
-{
-    for (int n = 0; n < N; n++) {
-        const float *x = in + (size_t)n * C, *dy = dout + (size_t)n * C;
-        float *dx = din + (size_t)n * C;
-        float m = mean[n], r = rstd[n];
-        double sd = 0, sdx = 0; /* means of dnorm and of dnorm * xhat */
-        for (int i = 0; i < C; i++) {
-            float xhat = (x[i] - m) * r, dnorm = dy[i] * w[i];
-            sd += dnorm;
-            sdx += dnorm * xhat;
-        }
-        float md = (float)(sd / C), mdx = (float)(sdx / C);
-        for (int i = 0; i < C; i++) {
-            float xhat = (x[i] - m) * r, dnorm = dy[i] * w[i];
-            dw[i] += dy[i] * xhat;
-            db[i] += dy[i];
-            dx[i] += r * (dnorm - md - xhat * mdx);
-        }
-    }
+    nn__layernorm_forward(out, mean, rstd, in, w, b, N, C, LN_EPS);
 }
 
 /* out (N,OUT) = in (N,IN) W^T + bias, W (OUT,IN). */
@@ -131,10 +96,7 @@ static void matmul_backward(float *din, float *dw, float *dbias, const float *do
                 din, IN);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OUT, IN, N, 1.0f, dout, OUT, in, IN, 1.0f,
                 dw, IN);
-    for (int n = 0; n < N; n++) {
-        const float *d = dout + (size_t)n * OUT;
-        for (int o = 0; o < OUT; o++) dbias[o] += d[o];
-    }
+    nn__bias_grad(dbias, dout, N, OUT);
 }
 
 /* Causal self-attention. qkv (B,T,3C) holds each position's query, key and value, head h at
@@ -151,15 +113,7 @@ static void attention_forward(float *out, float *att, const float *qkv, int B, i
             /* scores (T,T) = q k^T * scale */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, C3, k, C3,
                         0.0f, p, T);
-            for (int i = 0; i < T; i++) { /* row softmax over j <= i */
-                float *row = p + (size_t)i * T, mx = row[0];
-                for (int j = 1; j <= i; j++) mx = row[j] > mx ? row[j] : mx;
-                double sum = 0;
-                for (int j = 0; j <= i; j++) sum += row[j] = expf(row[j] - mx);
-                float inv = (float)(1.0 / sum);
-                for (int j = 0; j <= i; j++) row[j] *= inv;
-                for (int j = i + 1; j < T; j++) row[j] = 0.0f;
-            }
+            nn__softmax_causal(p, T); /* row softmax over j <= i */
             /* out (T,HS) = p v */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, v, C3,
                         0.0f, out + (size_t)b * T * C + h * HS, C);
@@ -186,25 +140,13 @@ static void attention_backward(float *dqkv, float *ds, const float *dout, const 
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, p, T, dy, C, 0.0f,
                         dv, C3);
             /* through the softmax: ds = p * (dp - sum_j p dp), row by row (masked p are 0) */
-            for (int i = 0; i < T; i++) {
-                const float *pr = p + (size_t)i * T;
-                float *d = ds + (size_t)i * T;
-                double dot = 0;
-                for (int j = 0; j <= i; j++) dot += (double)pr[j] * d[j];
-                for (int j = 0; j < T; j++) d[j] = pr[j] * (d[j] - (float)dot);
-            }
+            nn__softmax_causal_backward(ds, p, T);
             /* dq = ds k * scale; dk = ds^T q * scale */
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, scale, ds, T, k, C3,
                         0.0f, dq, C3);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, scale, ds, T, q, C3,
                         0.0f, dk, C3);
         }
-}
-
-/* out (n) = a + b */
-static void residual_forward(float *out, const float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 /* ---- the model ------------------------------------------------------------------------- */
@@ -227,16 +169,16 @@ static void tp_sum(nn_gpt *g, float *buf, size_t n, const char *what)
                                   chorus_last_error(g->tp_comm));
 }
 
-/* A row-parallel linear layer: out (N,OUT) = the sum over the ranks of in (N,IN) W^T, W
- * (OUT,IN) this rank's columns, plus the bias (whole, added once after the sum). */
+/* A row-parallel linear layer into the residual stream: out (N,OUT) = the sum over the ranks
+ * of in (N,IN) W^T, W (OUT,IN) this rank's columns, plus the bias (whole, added once after the
+ * sum), plus res (N,OUT). */
 static void row_forward(nn_gpt *g, float *out, const float *in, const float *w, const float *bias,
-                        int N, int IN, int OUT)
+                        const float *res, int N, int IN, int OUT)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OUT, IN, 1.0f, in, IN, w, IN, 0.0f, out,
                 OUT);
     tp_sum(g, out, (size_t)N * OUT, "row-parallel forward");
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OUT; o++) out[(size_t)n * OUT + o] += bias[o];
+    nn__add_bias_residual(out, bias, res, N, OUT);
 }
 
 chorus_result nn_gpt_preset(const char *name, nn_gpt_config *c)
@@ -603,19 +545,16 @@ static void block_forward(nn_gpt *g, int l, const float *x)
     const nn_gpt_block *p = &g->p.blocks[l];
     gpt_layer_acts *a = &g->a->l[l];
     int B = g->B, T = g->T, C = g->c.d_model, N = B * T, Cl = g->c_local, Fl = g->ff_local;
-    size_t NC = (size_t)N * C;
     /* attention: QKV column-parallel (this rank's heads), the output row-parallel */
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
     matmul_forward(a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * Cl);
     attention_forward(a->atty, a->att, a->qkv, B, T, Cl, g->c.heads / g->tp_size);
-    row_forward(g, a->res2, a->atty, p->projw, p->projb, N, Cl, C); /* the projection ... */
-    residual_forward(a->res2, a->res2, x, NC);                      /* ... plus the residual */
+    row_forward(g, a->res2, a->atty, p->projw, p->projb, x, N, Cl, C); /* + the residual */
     /* MLP: fc column-parallel (this rank's hidden units), fc2 row-parallel */
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
     matmul_forward(a->fch, a->ln2, p->fcw, p->fcb, N, C, Fl);
     nn__gelu_forward(a->fchg, a->fch, (size_t)N * Fl);
-    row_forward(g, a->res3, a->fchg, p->fc2w, p->fc2b, N, Fl, C);
-    residual_forward(a->res3, a->res3, a->res2, NC);
+    row_forward(g, a->res3, a->fchg, p->fc2w, p->fc2b, a->res2, N, Fl, C);
 }
 
 /* Before group `group`'s parameters are read, in forward and in backward: the model's forward
@@ -664,17 +603,10 @@ double nn_gpt_loss(nn_gpt *g, const int32_t *targets, float grad_scale, long *hi
     double loss = 0;
     for (int n = 0; n < N; n++) {
         float *z = g->a->logits + (size_t)n * V;
-        int best = 0;
+        int best = 0, y = targets[n];
         for (int v = 1; v < V; v++) best = z[v] > z[best] ? v : best;
-        float mx = z[best];
-        double sum = 0;
-        for (int v = 0; v < V; v++) sum += exp((double)(z[v] - mx));
-        int y = targets[n];
-        loss += log(sum) - (double)(z[y] - mx);
         if (hits) *hits += best == y;
-        float inv = (float)(1.0 / sum);
-        for (int v = 0; v < V; v++) z[v] = expf(z[v] - mx) * inv * grad_scale;
-        z[y] -= grad_scale;
+        loss += nn__xent_row(z, V, y, grad_scale); /* z becomes its gradient */
     }
     return loss;
 }
@@ -693,16 +625,16 @@ static void block_backward(nn_gpt *g, int l, const float *x)
     nn__gelu_backward(s->dfch, a->fch, (size_t)N * Fl);
     matmul_backward(s->dln, d->fcw, d->fcb, s->dfch, a->ln2, p->fcw, N, C, Fl);
     tp_sum(g, s->dln, (size_t)N * C, "MLP backward");
-    layernorm_backward(s->dres, d->ln2w, d->ln2b, s->dln, a->res2, p->ln2w, a->ln2_mean,
-                       a->ln2_rstd, N, C);
+    nn__layernorm_backward(s->dres, d->ln2w, d->ln2b, s->dln, a->res2, p->ln2w, a->ln2_mean,
+                           a->ln2_rstd, N, C);
     /* attention: res2 = x + proj(attention(qkv(ln1(x)))) */
     matmul_backward(s->datty, d->projw, d->projb, s->dres, a->atty, p->projw, N, Cl, C);
     attention_backward(s->dqkv, s->dscores, s->datty, a->qkv, a->att, B, T, Cl,
                        g->c.heads / g->tp_size);
     matmul_backward(s->dln, d->qkvw, d->qkvb, s->dqkv, a->ln1, p->qkvw, N, C, 3 * Cl);
     tp_sum(g, s->dln, (size_t)N * C, "attention backward");
-    layernorm_backward(s->dres, d->ln1w, d->ln1b, s->dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, N,
-                       C);
+    nn__layernorm_backward(s->dres, d->ln1w, d->ln1b, s->dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd,
+                           N, C);
 }
 
 static void group_done(nn_gpt *g, int group)
@@ -725,8 +657,8 @@ const float *nn_gpt_stage_backward(nn_gpt *g, const float *dout)
         memset(a->dres, 0, (size_t)N * C * sizeof(float));
         const float *top = g->hi > g->lo ? a->l[g->hi - 1].res3 : g->input;
         group_ready(g, g->grp_lnf);
-        layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, top, g->p.lnfw, a->lnf_mean,
-                           a->lnf_rstd, N, C);
+        nn__layernorm_backward(a->dres, g->g.lnfw, g->g.lnfb, a->dln, top, g->p.lnfw, a->lnf_mean,
+                               a->lnf_rstd, N, C);
         group_done(g, g->grp_lnf);
     } else {
         memcpy(a->dres, dout, (size_t)N * C * sizeof(float));

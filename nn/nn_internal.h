@@ -4,6 +4,9 @@
 #ifndef CHORUS_NN_INTERNAL_H
 #define CHORUS_NN_INTERNAL_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include "chorus/nn.h"
 
 static inline size_t nn__in_features(const nn_layer *L)
@@ -27,10 +30,71 @@ static inline size_t nn__bias_count(const nn_layer *L)
     }
 }
 
+/* Hot loops are built for AVX-512, AVX2 and baseline x86-64, picked at load time (as
+ * src/reduce/reduce.c's kernels; ThreadSanitizer's builds get the baseline only). Every version
+ * does the same float operations on each element in the same order (no FMA contraction in C11
+ * mode), so they give the same bits. */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+#define NN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define NN_CLONES
+#endif
+
 /* The error convention of libchorus_nn: a function that can fail returns a chorus_result and,
  * when it is not CHORUS_OK, leaves a one-line message for nn_last_error() (thread-local).
  * nn__fail formats that message and returns r, so `return nn__fail(CHORUS_ERR_..., ...)`. */
 chorus_result nn__fail(chorus_result r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* e^x for x in [-87, 87] (clamped there), relative error below 2e-7: x = k ln2 + r with
+ * |r| <= ln2/2, e^r by its Taylor series to r^7 (the remainder under 6e-9), 2^k put into a
+ * float's exponent bits. No calls and no branches, so that the loops that call it vectorise
+ * (gelu.c: libm's tanhf, a scalar call, took a third of the GPT's time in GELU): the clamp is done
+ * on the bits (|x| as an integer orders as |x| does; a float comparison would keep the loop from
+ * vectorising under the default -ftrapping-math), the rounding by adding and taking away
+ * 1.5 x 2^23, which leaves the nearest integer (|x / ln2| < 126 here). */
+static inline float nn__exp_approx(float x)
+{
+    int32_t bits, mag;
+    memcpy(&bits, &x, sizeof(bits));
+    mag = bits & 0x7fffffff;
+    mag = mag > 0x42ae0000 ? 0x42ae0000 : mag; /* 87.0f */
+    bits = (int32_t)((uint32_t)bits & 0x80000000u) | mag;
+    memcpy(&x, &bits, sizeof(x));
+    float kf = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln2) */
+    float r = x - kf * 0.693145752f - kf * 1.42860677e-6f;             /* ln2 in two parts */
+    float p = 1.0f / 5040;
+    p = p * r + 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    bits = ((int32_t)kf + 127) << 23; /* 2^k */
+    float scale;
+    memcpy(&scale, &bits, sizeof(scale));
+    return p * scale;
+}
+
+/* The GPT's row kernels (gpt_rows.c; shapes as in gpt.c). LayerNorm: out (N,C) = (in - mean)
+ * rstd w + b per row, keeping mean and rstd (N); its backward adds to din, dw and db. */
+void nn__layernorm_forward(float *out, float *mean, float *rstd, const float *in, const float *w,
+                           const float *b, int N, int C, float eps);
+void nn__layernorm_backward(float *din, float *dw, float *db, const float *dout, const float *in,
+                            const float *w, const float *mean, const float *rstd, int N, int C);
+/* Each row i of p (T,T) = its softmax over j <= i (e^x by nn__exp_approx, the sum in double),
+ * the future (j > i) set to 0; and its gradient: ds (T,T), given the gradient of p, becomes
+ * that of the scores, p (dp - sum_j p dp) row by row. */
+void nn__softmax_causal(float *p, int T);
+void nn__softmax_causal_backward(float *ds, const float *p, int T);
+/* Softmax cross-entropy of one row of logits z (V) against target y: returns the loss,
+ * log sum_v e^(z_v - max) - (z_y - max), and leaves in z its gradient times grad_scale,
+ * (softmax(z) - onehot(y)) grad_scale (e^x by nn__exp_approx, the sum in double). */
+double nn__xent_row(float *z, int V, int y, float grad_scale);
+/* out (N,OUT) = (out + bias) + res: a linear layer's bias and the residual stream. */
+void nn__add_bias_residual(float *out, const float *bias, const float *res, int N, int OUT);
+/* dbias (OUT) += the column sums of dout (N,OUT). */
+void nn__bias_grad(float *dbias, const float *dout, int N, int OUT);
 
 /* The global step recorded in a checkpoint payload: 1 and *step when buf starts with a payload
  * header, else 0 (ckpt_payload.c). */

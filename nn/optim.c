@@ -62,7 +62,9 @@ static void sgd_step(nn_optim *o, float *params, const float *grads, float lr)
     chorus_sgd_update(params, grads, o->m, o->n, lr, o->momentum, o->nesterov, o->weight_decay);
 }
 
-static void adamw_step(nn_optim *o, float *params, const float *grads, float lr)
+/* (built for several instruction sets: the update vectorises, sqrtf included, as -fno-math-errno
+ * lets it) */
+NN_CLONES static void adamw_step(nn_optim *o, float *params, const float *grads, float lr)
 {
     chorus_adamw_update(params, grads, o->m, o->v, o->n, lr, o->beta1, o->beta2, o->eps,
                         o->weight_decay, o->t);

@@ -36,12 +36,14 @@
  *   balance.h   the load balancer's share rule
  *   pipeline.h  pipeline parallelism
  *   text.h      text for the GPT: the fortune databases as byte tokens
+ *   blas.h      which of OpenBLAS's kernels run
  */
 #ifndef CHORUS_NN_H
 #define CHORUS_NN_H
 
 #include "chorus.h"
 #include "chorus/nn/balance.h"
+#include "chorus/nn/blas.h"
 #include "chorus/nn/ckpt.h"
 #include "chorus/nn/data.h"
 #include "chorus/nn/dist.h"

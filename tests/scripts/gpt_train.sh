@@ -4,7 +4,8 @@
 # evaluation take a moment), and a small shape of the GPT.
 #   sync      2 ranks: --grad-sync fused, layer and engine (with buckets) end with the same
 #             parameters, to the bit, on both ranks; --accum 2 trains too; the validation line,
-#             tokens/s and the sampled text are printed
+#             tokens/s, the sampled text and OpenBLAS's kernels are printed; under
+#             OPENBLAS_CORETYPE=Haswell on a CPU with AVX-512, a note on the AVX-512 kernels
 #   resume    8 steps straight and 4 + --resume 4 (checkpoints every 4 steps, 2 ranks) end
 #             with the same parameters, to the bit; a resume with another shape or another
 #             --clip-grad is refused naming both
@@ -118,6 +119,24 @@ sync)
     grep -q "validation after step 4: loss [0-9.]* nats per token (perplexity [0-9.]*; unigram [0-9.]*), next-byte accuracy" "$d/engine.log" || fail "no validation line"
     grep -q "gpt: [0-9]* tokens/s over" "$d/engine.log" || fail "no tokens/s line"
     grep -q "sample (40 bytes at temperature 0.8" "$d/engine.log" || fail "no sample"
+    grep -q "gpt: OpenBLAS runs its [A-Za-z0-9]* kernels" "$d/engine.log" || fail "no kernels line"
+    # OpenBLAS's AVX2 kernels on a CPU with AVX-512: rank 0 names them and says how to do better
+    out=$(OPENBLAS_CORETYPE=Haswell chorus-train $small --max-steps 1 --no-eval --sample 0 2>&1) ||
+        { echo "$out"; fail "OPENBLAS_CORETYPE=Haswell"; }
+    line=$(echo "$out" | grep "gpt: OpenBLAS runs its") || { echo "$out"; fail "no kernels line"; }
+    echo "$line"
+    avx512=1
+    for f in avx512f avx512cd avx512bw avx512dq avx512vl; do grep -qw $f /proc/cpuinfo || avx512=0; done
+    note="gpt: note: they use no AVX-512, which this CPU has: OPENBLAS_CORETYPE=SkylakeX runs OpenBLAS's AVX-512 kernels"
+    case $line in *"runs its Haswell kernels (OPENBLAS_CORETYPE=Haswell)") # a DYNAMIC_ARCH OpenBLAS
+        if [ $avx512 = 1 ]; then
+            echo "$out" | grep -qF "$note" || { echo "$out"; fail "no note on the AVX2 kernels"; }
+            echo "$out" | grep -F "$note"
+        elif echo "$out" | grep -qF "gpt: note: they use no AVX-512"; then
+            fail "a note on AVX-512 where the CPU has none"
+        fi
+        ;;
+    esac
     ;;
 resume)
     run straight $small --max-steps 8 --no-eval --sample 0 --dump-params "$d/straight"
@@ -140,7 +159,8 @@ learns)
     cat "$d/learn.log"
     python3 - "$d/learn.log" <<'PY' || fail "the validation loss is not below the unigram model's"
 import re, sys
-m = re.findall(r"validation after step 250: loss ([0-9.]+) .*unigram ([0-9.]+)", open(sys.argv[1]).read())
+m = re.findall(r"validation after step 250: loss ([0-9.]+) .*unigram ([0-9.]+)",
+               open(sys.argv[1], encoding="latin-1").read())  # the sample is bytes
 loss, unigram = map(float, m[-1])
 print(f"validation loss {loss:.4f}, unigram {unigram:.4f}")
 sys.exit(0 if loss < unigram else 1)

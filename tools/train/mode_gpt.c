@@ -206,6 +206,14 @@ void gpt_say_model(const trainer *t)
                c->layers, c->d_model, c->heads, c->context, c->vocab,
                t->o.data ? t->o.data : NN_FORTUNES_DEFAULT_DIR, s->train.n, t->train.n, s->val.n,
                t->test.n, s->unigram);
+    const char *core = chorus_config_get("OPENBLAS_CORETYPE");
+    if (t->rank == 0)
+        printf("gpt: OpenBLAS runs its %s kernels%s%s%s\n", nn_blas_kernel(),
+               core ? " (OPENBLAS_CORETYPE=" : "", core ? core : "", core ? ")" : "");
+    if (t->rank == 0 && nn_blas_misses_avx512())
+        printf("gpt: note: they use no AVX-512, which this CPU has: OPENBLAS_CORETYPE=SkylakeX "
+               "runs OpenBLAS's AVX-512 kernels (about twice the GEMM rate)%s\n",
+               core ? ", as may leaving OPENBLAS_CORETYPE unset" : "");
 }
 
 /* --compress powersgd: each weight matrix of the GPT compressed on its own, in every

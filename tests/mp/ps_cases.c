@@ -73,6 +73,18 @@ static void push_pull(chorus_ps *ps, int key, const float *g, float *p, size_t n
 static const int sync_keys[3] = {10, 3, 5};
 static const size_t sync_counts[3] = {20000, 7, 100};
 
+/* The sync keys registered on ps, each starting from 0..16 repeated; returns that start
+ * (20000 floats, the largest key's count), which the caller frees. */
+static float *register_sync_keys(chorus_ps *ps)
+{
+    float *init = malloc(20000 * sizeof(float));
+    ASSERT(init);
+    for (size_t i = 0; i < 20000; i++) init[i] = (float)(i % 17);
+    for (int k = 0; k < 3; k++)
+        ASSERT_OK(chorus_ps_register(ps, sync_keys[k], sync_counts[k], init));
+    return init;
+}
+
 static float grad_of(int w, size_t i, int step)
 {
     return (float)((w + 1) * (int)((i + (size_t)step) % 4));
@@ -81,12 +93,9 @@ static float grad_of(int w, size_t i, int step)
 static void case_sync(int K, chorus_dtype wire)
 {
     chorus_ps *ps = make(CHORUS_PS_SYNC, K, 0, wire);
-    float *init = malloc(20000 * sizeof(float)), *g = malloc(20000 * sizeof(float)),
+    float *init = register_sync_keys(ps), *g = malloc(20000 * sizeof(float)),
           *p = malloc(20000 * sizeof(float));
-    ASSERT(init && g && p);
-    for (size_t i = 0; i < 20000; i++) init[i] = (float)(i % 17);
-    for (int k = 0; k < 3; k++)
-        ASSERT_OK(chorus_ps_register(ps, sync_keys[k], sync_counts[k], init));
+    ASSERT(g && p);
     int W = chorus_ps_num_workers(ps), w = chorus_ps_worker_index(ps);
     const int steps = 5;
     if (chorus_ps_is_server(ps)) {
@@ -165,12 +174,9 @@ static void case_clip(int K)
     chorus_ps *ps;
     if (chorus_ps_create(comm, &o, &ps) != CHORUS_OK)
         test_fail(__FILE__, __LINE__, "%s", chorus_ps_last_error(NULL));
-    float *init = malloc(20000 * sizeof(float)), *g = malloc(20000 * sizeof(float)),
+    float *init = register_sync_keys(ps), *g = malloc(20000 * sizeof(float)),
           *p = malloc(20000 * sizeof(float)), *want = malloc(20000 * sizeof(float));
-    ASSERT(init && g && p && want);
-    for (size_t i = 0; i < 20000; i++) init[i] = (float)(i % 17);
-    for (int k = 0; k < 3; k++)
-        ASSERT_OK(chorus_ps_register(ps, sync_keys[k], sync_counts[k], init));
+    ASSERT(g && p && want);
     int W = chorus_ps_num_workers(ps), w = chorus_ps_worker_index(ps);
     const int steps = 4;
     if (chorus_ps_is_server(ps)) {

@@ -390,19 +390,16 @@ zero3_refused)
     echo "refused --model mlp --zero 3: $out"
     ;;
 zero3_kill)
+    . tests/scripts/ranks.sh
     chorus-run -np 2 chorus-train $small --zero 3 --max-steps 1000000 --no-eval --sample 0 \
         --log-every 1 --metrics "$d/m.jsonl" > "$d/kill.log" 2>&1 &
-    job=$!
-    victim=""
-    for i in $(seq 300); do
-        victim=$(ps -e -o pid=,args= | grep "chorus-train .*$d/m.jsonl" | grep -v "chorus-run\|grep" |
-            awk 'NR == 2 {print $1}')
-        [ -n "$victim" ] && [ -s "$d/m.jsonl" ] && break
-        sleep 0.1
-    done
-    [ -n "$victim" ] || { kill "$job"; fail "rank 1 did not start"; }
+    run=$!
+    wait_line "$d/m.jsonl" '"step"' || { cat "$d/kill.log"; fail "no step was recorded"; }
+    victim=$(rank_pid $run 1)
+    [ -n "$victim" ] || fail "rank 1 did not start"
     kill -9 "$victim"
-    wait "$job" && fail "the job succeeded after a rank was killed"
+    wait $run && fail "the job succeeded after a rank was killed"
+    run=""
     cat "$d/kill.log"
     # the pid when rank 0 saw it go in shared memory, its host when over its connection
     grep -q "chorus-train\[0\]: .*rank 1 (\(pid $victim\|host [^)]*\)) was lost" "$d/kill.log" ||

@@ -64,7 +64,7 @@ async)
         run $m 3 $small --mode $m --max-steps 50 --clip-grad 0.05 --sample 40
         python3 - "$d/$m.log" <<'PY' || { cat "$d/$m.log"; fail "$m: the loss did not fall"; }
 import re, sys
-text = open(sys.argv[1]).read()
+text = open(sys.argv[1], encoding="latin-1").read()
 losses = [float(x) for x in re.findall(r"step \d+/\d+ loss ([0-9.]+)", text)]
 print(f"training loss {losses[0]:.4f} at step 2, {losses[-1]:.4f} at step 50")
 sys.exit(0 if losses[-1] < 0.8 * losses[0] else 1)

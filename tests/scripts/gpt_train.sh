@@ -220,7 +220,7 @@ assert len(plain) == len(z2) == 4 and worst <= 1e-6
 mem = {}
 for z in range(3):
     m = re.search(r"memory rank 0: params ([0-9.]+) MiB, grads ([0-9.]+) MiB, optimizer ([0-9.]+) MiB",
-                  open(f"{d}/z{z}.c1.log").read())
+                  open(f"{d}/z{z}.c1.log", encoding="latin-1").read())
     mem[z] = tuple(map(float, m.groups()))
     print(f"--zero {z}: rank 0 params {mem[z][0]} MiB, grads {mem[z][1]} MiB, optimizer {mem[z][2]} MiB")
 assert mem[1][2] < 0.6 * mem[0][2] and mem[2][2] == mem[1][2], "the optimizer state is not sharded"
@@ -419,7 +419,7 @@ recompute)
     echo "--recompute, alone, with --zero 2 and with --tensor-parallel 2: the same parameters, to the bit"
     python3 - "$d" <<'PY' || fail "--recompute does not hold fewer activation bytes"
 import re, sys
-act = {n: float(re.search(r"memory rank 0: .*activations ([0-9.]+) MiB", open(f"{sys.argv[1]}/{n}.log").read()).group(1))
+act = {n: float(re.search(r"memory rank 0: .*activations ([0-9.]+) MiB", open(f"{sys.argv[1]}/{n}.log", encoding="latin-1").read()).group(1))
        for n in ("keep", "again", "tp", "tpagain")}
 print("rank 0's activations (MiB):", act)
 assert act["again"] < act["keep"] and act["tpagain"] < act["tp"]
@@ -553,7 +553,7 @@ PY
     same keep again
     /usr/bin/python3 - "$d" <<'PY' || fail "--recompute does not hold fewer activation bytes on each stage"
 import re, sys
-act = {n: [float(a) for a in re.findall(r"memory rank \d: .*activations ([0-9.]+) MiB", open(f"{sys.argv[1]}/{n}.log").read())]
+act = {n: [float(a) for a in re.findall(r"memory rank \d: .*activations ([0-9.]+) MiB", open(f"{sys.argv[1]}/{n}.log", encoding="latin-1").read())]
        for n in ("keep", "again")}
 print("each stage's activations (MiB), without and with --recompute:", act)
 assert len(act["keep"]) == len(act["again"]) == 2 and all(a < k for k, a in zip(act["keep"], act["again"]))

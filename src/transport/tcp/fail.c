@@ -74,10 +74,12 @@ static void send_abort_to_all(chorus_net *n, int failed_rank, chorus_result r, c
     chorus__wire_encode_hdr(&h, hb);
     for (int p = 0; p < n->size; p++) {
         lane *pe = &n->peers[p].lanes[0]; /* where the peer reads headers */
-        /* A lost rank is not told. A rank blamed for a timeout may be alive and is, but only
-         * with what its socket takes at once: it may be stopped, and is not waited for. */
+        /* The blamed rank is told too, but only with what its socket takes at once: it may be
+         * dead or stopped, and is not waited for. It may well be alive (it timed out, or sent
+         * garbage): told, it reads why before it finds this socket shut, instead of blaming
+         * this rank, a survivor, to the others. */
         int blamed = p == failed_rank;
-        if (p == n->rank || pe->fd < 0 || (blamed && r == CHORUS_ERR_PEER_LOST)) continue;
+        if (p == n->rank || pe->fd < 0) continue;
         /* A peer can parse our abort only at a message boundary: a message half sent is
          * finished first (bounded), else the peer learns from the closed socket instead. */
         if (pe->sq_head && (pe->sq_head->hoff || pe->sq_head->off) &&

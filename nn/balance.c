@@ -145,3 +145,23 @@ int nn_balance_worth_moving(const size_t *current, const size_t *next, const dou
     double then = step_time(next, sec_per_sample, n);
     return then < now * (1.0 - NN_BALANCE_MIN_GAIN);
 }
+
+double nn_balance_gain(const size_t *current, const size_t *next, const double *sec_per_sample,
+                       int n)
+{
+    double now = step_time(current, sec_per_sample, n);
+    return now > 0 ? 1.0 - step_time(next, sec_per_sample, n) / now : 0.0;
+}
+
+int nn_balance_persists(const size_t *current, const size_t *next, const double *windows, int k,
+                        int n)
+{
+    if (k < NN_BALANCE_PERSIST) return 0;
+    for (int w = 0; w < k; w++) {
+        const double *t = windows + (size_t)w * (size_t)n;
+        for (int i = 0; i < n; i++)
+            if (!(t[i] > 0) || !isfinite(t[i])) return 0;
+        if (!(nn_balance_gain(current, next, t, n) > NN_BALANCE_SMALL_GAIN)) return 0;
+    }
+    return 1;
+}

@@ -85,6 +85,32 @@ static void test_move_only_for_a_real_gain(void)
     ASSERT_EQ(nn_balance_worth_moving(even, third, unknown, 2), 1);
 }
 
+/* A gain under NN_BALANCE_MIN_GAIN moves the shares only when NN_BALANCE_PERSIST windows in a
+ * row each predict it on their own; noise that points both ways does not. */
+static void test_small_gain_must_persist(void)
+{
+    size_t even[2] = {128, 128}, next[2] = {132, 124};
+    /* rank 1 6% slower: moving 4 samples to rank 0 saves about 2.7% of a step */
+    double steady[3 * 2] = {1e-3, 1.06e-3, 1e-3, 1.065e-3, 1e-3, 1.055e-3};
+    double g = nn_balance_gain(even, next, steady, 2);
+    ASSERT_EQ(g > NN_BALANCE_SMALL_GAIN && g < NN_BALANCE_MIN_GAIN, 1);
+    ASSERT_EQ(nn_balance_worth_moving(even, next, steady, 2), 0);
+    ASSERT_EQ(nn_balance_persists(even, next, steady, 3, 2), 1);
+    /* fewer windows than NN_BALANCE_PERSIST are not enough */
+    ASSERT_EQ(nn_balance_persists(even, next, steady, 2, 2), 0);
+    /* one window of the three pointing the other way (equal ranks' noise): hold */
+    double noisy[3 * 2] = {1e-3, 1.06e-3, 1.03e-3, 1e-3, 1e-3, 1.06e-3};
+    ASSERT_EQ(nn_balance_persists(even, next, noisy, 3, 2), 0);
+    /* a window where the ranks measured nearly equal: hold */
+    double flat[3 * 2] = {1e-3, 1.06e-3, 1e-3, 1.01e-3, 1e-3, 1.06e-3};
+    ASSERT_EQ(nn_balance_persists(even, next, flat, 3, 2), 0);
+    /* an unmeasured rank in a window predicts nothing */
+    double gap[3 * 2] = {1e-3, 1.06e-3, 1e-3, 0, 1e-3, 1.06e-3};
+    ASSERT_EQ(nn_balance_persists(even, next, gap, 3, 2), 0);
+    /* moving back costs: a negative gain */
+    ASSERT_EQ(nn_balance_gain(next, even, steady, 2) < 0, 1);
+}
+
 /* One epoch over `world` samplers whose shares are redrawn before every step (the trainer
  * changes them only every N steps; any step is the harder case). */
 static void epoch_with_shares(size_t n, size_t G, int world, nn_rng *r, int *seen)
@@ -149,6 +175,7 @@ int main(void)
     TEST_RUN(test_apportion_exact_and_proportional);
     TEST_RUN(test_shares_follow_speed);
     TEST_RUN(test_move_only_for_a_real_gain);
+    TEST_RUN(test_small_gain_must_persist);
     TEST_RUN(test_sampler_once_per_epoch_with_shares);
     return 0;
 }

@@ -4,7 +4,7 @@
  *
  * Each rank adds up, over a window of steps, its forward/backward seconds, its seconds
  * blocked in collectives, its samples and its steps. At the gather cadence the windows of all
- * ranks meet in one allreduce (each rank fills its own row of a world x 4 table of zeros:
+ * ranks meet in one allreduce (each rank fills its own row of a world x NCOLS table of zeros:
  * adding zeros is exact, so every rank gets every row bit for bit). From the same table
  * every rank then
  *   - judges the slowest rank (rank 0 prints and records the verdict): rank i's compute time
@@ -12,10 +12,11 @@
  *     rank is compute-slow, its own communication time per step (time blocked less the time
  *     it waited for slower ranks to finish their compute) against the others'
  *     ("communication-bound"); a ratio of SLOW_RATIO or more names it;
- *   - with --balance dynamic, smooths each rank's compute time per sample (exponential moving
- *     average, weight EMA_NEW for the new window) and sets the shares nn_balance_shares makes
- *     of it, in the sampler, from the next step on, when nn_balance_worth_moving says they
- *     save enough.
+ *   - with --balance dynamic, smooths each rank's compute time per sample (the median over the
+ *     window's steps, then an exponential moving average, weight EMA_NEW for the new window)
+ *     and sets the shares nn_balance_shares makes of it, in the sampler, from the next step
+ *     on, when nn_balance_worth_moving says they save enough, or nn_balance_persists that a
+ *     smaller saving held over the last windows.
  */
 #include "balance.h"
 
@@ -28,7 +29,8 @@
 #define SLOW_RATIO   1.5 /* a rank this many times the others' median is named */
 #define WARMUP_STEPS 2   /* steps of the first window, which balancing does not use */
 #define EMA_NEW      0.5 /* weight of the newest window in the smoothed time per sample */
-#define NCOLS        4   /* per rank: compute s, wait s, samples, steps */
+#define NCOLS        5   /* per rank: compute s, wait s, samples, steps, median s/sample */
+#define STEP_KEEP    64  /* steps of a window whose time per sample the median is taken over */
 #define CKPT_NAME    "balance"
 #define CKPT_VERSION 1
 
@@ -36,16 +38,20 @@ struct train_balance {
     balance_opts o;
     nn_dist *d;
     nn_sampler *s;
-    int fixed;         /* --balance-shares: shares set once, never re-balanced */
-    size_t *shares;    /* (world) current shares of a full global step */
-    double *ema;       /* (world) smoothed compute seconds per sample; 0: not yet measured */
-    double win[NCOLS]; /* this rank's current window */
-    double *all;       /* (world, NCOLS) the last gathered windows */
-    double *run;       /* (world, NCOLS) sums of all gathered windows */
-    int fresh;         /* the last step gathered */
-    uint64_t gathers;  /* windows gathered so far */
-    char note[192];    /* progress-line suffix (rank 0) */
-    char verdict[160]; /* the last window's slow rank, "" when none */
+    int fixed;             /* --balance-shares: shares set once, never re-balanced */
+    size_t *shares;        /* (world) current shares of a full global step */
+    double *ema;           /* (world) smoothed compute seconds per sample; 0: not yet measured */
+    double win[NCOLS];     /* this rank's current window */
+    double per[STEP_KEEP]; /* its steps' compute seconds per sample (the last STEP_KEEP) */
+    int nper;              /* steps recorded in per (a ring once full) */
+    double *hist;          /* (NN_BALANCE_PERSIST, world) the last windows' medians, oldest first */
+    int nhist;             /* rows of hist filled since the shares last moved */
+    double *all;           /* (world, NCOLS) the last gathered windows */
+    double *run;           /* (world, NCOLS) sums of all gathered windows */
+    int fresh;             /* the last step gathered */
+    uint64_t gathers;      /* windows gathered so far */
+    char note[192];        /* progress-line suffix (rank 0) */
+    char verdict[160];     /* the last window's slow rank, "" when none */
     int slow_rank;
     double slow_factor;
     const char *slow_reason;
@@ -149,8 +155,9 @@ train_balance *balance_create(const balance_opts *o, nn_dist *d, nn_sampler *s, 
         b->ema = calloc(w, sizeof(double));
         b->all = calloc(w * NCOLS, sizeof(double));
         b->run = calloc(w * NCOLS, sizeof(double));
+        b->hist = calloc(w * NN_BALANCE_PERSIST, sizeof(double));
     }
-    if (!b || !b->shares || !b->ema || !b->all || !b->run) {
+    if (!b || !b->shares || !b->ema || !b->all || !b->run || !b->hist) {
         snprintf(why, whylen, "out of memory for the load balancer");
         balance_destroy(b);
         return NULL;
@@ -193,6 +200,7 @@ void balance_destroy(train_balance *b)
     free(b->ema);
     free(b->all);
     free(b->run);
+    free(b->hist);
     free(b);
 }
 
@@ -214,27 +222,61 @@ void balance_record(train_balance *b, double compute_s, double wait_s, size_t sa
     b->win[1] += wait_s;
     b->win[2] += (double)samples;
     b->win[3] += 1;
+    if (samples > 0) b->per[b->nper++ % STEP_KEEP] = compute_s / (double)samples;
 }
 
-/* Dynamic: fold the gathered windows into the smoothed times and set the new shares. */
+/* The median of this rank's recorded steps' compute seconds per sample (0 when none): one step
+ * that another process held up, or that lost a scheduler time slice more than the others, does
+ * not move it, where it moves the window's mean. Resets the record. */
+static double window_median(train_balance *b)
+{
+    int k = b->nper < STEP_KEEP ? b->nper : STEP_KEEP;
+    b->nper = 0;
+    if (k == 0) return 0;
+    qsort(b->per, (size_t)k, sizeof(double), cmp_double);
+    return k % 2 ? b->per[k / 2] : 0.5 * (b->per[k / 2 - 1] + b->per[k / 2]);
+}
+
+/* The window's medians (each rank's time per sample) as the newest row of the history of
+ * windows since the shares last moved, the oldest row dropped when it is full. */
+static void remember(train_balance *b, const double *sec)
+{
+    size_t w = (size_t)b->o.world;
+    if (b->nhist == NN_BALANCE_PERSIST) {
+        memmove(b->hist, b->hist + w, (NN_BALANCE_PERSIST - 1) * w * sizeof(double));
+        b->nhist--;
+    }
+    memcpy(b->hist + (size_t)b->nhist * w, sec, w * sizeof(double));
+    b->nhist++;
+}
+
+/* Dynamic: fold the gathered windows' medians into the smoothed times and set the new shares
+ * when they are predicted to save NN_BALANCE_MIN_GAIN of a step, or a smaller gain that the
+ * last NN_BALANCE_PERSIST windows each predict on their own (nn_balance_persists). */
 static chorus_result rebalance(train_balance *b)
 {
     int w = b->o.world;
-    double *sec = malloc((size_t)w * sizeof(double));
+    double *sec = malloc(2 * (size_t)w * sizeof(double));
     if (!sec) return CHORUS_ERR_NOMEM;
+    double *raw = sec + w;
     for (int i = 0; i < w; i++) {
         const double *r = b->all + (size_t)i * NCOLS;
-        if (r[2] > 0) {
-            double p = r[0] / r[2];
-            b->ema[i] = b->ema[i] > 0 ? (1 - EMA_NEW) * b->ema[i] + EMA_NEW * p : p;
-        }
+        raw[i] = r[4] > 0 ? r[4] : r[2] > 0 ? r[0] / r[2] : 0;
+        if (raw[i] > 0)
+            b->ema[i] = b->ema[i] > 0 ? (1 - EMA_NEW) * b->ema[i] + EMA_NEW * raw[i] : raw[i];
         sec[i] = b->ema[i];
     }
+    remember(b, raw);
     size_t *next = malloc((size_t)w * sizeof(size_t));
     chorus_result rc = next ? nn_balance_shares(sec, w, b->o.global_batch, next) : CHORUS_ERR_NOMEM;
-    if (rc == CHORUS_OK && nn_balance_worth_moving(b->shares, next, sec, w)) {
+    int move = rc == CHORUS_OK && memcmp(next, b->shares, (size_t)w * sizeof(size_t)) &&
+               (nn_balance_worth_moving(b->shares, next, sec, w) ||
+                (nn_balance_gain(b->shares, next, sec, w) > NN_BALANCE_SMALL_GAIN &&
+                 nn_balance_persists(b->shares, next, b->hist, b->nhist, w)));
+    if (move) {
         memcpy(b->shares, next, (size_t)w * sizeof(size_t));
         rc = nn_sampler_set_shares(b->s, b->shares);
+        b->nhist = 0; /* the next small move needs windows measured at these shares */
     }
     free(next);
     free(sec);
@@ -252,6 +294,7 @@ chorus_result balance_after_step(train_balance *b, uint64_t global_step)
               (balancing && b->gathers == 0 && b->win[3] >= WARMUP_STEPS);
     if (!due || b->o.world < 2) return CHORUS_OK;
     size_t n = (size_t)b->o.world * NCOLS;
+    b->win[4] = window_median(b);
     memset(b->all, 0, n * sizeof(double));
     memcpy(b->all + (size_t)b->o.rank * NCOLS, b->win, sizeof(b->win));
     chorus_result rc = nn_dist_sum(b->d, b->all, (int)n);

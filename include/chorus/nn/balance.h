@@ -51,6 +51,22 @@ chorus_result nn_balance_shares(const double *sec_per_sample, int n, size_t glob
  * yet a positive finite number; else 0. */
 int nn_balance_worth_moving(const size_t *current, const size_t *next, const double *sec_per_sample,
                             int n);
+/* A smaller gain is taken too when it persists: NN_BALANCE_PERSIST windows in a row, each
+ * measured on its own, predict that `next` saves more than NN_BALANCE_SMALL_GAIN of a step.
+ * Noise between equal ranks seldom points the same way so many windows running; a steady
+ * difference (a core shared with other work, a slower core) always does. */
+#define NN_BALANCE_SMALL_GAIN 0.015
+#define NN_BALANCE_PERSIST    3
+/* The fraction of a step's predicted compute time, max_i(share_i * sec_per_sample_i), that
+ * `next` saves over `current` (negative when it costs more); 0 when the current time is 0. */
+double nn_balance_gain(const size_t *current, const size_t *next, const double *sec_per_sample,
+                       int n);
+/* 1 when each of the k windows' times per sample (rows of n in `windows`, oldest first)
+ * predicts a gain of `next` over `current` above NN_BALANCE_SMALL_GAIN (nn_balance_gain), and k
+ * is at least NN_BALANCE_PERSIST; else 0. A window with a time that is not a positive finite
+ * number predicts nothing. */
+int nn_balance_persists(const size_t *current, const size_t *next, const double *windows, int k,
+                        int n);
 
 #ifdef __cplusplus
 }

@@ -25,7 +25,9 @@ cpucap_up() {
         echo 10000 > "$CPUCAP_DIR/cpu.weight"
     elif mkdir "/sys/fs/cgroup/cpu/$1-$$" 2>/dev/null; then
         CPUCAP_DIR=/sys/fs/cgroup/cpu/$1-$$ CPUCAP_V=1
-        echo 10240 > "$CPUCAP_DIR/cpu.shares"
+        # the most v1 allows: the group's weight is split over the CPUs its ranks keep busy,
+        # and a tenth of it per CPU lost a slowed rank a third of its core to a load of 10
+        echo 262144 > "$CPUCAP_DIR/cpu.shares"
     fi
     export CPUCAP_DIR
     if [ -n "$CPUCAP_DIR" ] && [ -z "${CPUCAP_FORCE_PIN:-}" ]; then

@@ -14,10 +14,14 @@
 # epoch (sum of the steps' times, evaluations excluded), final test accuracy, and the training
 # time until the first evaluation at or above TARGET; then dynamic's speed-up over static.
 #
-# The default is the CNN: tens of milliseconds of compute per step, so that the scheduler's
-# time slices (a capped or shared core runs in slices of 1-4 ms) are small against a step. The
-# MLP's steps are a few milliseconds of compute, where that jitter eats much of the gain
-# (docs/PERFORMANCE.md has both): MODEL=mlp EPOCHS=2 BATCH=512 CAP_FAST=50000 CAP_SLOW=25000.
+# The default is the CNN: over 100 ms of compute per step, so that the scheduler's time slices
+# (a capped or shared core runs in slices of 1-4 ms) are small against a step. The MLP's
+# steps at its default batch of 256 are 3-6 ms, about one slice: the busy loop's slice then
+# falls into every step, inside the slow rank's compute under the even split but in the
+# allreduce (both ranks waiting) once the shares are balanced, which eats the gain. Give it
+# steps of many slices (docs/PERFORMANCE.md has both):
+#   sudo sh bench/balance.sh        MODEL=mlp EPOCHS=4 BATCH=2048 EVAL_EVERY=0 SLOW=busy
+#                                   CASES="equal half"
 #
 # Every case runs REPEAT times, static and dynamic in turn; the table gives the run with the
 # median time per epoch and the range over the runs (a shared 2-core machine's noise is

@@ -40,7 +40,7 @@ size_t balance_capacity(const train_balance *b);
 void balance_record(train_balance *b, double compute_s, double wait_s, size_t samples);
 
 /* After optimizer step `global_step` (counted from 1): at the gather cadence, exchanges the
- * window's numbers (one allreduce of 4 doubles per rank, collective: every rank calls it at
+ * window's numbers (one allreduce of 5 doubles per rank, collective: every rank calls it at
  * the same steps), judges the slowest rank and, when dynamic, sets new shares. Returns
  * CHORUS_OK, or the allreduce's error (nn_last_error() says which peer). */
 chorus_result balance_after_step(train_balance *b, uint64_t global_step);

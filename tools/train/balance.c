@@ -223,6 +223,7 @@ void balance_record(train_balance *b, double compute_s, double wait_s, size_t sa
     b->win[2] += (double)samples;
     b->win[3] += 1;
     if (samples > 0) b->per[b->nper++ % STEP_KEEP] = compute_s / (double)samples;
+    if (b->nper >= 2 * STEP_KEEP) b->nper -= STEP_KEEP; /* same slot next, still full */
 }
 
 /* The median of this rank's recorded steps' compute seconds per sample (0 when none): one step

@@ -58,10 +58,14 @@ static chorus_result cma_setup(chorus_comm *c, chorus_shm *s)
     CHORUS_CHECK(chorus_allreduce(c, &failed, &first, 1, CHORUS_INT32, CHORUS_MIN));
     if (first == INT32_MAX) {
         s->cma = 1;
-        CHORUS_INFO(
-            CHORUS_LOG_SHM,
-            "single-copy allreduce on (process_vm_readv/writev) from %zu B, pieces of %zu KiB",
-            s->cma_min, s->cma_piece >> 10);
+        CHORUS_INFO(CHORUS_LOG_SHM,
+                    "single-copy allreduce on (process_vm_readv/writev) from %zu B, pieces of "
+                    "%zu KiB; %s",
+                    s->cma_min, s->cma_piece >> 10,
+                    s->tune && c->size == 2
+                        ? "above the rules' CHORUS_SHM_CMA_MAX measured against "
+                          "the staging slots per size"
+                        : "up to CHORUS_SHM_CMA_MAX");
         return CHORUS_OK;
     }
     if (want == 1)
@@ -140,6 +144,9 @@ chorus_result chorus__comm_shm_setup(chorus_comm *c)
             size_t piece = c->cfg.shm_cma_piece;
             s->hdr->cma_min = s->cma_min = c->cfg.shm_cma_min;
             s->hdr->cma_max = s->cma_max = c->cfg.shm_cma_max;
+            /* unset, the crossover above it is measured per host (tune.c) */
+            s->tune = !chorus_config_is_set("CHORUS_SHM_CMA_MAX");
+            s->hdr->cma_tune = (uint64_t)s->tune;
             s->hdr->cma_piece = s->cma_piece = piece >= 4096 ? round_up(piece, 64) : (size_t)4096;
             chorus__cma_prepare(s);
         }

@@ -85,13 +85,25 @@ static chorus_result ar_shm_oneshot(chorus_comm *c, const chorus_coll_args *a)
 {
     return chorus__allreduce_shm(c, a->send, a->recv, a->count, a->t, a->op, 0);
 }
+/* The two large-message allreduces at 2 ranks; above CHORUS_SHM_CMA_MAX their first calls of
+ * each size class are timed for the measured choice between them (transport/shm/tune.c). */
+static chorus_result ar_shm_large(chorus_comm *c, const chorus_coll_args *a, int cma)
+{
+    size_t bytes = a->count * chorus_dtype_size(a->t);
+    int timed = c->shm && chorus__shm_tune_timing(c->shm, bytes);
+    double t0 = timed ? chorus__now() : 0;
+    chorus_result r = cma ? chorus__allreduce_cma(c, a->send, a->recv, a->count, a->t, a->op)
+                          : chorus__allreduce_shm(c, a->send, a->recv, a->count, a->t, a->op, 1);
+    if (timed && r == CHORUS_OK) chorus__shm_tune_record(c->shm, bytes, cma, chorus__now() - t0);
+    return r;
+}
 static chorus_result ar_shm_pipelined(chorus_comm *c, const chorus_coll_args *a)
 {
-    return chorus__allreduce_shm(c, a->send, a->recv, a->count, a->t, a->op, 1);
+    return ar_shm_large(c, a, 0);
 }
 static chorus_result ar_shm_cma(chorus_comm *c, const chorus_coll_args *a)
 {
-    return chorus__allreduce_cma(c, a->send, a->recv, a->count, a->t, a->op);
+    return ar_shm_large(c, a, 1);
 }
 
 /* Size tests of the rules: does the row fit this call? */
@@ -108,7 +120,9 @@ static int always(const chorus_comm *c, size_t bytes)
  * it serves 2 ranks only (shm_cma forces it for any p and size). */
 static int shm_cma_fits(const chorus_comm *c, size_t bytes)
 {
-    return c->size == 2 && bytes >= c->shm->cma_min && bytes <= c->shm->cma_max;
+    const chorus_shm *s = c->shm;
+    return c->size == 2 && bytes >= s->cma_min &&
+           (bytes <= s->cma_max || (s->tune && chorus__shm_tune_pick(s, bytes)));
 }
 static int shm_oneshot_fits(const chorus_comm *c, size_t bytes)
 {

@@ -11,6 +11,13 @@
  *                                          rank's chorus_init fails, naming rank R
  *   chorus-run -np N shm_cma on            single copy is available here: every rank has it
  *                                          and uses it from CHORUS_SHM_CMA_MIN bytes
+ *   chorus-run -np 2 shm_cma tune          above CHORUS_SHM_CMA_MAX (unset) the allreduce is
+ *                                          measured per size class: 24 calls at each of two sizes
+ *                                          in two classes, in place and not, fresh inputs each
+ *                                          call, every element checked and both ranks' bits
+ *                                          equal through the trials and after; then both ranks
+ *                                          hold both algorithms' records and make the same pick
+ *                                          (with CHORUS_SHM_CMA_MAX set, nothing is measured)
  *   chorus-run -np 2 shm_cma badbuf        rank 1's send buffer is unreadable where rank 0
  *                                          reads it (as if it were shorter than the count):
  *                                          both ranks fail with CHORUS_ERR_INVALID_ARG naming
@@ -66,6 +73,59 @@ static void sums(chorus_comm *c)
                           (double)x[j], (double)want);
         }
         free(x);
+    }
+}
+
+/* The measured choice above CHORUS_SHM_CMA_MAX: results right and equal on both ranks at
+ * every call (trials of single copy, of the slots, the switches between them and the choice),
+ * and the same choice on both ranks. Values are small integers in floats so that sums are
+ * exact; a hash of each result's bits must be the same on both ranks. */
+static void tune(chorus_comm *c)
+{
+    int me = chorus_rank(c);
+    int tuned = c->shm->tune;
+    const size_t counts[] = {300001, (1 << 20) + 17}; /* ~1.1 MiB and ~4 MiB: two classes */
+    for (size_t i = 0; i < 2; i++) {
+        size_t cnt = counts[i];
+        float *x = malloc(cnt * sizeof(float)), *y = malloc(cnt * sizeof(float));
+        ASSERT(x != NULL && y != NULL);
+        for (int call = 0; call < 24; call++) {
+            for (size_t j = 0; j < cnt; j++)
+                x[j] = (float)((j * 13 + (size_t)call * 7 + (size_t)me * 5) % 997);
+            int inplace = call % 3 == 2;
+            ASSERT_OK(chorus_allreduce(c, x, inplace ? x : y, cnt, CHORUS_FLOAT32, CHORUS_SUM));
+            const float *got = inplace ? x : y;
+            uint64_t h = 1469598103934665603ull;
+            for (size_t j = 0; j < cnt; j++) {
+                float want = (float)((j * 13 + (size_t)call * 7) % 997) +
+                             (float)((j * 13 + (size_t)call * 7 + 5) % 997);
+                if (got[j] != want)
+                    test_fail(__FILE__, __LINE__, "count %zu call %d: [%zu] = %g, want %g", cnt,
+                              call, j, (double)got[j], (double)want);
+                uint32_t bits;
+                memcpy(&bits, &got[j], 4);
+                h = (h ^ bits) * 1099511628211ull;
+            }
+            int64_t hs = (int64_t)(h >> 1), lo, hi;
+            ASSERT_OK(chorus_allreduce(c, &hs, &lo, 1, CHORUS_INT64, CHORUS_MIN));
+            ASSERT_OK(chorus_allreduce(c, &hs, &hi, 1, CHORUS_INT64, CHORUS_MAX));
+            ASSERT_EQ(lo, hi);
+        }
+        size_t bytes = cnt * sizeof(float);
+        int pick = chorus__shm_tune_pick(c->shm, bytes);
+        int32_t mine[2] = {pick, -pick}, all[2];
+        ASSERT_OK(chorus_allreduce(c, mine, all, 2, CHORUS_INT32, CHORUS_MIN));
+        ASSERT_EQ(all[0], -all[1]); /* the same pick on both ranks */
+        int b = 0;
+        while ((bytes >> (b + 1)) != 0) b++;
+        for (int q = 0; q < 2; q++)
+            for (int a = 0; a < 2; a++) ASSERT_EQ(c->shm->ctrl[q].tune_ns[b][a] != 0, tuned);
+        printf("shm_cma: rank %d: %zu B: %s\n", me, bytes,
+               !tuned ? "not measured"
+               : pick ? "single copy"
+                      : "slots");
+        free(x);
+        free(y);
     }
 }
 
@@ -158,6 +218,13 @@ int main(int argc, char **argv)
     ASSERT_OK(r);
     test_rank = chorus_rank(c);
     ASSERT(c->shm != NULL);
+    if (!strcmp(mode, "tune")) {
+        ASSERT_EQ(chorus_size(c), 2);
+        ASSERT_EQ(c->shm->cma, 1);
+        tune(c);
+        chorus_finalize(c);
+        return 0;
+    }
     if (!strcmp(mode, "badbuf")) {
         badbuf(c);
         chorus_finalize(c);
@@ -169,7 +236,8 @@ int main(int argc, char **argv)
     const chorus_algo *a = chorus__select(c, CHORUS_COLL_ALLREDUCE, CHORUS_MEM_HOST, 1 << 18, &sr);
     ASSERT_OK(sr);
     ASSERT_EQ(!strcmp(a->name, "shm_cma"), want);
-    /* above CHORUS_SHM_CMA_MAX (384 KiB) the pipelined slots are faster and the rules take them */
+    /* above CHORUS_SHM_CMA_MAX (384 KiB) the first call of a size class takes the pipelined
+     * slots (then both are measured: the tune case) */
     a = chorus__select(c, CHORUS_COLL_ALLREDUCE, CHORUS_MEM_HOST, 1 << 20, &sr);
     ASSERT_OK(sr);
     if (chorus_size(c) == 2) ASSERT_STR_CONTAINS(a->name, "shm_pipelined");

@@ -26,7 +26,7 @@
 #include "wire/wire.h"
 
 #define SHM_MAGIC      0x314d4853524f4843ull /* "CHORSHM1" */
-#define SHM_VERSION    4                     /* 4: the abort record names the rank blamed */
+#define SHM_VERSION    5                     /* 5: measured allreduce records per rank */
 #define SLEEP_SLICE_NS (5 * 1000 * 1000)     /* how often a sleeper checks liveness and deadline */
 
 static size_t round_up(size_t x, size_t a)
@@ -161,6 +161,7 @@ chorus_result chorus__shm_attach(const char *name, uint64_t comm_id, int size, i
     s->cma_min = h->cma_min;
     s->cma_piece = h->cma_piece;
     s->cma_max = h->cma_max;
+    s->tune = h->cma_tune != 0;
     set_pointers(s, h->chunk);
     *out = s;
     return CHORUS_OK;

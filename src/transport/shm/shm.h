@@ -37,6 +37,9 @@
 
 enum { CHORUS_SHM_IN, CHORUS_SHM_RED, CHORUS_SHM_OUT, CHORUS_SHM_NCH };
 
+#define CHORUS_SHM_TUNE_CLASSES 48 /* size classes of the measured allreduce: 2^0 .. 2^47 B */
+#define CHORUS_SHM_TUNE_TRIALS  6  /* timed trial calls per class, half of each algorithm */
+
 /* One flag: the sequence number its owner posts, the count of ranks sleeping on it, and the
  * signature of the collective that posted IN for each slot parity (for mismatch checks). */
 typedef struct chorus_shm_flag {
@@ -55,6 +58,9 @@ typedef struct chorus_shm_ctrl {
     uint64_t cma_probe_val;  /* ... and the value it holds */
     uint64_t cma_send;       /* single-copy allreduce: this rank's send and recv buffers, */
     uint64_t cma_recv;       /* valid from its IN post until its OUT post of the collective */
+    /* measured allreduce (tune.c): this rank's fastest trial, in ns, of the staging slots [0]
+     * and of single copy [1] for each size class 2^b <= bytes < 2^(b+1); 0: none yet */
+    uint32_t tune_ns[CHORUS_SHM_TUNE_CLASSES][2];
 } chorus_shm_ctrl;
 
 typedef struct chorus_shm_hdr {
@@ -68,6 +74,7 @@ typedef struct chorus_shm_hdr {
     uint64_t cma_min;            /* smallest allreduce (bytes) that uses single-copy reads */
     uint64_t cma_piece;          /* bytes per single-copy read */
     uint64_t cma_max;            /* largest allreduce (bytes) that uses them (by the rules) */
+    uint64_t cma_tune;           /* 1: above cma_max, 2 ranks measure both (tune.c) */
     _Alignas(64) uint32_t abort; /* 0 healthy, 1 reason being written, 2 reason valid */
     int32_t abort_result;
     char abort_why[448];
@@ -102,7 +109,10 @@ typedef struct chorus_shm {
     size_t cma_piece;  /* rank 0's CHORUS_SHM_CMA_PIECE (from the header) */
     size_t cma_max;    /* rank 0's CHORUS_SHM_CMA_MAX (from the header) */
     uint64_t cma_word; /* the private word peers read to probe CMA */
-    const int *world;  /* [size]: the job's rank of each member, for messages (NULL: same) */
+    int tune;          /* 2 ranks, single copy, CHORUS_SHM_CMA_MAX unset: above cma_max the
+                          allreduce is measured (tune.c) */
+    uint8_t tune_calls[CHORUS_SHM_TUNE_CLASSES]; /* calls of each size class so far (capped) */
+    const int *world; /* [size]: the job's rank of each member, for messages (NULL: same) */
 } chorus_shm;
 
 /* The rank messages name for member q: its rank in the job, which every log and launcher
@@ -226,6 +236,16 @@ static inline void chorus__shm_end_chunk(chorus_shm *s, uint64_t g)
 /* memcpy; with nt, non-temporal stores (for destinations that will not be read soon and
  * would only push useful data out of the cache). */
 void chorus__shm_copy(void *dst, const void *src, size_t n, int nt);
+
+/* The measured choice of a 2-rank allreduce above cma_max (tune.c): 1 when an allreduce of
+ * `bytes` takes single copy, 0 when it takes the staging slots. The first trial calls of a
+ * size class alternate between the two; once both ranks' trials are in, every call takes the
+ * faster by both ranks' best times. Every rank reaches the same answer for the same call. */
+int chorus__shm_tune_pick(const chorus_shm *s, size_t bytes);
+/* Whether an allreduce of `bytes` that is about to run is one to time for the tuner. */
+int chorus__shm_tune_timing(const chorus_shm *s, size_t bytes);
+/* After an allreduce of `bytes` (single copy: cma 1) that took `seconds` on this rank. */
+void chorus__shm_tune_record(chorus_shm *s, size_t bytes, int cma, double seconds);
 
 /* Signature of a collective for the mismatch check. */
 static inline uint64_t chorus__shm_sig(int kind, int dtype, int op, int variant, int root)

@@ -20,9 +20,10 @@
  *           pipelined took 9-10 ms, one-shot 11-12)
  *   allreduce, shm single copy (2 ranks): (S/K) * (2 syscalls + K beta_x) + 2 alpha_shm
  *          the peer's input read and the result written by the kernel straight between the
- *          user buffers (K: piece): no staging copy, but the kernel pins every page it copies,
- *          which outweighs the saved copy above CHORUS_SHM_CMA_MAX (384 KiB: at 1 MiB 100 us
- *          against 50-60 us pipelined, at 64 MiB 15 ms against 9-10 ms)
+ *          user buffers (K: piece): no staging copy, but the kernel pins every page it copies.
+ *          Above CHORUS_SHM_CMA_MAX (384 KiB) which wins depends on the host (AMD EPYC VM: at
+ *          1 MiB 100 us against 50-60 us pipelined; Xeon VM: 90 us against 155 us), so there
+ *          it is measured per size class (transport/shm/tune.c)
  *   allreduce, one-shot:            alpha + (p-1) S beta                       -> small S
  *          every rank sends its buffer to every other (concurrently) and folds all p in rank
  *          order: one round instead of log2(p)
@@ -57,8 +58,9 @@
  * memory wins for every size - alpha_shm and beta_copy are both far below TCP's - so it is
  * the default for all collectives; otherwise TCP, with the size crossovers
  * CHORUS_TCP_ONESHOT_MAX and CHORUS_BCAST_TREE_MAX. Inside shm, allreduce at 2 ranks is single
- * copy from CHORUS_SHM_CMA_MIN to CHORUS_SHM_CMA_MAX bytes (when the kernel allows it); otherwise
- * one-shot up to CHORUS_SHM_ONESHOT_MAX bytes, pipelined above. A communicator that spans
+ * copy from CHORUS_SHM_CMA_MIN to CHORUS_SHM_CMA_MAX bytes (when the kernel allows it), and
+ * above that single copy or pipelined as measured on the host; otherwise one-shot up to
+ * CHORUS_SHM_ONESHOT_MAX bytes, pipelined above. A communicator that spans
  * hosts with several ranks on some host (and has c->hier: each host's ranks consecutive,
  * CHORUS_SHM not 0) runs allreduce, broadcast and allgather hierarchically at every size:
  * shared memory costs less than a TCP step at any size, and the link then carries each byte
@@ -114,10 +116,13 @@ static int always(const chorus_comm *c, size_t bytes)
     (void)bytes;
     return 1;
 }
-/* Single copy: measured faster than the slots from ~12 KiB to ~384 KiB at 2 ranks; above, the
- * kernel's per-page pinning costs more than the pipelined slots' second copy (64 MiB: 15 ms
- * against 9-10 ms). With more ranks than this host's 2 cores it was not faster, so by the rules
- * it serves 2 ranks only (shm_cma forces it for any p and size). */
+/* Single copy: faster than the slots from ~12 KiB to ~384 KiB at 2 ranks on every host measured.
+ * Above, it depends on the host: the kernel's per-page pinning against the slots' second copy
+ * and cross-core transfer (an AMD EPYC VM sharing one L3: slots from ~512 KiB, 64 MiB in 9-10
+ * ms against 15 ms; a Xeon VM: single copy to 16 MiB, 1 MiB in ~90 us against ~155 us, the
+ * slots at 64 MiB). So, unless CHORUS_SHM_CMA_MAX is set, each size class above is measured
+ * in its first calls (transport/shm/tune.c). With more ranks than this host's 2 cores it was
+ * not faster, so by the rules it serves 2 ranks only (shm_cma forces it for any p and size). */
 static int shm_cma_fits(const chorus_comm *c, size_t bytes)
 {
     const chorus_shm *s = c->shm;
@@ -388,9 +393,11 @@ static void rules_reason(const chorus_comm *c, const row *r, size_t bytes, char 
                                           : "CHORUS_SHM=0, not set up yet, or set-up failed";
     if (r->fits == shm_cma_fits)
         snprintf(out, len,
-                 "2 ranks on one host, CHORUS_SHM_CMA_MIN (%zu) <= %zu B <= CHORUS_SHM_CMA_MAX "
-                 "(%zu)",
-                 c->shm->cma_min, bytes, c->shm->cma_max);
+                 "2 ranks on one host, CHORUS_SHM_CMA_MIN (%zu) <= %zu B %s CHORUS_SHM_CMA_MAX "
+                 "(%zu)%s",
+                 c->shm->cma_min, bytes, bytes <= c->shm->cma_max ? "<=" : ">",
+                 c->shm->cma_max,
+                 bytes <= c->shm->cma_max ? "" : ", measured faster than the slots at this size");
     else if (r->fits == shm_oneshot_fits)
         snprintf(out, len, "%d ranks on one host, %zu B <= CHORUS_SHM_ONESHOT_MAX (%zu)", c->size,
                  bytes, c->shm->oneshot_max);

@@ -395,8 +395,7 @@ static void rules_reason(const chorus_comm *c, const row *r, size_t bytes, char 
         snprintf(out, len,
                  "2 ranks on one host, CHORUS_SHM_CMA_MIN (%zu) <= %zu B %s CHORUS_SHM_CMA_MAX "
                  "(%zu)%s",
-                 c->shm->cma_min, bytes, bytes <= c->shm->cma_max ? "<=" : ">",
-                 c->shm->cma_max,
+                 c->shm->cma_min, bytes, bytes <= c->shm->cma_max ? "<=" : ">", c->shm->cma_max,
                  bytes <= c->shm->cma_max ? "" : ", measured faster than the slots at this size");
     else if (r->fits == shm_oneshot_fits)
         snprintf(out, len, "%d ranks on one host, %zu B <= CHORUS_SHM_ONESHOT_MAX (%zu)", c->size,

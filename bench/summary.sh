@@ -10,22 +10,27 @@
 #            btl tcp (as bench/compare_tcp.sh)
 #   train    the MLP (784-512-256-10, global batch 256, 128 per rank at 2 ranks): chorus-train
 #            2 ranks, 1 rank at batch 128 and at 256; PyTorch DDP (gloo) 2 ranks; PyTorch in
-#            one process with 2 intra-op threads, as installed and tuned (bench/train_compare.sh)
+#            one process with 2 intra-op threads, tuned (OMP_WAIT_POLICY=PASSIVE: its faster
+#            setting here; TORCH_DEFAULT=1 adds it as installed) (bench/train_compare.sh)
 #   balance  chorus-train --balance dynamic against static, MLP and CNN, with rank 1 sharing
-#            its core with a busy loop (rank 0 alone on CPU 0, rank 1 and the loop on CPU 1:
-#            tests/scripts/cpucap.sh's pinning) and with equal ranks (one core each)
+#            its core with a busy loop (rank 0 alone on CPU 0, rank 1 and the loop on CPU 1, as
+#            tests/scripts/cpucap.sh pins them; no cgroup) and with equal ranks (one core each)
 #
 # Each cell is the median of the REPEAT runs with their range; ratios are taken within each
 # round (the two runs beside each other) and their median and range reported. The cells go to
 # $SUMDIR/<UTC stamp>.tsv; the newest earlier .tsv there is compared cell by cell (within TOL
-# per cent?). WRITE=1 rewrites the summary between the bench-summary markers in
+# per cent?). The memory bandwidth (bench/membw, 1 thread and all cores) is taken before the
+# first round and after the last, the better of the two kept. WRITE=1 rewrites the summary between the bench-summary markers in
 # docs/PERFORMANCE.md (host topology, date, commit, command, table); WRITE=0 leaves it.
 #
 # Knobs (environment):
 #   REPEAT=3 WRITE=1 TOL=15 PARTS="shm tcp train balance" BUILD=build SUMDIR=$BUILD/bench-summary
 #   TRAIN_STEPS=200 TRAIN_WARMUP=20          timed and warm-up steps of every training run
+#   TORCH_DEFAULT=                           1: also PyTorch in one process with its default
+#                                            threading (OpenMP spin-waits: several times slower
+#                                            on 2 cores, and very slow beside other load)
 #   BAL_MLP_STEPS=300 BAL_MLP_BATCH=512      balance runs: steps (all timed: the shares start
-#   BAL_CNN_STEPS=60 BAL_CNN_BATCH=256       even and adapt every 10 steps) and global batch
+#   BAL_CNN_STEPS=100 BAL_CNN_BATCH=256      even and adapt every 10 steps) and global batch
 #   DOC=docs/PERFORMANCE.md
 # Raw outputs stay in $SUMDIR/<stamp>/. Exit status 1 if a run failed (its cells are missing).
 set -eu
@@ -37,7 +42,7 @@ TRAIN_STEPS=${TRAIN_STEPS:-200}
 TRAIN_WARMUP=${TRAIN_WARMUP:-20}
 BAL_MLP_STEPS=${BAL_MLP_STEPS:-300}
 BAL_MLP_BATCH=${BAL_MLP_BATCH:-512}
-BAL_CNN_STEPS=${BAL_CNN_STEPS:-60}
+BAL_CNN_STEPS=${BAL_CNN_STEPS:-100}
 BAL_CNN_BATCH=${BAL_CNN_BATCH:-256}
 STAMP=$(date -u '+%Y%m%dT%H%M%SZ')
 T0=$(date +%s)
@@ -53,21 +58,33 @@ DOC=${DOC:-$ROOT/docs/PERFORMANCE.md}
 TRAIN=$BUILD/bin/chorus-train
 
 have_chorus || { say "summary: build first (make): $CHORUS_BENCH is missing"; exit 1; }
+case " $PARTS " in *" balance "*)
+    if ! command -v taskset >/dev/null || [ "$NCPU" -lt 2 ]; then
+        say "summary: the balance rows need taskset and 2 CPUs"
+        exit 1
+    fi
+    ;;
+esac
 case " $PARTS " in *" train "* | *" balance "*)
     [ -x "$TRAIN" ] || { say "summary: build first (make trainer): $TRAIN is missing"; exit 1; } ;;
 esac
 build_baselines
 
-# shellcheck source=tests/scripts/cpucap.sh
-. "$ROOT/tests/scripts/cpucap.sh"
-BUSY_UP=""
-trap '[ -z "$BUSY_UP" ] || cpucap_down' EXIT
+# The busy loop that shares rank 1's core (as tests/scripts/cpucap.sh's pinned mode, but with no
+# CPU cgroup: every run here is at normal priority, beside whatever else the machine runs).
+BUSY=""
+busy_stop() {
+    [ -z "$BUSY" ] && return
+    kill "$BUSY" 2>/dev/null || :
+    wait "$BUSY" 2>/dev/null || :
+    BUSY=""
+}
+trap busy_stop EXIT
 trap 'exit 1' INT TERM HUP
 
 say "summary: $REPEAT round(s) of: $PARTS; raw outputs in $OUT"
-run_logged membw "$OUT/membw" -t "1,$NCPU"
-TOPO_MEMBW=$OUT/membw.txt BUILD=$BUILD sh "$BENCH_DIR/topology.sh" >"$OUT/topology.txt"
 cut -d' ' -f1-3 /proc/loadavg >"$OUT/load.before"
+run_logged membw.before "$OUT/membw" -t "1,$NCPU"
 
 # sweep NAME NP MIN MAX FACTOR KIND [VAR=value...]: one chorus-bench (KIND chorus) or
 # mpi_allreduce (KIND ompi: the rest are mca flags) sweep.
@@ -78,19 +95,20 @@ sweep() {
 }
 
 # bal NAME MODEL POLICY SLOW: one chorus-train balance run; SLOW=1 puts rank 1 on CPU 1 beside
-# the busy loop and rank 0 on CPU 0 (cpucap_exec.sh); else chorus-run pins one rank per core.
+# the busy loop and rank 0 on CPU 0 (tests/scripts/cpucap_exec.sh); else chorus-run pins one
+# rank per core.
 bal() {
     if [ "$2" = mlp ]; then _s=$BAL_MLP_STEPS _b=$BAL_MLP_BATCH; else _s=$BAL_CNN_STEPS _b=$BAL_CNN_BATCH; fi
     _pin=""
     [ "$4" = 1 ] && _pin=" 1 "
-    run_logged "$1" env CPUCAP_PIN_SLOW="$_pin" "$CHORUS_RUN" -np 2 sh "$ROOT/tests/scripts/cpucap_exec.sh" \
+    run_logged "$1" env CPUCAP_DIR= CPUCAP_PIN_SLOW="$_pin" "$CHORUS_RUN" -np 2 sh "$ROOT/tests/scripts/cpucap_exec.sh" \
         "$TRAIN" --model "$2" --batch "$_b" --epochs 1 --max-steps "$_s" --no-eval \
         --balance "$3" --log-every 1000000 --metrics "$OUT/$1.jsonl"
 }
 
 r=1
 while [ "$r" -le "$REPEAT" ]; do
-    say "summary: round $r of $REPEAT, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    say "summary: round $r of $REPEAT, $(date -u +%T) UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
     for part in $PARTS; do
         case $part in
         shm)
@@ -109,33 +127,35 @@ while [ "$r" -le "$REPEAT" ]; do
             : >"$OUT/train.$r.results"
             run_logged "train.$r" env REPEAT=1 STEPS="$TRAIN_STEPS" WARMUP="$TRAIN_WARMUP" BATCH=256 \
                 BUILD="$BUILD" PYTHON="$PYTHON" TOPO_MEMBW=skip RESULTS="$OUT/train.$r.results" \
-                ONLY="chorus_2_fused chorus_1_half chorus_1 ddp_2 plain_2t plain_2t_tuned" \
+                ONLY="chorus_2_fused chorus_1_half chorus_1 ddp_2 plain_2t_tuned${TORCH_DEFAULT:+ plain_2t}" \
                 sh "$BENCH_DIR/train_compare.sh"
             ;;
         balance)
-            set +e # tests/scripts/cpucap.sh is written for set -u scripts
             for m in mlp cnn; do
-                CPUCAP_FORCE_PIN=1
-                cpucap_up chorus-summary || { say "summary: cannot pin a busy loop (taskset)"; exit 1; }
-                BUSY_UP=1
-                cpucap_rank 0 100000 && cpucap_rank 1 50000 # starts the loop on CPU 1
+                taskset -c 1 sh -c 'while :; do :; done' &
+                BUSY=$!
                 bal "bal.$m.busy.static.$r" "$m" static 1
                 bal "bal.$m.busy.dynamic.$r" "$m" dynamic 1
-                cpucap_down
-                BUSY_UP=""
-                CPUCAP_PIN_SLOW=""
+                busy_stop
                 bal "bal.$m.equal.static.$r" "$m" static 0
                 bal "bal.$m.equal.dynamic.$r" "$m" dynamic 0
             done
-            set -e
             ;;
         *) say "summary: unknown part '$part' (shm tcp train balance)"; exit 2 ;;
         esac
     done
     r=$((r + 1))
 done
+run_logged membw.after "$OUT/membw" -t "1,$NCPU"
 cut -d' ' -f1-3 /proc/loadavg >"$OUT/load.after"
 WALL=$(($(date +%s) - T0))
+# The memory bandwidth: the better of the runs before and after, row by row (another
+# process's burst lowers one of them).
+awk '!/^#/ && NF == 3 { k = $1 " " $2; if (!(k in best) || $3 > best[k]) best[k] = $3;
+                        if (!(k in seen)) { seen[k] = 1; order[++n] = k } }
+     END { print "# kernel threads GBps"; for (i = 1; i <= n; i++) print order[i], best[order[i]] }' \
+    "$OUT/membw.before.txt" "$OUT/membw.after.txt" >"$OUT/membw.txt"
+TOPO_MEMBW=$OUT/membw.txt BUILD=$BUILD sh "$BENCH_DIR/topology.sh" | sed '/^# load:/d' >"$OUT/topology.txt"
 
 CMD="make bench-summary"
 [ "$REPEAT" = 3 ] || CMD="$CMD REPEAT=$REPEAT"

@@ -63,7 +63,7 @@ if [ "$membw" != skip ]; then
         fi
         membw=$tmp/membw.txt
     fi
-    echo "# memory bandwidth (bench/membw, GB/s, 256 MiB arrays):" \
+    echo "# memory bandwidth (bench/membw, GB/s, 256 MiB arrays, best of 7 runs):" \
         "$(awk 'NF == 3 && !/^#/ { printf "%s%s %st %s", s, $1, $2, $3; s = ", " }' "$membw" 2>/dev/null)"
 fi
 

@@ -11,7 +11,7 @@ train_compare.sh result lines, chorus-train metrics, membw, topology). Every cel
 of its rounds, with min, max and spread = (max - min) / median in per cent. A ratio is taken
 within each round (its two runs ran one after the other) and the median of those is reported.
 The cells are written to --tsv; the newest earlier .tsv in the same folder (by name: UTC
-stamps) is compared with them cell by cell, and each median is said to be within --tol per cent
+stamps) of the same host and knobs (else the newest, with a note) is compared cell by cell, and each median is said to be within --tol per cent
 of the earlier one or not. --write 1 replaces the text between the bench-summary markers of
 --doc with the host, the command and the table.
 """
@@ -328,7 +328,10 @@ def main():
     earlier = sorted(f for f in glob.glob(os.path.join(os.path.dirname(a.tsv), "*.tsv"))
                      if os.path.basename(f) < os.path.basename(a.tsv))
     if earlier:
-        compare(earlier[-1], a.tsv, a.tol)
+        # the newest earlier run of the same host and knobs, else the newest (with a note)
+        same = [f for f in earlier
+                if all(read_tsv(f)[0].get(k) == read_tsv(a.tsv)[0].get(k) for k in ("host", "params"))]
+        compare((same or earlier)[-1], a.tsv, a.tol)
     else:
         print(f"\nNo earlier run in {os.path.dirname(a.tsv)} to compare with: run it again to "
               f"check that every cell reproduces within {a.tol:g}%.")

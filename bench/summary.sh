@@ -99,10 +99,11 @@ sweep() {
 # rank per core.
 bal() {
     if [ "$2" = mlp ]; then _s=$BAL_MLP_STEPS _b=$BAL_MLP_BATCH; else _s=$BAL_CNN_STEPS _b=$BAL_CNN_BATCH; fi
+    # enough epochs of the 60000 training images for the steps (--max-steps ends the run)
     _pin=""
     [ "$4" = 1 ] && _pin=" 1 "
     run_logged "$1" env CPUCAP_DIR= CPUCAP_PIN_SLOW="$_pin" "$CHORUS_RUN" -np 2 sh "$ROOT/tests/scripts/cpucap_exec.sh" \
-        "$TRAIN" --model "$2" --batch "$_b" --epochs 1 --max-steps "$_s" --no-eval \
+        "$TRAIN" --model "$2" --batch "$_b" --epochs $(((_s * _b + 59999) / 60000)) --max-steps "$_s" --no-eval \
         --balance "$3" --log-every 1000000 --metrics "$OUT/$1.jsonl"
 }
 

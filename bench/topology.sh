@@ -18,7 +18,7 @@ BUILD=${BUILD:-build}
 case $BUILD in /*) ;; *) BUILD=$ROOT/$BUILD ;; esac
 SYS=/sys/devices/system
 
-first() { sed -n "s/^$1[^:]*: *//p" /proc/cpuinfo | head -n 1; }
+first() { sed -n "s/^$1[[:space:]]*: *//p" /proc/cpuinfo | head -n 1; }
 
 echo "# host: $(uname -n), $(uname -srm)$(grep -qw hypervisor /proc/cpuinfo && echo ', under a hypervisor')"
 cpus=$(nproc --all 2>/dev/null || getconf _NPROCESSORS_ONLN)
@@ -28,7 +28,7 @@ cores=$(for c in "$SYS"/cpu/cpu[0-9]*; do
     [ -r "$c/topology/core_id" ] &&
         echo "$(cat "$c/topology/physical_package_id").$(cat "$c/topology/core_id")"
 done | sort -u | wc -l)
-echo "# cpu: $(first 'model name'), $cpus CPUs (online $online): $sockets socket(s)," \
+echo "# cpu: $(first 'model name') (family $(first 'cpu family'), model $(first 'model')), $cpus CPUs (online $online): $sockets socket(s)," \
     "$cores core(s), $((cpus / (cores > 0 ? cores : 1))) thread(s) per core; this process may use $(nproc) CPUs"
 
 # Caches: per (level, type, size) the distinct shared_cpu_list values, i.e. its instances.

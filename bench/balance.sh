@@ -191,6 +191,7 @@ PY
 
 echo "chorus-train --model $MODEL, 2 ranks, global batch $BATCH, $([ -n "$GPT" ] && echo "$STEPS steps" || echo "$EPOCHS epochs"), caps $CAP_FAST/$CAP_SLOW, $REPEAT runs per cell" \
     "(static and dynamic taken in turn); slowing: $CPUCAP_HOW"
+BUILD=$BUILD sh bench/topology.sh # CPUs, caches and who shares them, memory bandwidth, BLAS
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 LINK=""
 case " $CASES " in *" link "*) link_up && LINK=1 ;; esac

@@ -104,10 +104,11 @@ files() {
 
 chorus_spec() { printf 'chorus=%s%s' "$(files "$1")" "${CHORUS_COLS:+@$CHORUS_COLS}"; }
 
-# Versions, for the record.
+# The host (bench/topology.sh: CPU, which CPUs share which cache, NUMA, memory bandwidth, load,
+# BLAS, commit) and the versions, for the record. DESCRIBE_MEMBW=FILE: a bench/membw output
+# already taken (else topology.sh measures the bandwidth itself).
 describe_env() {
-    echo "# date: $(date -u '+%Y-%m-%d %H:%M UTC'), host: $(uname -n), $(uname -sr)"
-    echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //'), $NCPU cores"
+    TOPO_MEMBW=${DESCRIBE_MEMBW:-} BUILD=$BUILD sh "$BENCH_DIR/topology.sh"
     echo "# open mpi: $("$MPIRUN" --version 2>/dev/null | head -n 1)"
     if have_chorus; then
         echo "# chorus: $CHORUS_BENCH ($(git -C "$ROOT" describe --always --dirty 2>/dev/null))"

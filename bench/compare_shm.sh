@@ -24,7 +24,8 @@ NPS=${NPS:-2 4}
 GLOO=${GLOO:-1}
 
 build_baselines
-describe_env >"$OUT/env.txt"
+run_logged membw.before "$OUT/membw" -t "1,$NCPU"
+DESCRIBE_MEMBW=$OUT/membw.before.txt describe_env >"$OUT/env.txt"
 have_chorus || say "bench: chorus-bench missing at $CHORUS_BENCH: running the baselines only"
 # Which shared-memory allreduce Chorus will use here (single copy needs the kernel's consent:
 # Yama ptrace_scope, seccomp), and the load, for the record.
@@ -38,7 +39,6 @@ have_chorus || say "bench: chorus-bench missing at $CHORUS_BENCH: running the ba
     echo "# load before: $(uptime | sed 's/.*load average/load average/')"
 } >>"$OUT/env.txt"
 
-run_logged membw.before "$OUT/membw" -t "1,$NCPU"
 for np in $NPS; do
     r=1
     while [ "$r" -le "$REPEAT" ]; do

@@ -146,11 +146,8 @@ esac
 has_fsdp2=$("$PYTHON" -c 'from torch.distributed.fsdp import fully_shard; print(1)' 2> /dev/null || true)
 
 echo "# $(date -u '+%F %T') UTC, $(uname -n), load $(cut -d' ' -f1-3 /proc/loadavg)$HIPRI_NOTE"
-echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') (family $(grep -m1 'cpu family' /proc/cpuinfo | sed 's/.*: //')), $(nproc) cores; cpu0's caches" \
-    "and the cpus that share each: $(for i in /sys/devices/system/cpu/cpu0/cache/index*; do
-        [ -r "$i/shared_cpu_list" ] && printf 'L%s%s %s %s; ' "$(cat "$i/level")" \
-            "$(sed 's/Data/d/;s/Instruction/i/;s/Unified//' "$i/type")" "$(cat "$i/size")" "$(cat "$i/shared_cpu_list")"
-    done)"
+# The host: CPUs, which share which cache, NUMA, memory bandwidth, BLAS (bench/topology.sh).
+BUILD=$BUILD sh "$ROOT/bench/topology.sh"
 echo "# chorus $(git -C "$ROOT" describe --always --dirty 2> /dev/null): OpenBLAS" \
     "$(readlink -f "$(ldd "$BUILD/bin/chorus-train" | awk '/openblas/ {print $3}')" 2> /dev/null)," \
     "kernels $core (OPENBLAS_CORETYPE ${CORETYPE:-unset}$env_note)"

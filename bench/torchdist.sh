@@ -47,6 +47,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT INT TERM
 
 echo "# $(date -u '+%F %T') UTC, $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)$HIPRI_NOTE"
+BUILD=$BUILD sh "$ROOT/bench/topology.sh" # CPUs, caches and who shares them, memory bandwidth
 blas=$("$PYTHON" -c 'import re, torch; m = re.search("BLAS_INFO=([^,]*)", torch.__config__.show()); print(m.group(1) if m else "?")' 2>/dev/null)
 [ "$blas" = generic ] && blas="generic: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null)"
 echo "# torch $("$PYTHON" -c 'import torch; print(torch.__version__)' 2>/dev/null) (BLAS $blas) at $PYTHON, chorus $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"

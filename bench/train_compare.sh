@@ -18,6 +18,11 @@
 # on more ranks). The table gives the median of REPEAT runs.
 #
 #   sh bench/train_compare.sh            BUILD=build STEPS=200 WARMUP=20 REPEAT=2 BATCH=256
+#
+# ONLY="chorus_2_fused ddp_2 ..." runs only those rows (names as in the loop below; the table
+# shows 0 for the others); RESULTS=FILE appends every run's "name samples/s" line to FILE
+# (bench/summary.sh takes its training cells so, one round at a time). The host's topology
+# (bench/topology.sh; TOPO_MEMBW=skip leaves out its bandwidth probe) heads the output.
 set -u
 BUILD=${BUILD:-build}
 STEPS=${STEPS:-200}
@@ -64,8 +69,8 @@ torch_tuned() { (export OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=2; torch_ru
 
 echo "train_compare: MLP 784-512-256-10, global batch $BATCH, $STEPS timed steps after $WARMUP," \
     "$REPEAT runs each, interleaved"
-echo "machine: $(nproc) cores, $(sed -n 's/^model name[^:]*: *//p' /proc/cpuinfo | head -n 1);" \
-    "load average before: $(load)"
+BUILD=$BUILD sh "$HERE/topology.sh"
+echo "load average before: $(load)"
 blas=$(ldd "$TRAIN" | sed -n 's/.*\(libopenblas[^ ]*\) => \([^ ]*\).*/\2/p' | head -n 1)
 echo "chorus-train BLAS: ${blas:-?} (OpenBLAS $(dpkg-query -W -f='${Version}' libopenblas0-pthread 2>/dev/null || echo '?'));" \
     "torch $("$PYTHON" -c 'import torch; print(torch.__version__)')"
@@ -80,12 +85,15 @@ while [ "$i" -le "$REPEAT" ]; do
              "ddp_2 torch_run $BATCH --np 2" "ddp_1_half torch_run $half --np 1" \
              "ddp_1 torch_run $BATCH --np 1" "plain_2t torch_run $BATCH --plain --threads 2" \
              "plain_2t_tuned torch_tuned $BATCH --plain --threads 2"; do
+        # shellcheck disable=SC2086  # the row: name, function, arguments
         set -- $c
         name=$1
         shift
+        case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
         v=$("$@")
         echo "  $name: $v samples/s"
         echo "$name $v" >> "$OUT/results"
+        [ -z "${RESULTS:-}" ] || echo "$name $v" >> "$RESULTS"
     done
     i=$((i + 1))
 done

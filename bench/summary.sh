@@ -29,7 +29,7 @@
 #   TORCH_DEFAULT=                           1: also PyTorch in one process with its default
 #                                            threading (OpenMP spin-waits: several times slower
 #                                            on 2 cores, and very slow beside other load)
-#   BAL_MLP_STEPS=300 BAL_MLP_BATCH=512      balance runs: steps (all timed: the shares start
+#   BAL_MLP_STEPS=120 BAL_MLP_BATCH=2048     balance runs: steps (all timed: the shares start
 #   BAL_CNN_STEPS=100 BAL_CNN_BATCH=256      even and adapt every 10 steps) and global batch
 #   DOC=docs/PERFORMANCE.md
 # Raw outputs stay in $SUMDIR/<stamp>/. Exit status 1 if a run failed (its cells are missing).
@@ -40,8 +40,8 @@ TOL=${TOL:-15}
 PARTS=${PARTS:-shm tcp train balance}
 TRAIN_STEPS=${TRAIN_STEPS:-200}
 TRAIN_WARMUP=${TRAIN_WARMUP:-20}
-BAL_MLP_STEPS=${BAL_MLP_STEPS:-300}
-BAL_MLP_BATCH=${BAL_MLP_BATCH:-512}
+BAL_MLP_STEPS=${BAL_MLP_STEPS:-120}
+BAL_MLP_BATCH=${BAL_MLP_BATCH:-2048}
 BAL_CNN_STEPS=${BAL_CNN_STEPS:-100}
 BAL_CNN_BATCH=${BAL_CNN_BATCH:-256}
 STAMP=$(date -u '+%Y%m%dT%H%M%SZ')

@@ -4,6 +4,8 @@
 #   bench/compare_tcp.sh                 # 4 B .. 64 MiB, factor 4
 #   REPEAT=3 bench/compare_tcp.sh        # three interleaved runs each, per-size medians
 #   LANES="1 2 4" bench/compare_tcp.sh   # Chorus once per CHORUS_TCP_LANES value, side by side
+#   VARIANT="CHORUS_TCP_READY_MIN=16G" bench/compare_tcp.sh   # and a column 'variant': Chorus
+#                                        # with these settings too, in the same rounds
 #
 # Runs, in turn (REPEAT times, interleaved so both see the same machine noise):
 #   chorus   CHORUS_SHM=0 chorus-run -np 2 -- chorus-bench --coll allreduce -d float32 -o sum ...
@@ -18,6 +20,7 @@ set -eu
 . "$(cd "$(dirname "$0")" && pwd)/common.sh"
 NP=${NP:-2}
 LANES=${LANES:-}
+VARIANT=${VARIANT:-}
 
 build_baselines
 describe_env >"$OUT/env.txt"
@@ -27,6 +30,10 @@ r=1
 while [ "$r" -le "$REPEAT" ]; do
     if have_chorus && [ -z "$LANES" ]; then
         run_chorus "chorus.$r" "$NP" CHORUS_SHM=0
+    fi
+    if have_chorus && [ -n "$VARIANT" ]; then
+        # shellcheck disable=SC2086  # one word per setting
+        run_chorus "variant.$r" "$NP" CHORUS_SHM=0 $VARIANT
     fi
     if have_chorus; then
         for l in $LANES; do run_chorus "lanes$l.$r" "$NP" CHORUS_SHM=0 CHORUS_TCP_LANES="$l"; done
@@ -41,7 +48,11 @@ done
     echo "#   chorus: CHORUS_SHM=0 chorus-run -np $NP -- chorus-bench"
     echo "#   ompi:   mpirun --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo"
     if [ -z "$LANES" ]; then
-        "$PYTHON" "$BENCH_DIR/benchtab.py" --np "$NP" "$(chorus_spec chorus)" "ompi=$(files ompi)"
+        [ -z "$VARIANT" ] || echo "#   variant: the same with $VARIANT"
+        # shellcheck disable=SC2046  # the variant's spec is one word or none
+        "$PYTHON" "$BENCH_DIR/benchtab.py" --np "$NP" "$(chorus_spec chorus)" \
+            $([ -z "$VARIANT" ] || echo "variant=$(files variant)${CHORUS_COLS:+@$CHORUS_COLS}") \
+            "ompi=$(files ompi)"
     else
         echo "#   lanesN: the same with CHORUS_TCP_LANES=N"
         specs=""

@@ -10,7 +10,16 @@
  *   reduce-scatter + allgather (large): rank r receives slice r of every rank's buffer and
  *     folds it (a direct reduce-scatter: p-1 transfers at once, (p-1)/p·S bytes each way, the
  *     same volume as a ring), segment by segment so folding overlaps the transfers; then the
- *     ring allgather spreads the reduced slices.
+ *     ring allgather spreads the reduced slices. Out of place, one peer's slice is received
+ *     straight into the output and folded there.
+ *
+ *   ready (both, from CHORUS_TCP_READY_MIN bytes per slice): a rank posts every receive of the
+ *     call first, then tells each peer so in an empty message, and sends a peer its data only
+ *     after that peer's word. Without it, a rank that starts late (it was still folding the
+ *     last call, or its peer left the barrier first) finds the first megabytes of the call
+ *     already in its sockets with no receive to take them: the transport buffers them in fresh
+ *     memory (page faults) and copies them again, which cost 16 MiB calls over loopback about
+ *     a quarter of their bytes twice. The word costs one one-way latency.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +49,11 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
     /* When the output overlaps this rank's own slice and the fold writes the output before it
      * reads that slice (rank 2 and up), the slice is copied first. */
     int copy_own = r >= 2 && out < own + mine && own < out + mine;
+    /* Out of place, the slice of the first peer in fold order lands in out itself, which the
+     * fold then overwrites element by element: its segments are in cache when folded, and the
+     * fold writes no cold line of out that a scratch slot would have kept it from reading. */
+    const char *lend = local + (off[n - 1] + cnt[n - 1]) * es;
+    int q_out = n > 1 && !(out < lend && local < out + mine) ? (r == 0 ? 1 : 0) : -1;
     size_t slot = (mine + 63) & ~(size_t)63;
     char *tmp = chorus__comm_scratch(c, slot * (size_t)n + 64);
     size_t nmsg = (size_t)(n - 1) * (size_t)nseg;
@@ -54,12 +68,24 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
                             "out of memory for a reduce-scatter of %zu bytes", mine);
     }
     chorus_req *sq = rq + nmsg;
+    /* the peers' words that they are ready come before their data: post those receives first */
+    int ready = n > 1 && maxcnt * es >= c->cfg.tcp_ready_min; /* the same on every rank */
+    chorus_req *rdy = ready ? malloc(sizeof(chorus_req) * 2 * (size_t)(n - 1)) : NULL;
+    if (ready && !rdy) {
+        free(rq);
+        free(ps);
+        free(src);
+        return chorus__fail(&c->err, CHORUS_ERR_NOMEM, "out of memory");
+    }
+    for (int j = 1; ready && j < n; j++)
+        chorus__coll_irecv(x, &rdy[j - 1], (r + n - j) % n, CHORUS_TAG_READY, NULL, 0);
     /* receives: slice r of every other rank, into its slot; message (p, k) is rq[idx(p) + k] */
     for (int j = 1; j < n; j++) {
         int p = (r + n - j) % n;
         for (int k = 0; k < nseg; k++)
             chorus__coll_irecv(x, &rq[(size_t)(j - 1) * (size_t)nseg + (size_t)k], p, tag_base + k,
-                               tmp + (size_t)p * slot + chorus__seg_lo(cnt[r], segc, k) * es,
+                               (p == q_out ? out : tmp + (size_t)p * slot) +
+                                   chorus__seg_lo(cnt[r], segc, k) * es,
                                chorus__seg_n(cnt[r], segc, k) * es);
     }
     /* the allgather's receives come after the reduce-scatter's: each peer sends in that order */
@@ -70,20 +96,27 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
             free(rq);
             free(ps);
             free(src);
+            free(rdy);
             return pr;
         }
         ag = &agst;
     }
+    chorus_result res = CHORUS_OK;
+    /* every receive of this call is posted: say so to each peer that sends to this rank */
+    for (int j = 1; ready && j < n; j++)
+        chorus__coll_isend(x, &rdy[n - 2 + j], (r + j) % n, CHORUS_TAG_READY, NULL, 0);
     /* sends: slice p to rank p, starting with the next rank so no rank is everyone's first */
     for (int j = 1; j < n; j++) {
         int p = (r + j) % n;
+        /* rdy[i] for i < n-1 came from rank (r + n - 1 - i) % n: rank p's is index n-1-j */
+        if (ready && res == CHORUS_OK) res = chorus__coll_wait1(x, &rdy[n - 1 - j]);
+        if (res != CHORUS_OK) break;
         for (int k = 0; k < nseg; k++)
             chorus__coll_isend(x, &sq[(size_t)(j - 1) * (size_t)nseg + (size_t)k], p, tag_base + k,
                                local + (off[p] + chorus__seg_lo(cnt[p], segc, k)) * es,
                                chorus__seg_n(cnt[p], segc, k) * es);
     }
     if (copy_own) memcpy(tmp + (size_t)r * slot, own, mine);
-    chorus_result res = CHORUS_OK;
     for (int k = 0; k < nseg && res == CHORUS_OK; k++) {
         size_t lo = chorus__seg_lo(cnt[r], segc, k) * es;
         for (int p = 0; p < n && res == CHORUS_OK; p++) {
@@ -93,7 +126,7 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
             }
             int j = (r - p + n) % n;
             res = chorus__coll_wait1(x, &rq[(size_t)(j - 1) * (size_t)nseg + (size_t)k]);
-            src[p] = tmp + (size_t)p * slot + lo;
+            src[p] = (p == q_out ? out : tmp + (size_t)p * slot) + lo;
         }
         if (res == CHORUS_OK) {
             fold(out + lo, src, n, chorus__seg_n(cnt[r], segc, k), t, op);
@@ -108,9 +141,14 @@ chorus_result chorus__direct_rs_ag(chorus_coll *x, const char *local, char *out,
         for (size_t i = 0; i < nmsg; i++) ps[i] = &sq[i];
         res = chorus__coll_wait(x, ps, (int)nmsg);
     }
+    if (res == CHORUS_OK && ready) { /* the words sent: their requests must not outlive rdy */
+        for (int i = 0; i < n - 1; i++) ps[i] = &rdy[n - 1 + i];
+        res = chorus__coll_wait(x, ps, n - 1);
+    }
     free(rq);
     free(ps);
     free(src);
+    free(rdy);
     return res;
 }
 

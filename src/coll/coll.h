@@ -86,6 +86,10 @@ void chorus__segments(const chorus_comm *c, size_t max_cnt, size_t esize, size_t
 
 /* ---- TCP building blocks shared by several algorithms ---------------------------------- */
 
+/* Tag of the empty message that says "every receive of this call is posted" (a segment index
+ * never reaches it). */
+#define CHORUS_TAG_READY 0x7ffffff0
+
 /* Ring reduce-scatter (ring.c): chunk i of the reduction (cnt(i) elements at off(i)) ends at
  * rank i, written to out. local is this rank's input, work receives partial results at the
  * chunks' offsets (may equal local). */

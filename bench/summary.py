@@ -327,21 +327,27 @@ def main():
 
     earlier = sorted(f for f in glob.glob(os.path.join(os.path.dirname(a.tsv), "*.tsv"))
                      if os.path.basename(f) < os.path.basename(a.tsv))
+    repro = None
     if earlier:
         # the newest earlier run of the same host and knobs, else the newest (with a note)
         same = [f for f in earlier
                 if all(read_tsv(f)[0].get(k) == read_tsv(a.tsv)[0].get(k) for k in ("host", "params"))]
-        compare((same or earlier)[-1], a.tsv, a.tol)
+        prev = (same or earlier)[-1]
+        within, total = compare(prev, a.tsv, a.tol)
+        ph = read_tsv(prev)[0]
+        repro = (f"Against the previous run on this host ({os.path.basename(prev)[:-4]}, commit "
+                 f"{ph.get('commit', '?')}{'' if same else ', other knobs or host'}): "
+                 f"{within} of {total} cells within {a.tol:g}% of its medians.")
     else:
         print(f"\nNo earlier run in {os.path.dirname(a.tsv)} to compare with: run it again to "
               f"check that every cell reproduces within {a.tol:g}%.")
 
     if a.write:
-        write_doc(a, topology, rows, commit, stamp, load_b, load_a)
+        write_doc(a, topology, rows, commit, stamp, load_b, load_a, repro)
     return 1 if missing else 0
 
 
-def write_doc(a, topology, rows, commit, stamp, load_b, load_a):
+def write_doc(a, topology, rows, commit, stamp, load_b, load_a, repro):
     text = open(a.doc).read()
     i, j = text.find(BEGIN), text.find(END)
     if i < 0 or j < i:
@@ -377,6 +383,7 @@ def write_doc(a, topology, rows, commit, stamp, load_b, load_a):
         "",
         f"Measured {when}, commit {commit}: `{a.command}` ({a.wall} s of measuring; {a.params}).",
         load_note,
+        *([repro] if repro else []),
         "",
         *rows,
         "",

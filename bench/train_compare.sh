@@ -17,18 +17,22 @@
 # reports it), "global batch" keeps the step at 256 samples (strong scaling: the same training
 # on more ranks). The table gives the median of REPEAT runs.
 #
-#   sh bench/train_compare.sh            BUILD=build STEPS=200 WARMUP=20 REPEAT=2 BATCH=256
-#
 # ONLY="chorus_2_fused ddp_2 ..." runs only those rows (names as in the loop below; the table
 # shows 0 for the others); RESULTS=FILE appends every run's "name samples/s" line to FILE
 # (bench/summary.sh takes its training cells so, one round at a time). The host's topology
 # (bench/topology.sh; TOPO_MEMBW=skip leaves out its bandwidth probe) heads the output.
+# BASE=DIR adds, interleaved with the rest, chorus-train from another build (DIR/bin/chorus-train,
+# e.g. a worktree of the commit before a change) at 2 ranks fused and at 1 rank with the per-rank
+# batch: a before/after in one invocation.
+#
+#   sh bench/train_compare.sh            BUILD=build STEPS=200 WARMUP=20 REPEAT=2 BATCH=256 BASE=
 set -u
 BUILD=${BUILD:-build}
 STEPS=${STEPS:-200}
 WARMUP=${WARMUP:-20}
 REPEAT=${REPEAT:-2}
 BATCH=${BATCH:-256}
+BASE=${BASE:-}
 PYTHON=${PYTHON:-/usr/bin/python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 TRAIN=$BUILD/bin/chorus-train
@@ -36,6 +40,8 @@ RUN=$BUILD/bin/chorus-run
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/train-compare.XXXXXX")
 trap 'rm -rf "$OUT"' EXIT
 
+[ -z "$BASE" ] || [ -x "$BASE/bin/chorus-train" ] ||
+    { echo "train_compare: BASE=$BASE has no bin/chorus-train" >&2; exit 1; }
 [ -x "$TRAIN" ] || { echo "train_compare: build first (make trainer): $TRAIN is missing" >&2; exit 1; }
 "$PYTHON" -c 'import torch' 2>/dev/null ||
     { echo "train_compare: $PYTHON has no torch (sudo apt-get install python3-torch)" >&2; exit 1; }
@@ -45,7 +51,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 chorus() {
     m=$OUT/m.jsonl
     rm -f "$m"
-    "$RUN" -np "$1" "$TRAIN" --model mlp --batch "${3:-$BATCH}" --epochs 1 --threads 1 --no-eval \
+    "$RUN" -np "$1" "${CHORUS_TRAIN:-$TRAIN}" --model mlp --batch "${3:-$BATCH}" --epochs 1 --threads 1 --no-eval \
         --max-steps $((WARMUP + STEPS)) --grad-sync "$2" --log-every 1000000 --metrics "$m" \
         > "$OUT/chorus.log" 2>&1 || { cat "$OUT/chorus.log" >&2; echo 0; return; }
     "$PYTHON" -c '
@@ -64,6 +70,9 @@ torch_run() {
     sed -n 's/.*: \([0-9][0-9]*\) samples\/s.*/\1/p' "$OUT/torch.log" | tail -n 1
 }
 
+# The baseline build's chorus-train (BASE).
+base() { CHORUS_TRAIN=$BASE/bin/chorus-train chorus "$@"; }
+
 # The same, with the threading settings that suit PyTorch best here.
 torch_tuned() { (export OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=2; torch_run "$@"); }
 
@@ -80,13 +89,14 @@ i=1
 while [ "$i" -le "$REPEAT" ]; do
     echo "run $i: load $(load)"
     half=$((BATCH / 2))
-    for c in "chorus_2_fused chorus 2 fused" "chorus_2_engine chorus 2 engine" \
-             "chorus_1_half chorus 1 fused $half" "chorus_1 chorus 1 fused" \
-             "ddp_2 torch_run $BATCH --np 2" "ddp_1_half torch_run $half --np 1" \
-             "ddp_1 torch_run $BATCH --np 1" "plain_2t torch_run $BATCH --plain --threads 2" \
-             "plain_2t_tuned torch_tuned $BATCH --plain --threads 2"; do
-        # shellcheck disable=SC2086  # the row: name, function, arguments
-        set -- $c
+    extra=
+    [ -n "$BASE" ] && extra="base_2_fused:base:2:fused base_1_half:base:1:fused:$half"
+    for c in chorus_2_fused:chorus:2:fused chorus_2_engine:chorus:2:engine \
+             chorus_1_half:chorus:1:fused:$half chorus_1:chorus:1:fused $extra \
+             ddp_2:torch_run:$BATCH:--np:2 ddp_1_half:torch_run:$half:--np:1 \
+             ddp_1:torch_run:$BATCH:--np:1 plain_2t:torch_run:$BATCH:--plain:--threads:2 \
+             plain_2t_tuned:torch_tuned:$BATCH:--plain:--threads:2; do
+        set -- $(echo "$c" | tr ':' ' ')
         name=$1
         shift
         case " ${ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
@@ -114,6 +124,7 @@ END {
     cf = median("chorus_2_fused"); ce = median("chorus_2_engine")
     d1 = median("ddp_1"); dh = median("ddp_1_half"); d2 = median("ddp_2"); p2 = median("plain_2t")
     pt = median("plain_2t_tuned")
+    bf = median("base_2_fused"); bh = median("base_1_half")
     h = '"$BATCH"' / 2
     printf "| run | ranks x threads | batch per rank | samples/s (median) | scaling vs 1 rank, per-rank batch | global batch |\n"
     printf "|---|---|---|---|---|---|\n"
@@ -126,6 +137,10 @@ END {
     printf "| PyTorch DDP (gloo) | 1 x 1 | %d | %.0f | | |\n", 2 * h, d1
     printf "| PyTorch, one process | 1 x 2 | %d | %.0f | | |\n", 2 * h, p2
     printf "| PyTorch, one process, tuned threading | 1 x 2 | %d | %.0f | | |\n", 2 * h, pt
+    if (bf || bh) {
+        printf "| chorus-train (BASE build) --grad-sync fused | 2 x 1 | %d | %.0f | %.0f%% | |\n", h, bf, bh ? 100 * bf / (2 * bh) : 0
+        printf "| chorus-train (BASE build) | 1 x 1 | %d | %.0f | | |\n", h, bh
+    }
     best = cf > ce ? cf : ce
     bp = p2 > pt ? p2 : pt
     printf "\nchorus-train at 2 ranks (best of fused/engine) vs PyTorch DDP at 2 ranks: %.2fx; vs PyTorch in one process with 2 threads (its better setting): %.2fx\n", \

@@ -33,10 +33,7 @@ static void linear_backward(nn_layer *L, const float *dy, float *dx, int B)
     /* dW (Fout,Fin) += dy^T (Fout,B) x (B,Fin); db (Fout) += sum over B of dy */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Fout, Fin, B, 1.0f, dy, Fout, L->in, Fin,
                 1.0f, L->dw, Fin);
-    for (int n = 0; n < B; n++) {
-        const float *r = dy + (size_t)n * Fout;
-        for (int o = 0; o < Fout; o++) L->db[o] += r[o];
-    }
+    nn__bias_grad(L->db, dy, B, Fout); /* in sample order, built per instruction set */
     /* dx (B,Fin) = dy (B,Fout) W (Fout,Fin) */
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, Fin, Fout, 1.0f, dy, Fout, L->w,
@@ -219,13 +216,14 @@ static void maxpool_backward(nn_layer *L, const float *dy, float *dx, int B)
 
 /* ---- element-wise: relu, gelu, dropout ----------------------------------------------- */
 
-static void relu_forward(const float *x, float *y, size_t n)
+/* Built per instruction set (NN_CLONES): the MLP's activations pass through these every step. */
+NN_CLONES static void relu_forward(const float *x, float *y, size_t n)
 {
     for (size_t i = 0; i < n; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
 /* Uses the output: y > 0 exactly where x > 0. */
-static void relu_backward(const float *y, const float *dy, float *dx, size_t n)
+NN_CLONES static void relu_backward(const float *y, const float *dy, float *dx, size_t n)
 {
     for (size_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }

@@ -57,7 +57,9 @@ size_t nn_optim_state_count(const nn_optim *o)
     return (o->m ? o->n : 0) + (o->v ? o->n : 0);
 }
 
-static void sgd_step(nn_optim *o, float *params, const float *grads, float lr)
+/* Built per instruction set as AdamW's below: every rank runs it over all the parameters each
+ * step (AVX-512 does the update in fewer instructions; the same bits, element by element). */
+NN_CLONES static void sgd_step(nn_optim *o, float *params, const float *grads, float lr)
 {
     chorus_sgd_update(params, grads, o->m, o->n, lr, o->momentum, o->nesterov, o->weight_decay);
 }

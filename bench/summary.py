@@ -117,25 +117,29 @@ def collect(out, repeat):
                                   [100.0 * b / bound if b is not None else None for b in bw]))
     tr = [train_results(f"{out}/train.{r}.results") for r in rounds]
     if any(tr):
-        for name in ("chorus_2_fused", "chorus_1_half", "chorus_1", "ddp_2", "plain_2t",
-                     "plain_2t_tuned"):
+        for name in ("chorus_2_fused", "chorus_2_engine", "chorus_1_half", "chorus_1", "ddp_2",
+                     "plain_2t", "plain_2t_tuned"):
             if any(name in t for t in tr):  # plain_2t (as installed) only with TORCH_DEFAULT=1
                 cells.append(Cell(f"train.{name}", "samples/s", "higher",
                                   [t.get(name) for t in tr]))
         best_plain = [max([v for v in (t.get("plain_2t"), t.get("plain_2t_tuned")) if v] or [0])
                       or None for t in tr]
         cells.append(Cell("train.plain_2t_best", "samples/s", "higher", best_plain))
-        c2 = [t.get("chorus_2_fused") for t in tr]
-        cells.append(Cell("train.vs_ddp", "x", "higher",
-                          [div(c, t.get("ddp_2")) for c, t in zip(c2, tr)]))
-        cells.append(Cell("train.vs_plain_2t", "x", "higher",
-                          [div(c, p) for c, p in zip(c2, best_plain)]))
-        cells.append(Cell("train.efficiency_per_rank_batch", "", "higher",
-                          [div(c, 2 * t["chorus_1_half"]) if t.get("chorus_1_half") else None
-                           for c, t in zip(c2, tr)]))
-        cells.append(Cell("train.efficiency_global_batch", "", "higher",
-                          [div(c, 2 * t["chorus_1"]) if t.get("chorus_1") else None
-                           for c, t in zip(c2, tr)]))
+        # the default gradient synchronisation (fused) and the engine's (--grad-sync engine)
+        for sync, sfx in (("fused", ""), ("engine", ".engine")):
+            if not any(f"chorus_2_{sync}" in t for t in tr):
+                continue
+            c2 = [t.get(f"chorus_2_{sync}") for t in tr]
+            cells.append(Cell(f"train.vs_ddp{sfx}", "x", "higher",
+                              [div(c, t.get("ddp_2")) for c, t in zip(c2, tr)]))
+            cells.append(Cell(f"train.vs_plain_2t{sfx}", "x", "higher",
+                              [div(c, p) for c, p in zip(c2, best_plain)]))
+            cells.append(Cell(f"train.efficiency_per_rank_batch{sfx}", "", "higher",
+                              [div(c, 2 * t["chorus_1_half"]) if t.get("chorus_1_half") else None
+                               for c, t in zip(c2, tr)]))
+            cells.append(Cell(f"train.efficiency_global_batch{sfx}", "", "higher",
+                              [div(c, 2 * t["chorus_1"]) if t.get("chorus_1") else None
+                               for c, t in zip(c2, tr)]))
     for model in ("mlp", "cnn"):
         for case in ("busy", "equal"):
             t = {p: [steps_seconds(f"{out}/bal.{model}.{case}.{p}.{r}.jsonl")[0] for r in rounds]
@@ -249,22 +253,26 @@ def table(cells, params):
                 ratio += f"; Chorus at {cell_text(c, f'shm.{size}.pct_bound')} of the memory bound"
             t.append(f"| allreduce {label}, {name} | {cell_text(c, f'{part}.{size}.chorus_us')} | "
                      f"{base} {cell_text(c, f'{part}.{size}.ompi_us')} | {ratio} |")
-    if "train.chorus_2_fused" in c:
-        ch = f"chorus-train {cell_text(c, 'train.chorus_2_fused')}"
+    plain = "PyTorch, one process, 2 intra-op threads, `OMP_WAIT_POLICY=PASSIVE`"
+    if "train.plain_2t" in c:
+        plain = (f"PyTorch, one process, 2 intra-op threads, the better each round of as "
+                 f"installed ({cell_text(c, 'train.plain_2t')}) and `OMP_WAIT_POLICY=PASSIVE`"
+                 f" ({cell_text(c, 'train.plain_2t_tuned')}):")
+    for sync, sfx, how in (("fused", "", "chorus-train"),
+                           ("engine", ".engine", "chorus-train `--grad-sync engine`")):
+        if f"train.chorus_2_{sync}" not in c:
+            continue
+        ch = f"{how} {cell_text(c, f'train.chorus_2_{sync}')}"
         t.append(f"| MLP training, 2 ranks x 1 thread, samples/s | {ch} | PyTorch DDP (gloo) 2 "
-                 f"ranks {cell_text(c, 'train.ddp_2')} | {cell_text(c, 'train.vs_ddp')} |")
-        plain = "PyTorch, one process, 2 intra-op threads, `OMP_WAIT_POLICY=PASSIVE`"
-        if "train.plain_2t" in c:
-            plain = (f"PyTorch, one process, 2 intra-op threads, the better each round of as "
-                     f"installed ({cell_text(c, 'train.plain_2t')}) and `OMP_WAIT_POLICY=PASSIVE`"
-                     f" ({cell_text(c, 'train.plain_2t_tuned')}):")
+                 f"ranks {cell_text(c, 'train.ddp_2')} | {cell_text(c, f'train.vs_ddp{sfx}')} |")
         t.append(f"| MLP training, 2 cores, samples/s | {ch} | {plain} "
-                 f"{cell_text(c, 'train.plain_2t_best')} | {cell_text(c, 'train.vs_plain_2t')} |")
-        t.append(f"| MLP scaling efficiency, 2 ranks / (2 x 1 rank) | "
-                 f"{cell_text(c, 'train.efficiency_per_rank_batch')} with 128 samples per rank "
-                 f"(1 rank: {cell_text(c, 'train.chorus_1_half')} at batch 128) | "
-                 f"{cell_text(c, 'train.efficiency_global_batch')} with the global batch 256 "
-                 f"(1 rank: {cell_text(c, 'train.chorus_1')} at batch 256) | |")
+                 f"{cell_text(c, 'train.plain_2t_best')} | "
+                 f"{cell_text(c, f'train.vs_plain_2t{sfx}')} |")
+        t.append(f"| MLP scaling efficiency of {how}, 2 ranks / (2 x 1 rank) | "
+                 f"{cell_text(c, f'train.efficiency_per_rank_batch{sfx}')} with 128 samples per "
+                 f"rank (1 rank: {cell_text(c, 'train.chorus_1_half')} at batch 128) | "
+                 f"{cell_text(c, f'train.efficiency_global_batch{sfx}')} with the global batch "
+                 f"256 (1 rank: {cell_text(c, 'train.chorus_1')} at batch 256) | |")
     steps = dict(p.split("=") for p in params.split())
     for model in ("mlp", "cnn"):
         n = steps.get(f"BAL_{model.upper()}_STEPS", "?")

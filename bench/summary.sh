@@ -9,7 +9,7 @@
 #   tcp      the same over loopback TCP, 4 B, 16 and 64 MiB: CHORUS_SHM=0 against Open MPI
 #            btl tcp (as bench/compare_tcp.sh)
 #   train    the MLP (784-512-256-10, global batch 256, 128 per rank at 2 ranks): chorus-train
-#            2 ranks, 1 rank at batch 128 and at 256; PyTorch DDP (gloo) 2 ranks; PyTorch in
+#            2 ranks (the default --grad-sync fused, and engine), 1 rank at batch 128 and at 256; PyTorch DDP (gloo) 2 ranks; PyTorch in
 #            one process with 2 intra-op threads, tuned (OMP_WAIT_POLICY=PASSIVE: its faster
 #            setting here; TORCH_DEFAULT=1 adds it as installed) (bench/train_compare.sh)
 #   balance  chorus-train --balance dynamic against static, MLP and CNN, with rank 1 sharing
@@ -128,7 +128,7 @@ while [ "$r" -le "$REPEAT" ]; do
             : >"$OUT/train.$r.results"
             run_logged "train.$r" env REPEAT=1 STEPS="$TRAIN_STEPS" WARMUP="$TRAIN_WARMUP" BATCH=256 \
                 BUILD="$BUILD" PYTHON="$PYTHON" TOPO_MEMBW=skip RESULTS="$OUT/train.$r.results" \
-                ONLY="chorus_2_fused chorus_1_half chorus_1 ddp_2 plain_2t_tuned${TORCH_DEFAULT:+ plain_2t}" \
+                ONLY="chorus_2_fused chorus_2_engine chorus_1_half chorus_1 ddp_2 plain_2t_tuned${TORCH_DEFAULT:+ plain_2t}" \
                 sh "$BENCH_DIR/train_compare.sh"
             ;;
         balance)

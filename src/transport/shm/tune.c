@@ -74,7 +74,7 @@ int chorus__shm_tune_pick(const chorus_shm *s, size_t bytes)
 
 int chorus__shm_tune_timing(const chorus_shm *s, size_t bytes)
 {
-    return s->tune && s->size == 2 && bytes > s->cma_max &&
+    return s->tune && s->cma && s->size == 2 && bytes > s->cma_max &&
            s->tune_calls[size_class(bytes)] <= 2 * K + 2;
 }
 

@@ -3,7 +3,8 @@
 # error (tests/fault/survivor_blame silent: it waits without a word) still has its error
 # shown: the library reported it on the status pipe, and chorus-run prints it under the rank's
 # "stopped:" line. Rank 1 is killed (-9) while the ranks allreduce; rank 0 loses it, says
-# nothing, and is stopped by chorus-run after --grace 1.
+# nothing, and is stopped by chorus-run after --grace 1. Arguments: more for survivor_blame
+# (`large`: 64 MiB calls, where the kill most likely lands in a single-copy transfer).
 set -u
 BUILD=${BUILD:-build}
 PATH=$BUILD/bin:$PATH
@@ -12,7 +13,7 @@ runner=
 cleanup() { [ -n "$runner" ] && kill -9 "$runner" 2>/dev/null; rm -rf "$tmp"; }
 trap cleanup EXIT
 out=$tmp/out
-chorus-run -np 2 --grace 1 "$BUILD/tests/fault/survivor_blame" silent >"$out" 2>&1 &
+chorus-run -np 2 --grace 1 "$BUILD/tests/fault/survivor_blame" silent "$@" >"$out" 2>&1 &
 runner=$!
 # both ranks running (the list's limit bounds this wait)
 while ! grep -q "rank 1 pid [0-9]* running" "$out" || ! grep -q "rank 0 pid [0-9]* running" "$out"; do

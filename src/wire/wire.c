@@ -66,6 +66,8 @@ void chorus__wire_encode_hello(const chorus_wire_hello *h, unsigned char out[CHO
     chorus__put_le32(out + CHORUS_WIRE_JOB_LEN + 4, (uint32_t)h->size);
     chorus__put_le32(out + CHORUS_WIRE_JOB_LEN + 8, (uint32_t)h->lane);
     chorus__put_le32(out + CHORUS_WIRE_JOB_LEN + 12, (uint32_t)h->lanes);
+    chorus__put_le64(out + CHORUS_WIRE_JOB_LEN + 16, h->stripe_min);
+    chorus__put_le64(out + CHORUS_WIRE_JOB_LEN + 24, h->stripe_max);
 }
 
 chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, chorus_wire_hello *h)
@@ -77,6 +79,8 @@ chorus_result chorus__wire_decode_hello(const unsigned char *in, size_t len, cho
     h->size = (int32_t)chorus__get_le32(in + CHORUS_WIRE_JOB_LEN + 4);
     h->lane = (int32_t)chorus__get_le32(in + CHORUS_WIRE_JOB_LEN + 8);
     h->lanes = (int32_t)chorus__get_le32(in + CHORUS_WIRE_JOB_LEN + 12);
+    h->stripe_min = chorus__get_le64(in + CHORUS_WIRE_JOB_LEN + 16);
+    h->stripe_max = chorus__get_le64(in + CHORUS_WIRE_JOB_LEN + 24);
     if (h->size <= 0 || h->rank < 0 || h->rank >= h->size) return CHORUS_ERR_PROTOCOL;
     if (h->lanes < 1 || h->lanes > CHORUS_WIRE_LANES_MAX || h->lane < 0 || h->lane >= h->lanes)
         return CHORUS_ERR_PROTOCOL;

@@ -59,8 +59,9 @@ typedef struct chorus_wire_hello {
     int32_t size;
     int32_t lane;  /* 0 .. lanes-1 */
     int32_t lanes; /* connections per pair of ranks the sender opens (CHORUS_TCP_LANES) */
+    uint64_t stripe_min, stripe_max; /* collectives striped (CHORUS_TCP_STRIPE_MIN/_MAX) */
 } chorus_wire_hello;
-#define CHORUS_WIRE_HELLO_LEN (CHORUS_WIRE_JOB_LEN + 16)
+#define CHORUS_WIRE_HELLO_LEN (CHORUS_WIRE_JOB_LEN + 32)
 #define CHORUS_WIRE_LANES_MAX 64
 void chorus__wire_encode_hello(const chorus_wire_hello *h,
                                unsigned char out[CHORUS_WIRE_HELLO_LEN]);

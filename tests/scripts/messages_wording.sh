@@ -77,7 +77,7 @@ fi
 out=$(chorus-run -np 2 chorus-bench -t 4 2>&1)
 echo "$out"
 echo "$out" | grep -q "^chorus-run: stopped: rank [01] (pid [0-9]*) exited with status 2$" || fail "the launcher's summary"
-out=$(CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT,TCP,COLL CHORUS_SHM=0 chorus-run -np 2 $bench 2>&1)
+out=$(CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=INIT,TCP,COLL CHORUS_SHM=0 CHORUS_TCP_LANES=1 chorus-run -np 2 $bench 2>&1)
 echo "$out" | grep "peer\|host"
 echo "$out" | grep -q "rank 0 connected to 1 peer over 1 TCP lane each$" || fail "1 peer"
 echo "$out" | grep -q "rank 0: local rank 0 of 2, 1 host, listening on" || fail "1 host"

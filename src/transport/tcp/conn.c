@@ -17,6 +17,9 @@
 #include <unistd.h>
 
 #include "transport/tcp/net_internal.h"
+
+/* The most connections the default lane count may open per rank (3 per peer, else 1). */
+#define AUTO_LANE_SOCKETS 512
 #include "wire/sock.h"
 
 static void set_nonblock(int fd)
@@ -31,7 +34,15 @@ chorus_result chorus__net_create(const chorus_config *cfg, int rank, int size, c
 {
     chorus_net *n = calloc(1, sizeof(*n));
     if (!n) return chorus__fail(e, CHORUS_ERR_NOMEM, "out of memory");
-    n->nlanes = cfg->tcp_lanes < 1 ? 1 : (int)cfg->tcp_lanes;
+    /* 0: three lanes (on loopback one stream is one core's copy; three took 2-32 MiB
+     * allreduces to 1.3-1.9x one lane's speed, docs/PERFORMANCE.md) while they cost at most
+     * AUTO_LANE_SOCKETS connections per rank, well inside the usual limit of 1024 open files */
+    if (cfg->tcp_lanes >= 1)
+        n->nlanes = (int)cfg->tcp_lanes;
+    else
+        n->nlanes = cfg->tcp_lanes == 0 && 3L * (size - 1) <= AUTO_LANE_SOCKETS ? 3 : 1;
+    n->stripe_min = cfg->tcp_stripe_min;
+    n->stripe_max = cfg->tcp_stripe_max;
     if (cfg->tcp_lanes > CHORUS_WIRE_LANES_MAX) {
         free(n);
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG, "CHORUS_TCP_LANES=%ld: at most %d",
@@ -107,7 +118,12 @@ static chorus_result connect_to(chorus_net *n, int p, int l, const char *addr, d
         close(fd);
         return ar;
     }
-    chorus_wire_hello hello = {.rank = n->rank, .size = n->size, .lane = l, .lanes = n->nlanes};
+    chorus_wire_hello hello = {.rank = n->rank,
+                               .size = n->size,
+                               .lane = l,
+                               .lanes = n->nlanes,
+                               .stripe_min = n->stripe_min,
+                               .stripe_max = n->stripe_max};
     snprintf(hello.job, sizeof(hello.job), "%s", n->job);
     unsigned char payload[CHORUS_WIRE_HELLO_LEN];
     chorus__wire_encode_hello(&hello, payload);
@@ -188,16 +204,28 @@ static int accept_one(chorus_net *n, double deadline, chorus_result *res)
             bad = "belongs to another job";
         else if (hello.size != n->size)
             bad = "disagrees on the world size";
-        else if (hello.lanes != n->nlanes && hello.rank > n->rank) {
+        else if ((hello.lanes != n->nlanes ||
+                  (n->nlanes > 1 &&
+                   (hello.stripe_min != n->stripe_min || hello.stripe_max != n->stripe_max))) &&
+                 hello.rank > n->rank) {
             /* a rank of this job (it proved the secret and names the job) configured
              * differently: it is told why (an abort instead of the acknowledgement) and fails
              * at once; this rank remembers why, for its own error at the deadline */
             free(payload);
             chorus_wire_abort a = {.failed_rank = -1, .result = CHORUS_ERR_INVALID_ARG};
-            snprintf(a.why, sizeof(a.why),
-                     "rank %d opens %d TCP lanes per pair of ranks, rank %d opens %d: "
-                     "CHORUS_TCP_LANES must be the same on every rank",
-                     hello.rank, hello.lanes, n->rank, n->nlanes);
+            if (hello.lanes != n->nlanes)
+                snprintf(a.why, sizeof(a.why),
+                         "rank %d opens %d TCP lanes per pair of ranks, rank %d opens %d: "
+                         "CHORUS_TCP_LANES must be the same on every rank",
+                         hello.rank, hello.lanes, n->rank, n->nlanes);
+            else
+                snprintf(a.why, sizeof(a.why),
+                         "rank %d stripes collectives of %llu to %llu bytes over its TCP lanes, "
+                         "rank %d of %llu to %llu: CHORUS_TCP_STRIPE_MIN and "
+                         "CHORUS_TCP_STRIPE_MAX must be the same on every rank",
+                         hello.rank, (unsigned long long)hello.stripe_min,
+                         (unsigned long long)hello.stripe_max, n->rank,
+                         (unsigned long long)n->stripe_min, (unsigned long long)n->stripe_max);
             snprintf(n->refusal, sizeof(n->refusal), "%s", a.why);
             CHORUS_WARN(CHORUS_LOG_TCP, "refused a connection from %s:%d: %s", from,
                         ntohs(sa.sin_port), a.why);

@@ -115,6 +115,7 @@ struct chorus_net {
     uint64_t max_msg;
     int spin_us;
     int nlanes;                          /* connections per pair (CHORUS_TCP_LANES) */
+    uint64_t stripe_min, stripe_max;     /* collectives striped (CHORUS_TCP_STRIPE_MIN/_MAX) */
     char refusal[CHORUS_WIRE_ABORT_MAX]; /* why set-up refused a rank of the job, or "" */
     chorus_auth_key key; /* CHORUS_SECRET; connections prove it before anything else */
     pthread_mutex_t mu;
@@ -157,11 +158,17 @@ static inline size_t tcp_stripe_slice(uint64_t len, int k, int c, size_t *off)
     return (size_t)(len * (uint64_t)(c + 1) / (uint64_t)k) - *off;
 }
 
-/* Is a message with header h striped over the lanes? */
+/* Is a message with header h striped over the lanes? A point-to-point message of STRIPE_MIN
+ * bytes or more is; a part of a collective is when the call, as its header tells (count and
+ * element type), is stripe_min to stripe_max bytes: both ends read the same header, so they
+ * agree, and one call's messages all take the same path. */
 static inline int tcp_striped(const chorus_net *n, const chorus_wire_hdr *h)
 {
-    return n->nlanes > 1 && h->len >= STRIPE_MIN &&
-           (h->type == CHORUS_MSG_P2P || h->type == CHORUS_MSG_COLL);
+    if (n->nlanes <= 1 || h->len < STRIPE_MIN) return 0;
+    if (h->type == CHORUS_MSG_P2P) return 1;
+    if (h->type != CHORUS_MSG_COLL) return 0;
+    uint64_t es = chorus_dtype_size((chorus_dtype)((h->coll >> 8) & 0xff));
+    return es && h->count <= n->stripe_max / es && h->count * es >= n->stripe_min;
 }
 
 static inline void tcp_umsg_free(umsg *u)

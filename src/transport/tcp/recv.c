@@ -1,8 +1,9 @@
 /*
  * recv.c - reading the lanes. Lane 0 carries every header, in the order the messages were
  * posted, so matching and ordering are those of one connection: a header is routed (to a posted
- * receive, an unexpected message, or dropped) and its payload lands there. A message of STRIPE_MIN
- * bytes or more is striped: its header and first slice come on lane 0, slice c (of L equal
+ * receive, an unexpected message, or dropped) and its payload lands there. A message that
+ * tcp_striped() picks (STRIPE_MIN bytes or more; of a collective, only within the stripe range) is
+ * striped: its header and first slice come on lane 0, slice c (of L equal
  * contiguous slices) on lane c behind a CHUNK header with the pair's stripe number. Each lane
  * carries its slices in stripe order, so the receiver pairs them with headers without any search: a
  * slice whose header it has read lands in place; one that comes first waits in a buffer of its own

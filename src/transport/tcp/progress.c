@@ -41,6 +41,18 @@ static int sleep_ms(double now, double spin_until, double deadline)
     return ms > 100 ? 100 : ms;
 }
 
+/* Has p said goodbye on every lane? Each lane's goodbye follows that lane's data, but the lanes
+ * are separate streams: lane 0's can arrive while slices of p's last messages are still on
+ * their way on the others. Only then has everything p sent been read. */
+static int finalized(const chorus_net *n, int p)
+{
+    const peer *pe = &n->peers[p];
+    if (!pe->bye) return 0;
+    for (int l = 1; l < n->nlanes; l++)
+        if (!pe->lanes[l].bye) return 0;
+    return 1;
+}
+
 /* Request r waits on a peer that has finalized (or, from any source, on peers that all have):
  * it can never complete, so the net breaks now instead of at the deadline. mu held. */
 static void check_bye(chorus_net *n, const chorus_req *r)
@@ -48,7 +60,7 @@ static void check_bye(chorus_net *n, const chorus_req *r)
     char why[300];
     if (r->peer == CHORUS__NET_ANY) {
         for (int p = 0; p < n->size; p++)
-            if (p != n->rank && !n->peers[p].bye && !n->peers[p].lost) return;
+            if (p != n->rank && !finalized(n, p) && !n->peers[p].lost) return;
         snprintf(why, sizeof(why),
                  "every other rank has already finalized, but rank %d still waits in a receive "
                  "from any rank",
@@ -56,7 +68,7 @@ static void check_bye(chorus_net *n, const chorus_req *r)
         tcp_break_locked(n, -1, CHORUS_ERR_PEER_LOST, why, why);
         return;
     }
-    if (!n->peers[r->peer].bye) return;
+    if (!finalized(n, r->peer)) return;
     snprintf(why, sizeof(why),
              "rank %d (host %s) has already finalized, but rank %d still expects it in "
              "a collective or send/recv",

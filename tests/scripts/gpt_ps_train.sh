@@ -70,7 +70,10 @@ print(f"training loss {losses[0]:.4f} at step 2, {losses[-1]:.4f} at step 50")
 sys.exit(0 if losses[-1] < 0.8 * losses[0] else 1)
 PY
         grep "last gradient norm" "$d/$m.log"
-        grep -q "gpt: [0-9]* tokens/s over .* (2 workers); last gradient norm 0\.[1-9][0-9]* before clipping to 0.05" "$d/$m.log" ||
+        # the norm is above the clip (0.05), whatever its size: asynchronous steps can leave
+        # it anywhere from about 0.1 to a few units
+        norm=$(sed -n 's/.*gpt: [0-9]* tokens\/s over .* (2 workers); last gradient norm \([0-9.]*\) before clipping to 0\.05$/\1/p' "$d/$m.log" | head -n 1)
+        [ -n "$norm" ] && awk -v x="$norm" 'BEGIN { exit !(x > 0.05) }' ||
             fail "$m: no tokens/s line with a norm above the clip"
         grep -q "validation after step 50: loss [0-9.]* nats per token (perplexity [0-9.]*; unigram [0-9.]*), next-byte accuracy" "$d/$m.log" ||
             fail "$m: no validation line"

@@ -33,8 +33,10 @@ static inline size_t nn__bias_count(const nn_layer *L)
 /* Hot loops are built for AVX-512, AVX2 and baseline x86-64, picked at load time (as
  * src/reduce/reduce.c's kernels; ThreadSanitizer's builds get the baseline only). Every version
  * does the same float operations on each element in the same order (no FMA contraction in C11
- * mode), so they give the same bits. */
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+ * mode), so they give the same bits. Clang (14, Debian 12's; the fuzz targets' compiler) names
+ * a cloned function that is not static only by its clones and resolver, so callers in other
+ * files find no symbol: its builds get the baseline only. */
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__clang__)
 #define NN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define NN_CLONES

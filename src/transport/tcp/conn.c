@@ -17,10 +17,10 @@
 #include <unistd.h>
 
 #include "transport/tcp/net_internal.h"
+#include "wire/sock.h"
 
 /* The most connections the default lane count may open per rank (3 per peer, else 1). */
 #define AUTO_LANE_SOCKETS 512
-#include "wire/sock.h"
 
 static void set_nonblock(int fd)
 {

@@ -77,17 +77,15 @@ static chorus_result cma_error(chorus_shm *s, int peer, int wr, int err, size_t 
             struct pollfd pf = {.fd = s->pidfd[peer], .events = POLLIN};
             (void)poll(&pf, 1, 1000);
         }
-        chorus_result r = chorus__fail(
-            e, CHORUS_ERR_PEER_LOST,
-            "rank %d (pid %d) was lost: the process exited or was killed while rank %d %s its "
-            "memory in %s over shared memory",
-            chorus__shm_wrank(s, peer), pid, chorus__shm_wrank(s, s->rank), wr ? "wrote" : "read",
-            s->what);
-        /* The group breaks naming the lost rank, as a wait that finds it gone does, so that
-         * the others and the launcher hear whom this rank lost. */
-        chorus__shm_abort(s, chorus__shm_wrank(s, peer), r,
-                          e && e->msg[0] ? e->msg : chorus_strerror(r));
-        return r;
+        /* the group breaks naming the lost rank, as a wait that finds it gone does */
+        return chorus__shm_blame(
+            s, peer,
+            chorus__fail(e, CHORUS_ERR_PEER_LOST,
+                         "rank %d (pid %d) was lost: the process exited or was killed while "
+                         "rank %d %s its memory in %s over shared memory",
+                         chorus__shm_wrank(s, peer), pid, chorus__shm_wrank(s, s->rank),
+                         wr ? "wrote" : "read", s->what),
+            e);
     }
     if (err == EFAULT)
         return chorus__fail(e, CHORUS_ERR_INVALID_ARG,

@@ -259,9 +259,7 @@ chorus_result chorus__shm_check_abort(chorus_shm *s, chorus_errbuf *e)
     return aborted(s, e);
 }
 
-/* A wait found member q lost or stuck (r, reason in e): the group breaks naming it, so that
- * every member learns the same reason at once. */
-static chorus_result blame(chorus_shm *s, int q, chorus_result r, chorus_errbuf *e)
+chorus_result chorus__shm_blame(chorus_shm *s, int q, chorus_result r, chorus_errbuf *e)
 {
     chorus__shm_abort(s, chorus__shm_wrank(s, q), r, e && e->msg[0] ? e->msg : chorus_strerror(r));
     return r;
@@ -320,15 +318,16 @@ static int peer_stopped(chorus_shm *s, int q)
 static chorus_result lost(chorus_shm *s, int q, chorus_errbuf *e)
 {
     int fin = __atomic_load_n(&s->ctrl[q].finalized, __ATOMIC_ACQUIRE);
-    return blame(s, q,
-                 chorus__fail(e, CHORUS_ERR_PEER_LOST,
-                              fin ? "rank %d (pid %d) has already finalized, but rank %d still "
-                                    "expects it in %s over shared memory"
-                                  : "rank %d (pid %d) was lost: the process exited or was killed "
-                                    "while rank %d waited for it in %s over shared memory",
-                              chorus__shm_wrank(s, q), (int)s->ctrl[q].pid,
-                              chorus__shm_wrank(s, s->rank), s->what),
-                 e);
+    return chorus__shm_blame(
+        s, q,
+        chorus__fail(e, CHORUS_ERR_PEER_LOST,
+                     fin ? "rank %d (pid %d) has already finalized, but rank %d still "
+                           "expects it in %s over shared memory"
+                         : "rank %d (pid %d) was lost: the process exited or was killed "
+                           "while rank %d waited for it in %s over shared memory",
+                     chorus__shm_wrank(s, q), (int)s->ctrl[q].pid, chorus__shm_wrank(s, s->rank),
+                     s->what),
+        e);
 }
 
 /* A wait on peer made no progress for CHORUS_TIMEOUT_S. Blames a stopped rank when there is
@@ -338,7 +337,7 @@ static chorus_result timed_out(chorus_shm *s, int peer, chorus_errbuf *e)
     for (int i = 0; i < s->size; i++) {
         int q = (peer + i) % s->size; /* the awaited rank first */
         if (q != s->rank && peer_stopped(s, q))
-            return blame(
+            return chorus__shm_blame(
                 s, q,
                 chorus__fail(e, CHORUS_ERR_TIMEOUT,
                              "rank %d (pid %d) made no progress: its process is stopped "
@@ -348,14 +347,15 @@ static chorus_result timed_out(chorus_shm *s, int peer, chorus_errbuf *e)
                              chorus__shm_wrank(s, s->rank), chorus__shm_wrank(s, peer), s->what),
                 e);
     }
-    return blame(s, peer,
-                 chorus__fail(e, CHORUS_ERR_TIMEOUT,
-                              "rank %d timed out waiting for rank %d (pid %d) in %s over shared "
-                              "memory; that rank is stuck or not calling the same collectives "
-                              "(CHORUS_TIMEOUT_S)",
-                              chorus__shm_wrank(s, s->rank), chorus__shm_wrank(s, peer),
-                              (int)s->ctrl[peer].pid, s->what),
-                 e);
+    return chorus__shm_blame(
+        s, peer,
+        chorus__fail(e, CHORUS_ERR_TIMEOUT,
+                     "rank %d timed out waiting for rank %d (pid %d) in %s over shared "
+                     "memory; that rank is stuck or not calling the same collectives "
+                     "(CHORUS_TIMEOUT_S)",
+                     chorus__shm_wrank(s, s->rank), chorus__shm_wrank(s, peer),
+                     (int)s->ctrl[peer].pid, s->what),
+        e);
 }
 
 chorus_result chorus__shm_wait_slow(chorus_shm *s, int peer, int ch, uint32_t target,

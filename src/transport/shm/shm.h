@@ -142,6 +142,10 @@ void chorus__shm_start(chorus_shm *s, const chorus_config *cfg, chorus_transport
 /* Marks this rank finalized, unmaps, closes handles. NULL is fine. */
 void chorus__shm_destroy(chorus_shm *s);
 
+/* Member q was found lost or stuck (r, the reason in e): the group breaks naming it (the job's
+ * rank of q), so that every member and the launcher learn the same reason at once. Returns r. */
+chorus_result chorus__shm_blame(chorus_shm *s, int q, chorus_result r, chorus_errbuf *e);
+
 /* Breaks the group: the first reason wins (with culprit, the job's rank blamed, -1 for nobody
  * in particular), sleepers are woken and fail with it. NULL is fine. */
 void chorus__shm_abort(chorus_shm *s, int culprit, chorus_result r, const char *why);
